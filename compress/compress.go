@@ -1,0 +1,32 @@
+// Package compress implements the chunk codecs of the HDF5 output: each
+// encodes a chunk into exactly the bytes that the registered HDF5 filter
+// plugin would store, so any reader with that plugin decompresses it, and
+// decodes such chunks back (for verify and tests).
+//
+// A Codec is made for one element size and is used by one goroutine at a
+// time: the pipeline gives each compression worker its own.
+package compress
+
+// Filter is one stage of an HDF5 filter pipeline as a dataset declares it.
+type Filter struct {
+	ID       int      // HDF5 filter id, e.g. 32008 for bitshuffle
+	Name     string   // the filter's name, for messages
+	Optional bool     // declared H5Z_FLAG_OPTIONAL rather than mandatory
+	Values   []uint32 // cd_values exactly as stored in the file
+}
+
+// Codec compresses and decompresses whole chunks.
+type Codec interface {
+	// Encode appends the stored form of the chunk src to dst and returns
+	// the extended buffer. len(src) must be a multiple of the element size.
+	Encode(dst, src []byte) ([]byte, error)
+	// Decode appends the chunk that the stored form src decodes to, and
+	// returns the extended buffer.
+	Decode(dst, src []byte) ([]byte, error)
+	// Filters returns the filter pipeline a dataset holding this codec's
+	// chunks declares, in pipeline order.
+	Filters() []Filter
+	// Bound returns the largest stored size of a chunk of n bytes, so that
+	// callers can size pooled buffers once.
+	Bound(n int) int
+}
