@@ -1,0 +1,72 @@
+// Command h5ingest moves X-ray detector frames from the wire (or a capture
+// file) to chunked, compressed HDF5 files.
+//
+// Each subcommand lives in a file of its own, cmd_<name>.go.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses shared by every subcommand.
+const (
+	exitOK         = 0 // every planned frame is good
+	exitFailure    = 1 // no usable result
+	exitUsage      = 2 // bad command line or profile
+	exitIncomplete = 3 // the file is complete but some frames are missing, corrupt or rejected
+)
+
+// exitError carries an exit status out of a subcommand.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks err as a usage or profile error (exit status 2).
+func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "h5ingest",
+		Short:         "Move X-ray detector frames from the wire to chunked HDF5 files",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.AddCommand(
+		newSimulateCmd(),
+	)
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes the command line args and returns the process exit status.
+// It is the one place where errors turn into messages and exit statuses.
+func run(args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailure
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+	}
+	fmt.Fprintf(os.Stderr, "h5ingest: %v\n", err)
+	return code
+}
