@@ -1,0 +1,67 @@
+# h5ingest: build, test and demonstrate on a Debian 12 machine.
+#
+#   make demo    a whole scan on the built-in simulator, ending in a verified HDF5 file
+#   make test    vet, format check, unit and cross-reader tests, short fuzz runs
+#
+# Run as root on a fresh machine, both install the Debian packages they need.
+
+GO       ?= go
+BIN      := bin/h5ingest
+FUZZTIME ?= 4s
+OUT      ?= out
+
+# Debian packages: C libraries for cgo, and the independent readers the
+# tests compare against (h5py + hdf5plugin, the C bitshuffle library,
+# dxchange, h5dump).
+DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-16 \
+	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
+	python3-dxchange python3-tifffile python3-pandas
+
+.PHONY: all build deps test vet fmt-check unit fuzz demo bench-codecs clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing Debian packages:" $$missing; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "missing Debian packages:" $$missing "(run make as root, or apt-get install them)"; exit 1; \
+		fi; \
+	fi
+
+build: deps
+	$(GO) build -o $(BIN) ./cmd/h5ingest
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$bad" ]; then echo "not gofmt-formatted:" $$bad; exit 1; fi
+
+unit:
+	$(GO) test -count=1 ./...
+
+# Every fuzz target, each for FUZZTIME, starting from its committed corpus.
+fuzz:
+	@tools/fuzz.sh $(FUZZTIME)
+
+test: deps vet fmt-check unit fuzz
+
+DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180
+
+demo: build
+	@mkdir -p $(OUT)
+	$(BIN) simulate --scene tomo $(DEMO_PLAN) -o $(OUT)/demo.pmcap --overwrite
+	$(BIN) replay $(OUT)/demo.pmcap -o $(OUT)/demo.h5 $(DEMO_PLAN) --overwrite
+	$(BIN) verify $(OUT)/demo.h5
+	$(BIN) inspect $(OUT)/demo.h5
+
+bench-codecs: deps
+	tools/bench-codecs/run.sh
+
+clean:
+	rm -rf bin $(OUT)
