@@ -1,0 +1,118 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Image keys, as NXtomo records them per frame.
+const (
+	Projection int8 = 0
+	FlatField  int8 = 1
+	DarkField  int8 = 2
+	Invalid    int8 = 3
+)
+
+// Step is a run of frames of one kind in a scan plan.
+type Step struct {
+	Key   int8 // Projection, FlatField or DarkField
+	Count int
+}
+
+// Plan is what a scan records, frame by frame: which frames are darks,
+// flats and projections, and the rotation angle of each projection.
+type Plan struct {
+	Steps []Step
+	// Projections are taken at AngleStart + i*(AngleEnd-AngleStart)/n for
+	// the n projections of the plan, the end excluded; darks and flats are
+	// recorded at AngleStart. Degrees.
+	AngleStart, AngleEnd float64
+}
+
+// TomoPlan returns the usual tomography plan: darks, then flats, then
+// projections over [start, end) degrees.
+func TomoPlan(darks, flats, projections int, start, end float64) Plan {
+	var steps []Step
+	for _, s := range []Step{{DarkField, darks}, {FlatField, flats}, {Projection, projections}} {
+		if s.Count > 0 {
+			steps = append(steps, s)
+		}
+	}
+	return Plan{Steps: steps, AngleStart: start, AngleEnd: end}
+}
+
+// Frames returns the number of frames of the plan.
+func (p Plan) Frames() int {
+	n := 0
+	for _, s := range p.Steps {
+		n += s.Count
+	}
+	return n
+}
+
+// count returns the number of frames of the plan with the given key.
+func (p Plan) count(key int8) int {
+	n := 0
+	for _, s := range p.Steps {
+		if s.Key == key {
+			n += s.Count
+		}
+	}
+	return n
+}
+
+// Validate reports a plan that cannot be recorded.
+func (p Plan) Validate() error {
+	for i, s := range p.Steps {
+		if s.Count < 0 {
+			return fmt.Errorf("plan step %d: %d frames", i+1, s.Count)
+		}
+		if s.Key != Projection && s.Key != FlatField && s.Key != DarkField {
+			return fmt.Errorf("plan step %d: image key %d, want 0 projection, 1 flat or 2 dark", i+1, s.Key)
+		}
+	}
+	return nil
+}
+
+// ImageKeys returns the image key of every frame of the plan.
+func (p Plan) ImageKeys() []int8 {
+	keys := make([]int8, 0, p.Frames())
+	for _, s := range p.Steps {
+		for range s.Count {
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
+}
+
+// Angles returns the rotation angle of every frame of the plan, in degrees.
+func (p Plan) Angles() []float64 {
+	n := p.count(Projection)
+	angles := make([]float64, 0, p.Frames())
+	i := 0
+	for _, s := range p.Steps {
+		for range s.Count {
+			a := p.AngleStart
+			if s.Key == Projection {
+				a += float64(i) * (p.AngleEnd - p.AngleStart) / float64(n)
+				i++
+			}
+			angles = append(angles, a)
+		}
+	}
+	return angles
+}
+
+// String describes the plan in one line, e.g. "10 darks, 10 flats, 180
+// projections over 0..180 degrees".
+func (p Plan) String() string {
+	names := map[int8]string{DarkField: "darks", FlatField: "flats", Projection: "projections"}
+	var parts []string
+	for _, s := range p.Steps {
+		parts = append(parts, fmt.Sprintf("%d %s", s.Count, names[s.Key]))
+	}
+	if len(parts) == 0 {
+		return "no frames"
+	}
+	return fmt.Sprintf("%s over %g..%g degrees", strings.Join(parts, ", "), p.AngleStart, p.AngleEnd)
+}

@@ -1,0 +1,50 @@
+package config
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestTomoPlan(t *testing.T) {
+	tests := []struct {
+		name   string
+		plan   Plan
+		keys   []int8
+		angles []float64
+	}{
+		{"darks flats projections", TomoPlan(2, 1, 4, 0, 180),
+			[]int8{2, 2, 1, 0, 0, 0, 0},
+			[]float64{0, 0, 0, 0, 45, 90, 135}},
+		{"projections only", TomoPlan(0, 0, 3, 10, 40),
+			[]int8{0, 0, 0},
+			[]float64{10, 20, 30}},
+		{"flats before and after", Plan{Steps: []Step{{FlatField, 1}, {Projection, 2}, {FlatField, 1}}, AngleStart: -90, AngleEnd: 90},
+			[]int8{1, 0, 0, 1},
+			[]float64{-90, -90, 0, -90}},
+		{"empty", TomoPlan(0, 0, 0, 0, 180), []int8{}, []float64{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.plan.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if n := tt.plan.Frames(); n != len(tt.keys) {
+				t.Errorf("Frames = %d, want %d", n, len(tt.keys))
+			}
+			if got := tt.plan.ImageKeys(); !slices.Equal(got, tt.keys) {
+				t.Errorf("ImageKeys = %v, want %v", got, tt.keys)
+			}
+			if got := tt.plan.Angles(); !slices.Equal(got, tt.angles) {
+				t.Errorf("Angles = %v, want %v", got, tt.angles)
+			}
+		})
+	}
+	if got, want := TomoPlan(10, 5, 180, 0, 180).String(), "10 darks, 5 flats, 180 projections over 0..180 degrees"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	for _, bad := range []Plan{{Steps: []Step{{Projection, -1}}}, {Steps: []Step{{Invalid, 3}}}} {
+		if bad.Validate() == nil {
+			t.Errorf("plan %+v accepted", bad)
+		}
+	}
+}
