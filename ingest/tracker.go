@@ -1,0 +1,142 @@
+package ingest
+
+import (
+	"fmt"
+
+	"h5ingest/ingest/frame"
+)
+
+// Verdict is what the tracker decides for an arriving frame.
+type Verdict int
+
+// Verdicts of Tracker.Admit.
+const (
+	Accept     Verdict = iota // decode and write it
+	Duplicate                 // its number was seen before: drop this copy
+	OutOfRange                // its number is beyond the scan's frame count: drop it
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Accept:
+		return "accept"
+	case Duplicate:
+		return "duplicate"
+	case OutOfRange:
+		return "out of range"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Counts sums up what happened to a scan's frames.
+type Counts struct {
+	Planned     int // frames the scan plan expects (0: unknown)
+	Received    int // frames with a good header, whatever came of them
+	OK          int // written, status 0
+	CRCMismatch int // written with a payload CRC mismatch, status 2
+	Rejected    int // not decodable, status 3
+	Duplicate   int // later copies of a frame number, dropped
+	OutOfRange  int // frame numbers beyond the plan, dropped
+	Missing     int // never seen by the end, status 1
+	NotFrame    int // bytes that were not a frame header
+}
+
+// Problems returns the number of planned frames that are not good:
+// missing, corrupt or rejected.
+func (c Counts) Problems() int { return c.Missing + c.CRCMismatch + c.Rejected }
+
+// Tracker applies the receiver's rules for bad frames: it knows which frame
+// numbers arrived, drops duplicates and frames beyond the plan, and records
+// the status of every frame of the scan. It is not safe for concurrent use.
+type Tracker struct {
+	planned int     // 0: unknown length, the scan grows as frames arrive
+	status  []uint8 // per frame; statusUnseen until something arrives
+	counts  Counts
+}
+
+// statusUnseen marks a frame number no frame has claimed yet.
+const statusUnseen = 0xFF
+
+// NewTracker returns a tracker for a scan of planned frames; 0 means the
+// length is not known in advance.
+func NewTracker(planned int) *Tracker {
+	t := &Tracker{planned: planned, status: make([]uint8, planned)}
+	for i := range t.status {
+		t.status[i] = statusUnseen
+	}
+	t.counts.Planned = planned
+	return t
+}
+
+// Admit decides what happens to a frame whose header parsed. A frame it
+// accepts must later get Done or Reject.
+func (t *Tracker) Admit(h *frame.Header) Verdict {
+	t.counts.Received++
+	n := h.FrameNumber
+	if t.planned > 0 && n >= uint64(t.planned) {
+		t.counts.OutOfRange++
+		return OutOfRange
+	}
+	if n >= maxUnplanned {
+		t.counts.OutOfRange++
+		return OutOfRange
+	}
+	for uint64(len(t.status)) <= n {
+		t.status = append(t.status, statusUnseen)
+	}
+	if t.status[n] != statusUnseen {
+		t.counts.Duplicate++
+		return Duplicate
+	}
+	t.status[n] = frame.StatusMissing // claimed; set by Done or Reject
+	return Accept
+}
+
+// maxUnplanned bounds the frame numbers a scan of unknown length accepts,
+// so that one corrupt number cannot claim memory for billions of records.
+const maxUnplanned = 1 << 24
+
+// Reject records frame n, already admitted, as not decodable (status 3).
+func (t *Tracker) Reject(n uint64) {
+	t.status[n] = frame.StatusRejected
+	t.counts.Rejected++
+}
+
+// Done records frame n, already admitted, as written with the given status:
+// frame.StatusOK or frame.StatusCRCMismatch.
+func (t *Tracker) Done(n uint64, status uint8) {
+	t.status[n] = status
+	if status == frame.StatusCRCMismatch {
+		t.counts.CRCMismatch++
+	} else {
+		t.counts.OK++
+	}
+}
+
+// NotFrame counts bytes that were not a frame header.
+func (t *Tracker) NotFrame() { t.counts.NotFrame++ }
+
+// Frames returns the number of frames of the scan: the plan's count, or for
+// a scan of unknown length one past the highest frame number seen.
+func (t *Tracker) Frames() int { return len(t.status) }
+
+// Status returns the status of frame n so far: frame.StatusMissing for a
+// frame not seen or not finished yet.
+func (t *Tracker) Status(n int) uint8 {
+	if n >= len(t.status) || t.status[n] == statusUnseen {
+		return frame.StatusMissing
+	}
+	return t.status[n]
+}
+
+// Counts returns the counts so far. Frames not seen yet count as missing.
+func (t *Tracker) Counts() Counts {
+	c := t.counts
+	c.Missing = 0
+	for _, s := range t.status {
+		if s == statusUnseen || s == frame.StatusMissing {
+			c.Missing++
+		}
+	}
+	return c
+}
