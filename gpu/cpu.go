@@ -1,0 +1,172 @@
+package gpu
+
+import (
+	"sync"
+
+	"h5ingest/ingest/frame"
+)
+
+// cpu is the pure-Go backend. A fixed pool of workers takes tasks (bands of
+// chip rows, see plan) from one channel; Decode plans a batch, hands out its
+// tasks, waits for them and combines the piece CRCs.
+type cpu struct {
+	rot     frame.Orientation
+	workers int
+	tasks   chan task
+
+	mu     sync.RWMutex // read-held by Decode, write-held by Close
+	closed bool
+	done   sync.WaitGroup // the workers
+
+	freeMu sync.Mutex
+	free   []*batch // batch states for reuse, so Decode allocates nothing
+}
+
+// task is one band of one chip row of one frame of a batch.
+type task struct {
+	b    *batch
+	job  int32
+	cy   int32
+	band int32
+	_    int32
+}
+
+// batch is the state of one Decode call.
+type batch struct {
+	jobs  []Job
+	plans []plan
+	ok    []bool
+	crcs  []uint32 // piece CRCs of every frame, at plan.crcs
+	wg    sync.WaitGroup
+}
+
+func newCPU(opts Options) *cpu {
+	c := &cpu{
+		rot:     opts.Orientation,
+		workers: opts.workers(),
+	}
+	c.tasks = make(chan task, 64*c.workers)
+	c.done.Add(c.workers)
+	for range c.workers {
+		go c.work()
+	}
+	return c
+}
+
+// Name returns "cpu".
+func (c *cpu) Name() string { return "cpu" }
+
+// Close stops the workers once Decode calls in progress return.
+func (c *cpu) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	close(c.tasks)
+	c.done.Wait()
+	return nil
+}
+
+// Decode decodes and checksums batch on the workers. It is safe for
+// concurrent use.
+func (c *cpu) Decode(jobs []Job) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	b := c.getBatch()
+	n := b.prepare(jobs, c.rot, c.workers)
+	b.wg.Add(n)
+	for j := range b.jobs {
+		if !b.ok[j] {
+			continue
+		}
+		p := &b.plans[j]
+		for cy := range p.f.ChipsY {
+			for band := range p.bands {
+				c.tasks <- task{b: b, job: int32(j), cy: int32(cy), band: int32(band)}
+			}
+		}
+	}
+	b.wg.Wait()
+	b.finish()
+	c.putBatch(b)
+	return nil
+}
+
+func (c *cpu) getBatch() *batch {
+	c.freeMu.Lock()
+	defer c.freeMu.Unlock()
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		return b
+	}
+	return new(batch)
+}
+
+func (c *cpu) putBatch(b *batch) {
+	b.jobs = nil
+	c.freeMu.Lock()
+	c.free = append(c.free, b)
+	c.freeMu.Unlock()
+}
+
+// prepare plans every job, setting Err on those that cannot be decoded and
+// clearing the results of the others, and returns the number of tasks.
+func (b *batch) prepare(jobs []Job, rot frame.Orientation, workers int) int {
+	b.jobs = jobs
+	b.plans = grow(b.plans, len(jobs))
+	b.ok = grow(b.ok, len(jobs))
+	tasks, pieces := 0, 0
+	for j := range jobs {
+		job := &jobs[j]
+		job.RawCRC, job.DataCRC = 0, 0
+		p, err := makePlan(job, rot, workers)
+		job.Err = err
+		b.ok[j] = err == nil
+		if err != nil {
+			continue
+		}
+		p.crcs = pieces
+		b.plans[j] = p
+		tasks += p.tasks()
+		pieces += p.pieces()
+	}
+	b.crcs = grow(b.crcs, pieces)
+	return tasks
+}
+
+// finish sets the CRCs of the decoded jobs.
+func (b *batch) finish() {
+	for j := range b.jobs {
+		if b.ok[j] {
+			job := &b.jobs[j]
+			job.RawCRC, job.DataCRC = b.plans[j].combine(b.crcs)
+		}
+	}
+}
+
+// grow returns s resized to n, reusing its array when it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// work runs tasks until the channel closes. Its scratch row of counts
+// lives as long as the worker.
+func (c *cpu) work() {
+	defer c.done.Done()
+	var counts []uint32
+	for t := range c.tasks {
+		p := &t.b.plans[t.job]
+		counts = grow(counts, p.f.ChipWidth)
+		p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs)
+		t.b.wg.Done()
+	}
+}
