@@ -1,0 +1,106 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "h5shim.h"
+
+void h5i_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+struct errbuf {
+	char *buf;
+	size_t n, used;
+};
+
+static herr_t h5i_error_walk(unsigned pos, const H5E_error2_t *e, void *data) {
+	struct errbuf *b = data;
+	(void)pos;
+	if (b->used + 1 >= b->n) {
+		return 0;
+	}
+	int w = snprintf(b->buf + b->used, b->n - b->used, "%s%s(): %s", b->used ? "; " : "",
+			 e->func_name ? e->func_name : "?", e->desc ? e->desc : "?");
+	if (w > 0) {
+		b->used += (size_t)w;
+		if (b->used >= b->n) {
+			b->used = b->n - 1;
+		}
+	}
+	return 0;
+}
+
+void h5i_error(char *buf, size_t n) {
+	struct errbuf b = {buf, n, 0};
+	if (n == 0) {
+		return;
+	}
+	buf[0] = 0;
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5i_error_walk, &b);
+	H5Eclear2(H5E_DEFAULT);
+}
+
+hid_t h5i_type(int kind) {
+	switch (kind) {
+	case H5I_U8:
+		return H5T_NATIVE_UINT8;
+	case H5I_I8:
+		return H5T_NATIVE_INT8;
+	case H5I_U16:
+		return H5T_NATIVE_UINT16;
+	case H5I_U32:
+		return H5T_NATIVE_UINT32;
+	case H5I_I32:
+		return H5T_NATIVE_INT32;
+	case H5I_U64:
+		return H5T_NATIVE_UINT64;
+	case H5I_F64:
+		return H5T_NATIVE_DOUBLE;
+	}
+	return -1;
+}
+
+hid_t h5i_string_type(size_t size) {
+	hid_t t = H5Tcopy(H5T_C_S1);
+	if (t < 0) {
+		return t;
+	}
+	if (H5Tset_size(t, size ? size : H5T_VARIABLE) < 0 ||
+	    H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+		H5Tclose(t);
+		return -1;
+	}
+	return t;
+}
+
+hid_t h5i_create_file(const char *name, int truncate) {
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	if (fapl < 0) {
+		return fapl;
+	}
+	hid_t f = -1;
+	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST) >= 0) {
+		f = H5Fcreate(name, truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+	}
+	H5Pclose(fapl);
+	return f;
+}
+
+hid_t h5i_open_file(const char *name, int swmr) {
+	unsigned flags = H5F_ACC_RDONLY;
+	if (swmr) {
+		flags |= H5F_ACC_SWMR_READ;
+	}
+	return H5Fopen(name, flags, H5P_DEFAULT);
+}
+
+hid_t h5i_create_dcpl(void) { return H5Pcreate(H5P_DATASET_CREATE); }
+
+int h5i_plugins(int enable) {
+	unsigned old;
+	if (H5PLget_loading_state(&old) < 0) {
+		return -1;
+	}
+	unsigned state = enable ? (old | H5PL_FILTER_PLUGIN) : (old & ~(unsigned)H5PL_FILTER_PLUGIN);
+	if (H5PLset_loading_state(state) < 0) {
+		return -1;
+	}
+	return (old & H5PL_FILTER_PLUGIN) != 0;
+}

@@ -1,0 +1,53 @@
+// C helpers for package writer: the parts of the HDF5 C API that cgo cannot
+// reach directly (macros that expand to function calls, callbacks) and a few
+// short sequences that would otherwise cross the cgo boundary many times.
+// Every function that returns hid_t returns a negative value on failure and
+// leaves the HDF5 error stack for h5i_error to read.
+
+#ifndef H5INGEST_WRITER_H5SHIM_H
+#define H5INGEST_WRITER_H5SHIM_H
+
+#include <hdf5.h>
+
+// Kinds of native element types, as package writer names them.
+enum {
+	H5I_U8 = 1,
+	H5I_I8,
+	H5I_U16,
+	H5I_U32,
+	H5I_I32,
+	H5I_U64,
+	H5I_F64,
+};
+
+// h5i_quiet turns off the automatic printing of the calling thread's error
+// stack (the library is thread-safe, so each thread has its own stack).
+void h5i_quiet(void);
+
+// h5i_error writes the calling thread's error stack, outermost first, into
+// buf as one line and clears the stack.
+void h5i_error(char *buf, size_t n);
+
+// h5i_type returns the library's predefined native type of a kind (not to be
+// closed), or -1 for an unknown kind.
+hid_t h5i_type(int kind);
+
+// h5i_string_type returns a new UTF-8 string type of size bytes,
+// null-terminated, or variable-length when size is 0.
+hid_t h5i_string_type(size_t size);
+
+// h5i_create_file creates name with the 1.10 file format as the low bound
+// (needed for SWMR); exclusive unless truncate is set.
+hid_t h5i_create_file(const char *name, int truncate);
+
+// h5i_open_file opens name read-only, as a SWMR reader when swmr is set.
+hid_t h5i_open_file(const char *name, int swmr);
+
+// h5i_create_dcpl returns a new dataset creation property list.
+hid_t h5i_create_dcpl(void);
+
+// h5i_plugins sets whether libhdf5 may load filter plugins and returns the
+// previous loading state, or a negative value on failure.
+int h5i_plugins(int enable);
+
+#endif

@@ -1,0 +1,440 @@
+// Package writer writes detector frames into chunked HDF5 files in the
+// layouts of spec/hdf5.md (nxtomo and cxi) and reads them back.
+//
+// A Writer stores chunks that the pipeline compressed itself with direct
+// chunk writes (H5Dwrite_chunk), keeps the per-frame records in memory and
+// writes them at each flush. The file is written under a temporary name in
+// SWMR mode, so readers can follow the scan, and renamed to its final name
+// by Close. A Reader opens such a file and gives the stack's geometry, the
+// filter pipeline, the per-frame metadata and the stored chunks.
+//
+// The package calls the HDF5 C library (1.10.3 or newer) through cgo.
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+	"unsafe"
+
+	"h5ingest/compress"
+)
+
+// Layout names.
+const (
+	LayoutNXtomo = "nxtomo" // NeXus NXtomo with a Data Exchange view
+	LayoutCXI    = "cxi"    // CXI 1.5
+)
+
+// Frame status codes of the frame_status record.
+const (
+	StatusOK       = 0 // written
+	StatusMissing  = 1 // never arrived (the default)
+	StatusCRC      = 2 // payload CRC mismatch
+	StatusRejected = 3 // rejected
+)
+
+// Image keys of the NXtomo image_key dataset.
+const (
+	KeyProjection = 0
+	KeyFlat       = 1
+	KeyDark       = 2
+	KeyInvalid    = 3
+)
+
+// DefaultFlushInterval is the SWMR flush cadence used when
+// Options.FlushInterval is zero.
+const DefaultFlushInterval = time.Second
+
+// Options describe the file a Writer creates.
+type Options struct {
+	Path      string // final name of the file
+	Overwrite bool   // replace an existing file (and a stale temporary one)
+	Layout    string // LayoutNXtomo or LayoutCXI
+
+	// Frames is the number of frames of the scan plan, N; 0 makes every
+	// per-frame dataset extendible, growing as frames arrive.
+	Frames        int
+	Height, Width int
+	ElemSize      int // 2 (uint16) or 4 (uint32)
+
+	// Filters is the pipeline the stored chunks went through, in order,
+	// with cd_values exactly as they must be stored. Filters are declared
+	// optional or mandatory as each says; a filter that libhdf5 cannot
+	// load must be optional.
+	Filters []compress.Filter
+
+	FlushInterval time.Duration // SWMR flush cadence; 0 means DefaultFlushInterval
+
+	// Per frame, N values each (nil means defaults: projections, angle 0,
+	// monitor 1, translation zeros). With Frames == 0 they may have any
+	// length; later frames take the defaults.
+	ImageKey      []int8       // nxtomo
+	RotationAngle []float64    // nxtomo, degrees
+	Monitor       []float64    // nxtomo, control/data
+	Translation   [][3]float64 // cxi, metres
+
+	Creator    string    // program that wrote the file; default "h5ingest"
+	Title      string    // nxtomo entry title
+	SourceType string    // nxtomo; default "Synchrotron X-ray Source"
+	SourceName string    // nxtomo
+	SampleName string    // nxtomo
+	PixelSize  float64   // metres, both axes
+	Distance   float64   // sample to detector, metres
+	Energy     float64   // cxi photon energy, joules
+	StartTime  time.Time // zero means now
+}
+
+// Record is what the pipeline learned about one frame.
+type Record struct {
+	Timestamp uint64 // detector timestamp, ns
+	RawCRC    uint32 // CRC-32C of the payload as received
+	DataCRC   uint32 // CRC-32C of the decoded image's little-endian bytes
+	Status    uint8  // StatusOK, StatusMissing, StatusCRC or StatusRejected
+}
+
+// timeFormat is ISO 8601 with microseconds and the zone.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// timeSize is the fixed string size of start_time and end_time.
+const timeSize = 40
+
+// extendibleChunk is the chunk length of per-frame datasets of
+// extendible files.
+const extendibleChunk = 4096
+
+func (o *Options) setDefaults() {
+	if o.FlushInterval == 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.Creator == "" {
+		o.Creator = "h5ingest"
+	}
+	if o.SourceType == "" {
+		o.SourceType = "Synchrotron X-ray Source"
+	}
+	if o.StartTime.IsZero() {
+		o.StartTime = time.Now()
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Path == "":
+		return errors.New("no path")
+	case o.Layout != LayoutNXtomo && o.Layout != LayoutCXI:
+		return fmt.Errorf("unknown layout %q (want %q or %q)", o.Layout, LayoutNXtomo, LayoutCXI)
+	case o.Frames < 0:
+		return fmt.Errorf("frame count %d is negative", o.Frames)
+	case o.Height <= 0 || o.Width <= 0:
+		return fmt.Errorf("frame size %dx%d is not positive", o.Height, o.Width)
+	case o.ElemSize != 2 && o.ElemSize != 4:
+		return fmt.Errorf("element size %d is not 2 or 4", o.ElemSize)
+	case uint64(o.Height)*uint64(o.Width)*uint64(o.ElemSize) >= 1<<32:
+		return fmt.Errorf("frame of %dx%dx%d bytes does not fit an HDF5 chunk (4 GiB)", o.Height, o.Width, o.ElemSize)
+	case o.FlushInterval < 0:
+		return fmt.Errorf("flush interval %v is negative", o.FlushInterval)
+	}
+	if o.Frames > 0 {
+		for _, c := range []struct {
+			name string
+			n    int
+		}{{"image keys", len(o.ImageKey)}, {"rotation angles", len(o.RotationAngle)},
+			{"monitor values", len(o.Monitor)}, {"translations", len(o.Translation)}} {
+			if c.n != 0 && c.n != o.Frames {
+				return fmt.Errorf("%d %s for %d frames", c.n, c.name, o.Frames)
+			}
+		}
+	}
+	for i, k := range o.ImageKey {
+		if k < KeyProjection || k > KeyInvalid {
+			return fmt.Errorf("image key %d of frame %d is not 0 to 3", k, i)
+		}
+	}
+	return nil
+}
+
+// Writer writes one scan's file. Its methods must be called from one
+// goroutine at a time. The first error sticks: later calls return it.
+type Writer struct {
+	opts Options
+	temp string // name while writing
+
+	file, stack, endTime hid
+	timeType             hid // fixed-length string type of the times
+	cols                 []*column // per-frame datasets written at flushes
+	extendible           bool      // per-frame datasets grow
+	frames               int       // current extent of the stack
+
+	off       chunkOffset
+	lastFlush time.Time
+	dirty     bool // records changed since the last flush
+	err       error
+
+	// per frame, in memory
+	frameNumber []uint64
+	timestamp   []uint64
+	rawCRC      []uint32
+	dataCRC     []uint32
+	status      []uint8
+	imageKey    []int8
+	angle       []float64
+	monitor     []float64
+	translation [][3]float64
+	theta       []float64 // angles of the projections
+}
+
+// TempName returns the name under which the file for path is written:
+// a hidden name beside it.
+func TempName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".part")
+}
+
+// Create creates the whole layout of the file under a temporary name beside
+// opts.Path and starts SWMR writing. It refuses an existing opts.Path, or a
+// temporary file left by an interrupted scan, unless opts.Overwrite is set.
+func Create(opts Options) (*Writer, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	w := &Writer{opts: opts, temp: TempName(opts.Path), extendible: opts.Frames == 0, frames: opts.Frames}
+	for _, name := range []string{opts.Path, w.temp} {
+		if _, err := os.Lstat(name); err == nil && !opts.Overwrite {
+			return nil, fmt.Errorf("create %s: %s exists (set Overwrite to replace it)", opts.Path, name)
+		}
+	}
+	w.initFrames()
+	f, err := createFile(w.temp, opts.Overwrite)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	w.file = f
+	if err := w.build(); err != nil {
+		w.closeAll()
+		os.Remove(w.temp)
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	if err := startSWMR(w.file, w.temp); err != nil {
+		w.closeAll()
+		os.Remove(w.temp)
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	w.lastFlush = time.Now()
+	return w, nil
+}
+
+// initFrames fills the per-frame slices for the planned frames.
+func (w *Writer) initFrames() {
+	n := w.opts.Frames
+	w.frameNumber = make([]uint64, 0, n)
+	w.timestamp = make([]uint64, 0, n)
+	w.rawCRC = make([]uint32, 0, n)
+	w.dataCRC = make([]uint32, 0, n)
+	w.status = make([]uint8, 0, n)
+	w.imageKey = make([]int8, 0, n)
+	w.angle = make([]float64, 0, n)
+	w.monitor = make([]float64, 0, n)
+	w.translation = make([][3]float64, 0, n)
+	w.grow(n)
+}
+
+// grow extends the per-frame slices to n frames with the planned or
+// default values.
+func (w *Writer) grow(n int) {
+	o := &w.opts
+	for i := len(w.frameNumber); i < n; i++ {
+		w.frameNumber = append(w.frameNumber, uint64(i))
+		w.timestamp = append(w.timestamp, 0)
+		w.rawCRC = append(w.rawCRC, 0)
+		w.dataCRC = append(w.dataCRC, 0)
+		w.status = append(w.status, StatusMissing)
+		key, angle, mon, tr := int8(KeyProjection), 0.0, 1.0, [3]float64{}
+		if i < len(o.ImageKey) {
+			key = o.ImageKey[i]
+		}
+		if i < len(o.RotationAngle) {
+			angle = o.RotationAngle[i]
+		}
+		if i < len(o.Monitor) {
+			mon = o.Monitor[i]
+		}
+		if i < len(o.Translation) {
+			tr = o.Translation[i]
+		}
+		w.imageKey = append(w.imageKey, key)
+		w.angle = append(w.angle, angle)
+		w.monitor = append(w.monitor, mon)
+		w.translation = append(w.translation, tr)
+		if key == KeyProjection {
+			w.theta = append(w.theta, angle)
+		}
+	}
+}
+
+// WriteChunk stores chunk, the frame's image after the filter pipeline
+// (mask bit i set means filter i was skipped for it), as the chunk of frame
+// index frame, and flushes the file when the flush interval has passed.
+// In a file of fixed length, frame must be below Options.Frames; an
+// extendible file grows to hold it. It does not allocate, except to grow
+// an extendible file.
+func (w *Writer) WriteChunk(frame int, mask uint32, chunk []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	if frame < 0 || (!w.extendible && frame >= w.frames) {
+		return fmt.Errorf("write chunk of frame %d to %s: frame outside 0 to %d", frame, w.opts.Path, w.frames-1)
+	}
+	if frame >= w.frames {
+		if err := w.extend(frame + 1); err != nil {
+			return w.fail(fmt.Errorf("write chunk of frame %d to %s: %w", frame, w.opts.Path, err))
+		}
+	}
+	w.off.setFrame(frame)
+	if err := writeChunk(w.stack, &w.off, mask, chunk); err != nil {
+		return w.fail(fmt.Errorf("write chunk of frame %d to %s: %w", frame, w.opts.Path, err))
+	}
+	if time.Since(w.lastFlush) >= w.opts.FlushInterval {
+		return w.Flush()
+	}
+	return nil
+}
+
+// extend grows the stack (and the in-memory records) to n frames.
+func (w *Writer) extend(n int) error {
+	if err := setExtent(w.stack, "frame stack", []uint64{uint64(n), uint64(w.opts.Height), uint64(w.opts.Width)}); err != nil {
+		return err
+	}
+	w.frames = n
+	w.grow(n)
+	w.dirty = true
+	return nil
+}
+
+// SetRecord keeps r as the record of frame index frame; records reach the
+// file at the next flush. Frames without a record stay StatusMissing. In an
+// extendible file a record may come before its frame's chunk.
+func (w *Writer) SetRecord(frame int, r Record) error {
+	if w.err != nil {
+		return w.err
+	}
+	if frame < 0 || (!w.extendible && frame >= w.frames) {
+		return fmt.Errorf("set record of frame %d in %s: frame outside 0 to %d", frame, w.opts.Path, w.frames-1)
+	}
+	if frame >= w.frames {
+		if err := w.extend(frame + 1); err != nil {
+			return w.fail(fmt.Errorf("set record of frame %d in %s: %w", frame, w.opts.Path, err))
+		}
+	}
+	w.timestamp[frame] = r.Timestamp
+	w.rawCRC[frame] = r.RawCRC
+	w.dataCRC[frame] = r.DataCRC
+	w.status[frame] = r.Status
+	w.dirty = true
+	return nil
+}
+
+// Flush writes the records and flushes the file, so that SWMR readers see
+// every chunk written so far.
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.dirty {
+		if err := w.writeColumns(); err != nil {
+			return w.fail(fmt.Errorf("flush %s: %w", w.opts.Path, err))
+		}
+		w.dirty = false
+	}
+	if err := flushFile(w.file, w.temp); err != nil {
+		return w.fail(err)
+	}
+	w.lastFlush = time.Now()
+	return nil
+}
+
+// Close writes the records and end_time, flushes, closes the file and
+// renames it to its final name. A Writer that failed still closes and
+// renames what it has, and Close returns the first error. Close is
+// idempotent in that a second call returns the first call's result.
+func (w *Writer) Close() error {
+	if w.file <= 0 {
+		return w.err
+	}
+	if w.err == nil {
+		if err := w.writeColumns(); err != nil {
+			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
+		}
+	}
+	if w.err == nil {
+		end := fixedString(time.Now().Format(timeFormat), timeSize)
+		if err := writeAll(w.endTime, "end_time", 0, w.timeType, unsafe.Pointer(&end[0])); err != nil {
+			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
+		}
+	}
+	if err := w.closeAll(); err != nil && w.err == nil {
+		w.err = fmt.Errorf("close %s: %w", w.opts.Path, err)
+	}
+	if err := w.rename(); err != nil && w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// rename moves the closed file to its final name, without replacing an
+// existing file unless Overwrite is set.
+func (w *Writer) rename() error {
+	if w.opts.Overwrite {
+		if err := os.Rename(w.temp, w.opts.Path); err != nil {
+			return fmt.Errorf("close %s: %w", w.opts.Path, err)
+		}
+		return nil
+	}
+	if err := os.Link(w.temp, w.opts.Path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
+		}
+		// No hard links on this file system: rename after a last check.
+		if _, serr := os.Lstat(w.opts.Path); serr == nil {
+			return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
+		}
+		if err := os.Rename(w.temp, w.opts.Path); err != nil {
+			return fmt.Errorf("close %s: %w", w.opts.Path, err)
+		}
+		return nil
+	}
+	if err := os.Remove(w.temp); err != nil {
+		return fmt.Errorf("close %s: remove temporary name: %w", w.opts.Path, err)
+	}
+	return nil
+}
+
+func (w *Writer) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// closeAll closes every identifier the Writer holds, the file last, and
+// returns the first error.
+func (w *Writer) closeAll() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, c := range w.cols {
+		keep(closeID(c.id))
+		c.id = 0
+	}
+	keep(closeID(w.stack))
+	keep(closeID(w.endTime))
+	keep(closeID(w.timeType))
+	keep(closeID(w.file))
+	w.stack, w.endTime, w.timeType, w.file = 0, 0, 0, 0
+	return first
+}
