@@ -163,7 +163,7 @@ type Writer struct {
 	temp string // name while writing
 
 	file, stack, endTime hid
-	timeType             hid // fixed-length string type of the times
+	timeType             hid       // fixed-length string type of the times
 	cols                 []*column // per-frame datasets written at flushes
 	extendible           bool      // per-frame datasets grow
 	frames               int       // current extent of the stack

@@ -1,0 +1,221 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"unsafe"
+
+	"h5ingest/compress"
+)
+
+// ErrNoChunk is returned by Reader.ReadChunk for a frame whose chunk was
+// never written (a missing frame; it reads as zeros).
+var ErrNoChunk = errors.New("chunk never written")
+
+// Reader reads a file in one of the package's layouts. Its methods must be
+// called from one goroutine at a time.
+type Reader struct {
+	Layout        string            // LayoutNXtomo or LayoutCXI
+	Frames        int               // current length of the stack
+	Height, Width int               // frame size
+	ElemSize      int               // bytes per pixel
+	Filters       []compress.Filter // pipeline as stored
+	SWMR          bool              // opened as a SWMR reader
+
+	path  string
+	det   string // detector group
+	file  hid
+	stack hid
+	off   chunkOffset
+}
+
+// Open opens path read-only, as a SWMR reader where the file format
+// allows, and reads the stack's geometry and filters.
+func Open(path string) (*Reader, error) {
+	r := &Reader{path: path, SWMR: true}
+	f, err := openFile(path, true)
+	if err != nil {
+		r.SWMR = false
+		if f, err = openFile(path, false); err != nil {
+			return nil, err
+		}
+	}
+	r.file = f
+	if err := r.init(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return r, nil
+}
+
+func (r *Reader) init() error {
+	switch {
+	case exists(r.file, nxtomoStack):
+		r.Layout, r.det = LayoutNXtomo, path.Dir(nxtomoStack)
+	case exists(r.file, cxiStack):
+		r.Layout, r.det = LayoutCXI, path.Dir(cxiStack)
+	default:
+		return errors.New("neither an nxtomo nor a cxi layout")
+	}
+	d, err := openDataset(r.file, r.det+"/data")
+	if err != nil {
+		return err
+	}
+	r.stack = d
+	if r.ElemSize, err = elemSize(d, "frame stack"); err != nil {
+		return err
+	}
+	if r.Filters, err = filters(d, "frame stack"); err != nil {
+		return err
+	}
+	return r.readShape()
+}
+
+func (r *Reader) readShape() error {
+	dims, _, err := shape(r.stack, "frame stack")
+	if err != nil {
+		return err
+	}
+	if len(dims) != 3 {
+		return fmt.Errorf("frame stack has rank %d, not 3", len(dims))
+	}
+	r.Frames, r.Height, r.Width = int(dims[0]), int(dims[1]), int(dims[2])
+	return nil
+}
+
+// Refresh makes a SWMR reader see the frames the writer flushed since Open
+// or the last Refresh, and updates Frames.
+func (r *Reader) Refresh() error {
+	if err := refresh(r.stack, r.det+"/data"); err != nil {
+		return err
+	}
+	return r.readShape()
+}
+
+// ReadChunk appends the stored bytes of frame's chunk to dst and returns
+// them with the chunk's filter mask, or ErrNoChunk.
+func (r *Reader) ReadChunk(frame int, dst []byte) (data []byte, mask uint32, err error) {
+	if frame < 0 || frame >= r.Frames {
+		return dst, 0, fmt.Errorf("read chunk of frame %d from %s: frame outside 0 to %d", frame, r.path, r.Frames-1)
+	}
+	r.off.setFrame(frame)
+	data, mask, ok, err := readChunk(r.stack, &r.off, dst)
+	if err != nil {
+		return data, 0, fmt.Errorf("read chunk of frame %d from %s: %w", frame, r.path, err)
+	}
+	if !ok {
+		return data, 0, ErrNoChunk
+	}
+	return data, mask, nil
+}
+
+// Records returns the per-frame records as last flushed.
+func (r *Reader) Records() ([]Record, error) {
+	status, err := readColumn[uint8](r, r.det+"/frame_status", kindU8, 1)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := readColumn[uint64](r, r.det+"/timestamp", kindU64, 1)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := readColumn[uint32](r, r.det+"/raw_crc32c", kindU32, 1)
+	if err != nil {
+		return nil, err
+	}
+	data, err := readColumn[uint32](r, r.det+"/data_crc32c", kindU32, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) != len(status) || len(raw) != len(status) || len(data) != len(status) {
+		return nil, fmt.Errorf("records of %s have different lengths", r.path)
+	}
+	out := make([]Record, len(status))
+	for i := range out {
+		out[i] = Record{Timestamp: ts[i], RawCRC: raw[i], DataCRC: data[i], Status: status[i]}
+	}
+	return out, nil
+}
+
+// FrameNumbers returns the frame_number record.
+func (r *Reader) FrameNumbers() ([]uint64, error) {
+	return readColumn[uint64](r, r.det+"/frame_number", kindU64, 1)
+}
+
+// ImageKey returns the image keys of an nxtomo file (nil for cxi).
+func (r *Reader) ImageKey() ([]int8, error) {
+	if r.Layout != LayoutNXtomo {
+		return nil, nil
+	}
+	return readColumn[int8](r, "/entry/instrument/detector/image_key", kindI8, 1)
+}
+
+// RotationAngle returns the rotation angles in degrees of an nxtomo file
+// (nil for cxi).
+func (r *Reader) RotationAngle() ([]float64, error) {
+	if r.Layout != LayoutNXtomo {
+		return nil, nil
+	}
+	return readColumn[float64](r, "/entry/sample/rotation_angle", kindF64, 1)
+}
+
+// Translation returns the scan positions in metres of a cxi file (nil for
+// nxtomo).
+func (r *Reader) Translation() ([][3]float64, error) {
+	if r.Layout != LayoutCXI {
+		return nil, nil
+	}
+	v, err := readColumn[float64](r, "/entry_1/sample_1/geometry_1/translation", kindF64, 3)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][3]float64, len(v)/3)
+	for i := range out {
+		copy(out[i][:], v[3*i:])
+	}
+	return out, nil
+}
+
+// readColumn reads the dataset at p, of width values per row, whole.
+func readColumn[T any](r *Reader, p string, k kind, width int) ([]T, error) {
+	d, err := openDataset(r.file, p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.path, err)
+	}
+	defer closeID(d)
+	if r.SWMR {
+		if err := refresh(d, p); err != nil {
+			return nil, fmt.Errorf("read %s: %w", r.path, err)
+		}
+	}
+	dims, _, err := shape(d, p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.path, err)
+	}
+	n := 1
+	for _, x := range dims {
+		n *= int(x)
+	}
+	if len(dims) == 0 || n%width != 0 {
+		return nil, fmt.Errorf("read %s: %s has shape %v", r.path, p, dims)
+	}
+	out := make([]T, n)
+	if n == 0 {
+		return out, nil
+	}
+	if err := readAll(d, p, k, unsafe.Pointer(&out[0])); err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.path, err)
+	}
+	return out, nil
+}
+
+// Close closes the file.
+func (r *Reader) Close() error {
+	err := closeID(r.stack)
+	if cerr := closeID(r.file); err == nil {
+		err = cerr
+	}
+	r.stack, r.file = 0, 0
+	return err
+}
