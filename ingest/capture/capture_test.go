@@ -1,0 +1,520 @@
+package capture
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"h5ingest/ingest/frame"
+)
+
+// testFormat is a small module: 2x1 chips of 16x4 pixels, 12-bit bitplane.
+var testFormat = frame.Format{
+	Geometry: frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 16, ChipHeight: 4},
+	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+}
+
+var testMeta = Metadata{Profile: "test", Created: "2025-01-02T03:04:05Z", Software: "h5ingest test"}
+
+// testFrame returns the header and payload of frame i of a synthetic scan.
+func testFrame(t testing.TB, f frame.Format, i int) (frame.Header, []byte) {
+	t.Helper()
+	counts := make([]uint32, f.Pixels())
+	for p := range counts {
+		counts[p] = uint32(p*7+i*131) % (f.MaxCount() + 1)
+	}
+	payload, err := f.AppendPayload(nil, counts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := frame.Header{
+		FrameNumber: uint64(i),
+		Timestamp:   uint64(i) * 1e6,
+		PayloadSize: uint32(len(payload)),
+		PayloadCRC:  frame.Checksum(payload),
+		ModuleID:    3,
+		Format:      f,
+	}
+	return h, payload
+}
+
+// writeCapture returns a capture of n frames of format f and the offset of
+// each record, plus the offset where the records end.
+func writeCapture(t testing.TB, f frame.Format, n int) ([]byte, []int64) {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := []int64{w.Size()}
+	for i := range n {
+		h, p := testFrame(t, f, i)
+		if err := w.WriteFrame(&h, p); err != nil {
+			t.Fatal(err)
+		}
+		offs = append(offs, w.Size())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), offs
+}
+
+func TestRoundTrip(t *testing.T) {
+	formats := []frame.Format{
+		testFormat,
+		{Geometry: testFormat.Geometry, Encoding: frame.U16LE, BitDepth: 16},
+		{Geometry: frame.Geometry{ChipsX: 1, ChipsY: 3, ChipWidth: 5, ChipHeight: 2}, Encoding: frame.Packed24, BitDepth: 24},
+	}
+	for _, f := range formats {
+		t.Run(f.Encoding.String(), func(t *testing.T) {
+			const n = 5
+			data, offs := writeCapture(t, f, n)
+			r, err := NewReader(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Metadata(); got.Profile != testMeta.Profile || got.Created != testMeta.Created || got.Software != testMeta.Software {
+				t.Errorf("metadata = %+v, want %+v", got, testMeta)
+			}
+			buf := make([]byte, f.PayloadSize()+100)
+			for i := range n {
+				h, p, err := r.Next(buf)
+				if err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+				wantH, wantP := testFrame(t, f, i)
+				if h != wantH {
+					t.Errorf("frame %d: header %+v, want %+v", i, h, wantH)
+				}
+				if !bytes.Equal(p, wantP) {
+					t.Errorf("frame %d: payload differs", i)
+				}
+				if &p[0] != &buf[0] {
+					t.Errorf("frame %d: payload is not inside the caller's buffer", i)
+				}
+				if r.Offset() != offs[i] {
+					t.Errorf("frame %d: offset %d, want %d", i, r.Offset(), offs[i])
+				}
+			}
+			if _, _, err := r.Next(buf); err != io.EOF {
+				t.Fatalf("after %d frames: %v, want io.EOF", n, err)
+			}
+			if r.Records() != n || r.Truncated() {
+				t.Errorf("records %d truncated %v, want %d false", r.Records(), r.Truncated(), n)
+			}
+		})
+	}
+}
+
+func TestMetadataAndPadding(t *testing.T) {
+	for extra := range 16 {
+		meta := testMeta
+		if err := meta.Set("note", strings.Repeat("x", extra)); err != nil {
+			t.Fatal(err)
+		}
+		if err := meta.Set("scan", map[string]int{"frames": 10}); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, p := testFrame(t, testFormat, 0)
+		if err := w.WriteFrame(&h, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		if string(b[:8]) != "PMCAP001" {
+			t.Fatalf("magic %q", b[:8])
+		}
+		n := int(binary.LittleEndian.Uint32(b[8:12]))
+		js := b[12 : 12+n]
+		var obj map[string]any
+		if err := json.Unmarshal(js, &obj); err != nil {
+			t.Fatalf("metadata %q: %v", js, err)
+		}
+		if obj["profile"] != "test" || obj["created"] != testMeta.Created || obj["software"] != testMeta.Software ||
+			obj["note"] != strings.Repeat("x", extra) {
+			t.Errorf("metadata object %v", obj)
+		}
+		start := 12 + n
+		for start%8 != 0 {
+			if b[start] != 0 {
+				t.Errorf("padding byte at %d = %#x", start, b[start])
+			}
+			start++
+		}
+		if start-(12+n) > 7 {
+			t.Errorf("padding of %d bytes", start-(12+n))
+		}
+		if !bytes.Equal(b[start:start+4], frame.Magic[:]) {
+			t.Errorf("metadata %d bytes: first record not at byte %d", n, start)
+		}
+		r, err := NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r.Metadata()
+		var scan map[string]int
+		if ok, err := got.Get("scan", &scan); !ok || err != nil || scan["frames"] != 10 {
+			t.Errorf("metadata field scan = %v (%v, %v)", scan, ok, err)
+		}
+		if !bytes.Equal(r.RawMetadata(), js) {
+			t.Errorf("raw metadata differs")
+		}
+		if r.Offset() != int64(start) {
+			t.Errorf("first record offset %d, want %d", r.Offset(), start)
+		}
+	}
+}
+
+func TestMetadataRejectsReservedExtra(t *testing.T) {
+	var m Metadata
+	if err := m.Set("created", "x"); err == nil {
+		t.Error("Set(created) succeeded")
+	}
+}
+
+func TestZeroFrames(t *testing.T) {
+	data, _ := writeCapture(t, testFormat, 0)
+	if len(data)%8 != 0 {
+		t.Errorf("empty capture of %d bytes, want a multiple of 8", len(data))
+	}
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Next(nil); err != io.EOF {
+		t.Fatalf("Next = %v, want io.EOF", err)
+	}
+}
+
+// TestTruncated cuts a capture at every byte and checks that the whole
+// records before the cut are read and the cut is reported with its offset.
+func TestTruncated(t *testing.T) {
+	const n = 3
+	data, offs := writeCapture(t, testFormat, n)
+	buf := make([]byte, testFormat.PayloadSize())
+	for cut := 0; cut < len(data); cut++ {
+		r, err := NewReader(bytes.NewReader(data[:cut]))
+		if cut < int(offs[0]) {
+			if err == nil || !(errors.Is(err, ErrTruncated) || (cut == 0 && errors.Is(err, ErrNotCapture))) {
+				t.Fatalf("cut at %d (in the file prefix): NewReader error %v", cut, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		whole := 0
+		for whole < n && offs[whole+1] <= int64(cut) {
+			whole++
+		}
+		for i := range whole {
+			if _, _, err := r.Next(buf); err != nil {
+				t.Fatalf("cut at %d: frame %d: %v", cut, i, err)
+			}
+		}
+		_, _, err = r.Next(buf)
+		if int64(cut) == offs[whole] {
+			if err != io.EOF || r.Truncated() {
+				t.Fatalf("cut at record boundary %d: %v, truncated %v; want io.EOF", cut, err, r.Truncated())
+			}
+			continue
+		}
+		if !errors.Is(err, ErrTruncated) || !r.Truncated() {
+			t.Fatalf("cut at %d: %v, want ErrTruncated", cut, err)
+		}
+		missing := offs[whole+1] - int64(cut)
+		inHeader := int64(cut)-offs[whole] < frame.HeaderSize
+		msg := err.Error()
+		if !strings.Contains(msg, fmt.Sprintf("at byte %d", offs[whole])) {
+			t.Errorf("cut at %d: %q does not name the record at byte %d", cut, msg, offs[whole])
+		}
+		if !inHeader && !strings.Contains(msg, fmt.Sprintf("%d missing", missing)) {
+			t.Errorf("cut at %d: %q does not say %d bytes are missing", cut, msg, missing)
+		}
+		if r.Offset() != offs[whole] {
+			t.Errorf("cut at %d: Offset %d, want %d", cut, r.Offset(), offs[whole])
+		}
+		if _, _, err2 := r.Next(buf); err2 != err {
+			t.Errorf("cut at %d: error not sticky: %v then %v", cut, err, err2)
+		}
+	}
+}
+
+func TestGarbage(t *testing.T) {
+	data, offs := writeCapture(t, testFormat, 3)
+	tests := []struct {
+		name  string
+		bytes []byte
+	}{
+		{"zeros", make([]byte, 200)},
+		{"text", []byte("this is not a frame header at all, it is a sentence that is long enough")},
+		{"short tail", []byte("garbage")},
+		{"bad header crc", func() []byte {
+			h, p := testFrame(t, testFormat, 9)
+			rec := append(frame.AppendHeader(nil, &h), p...)
+			rec[20] ^= 1
+			return rec
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Two good records, the garbage, then the third record.
+			bad := append(append(append([]byte{}, data[:offs[2]]...), tt.bytes...), data[offs[2]:]...)
+			r, err := NewReader(bytes.NewReader(bad))
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, testFormat.PayloadSize())
+			for i := range 2 {
+				if _, _, err := r.Next(buf); err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+			}
+			_, _, err = r.Next(buf)
+			if !errors.Is(err, frame.ErrNotFrame) {
+				t.Fatalf("Next = %v, want ErrNotFrame", err)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("at byte %d", offs[2])) || r.Offset() != offs[2] {
+				t.Errorf("error %q / Offset %d: want byte %d", err, r.Offset(), offs[2])
+			}
+			if _, _, err2 := r.Next(buf); err2 != err {
+				t.Errorf("error not sticky: %v", err2)
+			}
+		})
+	}
+}
+
+func TestAbsurdPayloadSize(t *testing.T) {
+	data, offs := writeCapture(t, testFormat, 1)
+	h, _ := testFrame(t, testFormat, 1)
+	h.PayloadSize = 3 << 30
+	data = append(frame.AppendHeader(data, &h), make([]byte, 1000)...)
+	for _, limit := range []int64{0, 1 << 20} {
+		r, err := NewReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit > 0 {
+			r.SetMaxPayload(limit)
+		}
+		buf := make([]byte, 1<<20)
+		if _, _, err := r.Next(buf); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = r.Next(buf)
+		if err == nil || errors.Is(err, io.ErrShortBuffer) || !strings.Contains(err.Error(), "exceeds the limit") ||
+			!strings.Contains(err.Error(), fmt.Sprintf("at byte %d", offs[1])) {
+			t.Errorf("limit %d: Next = %v, want a payload_size limit error at byte %d", limit, err, offs[1])
+		}
+	}
+}
+
+func TestRejectedHeaderPassesThrough(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0, p0 := testFrame(t, testFormat, 0)
+	bad := h0
+	bad.FrameNumber = 1
+	bad.PayloadSize = 10 // does not match the format
+	badPayload := []byte("0123456789")
+	bad.PayloadCRC = frame.Checksum(badPayload)
+	unknown := h0
+	unknown.FrameNumber = 2
+	unknown.Format.Encoding = 77
+	h3, p3 := testFrame(t, testFormat, 3)
+	for _, rec := range []struct {
+		h frame.Header
+		p []byte
+	}{{h0, p0}, {bad, badPayload}, {unknown, p0}, {h3, p3}} {
+		if err := w.WriteFrame(&rec.h, rec.p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	r, err := NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := make([]byte, 4096)
+	wantRejected := []bool{false, true, true, false}
+	for i, want := range wantRejected {
+		h, p, err := r.Next(pb)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if int(h.FrameNumber) != i || len(p) != int(h.PayloadSize) {
+			t.Errorf("record %d: frame %d with %d payload bytes", i, h.FrameNumber, len(p))
+		}
+		if got := errors.Is(h.Check(), frame.ErrRejected); got != want {
+			t.Errorf("record %d: rejected %v, want %v", i, got, want)
+		}
+	}
+	if _, _, err := r.Next(pb); err != io.EOF {
+		t.Errorf("end: %v", err)
+	}
+}
+
+func TestShortBuffer(t *testing.T) {
+	data, _ := writeCapture(t, testFormat, 2)
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := r.Next(make([]byte, 10))
+	if !errors.Is(err, io.ErrShortBuffer) || h.FrameNumber != 0 {
+		t.Fatalf("Next with a small buffer = frame %d, %v; want ErrShortBuffer", h.FrameNumber, err)
+	}
+	buf := make([]byte, testFormat.PayloadSize())
+	for i := range 2 {
+		h, _, err := r.Next(buf)
+		if err != nil || int(h.FrameNumber) != i {
+			t.Fatalf("after retry: frame %d, %v; want frame %d", h.FrameNumber, err, i)
+		}
+	}
+}
+
+func TestNotCapture(t *testing.T) {
+	for _, b := range [][]byte{
+		[]byte("PMCAP002\x00\x00\x00\x00"),
+		[]byte("hello world, no capture"),
+		append([]byte("PMCAP001\x04\x00\x00\x00"), "[1] \x00\x00\x00\x00"...),
+		append([]byte("PMCAP001\x02\x00\x00\x00"), "{}\x00\x01"...),
+	} {
+		if _, err := NewReader(bytes.NewReader(b)); !errors.Is(err, ErrNotCapture) {
+			t.Errorf("NewReader(%q) = %v, want ErrNotCapture", b, err)
+		}
+	}
+}
+
+func TestWriterChecks(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := testFrame(t, testFormat, 0)
+	if err := w.WriteFrame(&h, p[1:]); err == nil {
+		t.Error("WriteFrame with a short payload succeeded")
+	}
+	rec := append(frame.AppendHeader(nil, &h), p...)
+	if err := w.WriteRecord(rec[:len(rec)-1]); err == nil {
+		t.Error("WriteRecord of a cut record succeeded")
+	}
+	if err := w.WriteRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+	if w.Records() != 1 {
+		t.Errorf("Records = %d, want 1", w.Records())
+	}
+	if err := w.RewriteMetadata(testMeta); err == nil {
+		t.Error("RewriteMetadata on a bytes.Buffer succeeded")
+	}
+}
+
+// errWriter fails every write after the first limit bytes.
+type errWriter struct{ limit int }
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if len(p) > e.limit {
+		n := e.limit
+		e.limit = 0
+		return n, errors.New("disk full")
+	}
+	e.limit -= len(p)
+	return len(p), nil
+}
+
+func TestWriterErrorIsSticky(t *testing.T) {
+	w, err := NewWriter(&errWriter{limit: 100}, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := testFrame(t, testFormat, 0)
+	for range WriteBufferSize/len(p) + 2 {
+		if err = w.WriteFrame(&h, p); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("write error %v, want disk full", err)
+	}
+	if err2 := w.WriteFrame(&h, p); err2 != err {
+		t.Errorf("error not sticky: %v", err2)
+	}
+}
+
+func TestRewriteMetadata(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.pmcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	meta := testMeta
+	meta.Set("crc", []uint32{4294967295, 4294967295})
+	w, err := NewWriter(f, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := testFrame(t, testFormat, 0)
+	w.WriteFrame(&h, p)
+	meta.Set("crc", []uint32{1, 22})
+	if err := w.RewriteMetadata(meta); err != nil {
+		t.Fatal(err)
+	}
+	meta.Set("crc", []uint32{4294967295, 4294967295, 1})
+	if err := w.RewriteMetadata(meta); err == nil {
+		t.Error("RewriteMetadata with longer metadata succeeded")
+	}
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var crc []uint32
+	if _, err := r.Metadata().Get("crc", &crc); err != nil || len(crc) != 2 || crc[1] != 22 {
+		t.Errorf("crc = %v, %v", crc, err)
+	}
+	if got, _, err := r.Next(make([]byte, len(p))); err != nil || got != h {
+		t.Errorf("record after rewrite: %+v, %v", got, err)
+	}
+}
+
+func TestNextDoesNotAllocate(t *testing.T) {
+	data, _ := writeCapture(t, testFormat, 200)
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, testFormat.PayloadSize())
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, _, err := r.Next(buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Next allocates %.1f times per record", allocs)
+	}
+}
