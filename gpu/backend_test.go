@@ -1,0 +1,381 @@
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"h5ingest/ingest/frame"
+)
+
+// testFormats lists every encoding, depth and coding of format version 1.
+func testFormats() []frame.Format {
+	var fs []frame.Format
+	for _, d := range []int{1, 6, 12, 24} {
+		for _, c := range []frame.Coding{frame.Binary, frame.LFSR} {
+			fs = append(fs, frame.Format{Encoding: frame.Bitplane, BitDepth: d, Coding: c})
+		}
+	}
+	return append(fs,
+		frame.Format{Encoding: frame.Packed12, BitDepth: 12},
+		frame.Format{Encoding: frame.Packed24, BitDepth: 24},
+		frame.Format{Encoding: frame.U16LE, BitDepth: 16},
+		frame.Format{Encoding: frame.U32LE, BitDepth: 32},
+	)
+}
+
+// testGeometries are small, odd geometries; formats skip those they do not
+// allow (bitplane needs widths of a multiple of 8, packed12 even chips).
+var testGeometries = []frame.Geometry{
+	{ChipsX: 3, ChipsY: 2, ChipWidth: 16, ChipHeight: 8},
+	{ChipsX: 1, ChipsY: 1, ChipWidth: 8, ChipHeight: 1},
+	{ChipsX: 2, ChipsY: 3, ChipWidth: 24, ChipHeight: 5},
+	{ChipsX: 2, ChipsY: 2, ChipWidth: 3, ChipHeight: 2},
+	{ChipsX: 1, ChipsY: 2, ChipWidth: 5, ChipHeight: 3},
+}
+
+// testOrientations returns the orientations tried on a geometry: none,
+// every chip at 180 degrees, and a mix.
+func testOrientations(g frame.Geometry) map[string]frame.Orientation {
+	all, mixed := make(frame.Orientation, g.Chips()), make(frame.Orientation, g.Chips())
+	for k := range all {
+		all[k] = 180
+		if k%3 != 1 {
+			mixed[k] = 180
+		}
+	}
+	return map[string]frame.Orientation{"none": nil, "all180": all, "mixed": mixed}
+}
+
+// randomImage returns counts up to f.MaxCount, with 0 and MaxCount in it.
+func randomImage(rng *rand.Rand, f frame.Format) []uint32 {
+	counts := make([]uint32, f.Pixels())
+	max := f.MaxCount()
+	for i := range counts {
+		switch rng.IntN(8) {
+		case 0:
+			counts[i] = 0
+		case 1:
+			counts[i] = max
+		default:
+			counts[i] = uint32(rng.Uint64N(uint64(max) + 1))
+		}
+	}
+	return counts
+}
+
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// newJob returns a job for payload, with an image buffer a little larger
+// than needed and filled with garbage, so that stray writes and unwritten
+// pixels both show.
+func newJob(f frame.Format, number int, payload []byte) Job {
+	img := bytes.Repeat([]byte{0xA5}, f.ImageSize()+7)
+	return Job{
+		Header: frame.Header{
+			FrameNumber: uint64(number),
+			PayloadSize: uint32(len(payload)),
+			PayloadCRC:  frame.Checksum(payload),
+			Format:      f,
+		},
+		Payload: payload,
+		Image:   img,
+	}
+}
+
+// checkJob checks a decoded job against the image it should hold.
+func checkJob(t *testing.T, name string, j *Job, want []byte) {
+	t.Helper()
+	if j.Err != nil {
+		t.Errorf("%s: %v", name, j.Err)
+		return
+	}
+	n := j.Header.Format.ImageSize()
+	if got := j.Image[:n]; !bytes.Equal(got, want) {
+		i := 0
+		for i < n && got[i] == want[i] {
+			i++
+		}
+		t.Errorf("%s: image differs from byte %d of %d: got % x, want % x", name, i, n,
+			got[i:min(i+8, n)], want[i:min(i+8, n)])
+	}
+	if !bytes.Equal(j.Image[n:], bytes.Repeat([]byte{0xA5}, len(j.Image)-n)) {
+		t.Errorf("%s: wrote past the image's %d bytes", name, n)
+	}
+	if want := frame.Checksum(j.Payload); j.RawCRC != want {
+		t.Errorf("%s: RawCRC %08x, want %08x", name, j.RawCRC, want)
+	}
+	if want := frame.Checksum(want); j.DataCRC != want {
+		t.Errorf("%s: DataCRC %08x, want %08x", name, j.DataCRC, want)
+	}
+}
+
+func newBackend(t testing.TB, name string, opts Options) Backend {
+	t.Helper()
+	b, err := New(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// TestBackends runs the conformance suite against every backend New knows.
+func TestBackends(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			for _, workers := range []int{1, 5} {
+				t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+					testRoundTrip(t, name, workers)
+					testRandomPayloads(t, name, workers)
+				})
+			}
+			t.Run("BadJobs", func(t *testing.T) { testBadJobs(t, name) })
+			t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, name) })
+			t.Run("Closed", func(t *testing.T) { testClosed(t, name) })
+		})
+	}
+}
+
+// testRoundTrip encodes random images as a detector does and decodes them,
+// every format in one batch, for each geometry and orientation.
+func testRoundTrip(t *testing.T, name string, workers int) {
+	rng := rand.New(rand.NewPCG(10, uint64(workers)))
+	for _, g := range testGeometries {
+		for oname, o := range testOrientations(g) {
+			be := newBackend(t, name, Options{Orientation: o, Workers: workers})
+			var batch []Job
+			var want [][]byte
+			for _, f := range testFormats() {
+				f.Geometry = g
+				if f.Validate() != nil {
+					continue
+				}
+				counts := randomImage(rng, f)
+				payload, err := f.AppendPayload(nil, counts, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, newJob(f, len(batch), payload))
+				want = append(want, imageBytes(f, counts))
+			}
+			if err := be.Decode(batch); err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			for i := range batch {
+				checkJob(t, fmt.Sprintf("round trip %v, %s", batch[i].Header.Format, oname), &batch[i], want[i])
+			}
+		}
+	}
+}
+
+// testRandomPayloads decodes random bytes, which are valid payloads of
+// every format, and holds the result to the reference decoder.
+func testRandomPayloads(t *testing.T, name string, workers int) {
+	rng := rand.New(rand.NewPCG(20, uint64(workers)))
+	for _, g := range testGeometries {
+		for oname, o := range testOrientations(g) {
+			be := newBackend(t, name, Options{Orientation: o, Workers: workers})
+			var batch []Job
+			for _, f := range testFormats() {
+				f.Geometry = g
+				if f.Validate() != nil {
+					continue
+				}
+				batch = append(batch, newJob(f, len(batch), randomBytes(rng, f.PayloadSize())))
+			}
+			if err := be.Decode(batch); err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			for i := range batch {
+				j := &batch[i]
+				checkJob(t, fmt.Sprintf("random payload %v, %s", j.Header.Format, oname), j,
+					refDecode(j.Header.Format, j.Payload, o))
+			}
+		}
+	}
+}
+
+// TestPiMegaFrame round-trips one full Pi-mega frame, 24-bit LFSR
+// bitplane, with mixed chip orientations.
+func TestPiMegaFrame(t *testing.T) {
+	f := frame.Format{Geometry: frame.PiMega, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	o := testOrientations(f.Geometry)["mixed"]
+	rng := rand.New(rand.NewPCG(30, 31))
+	counts := randomImage(rng, f)
+	payload, err := f.AppendPayload(nil, counts, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := newBackend(t, "cpu", Options{Orientation: o})
+	batch := []Job{newJob(f, 0, payload)}
+	if err := be.Decode(batch); err != nil {
+		t.Fatal(err)
+	}
+	checkJob(t, "Pi-mega frame", &batch[0], imageBytes(f, counts))
+}
+
+// testBadJobs checks that frames the backend cannot decode get an error
+// naming the frame, and that the others of the batch are decoded.
+func testBadJobs(t *testing.T, name string) {
+	g := frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 8, ChipHeight: 4}
+	o := frame.Orientation{0, 180}
+	f := frame.Format{Geometry: g, Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}
+	rng := rand.New(rand.NewPCG(40, 41))
+	good := func(n int) Job { return newJob(f, n, randomBytes(rng, f.PayloadSize())) }
+
+	otherChips := f
+	otherChips.ChipsX = 3
+	badOrientation := newJob(otherChips, 1, randomBytes(rng, otherChips.PayloadSize()))
+	smallImage := good(3)
+	smallImage.Image = smallImage.Image[:f.ImageSize()-1]
+	shortPayload := good(5)
+	shortPayload.Payload = shortPayload.Payload[1:]
+	badFormat := good(7)
+	badFormat.Header.Format.BitDepth = 13
+
+	batch := []Job{good(0), badOrientation, good(2), smallImage, good(4), shortPayload, good(6), badFormat}
+	for i := range batch {
+		batch[i].RawCRC, batch[i].DataCRC = 1, 1 // stale results must not survive
+	}
+	be := newBackend(t, name, Options{Orientation: o, Workers: 2})
+	if err := be.Decode(batch); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	for i := range batch {
+		j := &batch[i]
+		if i%2 == 0 {
+			checkJob(t, fmt.Sprintf("good frame %d", i), j, refDecode(f, j.Payload, o))
+			continue
+		}
+		if j.Err == nil {
+			t.Errorf("bad frame %d decoded without error", i)
+			continue
+		}
+		if !strings.Contains(j.Err.Error(), fmt.Sprintf("frame %d:", i)) {
+			t.Errorf("bad frame %d: error %q does not name the frame", i, j.Err)
+		}
+		if j.RawCRC != 0 || j.DataCRC != 0 {
+			t.Errorf("bad frame %d: CRCs %08x, %08x left set", i, j.RawCRC, j.DataCRC)
+		}
+	}
+	for i, want := range map[int]string{1: "orientation lists 2 chips", 3: "image buffer", 5: "payload of", 7: "bit depth 13"} {
+		if err := batch[i].Err; err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("bad frame %d: error %q does not say %q", i, err, want)
+		}
+	}
+}
+
+// testConcurrent decodes from several goroutines at once on one backend.
+func testConcurrent(t *testing.T, name string) {
+	g := frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16}
+	o := testOrientations(g)["mixed"]
+	be := newBackend(t, name, Options{Orientation: o, Workers: 3})
+	var wg sync.WaitGroup
+	for gr := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(50, uint64(gr)))
+			for round := range 5 {
+				var batch []Job
+				for _, f := range testFormats() {
+					f.Geometry = g
+					batch = append(batch, newJob(f, len(batch), randomBytes(rng, f.PayloadSize())))
+				}
+				if err := be.Decode(batch); err != nil {
+					t.Errorf("goroutine %d round %d: %v", gr, round, err)
+					return
+				}
+				for i := range batch {
+					j := &batch[i]
+					checkJob(t, fmt.Sprintf("goroutine %d round %d, %v", gr, round, j.Header.Format), j,
+						refDecode(j.Header.Format, j.Payload, o))
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func testClosed(t *testing.T, name string) {
+	be, err := New(name, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := be.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := be.Decode(nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Decode after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestNew(t *testing.T) {
+	for _, name := range []string{"cpu", "auto"} {
+		be, err := New(name, Options{})
+		if err != nil {
+			t.Fatalf("New(%q): %v", name, err)
+		}
+		if be.Name() != "cpu" {
+			t.Errorf("New(%q).Name() = %q, want cpu", name, be.Name())
+		}
+		be.Close()
+	}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"cuda", Options{}, `unknown backend "cuda" (want one of auto, cpu)`},
+		{"cpu", Options{Workers: -1}, "-1 workers"},
+		{"cpu", Options{Orientation: frame.Orientation{0, 90}}, "chip 1 orientation 90"},
+	} {
+		be, err := New(tc.name, tc.opts)
+		if err == nil {
+			be.Close()
+			t.Errorf("New(%q, %+v) succeeded", tc.name, tc.opts)
+		} else if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%q, %+v): %q, want it to say %q", tc.name, tc.opts, err, tc.want)
+		}
+	}
+}
+
+// TestDecodeAllocs checks that Decode allocates nothing per frame once
+// warm.
+func TestDecodeAllocs(t *testing.T) {
+	g := frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64}
+	be := newBackend(t, "cpu", Options{Orientation: testOrientations(g)["mixed"], Workers: 2})
+	rng := rand.New(rand.NewPCG(60, 61))
+	var batch []Job
+	for _, f := range testFormats() {
+		f.Geometry = g
+		batch = append(batch, newJob(f, len(batch), randomBytes(rng, f.PayloadSize())))
+	}
+	if err := be.Decode(batch); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := be.Decode(batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Decode of a batch of %d frames: %v allocations, want 0", len(batch), allocs)
+	}
+}
