@@ -1,0 +1,440 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"h5ingest/compress"
+	"h5ingest/gpu"
+	"h5ingest/ingest/frame"
+)
+
+// Frame is one frame handed out by a Source: its parsed header and its
+// payload, which stays valid until the frame is released.
+type Frame struct {
+	Header  frame.Header
+	Payload []byte
+}
+
+// Source hands out frames. Next and Release are called from different
+// goroutines; Next is called from one goroutine at a time.
+type Source interface {
+	// Next returns the next frame. It returns io.EOF when the scan's frames
+	// are all delivered, and another error when the source cannot go on
+	// (the frames delivered before stay good). It returns promptly with
+	// ctx.Err() when ctx is done.
+	Next(ctx context.Context) (*Frame, error)
+	// Release gives a frame's buffer back to the source.
+	Release(*Frame)
+}
+
+// Record is what the output keeps about one frame.
+type Record struct {
+	Timestamp uint64 // detector clock, ns; 0 where missing
+	RawCRC    uint32 // payload CRC-32C as received
+	DataCRC   uint32 // CRC-32C of the decoded image
+	Status    uint8  // frame.StatusOK, StatusMissing, StatusCRCMismatch or StatusRejected
+}
+
+// Sink stores compressed chunks and per-frame records. The pipeline calls
+// it from one goroutine.
+type Sink interface {
+	// WriteChunk stores the compressed chunk of frame n.
+	WriteChunk(n int, chunk []byte) error
+	// SetRecord stores the record of frame n.
+	SetRecord(n int, r Record) error
+}
+
+// Config sets up a pipeline.
+type Config struct {
+	Format  frame.Format // the scan's frame format; frames of another are rejected
+	Frames  int          // planned frames; 0 when the scan's length is not known
+	Backend gpu.Backend  // decode and checksum
+	// NewCodec makes one chunk codec for each compression worker.
+	NewCodec func() (compress.Codec, error)
+	Workers  int // compression workers; 0 means one per core
+	Batch    int // frames per decode call; 0 means 2
+	Slots    int // frames in flight, bounding memory; 0 means 2*Workers + 2*Batch
+	Log      *zap.Logger
+}
+
+// Progress is a snapshot of a running pipeline.
+type Progress struct {
+	Counts
+	Written     int           // frames written to the sink
+	RawBytes    int64         // payload bytes of written frames
+	ImageBytes  int64         // decoded image bytes of written frames
+	StoredBytes int64         // compressed chunk bytes written
+	Elapsed     time.Duration // since Run started
+}
+
+// Ratio returns the compression ratio so far: image bytes over stored bytes.
+func (p Progress) Ratio() float64 {
+	if p.StoredBytes == 0 {
+		return 0
+	}
+	return float64(p.ImageBytes) / float64(p.StoredBytes)
+}
+
+// Pipeline runs frames from a source through decode and compression into a
+// sink. Each stage runs in its own goroutines, joined by bounded channels;
+// every buffer comes from a pool of Slots frames made at the start.
+type Pipeline struct {
+	cfg     Config
+	log     *zap.Logger
+	mu      sync.Mutex // guards tracker
+	tracker *Tracker
+	start   time.Time
+
+	written, rawBytes, imageBytes, storedBytes atomic.Int64
+}
+
+// slot carries one frame through the stages, with its own image and chunk
+// buffers.
+type slot struct {
+	f      *Frame
+	image  []byte
+	chunk  []byte
+	record Record
+	n      int
+	write  bool // false: only the record goes to the sink
+}
+
+// New returns a pipeline for cfg.
+func New(cfg Config) (*Pipeline, error) {
+	if err := cfg.Format.Validate(); err != nil {
+		return nil, fmt.Errorf("scan format: %w", err)
+	}
+	if cfg.Backend == nil || cfg.NewCodec == nil {
+		return nil, errors.New("pipeline needs a backend and a codec")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 2
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 2*cfg.Workers + 2*cfg.Batch
+	}
+	if cfg.Slots < cfg.Batch {
+		cfg.Slots = cfg.Batch
+	}
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames)}, nil
+}
+
+// Progress returns a snapshot of the pipeline's progress. It is safe to call
+// while Run runs.
+func (p *Pipeline) Progress() Progress {
+	p.mu.Lock()
+	c := p.tracker.Counts()
+	p.mu.Unlock()
+	var elapsed time.Duration
+	if !p.start.IsZero() {
+		elapsed = time.Since(p.start)
+	}
+	return Progress{
+		Counts:      c,
+		Written:     int(p.written.Load()),
+		RawBytes:    p.rawBytes.Load(),
+		ImageBytes:  p.imageBytes.Load(),
+		StoredBytes: p.storedBytes.Load(),
+		Elapsed:     elapsed,
+	}
+}
+
+// Frames returns the scan's frame count: the plan's, or for a scan of
+// unknown length one past the highest frame number received.
+func (p *Pipeline) Frames() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracker.Frames()
+}
+
+// Run moves every frame of src into sink, then records the frames that never
+// arrived as missing. It returns the source's error, if the source stopped
+// early (the frames before it are all in the sink), or the first error of a
+// stage that cannot go on; it stops early when ctx is done and still
+// finishes the records.
+func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, error) {
+	p.start = time.Now()
+	cfg := p.cfg
+	codecs := make([]compress.Codec, cfg.Workers)
+	for i := range codecs {
+		c, err := cfg.NewCodec()
+		if err != nil {
+			return p.Progress(), fmt.Errorf("make codec: %w", err)
+		}
+		codecs[i] = c
+	}
+	imageSize := cfg.Format.ImageSize()
+	chunkSize := codecs[0].Bound(imageSize)
+	free := make(chan *slot, cfg.Slots)
+	for range cfg.Slots {
+		free <- &slot{image: make([]byte, imageSize), chunk: make([]byte, 0, chunkSize)}
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	decodeCh := make(chan *slot, cfg.Slots)
+	compressCh := make(chan *slot, cfg.Slots)
+	writeCh := make(chan *slot, cfg.Slots)
+
+	var srcErr error
+	var producers sync.WaitGroup // senders on writeCh
+	producers.Add(1 + cfg.Workers)
+	go func() {
+		defer producers.Done()
+		defer close(decodeCh)
+		srcErr = p.read(ctx, src, free, decodeCh, writeCh)
+	}()
+	var decodeErr error
+	go func() {
+		defer close(compressCh)
+		decodeErr = p.decode(src, decodeCh, compressCh)
+		if decodeErr != nil {
+			cancel(decodeErr)
+		}
+	}()
+	for _, codec := range codecs {
+		go func() {
+			defer producers.Done()
+			p.compress(codec, compressCh, writeCh)
+		}()
+	}
+	go func() {
+		producers.Wait()
+		close(writeCh)
+	}()
+	sinkErr := p.write(sink, writeCh, free)
+	if sinkErr != nil {
+		cancel(sinkErr)
+		for s := range writeCh { // let the other stages finish
+			free <- s
+		}
+	}
+	if sinkErr == nil {
+		sinkErr = p.finishRecords(sink)
+	}
+	switch {
+	case sinkErr != nil:
+		return p.Progress(), sinkErr
+	case decodeErr != nil:
+		return p.Progress(), decodeErr
+	}
+	return p.Progress(), srcErr
+}
+
+// read takes frames from the source, applies the tracker's rules and hands
+// accepted frames to decode; frames that only need a record go straight to
+// the writer.
+func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, decodeCh, writeCh chan<- *slot) error {
+	for {
+		var s *slot
+		select {
+		case s = <-free:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		f, err := src.Next(ctx)
+		if err != nil {
+			// The slot goes back through the writer, which owns the pool.
+			s.write, s.n = false, -1
+			writeCh <- s
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if errors.Is(err, frame.ErrNotFrame) {
+				p.mu.Lock()
+				p.tracker.NotFrame()
+				p.mu.Unlock()
+			}
+			return err
+		}
+		h := &f.Header
+		p.mu.Lock()
+		verdict := p.tracker.Admit(h)
+		p.mu.Unlock()
+		if verdict != Accept {
+			p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.Stringer("reason", verdict))
+			src.Release(f)
+			s.write, s.n = false, -1
+			writeCh <- s
+			continue
+		}
+		s.n = int(h.FrameNumber)
+		if err := p.check(h); err != nil {
+			p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(err))
+			s.record = Record{Timestamp: h.Timestamp, RawCRC: h.PayloadCRC, Status: frame.StatusRejected}
+			src.Release(f)
+			s.write = false
+			writeCh <- s
+			continue
+		}
+		s.f, s.write = f, true
+		decodeCh <- s
+	}
+}
+
+// check reports a frame the scan cannot decode: a header inconsistent with
+// its payload, or a format other than the scan's.
+func (p *Pipeline) check(h *frame.Header) error {
+	if err := h.Check(); err != nil {
+		return err
+	}
+	if h.Format != p.cfg.Format {
+		return fmt.Errorf("%w: frame %d is %v, the scan is %v", frame.ErrRejected, h.FrameNumber, h.Format, p.cfg.Format)
+	}
+	return nil
+}
+
+// decode gathers batches of frames and decodes them with the backend.
+func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
+	batch := make([]*slot, 0, p.cfg.Batch)
+	jobs := make([]gpu.Job, p.cfg.Batch)
+	for s := range in {
+		batch = append(batch[:0], s)
+	gather:
+		for len(batch) < p.cfg.Batch {
+			select {
+			case s, ok := <-in:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, s)
+			default:
+				break gather
+			}
+		}
+		jobs := jobs[:len(batch)]
+		for i, s := range batch {
+			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image}
+		}
+		if err := p.cfg.Backend.Decode(jobs); err != nil {
+			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
+			for _, s := range batch { // records stay missing; the slots go home
+				src.Release(s.f)
+				s.f, s.write = nil, false
+				s.record.Status = frame.StatusMissing
+				out <- s
+			}
+			for s := range in {
+				src.Release(s.f)
+				s.f, s.write = nil, false
+				s.record.Status = frame.StatusMissing
+				out <- s
+			}
+			return err
+		}
+		for i, s := range batch {
+			j := &jobs[i]
+			h := &s.f.Header
+			s.record = Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, DataCRC: j.DataCRC, Status: frame.StatusOK}
+			switch {
+			case j.Err != nil:
+				p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(j.Err))
+				s.record = Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, Status: frame.StatusRejected}
+				s.write = false
+			case j.RawCRC != h.PayloadCRC:
+				p.log.Warn("payload CRC mismatch", zap.Uint64("frame", h.FrameNumber),
+					zap.String("header", fmt.Sprintf("%08x", h.PayloadCRC)), zap.String("computed", fmt.Sprintf("%08x", j.RawCRC)))
+				s.record.Status = frame.StatusCRCMismatch
+			}
+			p.rawBytes.Add(int64(len(s.f.Payload)))
+			src.Release(s.f)
+			s.f = nil
+			out <- s
+		}
+	}
+	return nil
+}
+
+// compress encodes decoded images into chunks.
+func (p *Pipeline) compress(codec compress.Codec, in <-chan *slot, out chan<- *slot) {
+	for s := range in {
+		if s.write {
+			chunk, err := codec.Encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
+			if err != nil {
+				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(err))
+				s.write = false
+				s.record.Status = frame.StatusMissing
+			}
+			s.chunk = chunk
+		}
+		out <- s
+	}
+}
+
+// write hands chunks and records to the sink, one goroutine, and returns
+// every slot to the pool.
+func (p *Pipeline) write(sink Sink, in <-chan *slot, free chan<- *slot) error {
+	for s := range in {
+		if s.n >= 0 {
+			if err := p.store(sink, s); err != nil {
+				free <- s
+				return err
+			}
+		}
+		s.n, s.write, s.record = -1, false, Record{}
+		free <- s
+	}
+	return nil
+}
+
+// store writes one frame's chunk (where it has one) and record.
+func (p *Pipeline) store(sink Sink, s *slot) error {
+	if s.write {
+		if err := sink.WriteChunk(s.n, s.chunk); err != nil {
+			return fmt.Errorf("write frame %d: %w", s.n, err)
+		}
+		p.written.Add(1)
+		p.imageBytes.Add(int64(p.cfg.Format.ImageSize()))
+		p.storedBytes.Add(int64(len(s.chunk)))
+	}
+	p.mu.Lock()
+	switch s.record.Status {
+	case frame.StatusRejected:
+		p.tracker.Reject(uint64(s.n))
+	case frame.StatusOK, frame.StatusCRCMismatch:
+		p.tracker.Done(uint64(s.n), s.record.Status)
+	}
+	p.mu.Unlock()
+	if err := sink.SetRecord(s.n, s.record); err != nil {
+		return fmt.Errorf("record frame %d: %w", s.n, err)
+	}
+	return nil
+}
+
+// finishRecords records every frame that never arrived as missing.
+func (p *Pipeline) finishRecords(sink Sink) error {
+	p.mu.Lock()
+	n := p.tracker.Frames()
+	var missing []int
+	for i := range n {
+		if p.tracker.Status(i) == frame.StatusMissing {
+			missing = append(missing, i)
+		}
+	}
+	p.mu.Unlock()
+	for _, i := range missing {
+		if err := sink.SetRecord(i, Record{Status: frame.StatusMissing}); err != nil {
+			return fmt.Errorf("record missing frame %d: %w", i, err)
+		}
+	}
+	if len(missing) > 0 {
+		p.log.Warn("frames missing", zap.Int("count", len(missing)), zap.Int("first", missing[0]))
+	}
+	return nil
+}

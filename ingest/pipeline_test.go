@@ -1,0 +1,328 @@
+package ingest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/gpu"
+	"h5ingest/ingest/frame"
+)
+
+var testFormat = frame.Format{
+	Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 16, ChipHeight: 8},
+	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+}
+
+// testImage returns the counts of frame n and its little-endian image bytes.
+func testImage(f frame.Format, n uint64) ([]uint32, []byte) {
+	r := rand.New(rand.NewPCG(n, 7))
+	counts := make([]uint32, f.Pixels())
+	img := make([]byte, 0, f.ImageSize())
+	for i := range counts {
+		counts[i] = r.Uint32N(f.MaxCount() + 1)
+		if f.PixelSize() == 2 {
+			img = binary.LittleEndian.AppendUint16(img, uint16(counts[i]))
+		} else {
+			img = binary.LittleEndian.AppendUint32(img, counts[i])
+		}
+	}
+	return counts, img
+}
+
+// testFrame builds frame n of format f as a detector sends it.
+func testFrame(t *testing.T, f frame.Format, n uint64) *Frame {
+	t.Helper()
+	counts, _ := testImage(f, n)
+	payload, err := f.AppendPayload(nil, counts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Frame{
+		Header: frame.Header{
+			FrameNumber: n, Timestamp: 1000 + n, PayloadSize: uint32(len(payload)),
+			PayloadCRC: frame.Checksum(payload), Format: f,
+		},
+		Payload: payload,
+	}
+}
+
+// sliceSource hands out a fixed list of frames, then err (io.EOF if nil).
+type sliceSource struct {
+	frames   []*Frame
+	err      error
+	mu       sync.Mutex
+	released int
+}
+
+func (s *sliceSource) Next(ctx context.Context) (*Frame, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(s.frames) == 0 {
+		if s.err != nil {
+			return nil, s.err
+		}
+		return nil, io.EOF
+	}
+	f := s.frames[0]
+	s.frames = s.frames[1:]
+	return f, nil
+}
+
+func (s *sliceSource) Release(*Frame) {
+	s.mu.Lock()
+	s.released++
+	s.mu.Unlock()
+}
+
+// memSink keeps chunks and records in memory.
+type memSink struct {
+	chunks  map[int][]byte
+	records map[int]Record
+	failAt  int // WriteChunk of this frame fails; -1 never
+}
+
+func newMemSink() *memSink {
+	return &memSink{chunks: map[int][]byte{}, records: map[int]Record{}, failAt: -1}
+}
+
+func (s *memSink) WriteChunk(n int, chunk []byte) error {
+	if n == s.failAt {
+		return errors.New("disk full")
+	}
+	if _, ok := s.chunks[n]; ok {
+		return errors.New("chunk written twice")
+	}
+	s.chunks[n] = slices.Clone(chunk)
+	return nil
+}
+
+func (s *memSink) SetRecord(n int, r Record) error {
+	s.records[n] = r
+	return nil
+}
+
+func newTestPipeline(t *testing.T, frames int, codec string) *Pipeline {
+	t.Helper()
+	backend, err := gpu.New("cpu", gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { backend.Close() })
+	p, err := New(Config{
+		Format:   testFormat,
+		Frames:   frames,
+		Backend:  backend,
+		NewCodec: func() (compress.Codec, error) { return compress.New(codec, testFormat.PixelSize(), 0) },
+		Batch:    3,
+		Slots:    5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPipelineFaults runs the receiver's bad-frame table end to end.
+func TestPipelineFaults(t *testing.T) {
+	corrupt := func(f *Frame) *Frame { f.Payload[3] ^= 0x10; return f }
+	resize := func(f *Frame) *Frame { f.Header.PayloadSize--; f.Payload = f.Payload[:len(f.Payload)-1]; return f }
+	otherFormat := func(f *Frame) *Frame {
+		g := testFormat
+		g.Coding = frame.Binary
+		f.Header.Format = g
+		return f
+	}
+	const N = 8
+	tests := []struct {
+		name   string
+		order  []uint64                    // frame numbers sent, in order
+		mangle map[int]func(*Frame) *Frame // by position in order
+		status map[int]uint8               // expected non-OK statuses by frame number
+		counts Counts
+	}{
+		{
+			name:   "all good, in order",
+			order:  []uint64{0, 1, 2, 3, 4, 5, 6, 7},
+			counts: Counts{Planned: N, Received: N, OK: N},
+		},
+		{
+			name:   "reordered, missing, duplicate, out of range",
+			order:  []uint64{1, 0, 2, 2, 4, 3, 9, 7, 6},
+			status: map[int]uint8{5: frame.StatusMissing},
+			counts: Counts{Planned: N, Received: 9, OK: 7, Duplicate: 1, OutOfRange: 1, Missing: 1},
+		},
+		{
+			name:   "corrupt payload is written and flagged",
+			order:  []uint64{0, 1, 2, 3, 4, 5, 6, 7},
+			mangle: map[int]func(*Frame) *Frame{2: corrupt},
+			status: map[int]uint8{2: frame.StatusCRCMismatch},
+			counts: Counts{Planned: N, Received: N, OK: 7, CRCMismatch: 1},
+		},
+		{
+			name:   "rejected frames",
+			order:  []uint64{0, 1, 2, 3, 4, 5, 6, 7},
+			mangle: map[int]func(*Frame) *Frame{1: resize, 6: otherFormat},
+			status: map[int]uint8{1: frame.StatusRejected, 6: frame.StatusRejected},
+			counts: Counts{Planned: N, Received: N, OK: 6, Rejected: 2},
+		},
+	}
+	for _, codec := range []string{"none", "bslz4"} {
+		for _, tt := range tests {
+			t.Run(codec+"/"+tt.name, func(t *testing.T) {
+				src := &sliceSource{}
+				for i, n := range tt.order {
+					f := testFrame(t, testFormat, n)
+					if m := tt.mangle[i]; m != nil {
+						f = m(f)
+					}
+					src.frames = append(src.frames, f)
+				}
+				sent := len(src.frames)
+				sink := newMemSink()
+				p := newTestPipeline(t, N, codec)
+				progress, err := p.Run(context.Background(), src, sink)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if progress.Counts != tt.counts {
+					t.Errorf("counts\n got %+v\nwant %+v", progress.Counts, tt.counts)
+				}
+				if src.released != sent {
+					t.Errorf("%d frames released, %d sent", src.released, sent)
+				}
+				checkOutput(t, sink, codec, N, tt.status)
+			})
+		}
+	}
+}
+
+// checkOutput checks every record and chunk against the frames' images.
+func checkOutput(t *testing.T, sink *memSink, codecName string, frames int, status map[int]uint8) {
+	t.Helper()
+	codec, err := compress.New(codecName, testFormat.PixelSize(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(sink.records); got != frames {
+		t.Errorf("%d records, want %d", got, frames)
+	}
+	for n := range frames {
+		want := uint8(frame.StatusOK)
+		if s, ok := status[n]; ok {
+			want = s
+		}
+		rec := sink.records[n]
+		if rec.Status != want {
+			t.Errorf("frame %d: status %d, want %d", n, rec.Status, want)
+		}
+		chunk, written := sink.chunks[n]
+		if written != (want == frame.StatusOK || want == frame.StatusCRCMismatch) {
+			t.Errorf("frame %d (status %d): chunk written = %v", n, want, written)
+			continue
+		}
+		if !written {
+			continue
+		}
+		img, err := codec.Decode(nil, chunk)
+		if err != nil {
+			t.Fatalf("frame %d: %v", n, err)
+		}
+		_, wantImg := testImage(testFormat, uint64(n))
+		if want == frame.StatusOK && !slices.Equal(img, wantImg) {
+			t.Errorf("frame %d: decoded image differs", n)
+		}
+		if rec.DataCRC != frame.Checksum(img) {
+			t.Errorf("frame %d: data CRC %08x, image has %08x", n, rec.DataCRC, frame.Checksum(img))
+		}
+		if rec.Timestamp != 1000+uint64(n) {
+			t.Errorf("frame %d: timestamp %d", n, rec.Timestamp)
+		}
+	}
+}
+
+func TestPipelineSourceError(t *testing.T) {
+	src := &sliceSource{err: errors.New("connection reset")}
+	for n := range uint64(3) {
+		src.frames = append(src.frames, testFrame(t, testFormat, n))
+	}
+	sink := newMemSink()
+	p := newTestPipeline(t, 6, "none")
+	progress, err := p.Run(context.Background(), src, sink)
+	if err == nil || err.Error() != "connection reset" {
+		t.Fatalf("error %v, want the source's", err)
+	}
+	if progress.OK != 3 || progress.Missing != 3 {
+		t.Errorf("counts %+v, want 3 ok and 3 missing", progress.Counts)
+	}
+	checkOutput(t, sink, "none", 6, map[int]uint8{3: 1, 4: 1, 5: 1})
+}
+
+func TestPipelineSinkError(t *testing.T) {
+	src := &sliceSource{}
+	for n := range uint64(20) {
+		src.frames = append(src.frames, testFrame(t, testFormat, n))
+	}
+	sink := newMemSink()
+	sink.failAt = 4
+	p := newTestPipeline(t, 20, "none")
+	done := make(chan error)
+	go func() {
+		_, err := p.Run(context.Background(), src, sink)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() != "write frame 4: disk full" {
+			t.Fatalf("error %v, want the sink's, with the frame", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pipeline did not stop after the sink failed")
+	}
+	if got := slices.Sorted(maps.Keys(sink.chunks)); slices.Contains(got, 4) {
+		t.Errorf("chunks %v hold the failed frame", got)
+	}
+}
+
+func TestPipelineCancel(t *testing.T) {
+	src := &sliceSource{}
+	for n := range uint64(4) {
+		src.frames = append(src.frames, testFrame(t, testFormat, n))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sink := newMemSink()
+	p := newTestPipeline(t, 4, "none")
+	progress, err := p.Run(ctx, src, sink)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if len(sink.records) != 4 || progress.Missing != 4 {
+		t.Errorf("records %d, counts %+v: every frame should be recorded missing", len(sink.records), progress.Counts)
+	}
+}
+
+func TestPipelineUnknownLength(t *testing.T) {
+	src := &sliceSource{}
+	for _, n := range []uint64{0, 1, 3} {
+		src.frames = append(src.frames, testFrame(t, testFormat, n))
+	}
+	sink := newMemSink()
+	p := newTestPipeline(t, 0, "none")
+	if _, err := p.Run(context.Background(), src, sink); err != nil {
+		t.Fatal(err)
+	}
+	if p.Frames() != 4 {
+		t.Errorf("Frames = %d, want 4", p.Frames())
+	}
+	checkOutput(t, sink, "none", 4, map[int]uint8{2: frame.StatusMissing})
+}
