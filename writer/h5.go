@@ -712,11 +712,17 @@ func writeChunk(d hid, off *chunkOffset, mask uint32, data []byte) error {
 func readChunk(d hid, off *chunkOffset, dst []byte) (data []byte, mask uint32, ok bool, err error) {
 	lock()
 	defer unlock()
-	var size C.hsize_t
-	if C.H5Dget_chunk_storage_size(d, &off[0], &size) < 0 {
-		return dst, 0, false, lastError(fmt.Sprintf("storage size of chunk at %v", *off))
+	var (
+		size   C.hsize_t
+		addr   C.haddr_t
+		filter C.uint
+	)
+	// H5Dget_chunk_storage_size fails for a chunk never written once the
+	// dataset has other chunks; H5Dget_chunk_info_by_coord reports it.
+	if C.H5Dget_chunk_info_by_coord(d, &off[0], &filter, &addr, &size) < 0 {
+		return dst, 0, false, lastError(fmt.Sprintf("look up chunk at %v", *off))
 	}
-	if size == 0 {
+	if uint64(addr) == ^uint64(0) || size == 0 {
 		return dst, 0, false, nil
 	}
 	n := len(dst)
@@ -731,4 +737,12 @@ func readChunk(d hid, off *chunkOffset, dst []byte) (data []byte, mask uint32, o
 		return dst[:n], 0, false, lastError(fmt.Sprintf("read chunk at %v", *off))
 	}
 	return dst, uint32(m), true, nil
+}
+
+// openObjectsAll returns how many HDF5 identifiers of any file are open in
+// the process, files included.
+func openObjectsAll() int {
+	lock()
+	defer unlock()
+	return int(C.H5Fget_obj_count(C.H5F_OBJ_ALL, C.H5F_OBJ_ALL))
 }

@@ -266,7 +266,8 @@ func (b *builder) stack(det hid, path string) {
 
 // checkFilters compares the pipeline as stored with the one asked for.
 // libhdf5's shuffle stores the element size as its only cd_value whatever
-// it was given, so shuffle may be asked for with no values.
+// it was given, so shuffle may be asked for with no values; values given
+// must be that.
 func checkFilters(got, want []compress.Filter, elemSize int) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d filters stored, %d asked for", len(got), len(want))
@@ -274,7 +275,7 @@ func checkFilters(got, want []compress.Filter, elemSize int) error {
 	for i, g := range got {
 		wf := want[i]
 		wv := wf.Values
-		if wf.ID == filterShuffle {
+		if wf.ID == filterShuffle && len(wv) == 0 {
 			wv = []uint32{uint32(elemSize)}
 		}
 		if g.ID != wf.ID || g.Optional != wf.Optional || !slices.Equal(g.Values, wv) {
