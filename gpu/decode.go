@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"h5ingest/ingest/frame"
 )
@@ -32,95 +33,111 @@ func makeSpread() (t [256]uint64) {
 	return t
 }
 
-// planes8 returns the 8-bit code parts of 8 pixels from 8 consecutive
+// planes4 returns the 4-bit code parts of 8 pixels from 4 consecutive
 // planes: byte i of the result is pixel i's bits, first plane most
-// significant. p holds the first plane's byte; planes are s bytes apart.
-func planes8(row []byte, p, s int) uint64 {
-	_ = row[p+7*s]
-	return spread[row[p]]<<7 | spread[row[p+s]]<<6 |
-		spread[row[p+2*s]]<<5 | spread[row[p+3*s]]<<4 |
-		spread[row[p+4*s]]<<3 | spread[row[p+5*s]]<<2 |
-		spread[row[p+6*s]]<<1 | spread[row[p+7*s]]
-}
-
-// planes6 is planes8 for 6 planes: 6-bit parts.
-func planes6(row []byte, p, s int) uint64 {
-	_ = row[p+5*s]
-	return spread[row[p]]<<5 | spread[row[p+s]]<<4 |
-		spread[row[p+2*s]]<<3 | spread[row[p+3*s]]<<2 |
-		spread[row[p+4*s]]<<1 | spread[row[p+5*s]]
-}
-
-// planes4 is planes8 for 4 planes: 4-bit parts.
+// significant. p indexes the first plane's byte; planes are s bytes apart.
+// Wider parts are built from it, as it is small enough to be inlined.
 func planes4(row []byte, p, s int) uint64 {
 	_ = row[p+3*s]
 	return spread[row[p]]<<3 | spread[row[p+s]]<<2 |
 		spread[row[p+2*s]]<<1 | spread[row[p+3*s]]
 }
 
-// bitplane24 decodes one row of 24 planes into counts.
-func bitplane24(counts []uint32, row []byte, lfsr bool) {
-	s := len(counts) / 8
+// place returns where, in units of 8 pixels, pixel group g of a chip row of
+// s groups lands, and the group's lanes in image order: a chip at 180
+// degrees puts the group at the mirrored place, its pixels reversed.
+func place(g, s int, rotated bool, x uint64) (int, uint64) {
+	if rotated {
+		return s - 1 - g, bits.ReverseBytes64(x)
+	}
+	return g, x
+}
+
+// The bitplane decoders below decode one chip row of planes (row) into one
+// chip-wide piece of an image row (dst), reversed for a chip at 180
+// degrees. Each takes 8 pixels at a time: one byte of every plane.
+
+// bitplane24 decodes 24 planes into uint32 pixels.
+func bitplane24(dst, row []byte, lfsr, rotated bool) {
+	s := len(row) / 24
 	for g := range s {
-		hi, mid, lo := planes8(row, g, s), planes8(row, g+8*s, s), planes8(row, g+16*s, s)
-		out := counts[8*g : 8*g+8]
+		hi := planes4(row, g, s)<<4 | planes4(row, g+4*s, s)
+		mid := planes4(row, g+8*s, s)<<4 | planes4(row, g+12*s, s)
+		lo := planes4(row, g+16*s, s)<<4 | planes4(row, g+20*s, s)
+		at, hi := place(g, s, rotated, hi)
+		_, mid = place(g, s, rotated, mid)
+		_, lo = place(g, s, rotated, lo)
+		out := (*[32]byte)(dst[32*at:])
 		if lfsr {
-			for i := range out {
+			for i := range 8 {
 				h, m, l := uint32(uint8(hi>>(8*i))), uint32(uint8(mid>>(8*i))), uint32(uint8(lo>>(8*i)))
-				out[i] = uint32(lfsr12[(h<<4|m>>4)&0xFFF])<<12 | uint32(lfsr12[(m<<8|l)&0xFFF])
+				v := uint32(lfsr12[(h<<4|m>>4)&0xFFF])<<12 | uint32(lfsr12[(m<<8|l)&0xFFF])
+				binary.LittleEndian.PutUint32(out[4*i:], v)
 			}
 			continue
 		}
-		for i := range out {
-			out[i] = uint32(uint8(hi>>(8*i)))<<16 | uint32(uint8(mid>>(8*i)))<<8 | uint32(uint8(lo>>(8*i)))
+		for i := range 8 {
+			v := uint32(uint8(hi>>(8*i)))<<16 | uint32(uint8(mid>>(8*i)))<<8 | uint32(uint8(lo>>(8*i)))
+			binary.LittleEndian.PutUint32(out[4*i:], v)
 		}
 	}
 }
 
-// bitplane12 decodes one row of 12 planes into counts.
-func bitplane12(counts []uint32, row []byte, lfsr bool) {
-	s := len(counts) / 8
+// bitplane12 decodes 12 planes into uint16 pixels.
+func bitplane12(dst, row []byte, lfsr, rotated bool) {
+	s := len(row) / 12
 	for g := range s {
-		hi, lo := planes8(row, g, s), planes4(row, g+8*s, s)
-		out := counts[8*g : 8*g+8]
+		hi := planes4(row, g, s)<<4 | planes4(row, g+4*s, s)
+		lo := planes4(row, g+8*s, s)
+		at, hi := place(g, s, rotated, hi)
+		_, lo = place(g, s, rotated, lo)
+		out := (*[16]byte)(dst[16*at:])
 		if lfsr {
-			for i := range out {
-				out[i] = uint32(lfsr12[(uint32(uint8(hi>>(8*i)))<<4|uint32(uint8(lo>>(8*i))))&0xFFF])
+			for i := range 8 {
+				v := lfsr12[(uint32(uint8(hi>>(8*i)))<<4|uint32(uint8(lo>>(8*i))))&0xFFF]
+				binary.LittleEndian.PutUint16(out[2*i:], v)
 			}
 			continue
 		}
-		for i := range out {
-			out[i] = uint32(uint8(hi>>(8*i)))<<4 | uint32(uint8(lo>>(8*i)))
+		for i := range 8 {
+			binary.LittleEndian.PutUint16(out[2*i:], uint16(uint8(hi>>(8*i)))<<4|uint16(uint8(lo>>(8*i))))
 		}
 	}
 }
 
-// bitplane6 decodes one row of 6 planes into counts.
-func bitplane6(counts []uint32, row []byte, lfsr bool) {
-	s := len(counts) / 8
+// bitplane6 decodes 6 planes into uint16 pixels.
+func bitplane6(dst, row []byte, lfsr, rotated bool) {
+	s := len(row) / 6
 	for g := range s {
-		x := planes6(row, g, s)
-		out := counts[8*g : 8*g+8]
+		x := planes4(row, g, s)<<2 | spread[row[g+4*s]]<<1 | spread[row[g+5*s]]
+		at, x := place(g, s, rotated, x)
+		out := (*[16]byte)(dst[16*at:])
 		if lfsr {
-			for i := range out {
-				out[i] = uint32(lfsr6[uint8(x>>(8*i))&0x3F])
+			for i := range 8 {
+				binary.LittleEndian.PutUint16(out[2*i:], lfsr6[uint8(x>>(8*i))&0x3F])
 			}
 			continue
 		}
-		for i := range out {
-			out[i] = uint32(uint8(x >> (8 * i)))
+		for i := range 8 {
+			binary.LittleEndian.PutUint16(out[2*i:], uint16(uint8(x>>(8*i))))
 		}
 	}
 }
 
-// bitplane1 decodes one row of a single plane into counts.
-func bitplane1(counts []uint32, row []byte) {
-	for g, b := range row[:len(counts)/8] {
-		x := spread[b]
-		out := counts[8*g : 8*g+8]
-		for i := range out {
-			out[i] = uint32(uint8(x >> (8 * i)))
-		}
+// bitplane1 decodes a single plane into uint16 pixels.
+func bitplane1(dst, row []byte, rotated bool) {
+	s := len(row)
+	for g, b := range row {
+		at, x := place(g, s, rotated, spread[b])
+		// Widen the 8 one-byte lanes to 16 bits: lanes 0-3, then 4-7.
+		lo, hi := x&0xFFFFFFFF, x>>32
+		lo = (lo | lo<<16) & 0x0000FFFF0000FFFF
+		lo = (lo | lo<<8) & 0x00FF00FF00FF00FF
+		hi = (hi | hi<<16) & 0x0000FFFF0000FFFF
+		hi = (hi | hi<<8) & 0x00FF00FF00FF00FF
+		out := (*[16]byte)(dst[16*at:])
+		binary.LittleEndian.PutUint64(out[:8], lo)
+		binary.LittleEndian.PutUint64(out[8:], hi)
 	}
 }
 

@@ -187,14 +187,15 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 		row := chip[r*rowBytes : (r+1)*rowBytes]
 		switch f.BitDepth {
 		case 24:
-			bitplane24(counts, row, lfsr)
+			bitplane24(dst, row, lfsr, rotated)
 		case 12:
-			bitplane12(counts, row, lfsr)
+			bitplane12(dst, row, lfsr, rotated)
 		case 6:
-			bitplane6(counts, row, lfsr)
+			bitplane6(dst, row, lfsr, rotated)
 		default:
-			bitplane1(counts, row)
+			bitplane1(dst, row, rotated)
 		}
+		return
 	case frame.Packed12:
 		packed12(counts, chip, r*w)
 	case frame.Packed24:
