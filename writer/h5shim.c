@@ -6,35 +6,32 @@
 void h5i_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 struct errbuf {
-	char *buf;
-	size_t n, used;
+	char inner[256], outer[256];
+	unsigned n;
 };
 
+// h5i_error_walk keeps the innermost entry of the stack (where the error
+// was found) and the outermost (the API call).
 static herr_t h5i_error_walk(unsigned pos, const H5E_error2_t *e, void *data) {
 	struct errbuf *b = data;
-	(void)pos;
-	if (b->used + 1 >= b->n) {
-		return 0;
-	}
-	int w = snprintf(b->buf + b->used, b->n - b->used, "%s%s(): %s", b->used ? "; " : "",
-			 e->func_name ? e->func_name : "?", e->desc ? e->desc : "?");
-	if (w > 0) {
-		b->used += (size_t)w;
-		if (b->used >= b->n) {
-			b->used = b->n - 1;
-		}
-	}
+	char *dst = pos == 0 ? b->inner : b->outer;
+	snprintf(dst, sizeof b->inner, "%s(): %s", e->func_name ? e->func_name : "?", e->desc ? e->desc : "?");
+	b->n = pos + 1;
 	return 0;
 }
 
 void h5i_error(char *buf, size_t n) {
-	struct errbuf b = {buf, n, 0};
+	struct errbuf b = {{0}, {0}, 0};
 	if (n == 0) {
 		return;
 	}
-	buf[0] = 0;
 	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5i_error_walk, &b);
 	H5Eclear2(H5E_DEFAULT);
+	if (b.n > 1) {
+		snprintf(buf, n, "%s: %s", b.outer, b.inner);
+	} else {
+		snprintf(buf, n, "%s", b.inner);
+	}
 }
 
 hid_t h5i_type(int kind) {

@@ -24,8 +24,8 @@ enum {
 // stack (the library is thread-safe, so each thread has its own stack).
 void h5i_quiet(void);
 
-// h5i_error writes the calling thread's error stack, outermost first, into
-// buf as one line and clears the stack.
+// h5i_error writes the outermost (API) and innermost entries of the calling
+// thread's error stack into buf as one line and clears the stack.
 void h5i_error(char *buf, size_t n);
 
 // h5i_type returns the library's predefined native type of a kind (not to be

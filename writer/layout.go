@@ -279,8 +279,15 @@ func checkFilters(got, want []compress.Filter, elemSize int) error {
 			wv = []uint32{uint32(elemSize)}
 		}
 		if g.ID != wf.ID || g.Optional != wf.Optional || !slices.Equal(g.Values, wv) {
-			return fmt.Errorf("filter %d stored as id %d optional %v cd_values %v, asked for id %d (%s) optional %v cd_values %v "+
-				"(a filter plugin's set_local rewrote them?)", i, g.ID, g.Optional, g.Values, wf.ID, wf.Name, wf.Optional, wv)
+			hint := ""
+			switch {
+			case wf.ID == filterShuffle:
+				hint = fmt.Sprintf(" (libhdf5 stores the element size, %d)", elemSize)
+			case wf.ID >= 256:
+				hint = " (did a filter plugin's set_local rewrite them?)"
+			}
+			return fmt.Errorf("filter %d stored as id %d optional %v cd_values %v, asked for id %d (%s) optional %v cd_values %v%s",
+				i, g.ID, g.Optional, g.Values, wf.ID, wf.Name, wf.Optional, wv, hint)
 		}
 	}
 	return nil
