@@ -51,27 +51,38 @@ func TestWriteBenchFrame(t *testing.T) {
 }
 
 func BenchmarkCodecs(b *testing.B) {
+	frames := map[int][]byte{}
+	frame := func(es int) []byte {
+		if frames[es] == nil {
+			frames[es] = detectorFrame(es)
+		}
+		return frames[es]
+	}
 	for _, es := range []int{4, 2} {
-		src := detectorFrame(es)
 		for _, name := range Names() {
-			c := mustNew(b, name, es)
-			enc := make([]byte, 0, c.Bound(len(src)))
-			stored, err := c.Encode(nil, src)
-			if err != nil {
-				b.Fatal(err)
-			}
 			b.Run(fmt.Sprintf("encode/%s/uint%d", name, 8*es), func(b *testing.B) {
+				src := frame(es)
+				c := mustNew(b, name, es)
+				enc := make([]byte, 0, c.Bound(len(src)))
+				var stored []byte
 				b.SetBytes(int64(len(src)))
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := c.Encode(enc, src); err != nil {
+					var err error
+					if stored, err = c.Encode(enc, src); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64(len(src))/float64(len(stored)), "ratio")
 			})
-			dec := make([]byte, 0, len(src))
 			b.Run(fmt.Sprintf("decode/%s/uint%d", name, 8*es), func(b *testing.B) {
+				src := frame(es)
+				c := mustNew(b, name, es)
+				stored, err := c.Encode(nil, src)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dec := make([]byte, 0, len(src))
 				b.SetBytes(int64(len(src)))
 				b.ReportAllocs()
 				for b.Loop() {

@@ -9,7 +9,7 @@
 //
 // Two transposes are compiled. A word-wide one handles element sizes 1, 2, 4
 // and 8 on runs of 64 elements, doing the transpose as six rounds of masked
-// swaps on 64-bit words; a byte-gather one built on the 8x8 bit-matrix
+// swaps on 64-bit words (words.go, generated into words_gen.go); a byte-gather one built on the 8x8 bit-matrix
 // transpose handles every other element size and the tail of a block that is
 // not a multiple of 64 elements. Both give the same bytes for every input.
 package bitshuffle
@@ -61,9 +61,9 @@ func ShuffleBlock(dst, src []byte, elemSize int) {
 	n := checkBlock(dst, src, elemSize)
 	dst = dst[:len(src)]
 	done := 0
-	if p := wordPlanFor(elemSize); p != nil {
+	if f, ok := wordFuncsFor(elemSize); ok {
 		done = n &^ 63
-		p.shuffle(dst, src, n, done)
+		f.shuffle(dst, src, n/8, done/64)
 	}
 	shuffleGroups(dst, src, elemSize, n, done)
 }
@@ -75,9 +75,9 @@ func UnshuffleBlock(dst, src []byte, elemSize int) {
 	n := checkBlock(dst, src, elemSize)
 	dst = dst[:len(src)]
 	done := 0
-	if p := wordPlanFor(elemSize); p != nil {
+	if f, ok := wordFuncsFor(elemSize); ok {
 		done = n &^ 63
-		p.unshuffle(dst, src, n, done)
+		f.unshuffle(dst, src, n/8, done/64)
 	}
 	unshuffleGroups(dst, src, elemSize, n, done)
 }

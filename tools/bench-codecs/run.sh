@@ -60,7 +60,7 @@ for line in open(go_path):
             go_ratio = float(m.group(4))
 
 print(f"1536x1536 uint32 frame, {nbytes} bytes, one thread")
-print(f"C library: bitshuffle {bitshuffle.__version__}, SSE2 {bitshuffle.using_SSE2()}, AVX2 {bitshuffle.using_AVX2()}")
+print(f"C library: bitshuffle module, SSE2 {bitshuffle.using_SSE2()}, AVX2 {bitshuffle.using_AVX2()}")
 print(f"{'':22}{'Go MB/s':>10}{'C MB/s':>10}{'Go/C':>8}")
 for k in names.values():
     g, cv = go.get(k, float("nan")), c[k]
