@@ -63,7 +63,10 @@ type Options struct {
 	// Filters is the pipeline the stored chunks went through, in order,
 	// with cd_values exactly as they must be stored. Filters are declared
 	// optional or mandatory as each says; a filter that libhdf5 cannot
-	// load must be optional.
+	// load must be optional. Create turns libhdf5's plugin loading off
+	// (process-wide) while it creates the stack, so that no plugin's
+	// set_local callback rewrites the values, and fails if the stored
+	// pipeline differs from this one.
 	Filters []compress.Filter
 
 	FlushInterval time.Duration // SWMR flush cadence; 0 means DefaultFlushInterval
@@ -157,7 +160,8 @@ func (o *Options) validate() error {
 }
 
 // Writer writes one scan's file. Its methods must be called from one
-// goroutine at a time. The first error sticks: later calls return it.
+// goroutine at a time. The first failure of the file (an HDF5 error) sticks:
+// later calls return it. Bad arguments (a frame out of range) do not stick.
 type Writer struct {
 	opts Options
 	temp string // name while writing
