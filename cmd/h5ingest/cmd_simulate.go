@@ -1,0 +1,280 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
+	"h5ingest/ingest/sim"
+)
+
+// simulateFlags holds the command line of h5ingest simulate.
+type simulateFlags struct {
+	scene, output                        string
+	frames                               int
+	darks, flats, projections            int
+	angleStart, angleEnd                 float64
+	chips, chipSize                      string
+	encoding, coding, orientation        string
+	bitDepth                             int
+	module                               uint16
+	fps                                  float64
+	seed                                 uint64
+	missing, duplicate, reorder, corrupt string
+	overwrite                            bool
+}
+
+func newSimulateCmd() *cobra.Command {
+	var fl simulateFlags
+	cmd := &cobra.Command{
+		Use:   "simulate --scene tomo|cdi -o FILE.pmcap",
+		Short: "Write a simulated scan to a capture file",
+		Long: `Simulate the frames a Pi-mega detector sends during a scan and write them to a
+capture file (.pmcap), with the ground truth (plan, format, faults and the
+CRC-32C of every frame's image) in its metadata.
+
+For tomography, --darks, --flats and --projections give the plan (darks,
+then flats, then projections from --angle-start to --angle-end); --frames
+alone means that many projections. For CDI, --frames is the frame count.
+Faults take a comma list of frame numbers or a rate such as 0.01.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := fl.config(cmd)
+			if err != nil {
+				return usageError(err)
+			}
+			return runSimulate(cmd, cfg, fl.output, fl.overwrite)
+		},
+	}
+	f := cmd.Flags()
+	def := sim.DefaultConfig()
+	f.StringVar(&fl.scene, "scene", string(def.Scene), "what the detector sees: tomo or cdi")
+	f.StringVarP(&fl.output, "output", "o", "", "capture file to write (required)")
+	f.IntVar(&fl.frames, "frames", 0, "projections (tomo) or frames (cdi); default 100 unless the plan flags are given")
+	f.IntVar(&fl.darks, "darks", def.Plan.Darks, "tomo: dark fields before the flats")
+	f.IntVar(&fl.flats, "flats", def.Plan.Flats, "tomo: flat fields before the projections")
+	f.IntVar(&fl.projections, "projections", def.Plan.Projections, "tomo: projections")
+	f.Float64Var(&fl.angleStart, "angle-start", def.Plan.AngleStart, "tomo: angle of the first projection, degrees")
+	f.Float64Var(&fl.angleEnd, "angle-end", def.Plan.AngleEnd, "tomo: end of the angle range, degrees (not reached)")
+	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, COLUMNSxROWS")
+	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WIDTHxHEIGHT")
+	f.StringVar(&fl.encoding, "encoding", def.Format.Encoding.String(), "payload encoding: bitplane, packed12, packed24, u16le or u32le")
+	f.IntVar(&fl.bitDepth, "bit-depth", 0, "counter bits (default: 24 for bitplane and packed24, 12 packed12, 16 u16le, 32 u32le)")
+	f.StringVar(&fl.coding, "coding", "", "counter coding: binary or lfsr (default: lfsr for bitplane, else binary)")
+	f.StringVar(&fl.orientation, "orientation", "", "chip orientations: a comma list of 0 or 180 per chip, or alternate-rows (default all 0)")
+	f.Uint16Var(&fl.module, "module", 0, "module id in every frame header")
+	f.Float64Var(&fl.fps, "fps", def.FPS, "frame rate for the timestamps, frames per second")
+	f.Uint64Var(&fl.seed, "seed", def.Seed, "seed of every random choice")
+	f.StringVar(&fl.missing, "missing", "", "frames never written: list or rate")
+	f.StringVar(&fl.duplicate, "duplicate", "", "frames written twice: list or rate")
+	f.StringVar(&fl.reorder, "reorder", "", "frames swapped with the next one: list or rate")
+	f.StringVar(&fl.corrupt, "corrupt", "", "frames whose payload is damaged after its CRC: list or rate")
+	f.BoolVar(&fl.overwrite, "overwrite", false, "replace an existing output file")
+	return cmd
+}
+
+// config turns the flags into a simulator configuration. Its errors name
+// the flag and what it allows.
+func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
+	cfg := sim.DefaultConfig()
+	if fl.output == "" {
+		return cfg, errors.New("--output (-o) is required")
+	}
+	changed := cmd.Flags().Changed
+	switch sim.Scene(fl.scene) {
+	case sim.Tomo, sim.CDI:
+		cfg.Scene = sim.Scene(fl.scene)
+	default:
+		return cfg, fmt.Errorf("--scene %q: want tomo or cdi", fl.scene)
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"frames", fl.frames}, {"darks", fl.darks}, {"flats", fl.flats}, {"projections", fl.projections}} {
+		if n.v < 0 {
+			return cfg, fmt.Errorf("--%s %d: must not be negative", n.name, n.v)
+		}
+	}
+	plan := changed("darks") || changed("flats") || changed("projections")
+	cfg.Plan = sim.Plan{Darks: fl.darks, Flats: fl.flats, Projections: fl.projections, AngleStart: fl.angleStart, AngleEnd: fl.angleEnd}
+	switch {
+	case cfg.Scene == sim.Tomo && changed("frames") && plan:
+		return cfg, errors.New("--frames with --darks, --flats or --projections: give the plan or --frames, not both")
+	case cfg.Scene == sim.Tomo && changed("frames"):
+		cfg.Plan.Darks, cfg.Plan.Flats, cfg.Plan.Projections = 0, 0, fl.frames
+	case cfg.Scene == sim.CDI && plan:
+		return cfg, errors.New("--darks, --flats and --projections are for --scene tomo; give --frames for cdi")
+	case cfg.Scene == sim.CDI && changed("frames"):
+		cfg.Frames = fl.frames
+	}
+	if cfg.NumFrames() < 1 {
+		return cfg, errors.New("the scan has no frames: give --frames or a plan with at least one frame")
+	}
+	var err error
+	if cfg.Format, err = fl.format(changed); err != nil {
+		return cfg, err
+	}
+	if cfg.Orientation, err = parseOrientation(fl.orientation, cfg.Format.Geometry); err != nil {
+		return cfg, fmt.Errorf("--orientation: %w", err)
+	}
+	if !(fl.fps > 0) {
+		return cfg, fmt.Errorf("--fps %v: must be positive", fl.fps)
+	}
+	cfg.Module, cfg.FPS, cfg.Seed = fl.module, fl.fps, fl.seed
+	for _, fault := range []struct {
+		name string
+		v    string
+		dst  *sim.FaultSpec
+	}{{"missing", fl.missing, &cfg.Missing}, {"duplicate", fl.duplicate, &cfg.Duplicate},
+		{"reorder", fl.reorder, &cfg.Reorder}, {"corrupt", fl.corrupt, &cfg.Corrupt}} {
+		if *fault.dst, err = parseFault(fault.v, cfg.NumFrames()); err != nil {
+			return cfg, fmt.Errorf("--%s %q: %w", fault.name, fault.v, err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// format builds the frame format from the geometry and encoding flags.
+func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error) {
+	var f frame.Format
+	var err error
+	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255); err != nil {
+		return f, fmt.Errorf("--chips %q: %w", fl.chips, err)
+	}
+	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535); err != nil {
+		return f, fmt.Errorf("--chip-size %q: %w", fl.chipSize, err)
+	}
+	if f.Encoding, err = frame.ParseEncoding(fl.encoding); err != nil {
+		return f, fmt.Errorf("--encoding: %w", err)
+	}
+	f.BitDepth = map[frame.Encoding]int{frame.Bitplane: 24, frame.Packed12: 12, frame.Packed24: 24, frame.U16LE: 16, frame.U32LE: 32}[f.Encoding]
+	if changed("bit-depth") {
+		f.BitDepth = fl.bitDepth
+	}
+	f.Coding = frame.Binary
+	if f.Encoding == frame.Bitplane {
+		f.Coding = frame.LFSR
+	}
+	if fl.coding != "" {
+		if f.Coding, err = frame.ParseCoding(fl.coding); err != nil {
+			return f, fmt.Errorf("--coding: %w", err)
+		}
+	}
+	if err := f.Validate(); err != nil {
+		return f, fmt.Errorf("--encoding %s --bit-depth %d --coding %s --chip-size %s: %w",
+			f.Encoding, f.BitDepth, f.Coding, fl.chipSize, err)
+	}
+	return f, nil
+}
+
+// parseSize parses "AxB" with both sides 1 to max.
+func parseSize(s string, max int) (int, int, error) {
+	a, b, ok := strings.Cut(s, "x")
+	x, err1 := strconv.Atoi(a)
+	y, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || x < 1 || y < 1 || x > max || y > max {
+		return 0, 0, fmt.Errorf("want two whole numbers from 1 to %d joined by x, such as 6x6", max)
+	}
+	return x, y, nil
+}
+
+// parseOrientation parses a comma list of 0 or 180 per chip, or
+// "alternate-rows" (every other chip row turned by 180 degrees).
+func parseOrientation(s string, g frame.Geometry) (frame.Orientation, error) {
+	switch s {
+	case "":
+		return nil, nil
+	case "alternate-rows":
+		o := make(frame.Orientation, g.Chips())
+		for k := range o {
+			if k/g.ChipsX%2 == 1 {
+				o[k] = 180
+			}
+		}
+		return o, nil
+	}
+	var o frame.Orientation
+	for _, f := range strings.Split(s, ",") {
+		deg, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q: want 0 or 180 per chip, or alternate-rows", f)
+		}
+		o = append(o, deg)
+	}
+	if err := o.Validate(g.Chips()); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parseFault parses a fault flag: empty, a rate in [0, 1) written with a
+// decimal point, or a comma list of frame numbers below n.
+func parseFault(s string, n int) (sim.FaultSpec, error) {
+	var spec sim.FaultSpec
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return spec, nil
+	}
+	if strings.ContainsAny(s, ".eE") {
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(r >= 0 && r <= 1) {
+			return spec, errors.New("want a rate from 0 to 1 (such as 0.01) or a comma list of frame numbers")
+		}
+		spec.Rate = r
+		return spec, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || i < 0 || i >= n {
+			return spec, fmt.Errorf("frame %q: want frame numbers from 0 to %d, or a rate such as 0.01", f, n-1)
+		}
+		spec.Frames = append(spec.Frames, i)
+	}
+	return spec, nil
+}
+
+// runSimulate writes the scan and prints one summary line.
+func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool) error {
+	start := time.Now()
+	scan, err := sim.New(cfg)
+	if err != nil {
+		return usageError(err)
+	}
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if !overwrite {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	}
+	out, err := os.OpenFile(path, flag, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return usageError(fmt.Errorf("%s exists: give --overwrite to replace it", path))
+	}
+	if err != nil {
+		return err
+	}
+	meta := capture.Metadata{
+		Profile:  "simulated",
+		Created:  start.UTC().Format(time.RFC3339),
+		Software: "h5ingest simulate",
+	}
+	st, err := scan.WriteCapture(out, meta)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("simulate %s: %w", path, err)
+	}
+	secs := time.Since(start).Seconds()
+	fmt.Fprintf(cmd.OutOrStdout(), "simulated %s: %d frames (%d records, %d overflowed) of %v, %d bytes in %.2f s (%.1f frames/s, %.0f MB/s) to %s\n",
+		cfg.Scene, st.Frames, st.Records, st.Overflow, cfg.Format, st.Bytes, secs, float64(st.Frames)/secs, float64(st.Bytes)/secs/1e6, path)
+	return nil
+}
