@@ -33,6 +33,11 @@ func makeSpread() (t [256]uint64) {
 	return t
 }
 
+// Gathering by look-up measured faster than transposing 8x8 bit matrices of
+// 64 pixels x 8 planes with word-wide swaps (1.13 against 1.05 GB/s of
+// 24-bit payload per core on the development machine), so it is the only
+// gather kept.
+
 // planes4 returns the 4-bit code parts of 8 pixels from 4 consecutive
 // planes: byte i of the result is pixel i's bits, first plane most
 // significant. p indexes the first plane's byte; planes are s bytes apart.
