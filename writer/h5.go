@@ -746,3 +746,10 @@ func openObjectsAll() int {
 	defer unlock()
 	return int(C.H5Fget_obj_count(C.H5F_OBJ_ALL, C.H5F_OBJ_ALL))
 }
+
+// storageSize returns the bytes dataset d's chunks take in the file.
+func storageSize(d hid) int64 {
+	lock()
+	defer unlock()
+	return int64(C.H5Dget_storage_size(d))
+}

@@ -219,3 +219,47 @@ func (r *Reader) Close() error {
 	r.stack, r.file = 0, 0
 	return err
 }
+
+// requiredPaths lists the datasets every file of a layout holds, besides
+// the frame stack and the per-frame records.
+var requiredPaths = map[string][]string{
+	LayoutNXtomo: {
+		"/entry/definition", "/entry/start_time", "/entry/end_time",
+		"/entry/instrument/detector/image_key",
+		"/entry/instrument/detector/x_pixel_size", "/entry/instrument/detector/y_pixel_size",
+		"/entry/instrument/detector/distance",
+		"/entry/sample/name", "/entry/sample/rotation_angle", "/entry/control/data",
+		"/entry/data/data", "/entry/data/rotation_angle", "/entry/data/image_key",
+		"/exchange/data", "/exchange/data_white", "/exchange/data_dark", "/exchange/theta",
+	},
+	LayoutCXI: {
+		"/cxi_version", "/entry_1/start_time", "/entry_1/end_time",
+		"/entry_1/instrument_1/source_1/energy",
+		"/entry_1/instrument_1/detector_1/distance",
+		"/entry_1/instrument_1/detector_1/x_pixel_size", "/entry_1/instrument_1/detector_1/y_pixel_size",
+		"/entry_1/sample_1/geometry_1/translation", "/entry_1/data_1/data",
+	},
+}
+
+// recordNames are the per-frame record datasets beside the stack.
+var recordNames = []string{"frame_number", "timestamp", "raw_crc32c", "data_crc32c", "frame_status"}
+
+// MissingPaths returns the datasets of the file's layout that the file
+// lacks; none for a complete file.
+func (r *Reader) MissingPaths() []string {
+	var missing []string
+	for _, name := range recordNames {
+		if p := r.det + "/" + name; !exists(r.file, p) {
+			missing = append(missing, p)
+		}
+	}
+	for _, p := range requiredPaths[r.Layout] {
+		if !exists(r.file, p) {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}
+
+// StoredBytes returns the bytes the frame stack's chunks take in the file.
+func (r *Reader) StoredBytes() int64 { return storageSize(r.stack) }

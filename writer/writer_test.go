@@ -811,3 +811,53 @@ print("ok")
 		t.Fatal(err)
 	}
 }
+
+func TestReaderMissingPathsAndStoredBytes(t *testing.T) {
+	for _, layout := range []string{LayoutNXtomo, LayoutCXI} {
+		t.Run(layout, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "scan.h5")
+			w, err := Create(Options{Path: path, Layout: layout, Frames: 3, Height: 4, Width: 8, ElemSize: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunk := make([]byte, 4*8*2)
+			for _, n := range []int{0, 2} {
+				if err := w.WriteChunk(n, 0, chunk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if m := r.MissingPaths(); len(m) != 0 {
+				t.Errorf("complete file lacks %v", m)
+			}
+			if got := r.StoredBytes(); got != 2*int64(len(chunk)) {
+				t.Errorf("StoredBytes = %d, want %d", got, 2*len(chunk))
+			}
+		})
+	}
+	// A file with a stack but not the rest of a layout.
+	path := filepath.Join(t.TempDir(), "bare.h5")
+	if out, err := exec.Command("/usr/bin/python3", "-c", `
+import h5py, sys
+with h5py.File(sys.argv[1], "w") as f:
+    f.create_dataset("/entry/instrument/detector/data", shape=(1, 2, 8), dtype="u2", chunks=(1, 2, 8))
+`, path).CombinedOutput(); err != nil {
+		t.Skipf("no h5py to make an incomplete file: %v %s", err, out)
+	}
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m := r.MissingPaths()
+	if !slices.Contains(m, "/entry/instrument/detector/frame_status") || !slices.Contains(m, "/exchange/data") {
+		t.Errorf("MissingPaths = %v, want the records and /exchange among them", m)
+	}
+}
