@@ -7,2711 +7,3915 @@ import "encoding/binary"
 // shuffleWords1 transposes runs of 64 1-byte elements; see words.go.
 func shuffleWords1(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [8]uint64
+	_ = a
 	for q := range runs {
 		in := src[q*64 : q*64+64]
-		a0 := binary.LittleEndian.Uint64(in[0:])
-		a1 := binary.LittleEndian.Uint64(in[8:])
-		a2 := binary.LittleEndian.Uint64(in[16:])
-		a3 := binary.LittleEndian.Uint64(in[24:])
-		a4 := binary.LittleEndian.Uint64(in[32:])
-		a5 := binary.LittleEndian.Uint64(in[40:])
-		a6 := binary.LittleEndian.Uint64(in[48:])
-		a7 := binary.LittleEndian.Uint64(in[56:])
-		t = ((a0 >> 32) ^ a4) & 0x00000000FFFFFFFF
-		a4 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a5) & 0x00000000FFFFFFFF
-		a5 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a6) & 0x00000000FFFFFFFF
-		a6 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a7) & 0x00000000FFFFFFFF
-		a7 ^= t
-		a3 ^= t << 32
-		t = ((a0 >> 16) ^ a2) & 0x0000FFFF0000FFFF
-		a2 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a3) & 0x0000FFFF0000FFFF
-		a3 ^= t
-		a1 ^= t << 16
-		t = ((a4 >> 16) ^ a6) & 0x0000FFFF0000FFFF
-		a6 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a7) & 0x0000FFFF0000FFFF
-		a7 ^= t
-		a5 ^= t << 16
-		t = ((a0 >> 8) ^ a1) & 0x00FF00FF00FF00FF
-		a1 ^= t
-		a0 ^= t << 8
-		t = ((a2 >> 8) ^ a3) & 0x00FF00FF00FF00FF
-		a3 ^= t
-		a2 ^= t << 8
-		t = ((a4 >> 8) ^ a5) & 0x00FF00FF00FF00FF
-		a5 ^= t
-		a4 ^= t << 8
-		t = ((a6 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a6 ^= t << 8
-		t = ((a0 >> 4) ^ a4) & 0x0F0F0F0F0F0F0F0F
-		a4 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a1 ^= t << 4
-		t = ((a2 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a2 ^= t << 4
-		t = ((a3 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a3 ^= t << 4
-		t = ((a0 >> 2) ^ a2) & 0x3333333333333333
-		a2 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a1 ^= t << 2
-		t = ((a4 >> 2) ^ a6) & 0x3333333333333333
-		a6 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a5 ^= t << 2
-		t = ((a0 >> 1) ^ a1) & 0x5555555555555555
-		a1 ^= t
-		a0 ^= t << 1
-		t = ((a2 >> 1) ^ a3) & 0x5555555555555555
-		a3 ^= t
-		a2 ^= t << 1
-		t = ((a4 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a4 ^= t << 1
-		t = ((a6 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a6 ^= t << 1
 		out := dst[8*q:]
-		binary.LittleEndian.PutUint64(out[0*rowBytes:], a0)
-		binary.LittleEndian.PutUint64(out[1*rowBytes:], a1)
-		binary.LittleEndian.PutUint64(out[2*rowBytes:], a2)
-		binary.LittleEndian.PutUint64(out[3*rowBytes:], a3)
-		binary.LittleEndian.PutUint64(out[4*rowBytes:], a4)
-		binary.LittleEndian.PutUint64(out[5*rowBytes:], a5)
-		binary.LittleEndian.PutUint64(out[6*rowBytes:], a6)
-		binary.LittleEndian.PutUint64(out[7*rowBytes:], a7)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0:])
+			v1 := binary.LittleEndian.Uint64(in[8:])
+			v2 := binary.LittleEndian.Uint64(in[16:])
+			v3 := binary.LittleEndian.Uint64(in[24:])
+			v4 := binary.LittleEndian.Uint64(in[32:])
+			v5 := binary.LittleEndian.Uint64(in[40:])
+			v6 := binary.LittleEndian.Uint64(in[48:])
+			v7 := binary.LittleEndian.Uint64(in[56:])
+			t = ((v0 >> 32) ^ v4) & 0x00000000FFFFFFFF
+			v4 ^= t
+			v0 ^= t << 32
+			t = ((v1 >> 32) ^ v5) & 0x00000000FFFFFFFF
+			v5 ^= t
+			v1 ^= t << 32
+			t = ((v2 >> 32) ^ v6) & 0x00000000FFFFFFFF
+			v6 ^= t
+			v2 ^= t << 32
+			t = ((v3 >> 32) ^ v7) & 0x00000000FFFFFFFF
+			v7 ^= t
+			v3 ^= t << 32
+			t = ((v0 >> 16) ^ v2) & 0x0000FFFF0000FFFF
+			v2 ^= t
+			v0 ^= t << 16
+			t = ((v1 >> 16) ^ v3) & 0x0000FFFF0000FFFF
+			v3 ^= t
+			v1 ^= t << 16
+			t = ((v4 >> 16) ^ v6) & 0x0000FFFF0000FFFF
+			v6 ^= t
+			v4 ^= t << 16
+			t = ((v5 >> 16) ^ v7) & 0x0000FFFF0000FFFF
+			v7 ^= t
+			v5 ^= t << 16
+			t = ((v0 >> 8) ^ v1) & 0x00FF00FF00FF00FF
+			v1 ^= t
+			v0 ^= t << 8
+			t = ((v2 >> 8) ^ v3) & 0x00FF00FF00FF00FF
+			v3 ^= t
+			v2 ^= t << 8
+			t = ((v4 >> 8) ^ v5) & 0x00FF00FF00FF00FF
+			v5 ^= t
+			v4 ^= t << 8
+			t = ((v6 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v6 ^= t << 8
+			t = ((v0 >> 4) ^ v4) & 0x0F0F0F0F0F0F0F0F
+			v4 ^= t
+			v0 ^= t << 4
+			t = ((v1 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v1 ^= t << 4
+			t = ((v2 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v2 ^= t << 4
+			t = ((v3 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v3 ^= t << 4
+			t = ((v0 >> 2) ^ v2) & 0x3333333333333333
+			v2 ^= t
+			v0 ^= t << 2
+			t = ((v1 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v1 ^= t << 2
+			t = ((v4 >> 2) ^ v6) & 0x3333333333333333
+			v6 ^= t
+			v4 ^= t << 2
+			t = ((v5 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v5 ^= t << 2
+			t = ((v0 >> 1) ^ v1) & 0x5555555555555555
+			v1 ^= t
+			v0 ^= t << 1
+			t = ((v2 >> 1) ^ v3) & 0x5555555555555555
+			v3 ^= t
+			v2 ^= t << 1
+			t = ((v4 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v4 ^= t << 1
+			t = ((v6 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v6 ^= t << 1
+			binary.LittleEndian.PutUint64(out[0*rowBytes:], v0)
+			binary.LittleEndian.PutUint64(out[1*rowBytes:], v1)
+			binary.LittleEndian.PutUint64(out[2*rowBytes:], v2)
+			binary.LittleEndian.PutUint64(out[3*rowBytes:], v3)
+			binary.LittleEndian.PutUint64(out[4*rowBytes:], v4)
+			binary.LittleEndian.PutUint64(out[5*rowBytes:], v5)
+			binary.LittleEndian.PutUint64(out[6*rowBytes:], v6)
+			binary.LittleEndian.PutUint64(out[7*rowBytes:], v7)
+		}
 	}
 }
 
 // unshuffleWords1 inverts shuffleWords1.
 func unshuffleWords1(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [8]uint64
+	_ = a
 	for q := range runs {
 		in := src[8*q:]
-		a0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
-		a1 := binary.LittleEndian.Uint64(in[1*rowBytes:])
-		a2 := binary.LittleEndian.Uint64(in[2*rowBytes:])
-		a3 := binary.LittleEndian.Uint64(in[3*rowBytes:])
-		a4 := binary.LittleEndian.Uint64(in[4*rowBytes:])
-		a5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
-		a6 := binary.LittleEndian.Uint64(in[6*rowBytes:])
-		a7 := binary.LittleEndian.Uint64(in[7*rowBytes:])
-		t = ((a0 >> 1) ^ a1) & 0x5555555555555555
-		a1 ^= t
-		a0 ^= t << 1
-		t = ((a2 >> 1) ^ a3) & 0x5555555555555555
-		a3 ^= t
-		a2 ^= t << 1
-		t = ((a4 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a4 ^= t << 1
-		t = ((a6 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a6 ^= t << 1
-		t = ((a0 >> 2) ^ a2) & 0x3333333333333333
-		a2 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a1 ^= t << 2
-		t = ((a4 >> 2) ^ a6) & 0x3333333333333333
-		a6 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a5 ^= t << 2
-		t = ((a0 >> 4) ^ a4) & 0x0F0F0F0F0F0F0F0F
-		a4 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a1 ^= t << 4
-		t = ((a2 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a2 ^= t << 4
-		t = ((a3 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a3 ^= t << 4
-		t = ((a0 >> 8) ^ a1) & 0x00FF00FF00FF00FF
-		a1 ^= t
-		a0 ^= t << 8
-		t = ((a2 >> 8) ^ a3) & 0x00FF00FF00FF00FF
-		a3 ^= t
-		a2 ^= t << 8
-		t = ((a4 >> 8) ^ a5) & 0x00FF00FF00FF00FF
-		a5 ^= t
-		a4 ^= t << 8
-		t = ((a6 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a6 ^= t << 8
-		t = ((a0 >> 16) ^ a2) & 0x0000FFFF0000FFFF
-		a2 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a3) & 0x0000FFFF0000FFFF
-		a3 ^= t
-		a1 ^= t << 16
-		t = ((a4 >> 16) ^ a6) & 0x0000FFFF0000FFFF
-		a6 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a7) & 0x0000FFFF0000FFFF
-		a7 ^= t
-		a5 ^= t << 16
-		t = ((a0 >> 32) ^ a4) & 0x00000000FFFFFFFF
-		a4 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a5) & 0x00000000FFFFFFFF
-		a5 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a6) & 0x00000000FFFFFFFF
-		a6 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a7) & 0x00000000FFFFFFFF
-		a7 ^= t
-		a3 ^= t << 32
 		out := dst[q*64 : q*64+64]
-		binary.LittleEndian.PutUint64(out[0:], a0)
-		binary.LittleEndian.PutUint64(out[8:], a1)
-		binary.LittleEndian.PutUint64(out[16:], a2)
-		binary.LittleEndian.PutUint64(out[24:], a3)
-		binary.LittleEndian.PutUint64(out[32:], a4)
-		binary.LittleEndian.PutUint64(out[40:], a5)
-		binary.LittleEndian.PutUint64(out[48:], a6)
-		binary.LittleEndian.PutUint64(out[56:], a7)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
+			v1 := binary.LittleEndian.Uint64(in[1*rowBytes:])
+			v2 := binary.LittleEndian.Uint64(in[2*rowBytes:])
+			v3 := binary.LittleEndian.Uint64(in[3*rowBytes:])
+			v4 := binary.LittleEndian.Uint64(in[4*rowBytes:])
+			v5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
+			v6 := binary.LittleEndian.Uint64(in[6*rowBytes:])
+			v7 := binary.LittleEndian.Uint64(in[7*rowBytes:])
+			t = ((v0 >> 1) ^ v1) & 0x5555555555555555
+			v1 ^= t
+			v0 ^= t << 1
+			t = ((v2 >> 1) ^ v3) & 0x5555555555555555
+			v3 ^= t
+			v2 ^= t << 1
+			t = ((v4 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v4 ^= t << 1
+			t = ((v6 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v6 ^= t << 1
+			t = ((v0 >> 2) ^ v2) & 0x3333333333333333
+			v2 ^= t
+			v0 ^= t << 2
+			t = ((v1 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v1 ^= t << 2
+			t = ((v4 >> 2) ^ v6) & 0x3333333333333333
+			v6 ^= t
+			v4 ^= t << 2
+			t = ((v5 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v5 ^= t << 2
+			t = ((v0 >> 4) ^ v4) & 0x0F0F0F0F0F0F0F0F
+			v4 ^= t
+			v0 ^= t << 4
+			t = ((v1 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v1 ^= t << 4
+			t = ((v2 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v2 ^= t << 4
+			t = ((v3 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v3 ^= t << 4
+			t = ((v0 >> 8) ^ v1) & 0x00FF00FF00FF00FF
+			v1 ^= t
+			v0 ^= t << 8
+			t = ((v2 >> 8) ^ v3) & 0x00FF00FF00FF00FF
+			v3 ^= t
+			v2 ^= t << 8
+			t = ((v4 >> 8) ^ v5) & 0x00FF00FF00FF00FF
+			v5 ^= t
+			v4 ^= t << 8
+			t = ((v6 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v6 ^= t << 8
+			t = ((v0 >> 16) ^ v2) & 0x0000FFFF0000FFFF
+			v2 ^= t
+			v0 ^= t << 16
+			t = ((v1 >> 16) ^ v3) & 0x0000FFFF0000FFFF
+			v3 ^= t
+			v1 ^= t << 16
+			t = ((v4 >> 16) ^ v6) & 0x0000FFFF0000FFFF
+			v6 ^= t
+			v4 ^= t << 16
+			t = ((v5 >> 16) ^ v7) & 0x0000FFFF0000FFFF
+			v7 ^= t
+			v5 ^= t << 16
+			t = ((v0 >> 32) ^ v4) & 0x00000000FFFFFFFF
+			v4 ^= t
+			v0 ^= t << 32
+			t = ((v1 >> 32) ^ v5) & 0x00000000FFFFFFFF
+			v5 ^= t
+			v1 ^= t << 32
+			t = ((v2 >> 32) ^ v6) & 0x00000000FFFFFFFF
+			v6 ^= t
+			v2 ^= t << 32
+			t = ((v3 >> 32) ^ v7) & 0x00000000FFFFFFFF
+			v7 ^= t
+			v3 ^= t << 32
+			binary.LittleEndian.PutUint64(out[0:], v0)
+			binary.LittleEndian.PutUint64(out[8:], v1)
+			binary.LittleEndian.PutUint64(out[16:], v2)
+			binary.LittleEndian.PutUint64(out[24:], v3)
+			binary.LittleEndian.PutUint64(out[32:], v4)
+			binary.LittleEndian.PutUint64(out[40:], v5)
+			binary.LittleEndian.PutUint64(out[48:], v6)
+			binary.LittleEndian.PutUint64(out[56:], v7)
+		}
 	}
 }
 
 // shuffleWords2 transposes runs of 64 2-byte elements; see words.go.
 func shuffleWords2(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [16]uint64
+	_ = a
 	for q := range runs {
 		in := src[q*128 : q*128+128]
-		a0 := binary.LittleEndian.Uint64(in[0:])
-		a1 := binary.LittleEndian.Uint64(in[8:])
-		a2 := binary.LittleEndian.Uint64(in[16:])
-		a3 := binary.LittleEndian.Uint64(in[24:])
-		a4 := binary.LittleEndian.Uint64(in[32:])
-		a5 := binary.LittleEndian.Uint64(in[40:])
-		a6 := binary.LittleEndian.Uint64(in[48:])
-		a7 := binary.LittleEndian.Uint64(in[56:])
-		a8 := binary.LittleEndian.Uint64(in[64:])
-		a9 := binary.LittleEndian.Uint64(in[72:])
-		a10 := binary.LittleEndian.Uint64(in[80:])
-		a11 := binary.LittleEndian.Uint64(in[88:])
-		a12 := binary.LittleEndian.Uint64(in[96:])
-		a13 := binary.LittleEndian.Uint64(in[104:])
-		a14 := binary.LittleEndian.Uint64(in[112:])
-		a15 := binary.LittleEndian.Uint64(in[120:])
-		t = ((a0 >> 32) ^ a8) & 0x00000000FFFFFFFF
-		a8 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a9) & 0x00000000FFFFFFFF
-		a9 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a10) & 0x00000000FFFFFFFF
-		a10 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a11) & 0x00000000FFFFFFFF
-		a11 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a12) & 0x00000000FFFFFFFF
-		a12 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a13) & 0x00000000FFFFFFFF
-		a13 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a14) & 0x00000000FFFFFFFF
-		a14 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a15) & 0x00000000FFFFFFFF
-		a15 ^= t
-		a7 ^= t << 32
-		t = ((a0 >> 16) ^ a4) & 0x0000FFFF0000FFFF
-		a4 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a5) & 0x0000FFFF0000FFFF
-		a5 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a6) & 0x0000FFFF0000FFFF
-		a6 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a7) & 0x0000FFFF0000FFFF
-		a7 ^= t
-		a3 ^= t << 16
-		t = ((a8 >> 16) ^ a12) & 0x0000FFFF0000FFFF
-		a12 ^= t
-		a8 ^= t << 16
-		t = ((a9 >> 16) ^ a13) & 0x0000FFFF0000FFFF
-		a13 ^= t
-		a9 ^= t << 16
-		t = ((a10 >> 16) ^ a14) & 0x0000FFFF0000FFFF
-		a14 ^= t
-		a10 ^= t << 16
-		t = ((a11 >> 16) ^ a15) & 0x0000FFFF0000FFFF
-		a15 ^= t
-		a11 ^= t << 16
-		t = ((a0 >> 8) ^ a2) & 0x00FF00FF00FF00FF
-		a2 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a3) & 0x00FF00FF00FF00FF
-		a3 ^= t
-		a1 ^= t << 8
-		t = ((a4 >> 8) ^ a6) & 0x00FF00FF00FF00FF
-		a6 ^= t
-		a4 ^= t << 8
-		t = ((a5 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a5 ^= t << 8
-		t = ((a8 >> 8) ^ a10) & 0x00FF00FF00FF00FF
-		a10 ^= t
-		a8 ^= t << 8
-		t = ((a9 >> 8) ^ a11) & 0x00FF00FF00FF00FF
-		a11 ^= t
-		a9 ^= t << 8
-		t = ((a12 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a12 ^= t << 8
-		t = ((a13 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a13 ^= t << 8
-		t = ((a0 >> 4) ^ a1) & 0x0F0F0F0F0F0F0F0F
-		a1 ^= t
-		a0 ^= t << 4
-		t = ((a2 >> 4) ^ a3) & 0x0F0F0F0F0F0F0F0F
-		a3 ^= t
-		a2 ^= t << 4
-		t = ((a4 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a4 ^= t << 4
-		t = ((a6 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a6 ^= t << 4
-		t = ((a8 >> 4) ^ a9) & 0x0F0F0F0F0F0F0F0F
-		a9 ^= t
-		a8 ^= t << 4
-		t = ((a10 >> 4) ^ a11) & 0x0F0F0F0F0F0F0F0F
-		a11 ^= t
-		a10 ^= t << 4
-		t = ((a12 >> 4) ^ a13) & 0x0F0F0F0F0F0F0F0F
-		a13 ^= t
-		a12 ^= t << 4
-		t = ((a14 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a14 ^= t << 4
-		t = ((a0 >> 2) ^ a8) & 0x3333333333333333
-		a8 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a9) & 0x3333333333333333
-		a9 ^= t
-		a1 ^= t << 2
-		t = ((a2 >> 2) ^ a10) & 0x3333333333333333
-		a10 ^= t
-		a2 ^= t << 2
-		t = ((a3 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a3 ^= t << 2
-		t = ((a4 >> 2) ^ a12) & 0x3333333333333333
-		a12 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a13) & 0x3333333333333333
-		a13 ^= t
-		a5 ^= t << 2
-		t = ((a6 >> 2) ^ a14) & 0x3333333333333333
-		a14 ^= t
-		a6 ^= t << 2
-		t = ((a7 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a7 ^= t << 2
-		t = ((a0 >> 1) ^ a4) & 0x5555555555555555
-		a4 ^= t
-		a0 ^= t << 1
-		t = ((a1 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a1 ^= t << 1
-		t = ((a2 >> 1) ^ a6) & 0x5555555555555555
-		a6 ^= t
-		a2 ^= t << 1
-		t = ((a3 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a3 ^= t << 1
-		t = ((a8 >> 1) ^ a12) & 0x5555555555555555
-		a12 ^= t
-		a8 ^= t << 1
-		t = ((a9 >> 1) ^ a13) & 0x5555555555555555
-		a13 ^= t
-		a9 ^= t << 1
-		t = ((a10 >> 1) ^ a14) & 0x5555555555555555
-		a14 ^= t
-		a10 ^= t << 1
-		t = ((a11 >> 1) ^ a15) & 0x5555555555555555
-		a15 ^= t
-		a11 ^= t << 1
 		out := dst[8*q:]
-		binary.LittleEndian.PutUint64(out[0*rowBytes:], a0)
-		binary.LittleEndian.PutUint64(out[4*rowBytes:], a1)
-		binary.LittleEndian.PutUint64(out[8*rowBytes:], a2)
-		binary.LittleEndian.PutUint64(out[12*rowBytes:], a3)
-		binary.LittleEndian.PutUint64(out[1*rowBytes:], a4)
-		binary.LittleEndian.PutUint64(out[5*rowBytes:], a5)
-		binary.LittleEndian.PutUint64(out[9*rowBytes:], a6)
-		binary.LittleEndian.PutUint64(out[13*rowBytes:], a7)
-		binary.LittleEndian.PutUint64(out[2*rowBytes:], a8)
-		binary.LittleEndian.PutUint64(out[6*rowBytes:], a9)
-		binary.LittleEndian.PutUint64(out[10*rowBytes:], a10)
-		binary.LittleEndian.PutUint64(out[14*rowBytes:], a11)
-		binary.LittleEndian.PutUint64(out[3*rowBytes:], a12)
-		binary.LittleEndian.PutUint64(out[7*rowBytes:], a13)
-		binary.LittleEndian.PutUint64(out[11*rowBytes:], a14)
-		binary.LittleEndian.PutUint64(out[15*rowBytes:], a15)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0:])
+			v1 := binary.LittleEndian.Uint64(in[8:])
+			v2 := binary.LittleEndian.Uint64(in[16:])
+			v3 := binary.LittleEndian.Uint64(in[24:])
+			t = ((v0 >> 8) ^ v2) & 0x00FF00FF00FF00FF
+			v2 ^= t
+			v0 ^= t << 8
+			t = ((v1 >> 8) ^ v3) & 0x00FF00FF00FF00FF
+			v3 ^= t
+			v1 ^= t << 8
+			t = ((v0 >> 4) ^ v1) & 0x0F0F0F0F0F0F0F0F
+			v1 ^= t
+			v0 ^= t << 4
+			t = ((v2 >> 4) ^ v3) & 0x0F0F0F0F0F0F0F0F
+			v3 ^= t
+			v2 ^= t << 4
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[32:])
+			v5 := binary.LittleEndian.Uint64(in[40:])
+			v6 := binary.LittleEndian.Uint64(in[48:])
+			v7 := binary.LittleEndian.Uint64(in[56:])
+			t = ((v4 >> 8) ^ v6) & 0x00FF00FF00FF00FF
+			v6 ^= t
+			v4 ^= t << 8
+			t = ((v5 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v5 ^= t << 8
+			t = ((v4 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v4 ^= t << 4
+			t = ((v6 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v6 ^= t << 4
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[64:])
+			v9 := binary.LittleEndian.Uint64(in[72:])
+			v10 := binary.LittleEndian.Uint64(in[80:])
+			v11 := binary.LittleEndian.Uint64(in[88:])
+			t = ((v8 >> 8) ^ v10) & 0x00FF00FF00FF00FF
+			v10 ^= t
+			v8 ^= t << 8
+			t = ((v9 >> 8) ^ v11) & 0x00FF00FF00FF00FF
+			v11 ^= t
+			v9 ^= t << 8
+			t = ((v8 >> 4) ^ v9) & 0x0F0F0F0F0F0F0F0F
+			v9 ^= t
+			v8 ^= t << 4
+			t = ((v10 >> 4) ^ v11) & 0x0F0F0F0F0F0F0F0F
+			v11 ^= t
+			v10 ^= t << 4
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[96:])
+			v13 := binary.LittleEndian.Uint64(in[104:])
+			v14 := binary.LittleEndian.Uint64(in[112:])
+			v15 := binary.LittleEndian.Uint64(in[120:])
+			t = ((v12 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v12 ^= t << 8
+			t = ((v13 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v13 ^= t << 8
+			t = ((v12 >> 4) ^ v13) & 0x0F0F0F0F0F0F0F0F
+			v13 ^= t
+			v12 ^= t << 4
+			t = ((v14 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v14 ^= t << 4
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 32) ^ v8) & 0x00000000FFFFFFFF
+			v8 ^= t
+			v0 ^= t << 32
+			t = ((v4 >> 32) ^ v12) & 0x00000000FFFFFFFF
+			v12 ^= t
+			v4 ^= t << 32
+			t = ((v0 >> 16) ^ v4) & 0x0000FFFF0000FFFF
+			v4 ^= t
+			v0 ^= t << 16
+			t = ((v8 >> 16) ^ v12) & 0x0000FFFF0000FFFF
+			v12 ^= t
+			v8 ^= t << 16
+			t = ((v0 >> 2) ^ v8) & 0x3333333333333333
+			v8 ^= t
+			v0 ^= t << 2
+			t = ((v4 >> 2) ^ v12) & 0x3333333333333333
+			v12 ^= t
+			v4 ^= t << 2
+			t = ((v0 >> 1) ^ v4) & 0x5555555555555555
+			v4 ^= t
+			v0 ^= t << 1
+			t = ((v8 >> 1) ^ v12) & 0x5555555555555555
+			v12 ^= t
+			v8 ^= t << 1
+			binary.LittleEndian.PutUint64(out[0*rowBytes:], v0)
+			binary.LittleEndian.PutUint64(out[1*rowBytes:], v4)
+			binary.LittleEndian.PutUint64(out[2*rowBytes:], v8)
+			binary.LittleEndian.PutUint64(out[3*rowBytes:], v12)
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 32) ^ v9) & 0x00000000FFFFFFFF
+			v9 ^= t
+			v1 ^= t << 32
+			t = ((v5 >> 32) ^ v13) & 0x00000000FFFFFFFF
+			v13 ^= t
+			v5 ^= t << 32
+			t = ((v1 >> 16) ^ v5) & 0x0000FFFF0000FFFF
+			v5 ^= t
+			v1 ^= t << 16
+			t = ((v9 >> 16) ^ v13) & 0x0000FFFF0000FFFF
+			v13 ^= t
+			v9 ^= t << 16
+			t = ((v1 >> 2) ^ v9) & 0x3333333333333333
+			v9 ^= t
+			v1 ^= t << 2
+			t = ((v5 >> 2) ^ v13) & 0x3333333333333333
+			v13 ^= t
+			v5 ^= t << 2
+			t = ((v1 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v1 ^= t << 1
+			t = ((v9 >> 1) ^ v13) & 0x5555555555555555
+			v13 ^= t
+			v9 ^= t << 1
+			binary.LittleEndian.PutUint64(out[4*rowBytes:], v1)
+			binary.LittleEndian.PutUint64(out[5*rowBytes:], v5)
+			binary.LittleEndian.PutUint64(out[6*rowBytes:], v9)
+			binary.LittleEndian.PutUint64(out[7*rowBytes:], v13)
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 32) ^ v10) & 0x00000000FFFFFFFF
+			v10 ^= t
+			v2 ^= t << 32
+			t = ((v6 >> 32) ^ v14) & 0x00000000FFFFFFFF
+			v14 ^= t
+			v6 ^= t << 32
+			t = ((v2 >> 16) ^ v6) & 0x0000FFFF0000FFFF
+			v6 ^= t
+			v2 ^= t << 16
+			t = ((v10 >> 16) ^ v14) & 0x0000FFFF0000FFFF
+			v14 ^= t
+			v10 ^= t << 16
+			t = ((v2 >> 2) ^ v10) & 0x3333333333333333
+			v10 ^= t
+			v2 ^= t << 2
+			t = ((v6 >> 2) ^ v14) & 0x3333333333333333
+			v14 ^= t
+			v6 ^= t << 2
+			t = ((v2 >> 1) ^ v6) & 0x5555555555555555
+			v6 ^= t
+			v2 ^= t << 1
+			t = ((v10 >> 1) ^ v14) & 0x5555555555555555
+			v14 ^= t
+			v10 ^= t << 1
+			binary.LittleEndian.PutUint64(out[8*rowBytes:], v2)
+			binary.LittleEndian.PutUint64(out[9*rowBytes:], v6)
+			binary.LittleEndian.PutUint64(out[10*rowBytes:], v10)
+			binary.LittleEndian.PutUint64(out[11*rowBytes:], v14)
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 32) ^ v11) & 0x00000000FFFFFFFF
+			v11 ^= t
+			v3 ^= t << 32
+			t = ((v7 >> 32) ^ v15) & 0x00000000FFFFFFFF
+			v15 ^= t
+			v7 ^= t << 32
+			t = ((v3 >> 16) ^ v7) & 0x0000FFFF0000FFFF
+			v7 ^= t
+			v3 ^= t << 16
+			t = ((v11 >> 16) ^ v15) & 0x0000FFFF0000FFFF
+			v15 ^= t
+			v11 ^= t << 16
+			t = ((v3 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v3 ^= t << 2
+			t = ((v7 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v7 ^= t << 2
+			t = ((v3 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v3 ^= t << 1
+			t = ((v11 >> 1) ^ v15) & 0x5555555555555555
+			v15 ^= t
+			v11 ^= t << 1
+			binary.LittleEndian.PutUint64(out[12*rowBytes:], v3)
+			binary.LittleEndian.PutUint64(out[13*rowBytes:], v7)
+			binary.LittleEndian.PutUint64(out[14*rowBytes:], v11)
+			binary.LittleEndian.PutUint64(out[15*rowBytes:], v15)
+		}
 	}
 }
 
 // unshuffleWords2 inverts shuffleWords2.
 func unshuffleWords2(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [16]uint64
+	_ = a
 	for q := range runs {
 		in := src[8*q:]
-		a0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
-		a1 := binary.LittleEndian.Uint64(in[4*rowBytes:])
-		a2 := binary.LittleEndian.Uint64(in[8*rowBytes:])
-		a3 := binary.LittleEndian.Uint64(in[12*rowBytes:])
-		a4 := binary.LittleEndian.Uint64(in[1*rowBytes:])
-		a5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
-		a6 := binary.LittleEndian.Uint64(in[9*rowBytes:])
-		a7 := binary.LittleEndian.Uint64(in[13*rowBytes:])
-		a8 := binary.LittleEndian.Uint64(in[2*rowBytes:])
-		a9 := binary.LittleEndian.Uint64(in[6*rowBytes:])
-		a10 := binary.LittleEndian.Uint64(in[10*rowBytes:])
-		a11 := binary.LittleEndian.Uint64(in[14*rowBytes:])
-		a12 := binary.LittleEndian.Uint64(in[3*rowBytes:])
-		a13 := binary.LittleEndian.Uint64(in[7*rowBytes:])
-		a14 := binary.LittleEndian.Uint64(in[11*rowBytes:])
-		a15 := binary.LittleEndian.Uint64(in[15*rowBytes:])
-		t = ((a0 >> 1) ^ a4) & 0x5555555555555555
-		a4 ^= t
-		a0 ^= t << 1
-		t = ((a1 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a1 ^= t << 1
-		t = ((a2 >> 1) ^ a6) & 0x5555555555555555
-		a6 ^= t
-		a2 ^= t << 1
-		t = ((a3 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a3 ^= t << 1
-		t = ((a8 >> 1) ^ a12) & 0x5555555555555555
-		a12 ^= t
-		a8 ^= t << 1
-		t = ((a9 >> 1) ^ a13) & 0x5555555555555555
-		a13 ^= t
-		a9 ^= t << 1
-		t = ((a10 >> 1) ^ a14) & 0x5555555555555555
-		a14 ^= t
-		a10 ^= t << 1
-		t = ((a11 >> 1) ^ a15) & 0x5555555555555555
-		a15 ^= t
-		a11 ^= t << 1
-		t = ((a0 >> 2) ^ a8) & 0x3333333333333333
-		a8 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a9) & 0x3333333333333333
-		a9 ^= t
-		a1 ^= t << 2
-		t = ((a2 >> 2) ^ a10) & 0x3333333333333333
-		a10 ^= t
-		a2 ^= t << 2
-		t = ((a3 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a3 ^= t << 2
-		t = ((a4 >> 2) ^ a12) & 0x3333333333333333
-		a12 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a13) & 0x3333333333333333
-		a13 ^= t
-		a5 ^= t << 2
-		t = ((a6 >> 2) ^ a14) & 0x3333333333333333
-		a14 ^= t
-		a6 ^= t << 2
-		t = ((a7 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a7 ^= t << 2
-		t = ((a0 >> 4) ^ a1) & 0x0F0F0F0F0F0F0F0F
-		a1 ^= t
-		a0 ^= t << 4
-		t = ((a2 >> 4) ^ a3) & 0x0F0F0F0F0F0F0F0F
-		a3 ^= t
-		a2 ^= t << 4
-		t = ((a4 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a4 ^= t << 4
-		t = ((a6 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a6 ^= t << 4
-		t = ((a8 >> 4) ^ a9) & 0x0F0F0F0F0F0F0F0F
-		a9 ^= t
-		a8 ^= t << 4
-		t = ((a10 >> 4) ^ a11) & 0x0F0F0F0F0F0F0F0F
-		a11 ^= t
-		a10 ^= t << 4
-		t = ((a12 >> 4) ^ a13) & 0x0F0F0F0F0F0F0F0F
-		a13 ^= t
-		a12 ^= t << 4
-		t = ((a14 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a14 ^= t << 4
-		t = ((a0 >> 8) ^ a2) & 0x00FF00FF00FF00FF
-		a2 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a3) & 0x00FF00FF00FF00FF
-		a3 ^= t
-		a1 ^= t << 8
-		t = ((a4 >> 8) ^ a6) & 0x00FF00FF00FF00FF
-		a6 ^= t
-		a4 ^= t << 8
-		t = ((a5 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a5 ^= t << 8
-		t = ((a8 >> 8) ^ a10) & 0x00FF00FF00FF00FF
-		a10 ^= t
-		a8 ^= t << 8
-		t = ((a9 >> 8) ^ a11) & 0x00FF00FF00FF00FF
-		a11 ^= t
-		a9 ^= t << 8
-		t = ((a12 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a12 ^= t << 8
-		t = ((a13 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a13 ^= t << 8
-		t = ((a0 >> 16) ^ a4) & 0x0000FFFF0000FFFF
-		a4 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a5) & 0x0000FFFF0000FFFF
-		a5 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a6) & 0x0000FFFF0000FFFF
-		a6 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a7) & 0x0000FFFF0000FFFF
-		a7 ^= t
-		a3 ^= t << 16
-		t = ((a8 >> 16) ^ a12) & 0x0000FFFF0000FFFF
-		a12 ^= t
-		a8 ^= t << 16
-		t = ((a9 >> 16) ^ a13) & 0x0000FFFF0000FFFF
-		a13 ^= t
-		a9 ^= t << 16
-		t = ((a10 >> 16) ^ a14) & 0x0000FFFF0000FFFF
-		a14 ^= t
-		a10 ^= t << 16
-		t = ((a11 >> 16) ^ a15) & 0x0000FFFF0000FFFF
-		a15 ^= t
-		a11 ^= t << 16
-		t = ((a0 >> 32) ^ a8) & 0x00000000FFFFFFFF
-		a8 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a9) & 0x00000000FFFFFFFF
-		a9 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a10) & 0x00000000FFFFFFFF
-		a10 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a11) & 0x00000000FFFFFFFF
-		a11 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a12) & 0x00000000FFFFFFFF
-		a12 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a13) & 0x00000000FFFFFFFF
-		a13 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a14) & 0x00000000FFFFFFFF
-		a14 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a15) & 0x00000000FFFFFFFF
-		a15 ^= t
-		a7 ^= t << 32
 		out := dst[q*128 : q*128+128]
-		binary.LittleEndian.PutUint64(out[0:], a0)
-		binary.LittleEndian.PutUint64(out[8:], a1)
-		binary.LittleEndian.PutUint64(out[16:], a2)
-		binary.LittleEndian.PutUint64(out[24:], a3)
-		binary.LittleEndian.PutUint64(out[32:], a4)
-		binary.LittleEndian.PutUint64(out[40:], a5)
-		binary.LittleEndian.PutUint64(out[48:], a6)
-		binary.LittleEndian.PutUint64(out[56:], a7)
-		binary.LittleEndian.PutUint64(out[64:], a8)
-		binary.LittleEndian.PutUint64(out[72:], a9)
-		binary.LittleEndian.PutUint64(out[80:], a10)
-		binary.LittleEndian.PutUint64(out[88:], a11)
-		binary.LittleEndian.PutUint64(out[96:], a12)
-		binary.LittleEndian.PutUint64(out[104:], a13)
-		binary.LittleEndian.PutUint64(out[112:], a14)
-		binary.LittleEndian.PutUint64(out[120:], a15)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
+			v1 := binary.LittleEndian.Uint64(in[4*rowBytes:])
+			v2 := binary.LittleEndian.Uint64(in[8*rowBytes:])
+			v3 := binary.LittleEndian.Uint64(in[12*rowBytes:])
+			t = ((v0 >> 4) ^ v1) & 0x0F0F0F0F0F0F0F0F
+			v1 ^= t
+			v0 ^= t << 4
+			t = ((v2 >> 4) ^ v3) & 0x0F0F0F0F0F0F0F0F
+			v3 ^= t
+			v2 ^= t << 4
+			t = ((v0 >> 8) ^ v2) & 0x00FF00FF00FF00FF
+			v2 ^= t
+			v0 ^= t << 8
+			t = ((v1 >> 8) ^ v3) & 0x00FF00FF00FF00FF
+			v3 ^= t
+			v1 ^= t << 8
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[1*rowBytes:])
+			v5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
+			v6 := binary.LittleEndian.Uint64(in[9*rowBytes:])
+			v7 := binary.LittleEndian.Uint64(in[13*rowBytes:])
+			t = ((v4 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v4 ^= t << 4
+			t = ((v6 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v6 ^= t << 4
+			t = ((v4 >> 8) ^ v6) & 0x00FF00FF00FF00FF
+			v6 ^= t
+			v4 ^= t << 8
+			t = ((v5 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v5 ^= t << 8
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[2*rowBytes:])
+			v9 := binary.LittleEndian.Uint64(in[6*rowBytes:])
+			v10 := binary.LittleEndian.Uint64(in[10*rowBytes:])
+			v11 := binary.LittleEndian.Uint64(in[14*rowBytes:])
+			t = ((v8 >> 4) ^ v9) & 0x0F0F0F0F0F0F0F0F
+			v9 ^= t
+			v8 ^= t << 4
+			t = ((v10 >> 4) ^ v11) & 0x0F0F0F0F0F0F0F0F
+			v11 ^= t
+			v10 ^= t << 4
+			t = ((v8 >> 8) ^ v10) & 0x00FF00FF00FF00FF
+			v10 ^= t
+			v8 ^= t << 8
+			t = ((v9 >> 8) ^ v11) & 0x00FF00FF00FF00FF
+			v11 ^= t
+			v9 ^= t << 8
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[3*rowBytes:])
+			v13 := binary.LittleEndian.Uint64(in[7*rowBytes:])
+			v14 := binary.LittleEndian.Uint64(in[11*rowBytes:])
+			v15 := binary.LittleEndian.Uint64(in[15*rowBytes:])
+			t = ((v12 >> 4) ^ v13) & 0x0F0F0F0F0F0F0F0F
+			v13 ^= t
+			v12 ^= t << 4
+			t = ((v14 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v14 ^= t << 4
+			t = ((v12 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v12 ^= t << 8
+			t = ((v13 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v13 ^= t << 8
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 1) ^ v4) & 0x5555555555555555
+			v4 ^= t
+			v0 ^= t << 1
+			t = ((v8 >> 1) ^ v12) & 0x5555555555555555
+			v12 ^= t
+			v8 ^= t << 1
+			t = ((v0 >> 2) ^ v8) & 0x3333333333333333
+			v8 ^= t
+			v0 ^= t << 2
+			t = ((v4 >> 2) ^ v12) & 0x3333333333333333
+			v12 ^= t
+			v4 ^= t << 2
+			t = ((v0 >> 16) ^ v4) & 0x0000FFFF0000FFFF
+			v4 ^= t
+			v0 ^= t << 16
+			t = ((v8 >> 16) ^ v12) & 0x0000FFFF0000FFFF
+			v12 ^= t
+			v8 ^= t << 16
+			t = ((v0 >> 32) ^ v8) & 0x00000000FFFFFFFF
+			v8 ^= t
+			v0 ^= t << 32
+			t = ((v4 >> 32) ^ v12) & 0x00000000FFFFFFFF
+			v12 ^= t
+			v4 ^= t << 32
+			binary.LittleEndian.PutUint64(out[0:], v0)
+			binary.LittleEndian.PutUint64(out[32:], v4)
+			binary.LittleEndian.PutUint64(out[64:], v8)
+			binary.LittleEndian.PutUint64(out[96:], v12)
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v1 ^= t << 1
+			t = ((v9 >> 1) ^ v13) & 0x5555555555555555
+			v13 ^= t
+			v9 ^= t << 1
+			t = ((v1 >> 2) ^ v9) & 0x3333333333333333
+			v9 ^= t
+			v1 ^= t << 2
+			t = ((v5 >> 2) ^ v13) & 0x3333333333333333
+			v13 ^= t
+			v5 ^= t << 2
+			t = ((v1 >> 16) ^ v5) & 0x0000FFFF0000FFFF
+			v5 ^= t
+			v1 ^= t << 16
+			t = ((v9 >> 16) ^ v13) & 0x0000FFFF0000FFFF
+			v13 ^= t
+			v9 ^= t << 16
+			t = ((v1 >> 32) ^ v9) & 0x00000000FFFFFFFF
+			v9 ^= t
+			v1 ^= t << 32
+			t = ((v5 >> 32) ^ v13) & 0x00000000FFFFFFFF
+			v13 ^= t
+			v5 ^= t << 32
+			binary.LittleEndian.PutUint64(out[8:], v1)
+			binary.LittleEndian.PutUint64(out[40:], v5)
+			binary.LittleEndian.PutUint64(out[72:], v9)
+			binary.LittleEndian.PutUint64(out[104:], v13)
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 1) ^ v6) & 0x5555555555555555
+			v6 ^= t
+			v2 ^= t << 1
+			t = ((v10 >> 1) ^ v14) & 0x5555555555555555
+			v14 ^= t
+			v10 ^= t << 1
+			t = ((v2 >> 2) ^ v10) & 0x3333333333333333
+			v10 ^= t
+			v2 ^= t << 2
+			t = ((v6 >> 2) ^ v14) & 0x3333333333333333
+			v14 ^= t
+			v6 ^= t << 2
+			t = ((v2 >> 16) ^ v6) & 0x0000FFFF0000FFFF
+			v6 ^= t
+			v2 ^= t << 16
+			t = ((v10 >> 16) ^ v14) & 0x0000FFFF0000FFFF
+			v14 ^= t
+			v10 ^= t << 16
+			t = ((v2 >> 32) ^ v10) & 0x00000000FFFFFFFF
+			v10 ^= t
+			v2 ^= t << 32
+			t = ((v6 >> 32) ^ v14) & 0x00000000FFFFFFFF
+			v14 ^= t
+			v6 ^= t << 32
+			binary.LittleEndian.PutUint64(out[16:], v2)
+			binary.LittleEndian.PutUint64(out[48:], v6)
+			binary.LittleEndian.PutUint64(out[80:], v10)
+			binary.LittleEndian.PutUint64(out[112:], v14)
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v3 ^= t << 1
+			t = ((v11 >> 1) ^ v15) & 0x5555555555555555
+			v15 ^= t
+			v11 ^= t << 1
+			t = ((v3 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v3 ^= t << 2
+			t = ((v7 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v7 ^= t << 2
+			t = ((v3 >> 16) ^ v7) & 0x0000FFFF0000FFFF
+			v7 ^= t
+			v3 ^= t << 16
+			t = ((v11 >> 16) ^ v15) & 0x0000FFFF0000FFFF
+			v15 ^= t
+			v11 ^= t << 16
+			t = ((v3 >> 32) ^ v11) & 0x00000000FFFFFFFF
+			v11 ^= t
+			v3 ^= t << 32
+			t = ((v7 >> 32) ^ v15) & 0x00000000FFFFFFFF
+			v15 ^= t
+			v7 ^= t << 32
+			binary.LittleEndian.PutUint64(out[24:], v3)
+			binary.LittleEndian.PutUint64(out[56:], v7)
+			binary.LittleEndian.PutUint64(out[88:], v11)
+			binary.LittleEndian.PutUint64(out[120:], v15)
+		}
 	}
 }
 
 // shuffleWords4 transposes runs of 64 4-byte elements; see words.go.
 func shuffleWords4(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [32]uint64
+	_ = a
 	for q := range runs {
 		in := src[q*256 : q*256+256]
-		a0 := binary.LittleEndian.Uint64(in[0:])
-		a1 := binary.LittleEndian.Uint64(in[8:])
-		a2 := binary.LittleEndian.Uint64(in[16:])
-		a3 := binary.LittleEndian.Uint64(in[24:])
-		a4 := binary.LittleEndian.Uint64(in[32:])
-		a5 := binary.LittleEndian.Uint64(in[40:])
-		a6 := binary.LittleEndian.Uint64(in[48:])
-		a7 := binary.LittleEndian.Uint64(in[56:])
-		a8 := binary.LittleEndian.Uint64(in[64:])
-		a9 := binary.LittleEndian.Uint64(in[72:])
-		a10 := binary.LittleEndian.Uint64(in[80:])
-		a11 := binary.LittleEndian.Uint64(in[88:])
-		a12 := binary.LittleEndian.Uint64(in[96:])
-		a13 := binary.LittleEndian.Uint64(in[104:])
-		a14 := binary.LittleEndian.Uint64(in[112:])
-		a15 := binary.LittleEndian.Uint64(in[120:])
-		a16 := binary.LittleEndian.Uint64(in[128:])
-		a17 := binary.LittleEndian.Uint64(in[136:])
-		a18 := binary.LittleEndian.Uint64(in[144:])
-		a19 := binary.LittleEndian.Uint64(in[152:])
-		a20 := binary.LittleEndian.Uint64(in[160:])
-		a21 := binary.LittleEndian.Uint64(in[168:])
-		a22 := binary.LittleEndian.Uint64(in[176:])
-		a23 := binary.LittleEndian.Uint64(in[184:])
-		a24 := binary.LittleEndian.Uint64(in[192:])
-		a25 := binary.LittleEndian.Uint64(in[200:])
-		a26 := binary.LittleEndian.Uint64(in[208:])
-		a27 := binary.LittleEndian.Uint64(in[216:])
-		a28 := binary.LittleEndian.Uint64(in[224:])
-		a29 := binary.LittleEndian.Uint64(in[232:])
-		a30 := binary.LittleEndian.Uint64(in[240:])
-		a31 := binary.LittleEndian.Uint64(in[248:])
-		t = ((a0 >> 32) ^ a16) & 0x00000000FFFFFFFF
-		a16 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a17) & 0x00000000FFFFFFFF
-		a17 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a18) & 0x00000000FFFFFFFF
-		a18 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a19) & 0x00000000FFFFFFFF
-		a19 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a20) & 0x00000000FFFFFFFF
-		a20 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a21) & 0x00000000FFFFFFFF
-		a21 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a22) & 0x00000000FFFFFFFF
-		a22 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a23) & 0x00000000FFFFFFFF
-		a23 ^= t
-		a7 ^= t << 32
-		t = ((a8 >> 32) ^ a24) & 0x00000000FFFFFFFF
-		a24 ^= t
-		a8 ^= t << 32
-		t = ((a9 >> 32) ^ a25) & 0x00000000FFFFFFFF
-		a25 ^= t
-		a9 ^= t << 32
-		t = ((a10 >> 32) ^ a26) & 0x00000000FFFFFFFF
-		a26 ^= t
-		a10 ^= t << 32
-		t = ((a11 >> 32) ^ a27) & 0x00000000FFFFFFFF
-		a27 ^= t
-		a11 ^= t << 32
-		t = ((a12 >> 32) ^ a28) & 0x00000000FFFFFFFF
-		a28 ^= t
-		a12 ^= t << 32
-		t = ((a13 >> 32) ^ a29) & 0x00000000FFFFFFFF
-		a29 ^= t
-		a13 ^= t << 32
-		t = ((a14 >> 32) ^ a30) & 0x00000000FFFFFFFF
-		a30 ^= t
-		a14 ^= t << 32
-		t = ((a15 >> 32) ^ a31) & 0x00000000FFFFFFFF
-		a31 ^= t
-		a15 ^= t << 32
-		t = ((a0 >> 16) ^ a8) & 0x0000FFFF0000FFFF
-		a8 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a9) & 0x0000FFFF0000FFFF
-		a9 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a10) & 0x0000FFFF0000FFFF
-		a10 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a11) & 0x0000FFFF0000FFFF
-		a11 ^= t
-		a3 ^= t << 16
-		t = ((a4 >> 16) ^ a12) & 0x0000FFFF0000FFFF
-		a12 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a13) & 0x0000FFFF0000FFFF
-		a13 ^= t
-		a5 ^= t << 16
-		t = ((a6 >> 16) ^ a14) & 0x0000FFFF0000FFFF
-		a14 ^= t
-		a6 ^= t << 16
-		t = ((a7 >> 16) ^ a15) & 0x0000FFFF0000FFFF
-		a15 ^= t
-		a7 ^= t << 16
-		t = ((a16 >> 16) ^ a24) & 0x0000FFFF0000FFFF
-		a24 ^= t
-		a16 ^= t << 16
-		t = ((a17 >> 16) ^ a25) & 0x0000FFFF0000FFFF
-		a25 ^= t
-		a17 ^= t << 16
-		t = ((a18 >> 16) ^ a26) & 0x0000FFFF0000FFFF
-		a26 ^= t
-		a18 ^= t << 16
-		t = ((a19 >> 16) ^ a27) & 0x0000FFFF0000FFFF
-		a27 ^= t
-		a19 ^= t << 16
-		t = ((a20 >> 16) ^ a28) & 0x0000FFFF0000FFFF
-		a28 ^= t
-		a20 ^= t << 16
-		t = ((a21 >> 16) ^ a29) & 0x0000FFFF0000FFFF
-		a29 ^= t
-		a21 ^= t << 16
-		t = ((a22 >> 16) ^ a30) & 0x0000FFFF0000FFFF
-		a30 ^= t
-		a22 ^= t << 16
-		t = ((a23 >> 16) ^ a31) & 0x0000FFFF0000FFFF
-		a31 ^= t
-		a23 ^= t << 16
-		t = ((a0 >> 8) ^ a4) & 0x00FF00FF00FF00FF
-		a4 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a5) & 0x00FF00FF00FF00FF
-		a5 ^= t
-		a1 ^= t << 8
-		t = ((a2 >> 8) ^ a6) & 0x00FF00FF00FF00FF
-		a6 ^= t
-		a2 ^= t << 8
-		t = ((a3 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a3 ^= t << 8
-		t = ((a8 >> 8) ^ a12) & 0x00FF00FF00FF00FF
-		a12 ^= t
-		a8 ^= t << 8
-		t = ((a9 >> 8) ^ a13) & 0x00FF00FF00FF00FF
-		a13 ^= t
-		a9 ^= t << 8
-		t = ((a10 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a10 ^= t << 8
-		t = ((a11 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a11 ^= t << 8
-		t = ((a16 >> 8) ^ a20) & 0x00FF00FF00FF00FF
-		a20 ^= t
-		a16 ^= t << 8
-		t = ((a17 >> 8) ^ a21) & 0x00FF00FF00FF00FF
-		a21 ^= t
-		a17 ^= t << 8
-		t = ((a18 >> 8) ^ a22) & 0x00FF00FF00FF00FF
-		a22 ^= t
-		a18 ^= t << 8
-		t = ((a19 >> 8) ^ a23) & 0x00FF00FF00FF00FF
-		a23 ^= t
-		a19 ^= t << 8
-		t = ((a24 >> 8) ^ a28) & 0x00FF00FF00FF00FF
-		a28 ^= t
-		a24 ^= t << 8
-		t = ((a25 >> 8) ^ a29) & 0x00FF00FF00FF00FF
-		a29 ^= t
-		a25 ^= t << 8
-		t = ((a26 >> 8) ^ a30) & 0x00FF00FF00FF00FF
-		a30 ^= t
-		a26 ^= t << 8
-		t = ((a27 >> 8) ^ a31) & 0x00FF00FF00FF00FF
-		a31 ^= t
-		a27 ^= t << 8
-		t = ((a0 >> 4) ^ a2) & 0x0F0F0F0F0F0F0F0F
-		a2 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a3) & 0x0F0F0F0F0F0F0F0F
-		a3 ^= t
-		a1 ^= t << 4
-		t = ((a4 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a4 ^= t << 4
-		t = ((a5 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a5 ^= t << 4
-		t = ((a8 >> 4) ^ a10) & 0x0F0F0F0F0F0F0F0F
-		a10 ^= t
-		a8 ^= t << 4
-		t = ((a9 >> 4) ^ a11) & 0x0F0F0F0F0F0F0F0F
-		a11 ^= t
-		a9 ^= t << 4
-		t = ((a12 >> 4) ^ a14) & 0x0F0F0F0F0F0F0F0F
-		a14 ^= t
-		a12 ^= t << 4
-		t = ((a13 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a13 ^= t << 4
-		t = ((a16 >> 4) ^ a18) & 0x0F0F0F0F0F0F0F0F
-		a18 ^= t
-		a16 ^= t << 4
-		t = ((a17 >> 4) ^ a19) & 0x0F0F0F0F0F0F0F0F
-		a19 ^= t
-		a17 ^= t << 4
-		t = ((a20 >> 4) ^ a22) & 0x0F0F0F0F0F0F0F0F
-		a22 ^= t
-		a20 ^= t << 4
-		t = ((a21 >> 4) ^ a23) & 0x0F0F0F0F0F0F0F0F
-		a23 ^= t
-		a21 ^= t << 4
-		t = ((a24 >> 4) ^ a26) & 0x0F0F0F0F0F0F0F0F
-		a26 ^= t
-		a24 ^= t << 4
-		t = ((a25 >> 4) ^ a27) & 0x0F0F0F0F0F0F0F0F
-		a27 ^= t
-		a25 ^= t << 4
-		t = ((a28 >> 4) ^ a30) & 0x0F0F0F0F0F0F0F0F
-		a30 ^= t
-		a28 ^= t << 4
-		t = ((a29 >> 4) ^ a31) & 0x0F0F0F0F0F0F0F0F
-		a31 ^= t
-		a29 ^= t << 4
-		t = ((a0 >> 2) ^ a1) & 0x3333333333333333
-		a1 ^= t
-		a0 ^= t << 2
-		t = ((a2 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a2 ^= t << 2
-		t = ((a4 >> 2) ^ a5) & 0x3333333333333333
-		a5 ^= t
-		a4 ^= t << 2
-		t = ((a6 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a6 ^= t << 2
-		t = ((a8 >> 2) ^ a9) & 0x3333333333333333
-		a9 ^= t
-		a8 ^= t << 2
-		t = ((a10 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a10 ^= t << 2
-		t = ((a12 >> 2) ^ a13) & 0x3333333333333333
-		a13 ^= t
-		a12 ^= t << 2
-		t = ((a14 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a14 ^= t << 2
-		t = ((a16 >> 2) ^ a17) & 0x3333333333333333
-		a17 ^= t
-		a16 ^= t << 2
-		t = ((a18 >> 2) ^ a19) & 0x3333333333333333
-		a19 ^= t
-		a18 ^= t << 2
-		t = ((a20 >> 2) ^ a21) & 0x3333333333333333
-		a21 ^= t
-		a20 ^= t << 2
-		t = ((a22 >> 2) ^ a23) & 0x3333333333333333
-		a23 ^= t
-		a22 ^= t << 2
-		t = ((a24 >> 2) ^ a25) & 0x3333333333333333
-		a25 ^= t
-		a24 ^= t << 2
-		t = ((a26 >> 2) ^ a27) & 0x3333333333333333
-		a27 ^= t
-		a26 ^= t << 2
-		t = ((a28 >> 2) ^ a29) & 0x3333333333333333
-		a29 ^= t
-		a28 ^= t << 2
-		t = ((a30 >> 2) ^ a31) & 0x3333333333333333
-		a31 ^= t
-		a30 ^= t << 2
-		t = ((a0 >> 1) ^ a16) & 0x5555555555555555
-		a16 ^= t
-		a0 ^= t << 1
-		t = ((a1 >> 1) ^ a17) & 0x5555555555555555
-		a17 ^= t
-		a1 ^= t << 1
-		t = ((a2 >> 1) ^ a18) & 0x5555555555555555
-		a18 ^= t
-		a2 ^= t << 1
-		t = ((a3 >> 1) ^ a19) & 0x5555555555555555
-		a19 ^= t
-		a3 ^= t << 1
-		t = ((a4 >> 1) ^ a20) & 0x5555555555555555
-		a20 ^= t
-		a4 ^= t << 1
-		t = ((a5 >> 1) ^ a21) & 0x5555555555555555
-		a21 ^= t
-		a5 ^= t << 1
-		t = ((a6 >> 1) ^ a22) & 0x5555555555555555
-		a22 ^= t
-		a6 ^= t << 1
-		t = ((a7 >> 1) ^ a23) & 0x5555555555555555
-		a23 ^= t
-		a7 ^= t << 1
-		t = ((a8 >> 1) ^ a24) & 0x5555555555555555
-		a24 ^= t
-		a8 ^= t << 1
-		t = ((a9 >> 1) ^ a25) & 0x5555555555555555
-		a25 ^= t
-		a9 ^= t << 1
-		t = ((a10 >> 1) ^ a26) & 0x5555555555555555
-		a26 ^= t
-		a10 ^= t << 1
-		t = ((a11 >> 1) ^ a27) & 0x5555555555555555
-		a27 ^= t
-		a11 ^= t << 1
-		t = ((a12 >> 1) ^ a28) & 0x5555555555555555
-		a28 ^= t
-		a12 ^= t << 1
-		t = ((a13 >> 1) ^ a29) & 0x5555555555555555
-		a29 ^= t
-		a13 ^= t << 1
-		t = ((a14 >> 1) ^ a30) & 0x5555555555555555
-		a30 ^= t
-		a14 ^= t << 1
-		t = ((a15 >> 1) ^ a31) & 0x5555555555555555
-		a31 ^= t
-		a15 ^= t << 1
 		out := dst[8*q:]
-		binary.LittleEndian.PutUint64(out[0*rowBytes:], a0)
-		binary.LittleEndian.PutUint64(out[2*rowBytes:], a1)
-		binary.LittleEndian.PutUint64(out[4*rowBytes:], a2)
-		binary.LittleEndian.PutUint64(out[6*rowBytes:], a3)
-		binary.LittleEndian.PutUint64(out[8*rowBytes:], a4)
-		binary.LittleEndian.PutUint64(out[10*rowBytes:], a5)
-		binary.LittleEndian.PutUint64(out[12*rowBytes:], a6)
-		binary.LittleEndian.PutUint64(out[14*rowBytes:], a7)
-		binary.LittleEndian.PutUint64(out[16*rowBytes:], a8)
-		binary.LittleEndian.PutUint64(out[18*rowBytes:], a9)
-		binary.LittleEndian.PutUint64(out[20*rowBytes:], a10)
-		binary.LittleEndian.PutUint64(out[22*rowBytes:], a11)
-		binary.LittleEndian.PutUint64(out[24*rowBytes:], a12)
-		binary.LittleEndian.PutUint64(out[26*rowBytes:], a13)
-		binary.LittleEndian.PutUint64(out[28*rowBytes:], a14)
-		binary.LittleEndian.PutUint64(out[30*rowBytes:], a15)
-		binary.LittleEndian.PutUint64(out[1*rowBytes:], a16)
-		binary.LittleEndian.PutUint64(out[3*rowBytes:], a17)
-		binary.LittleEndian.PutUint64(out[5*rowBytes:], a18)
-		binary.LittleEndian.PutUint64(out[7*rowBytes:], a19)
-		binary.LittleEndian.PutUint64(out[9*rowBytes:], a20)
-		binary.LittleEndian.PutUint64(out[11*rowBytes:], a21)
-		binary.LittleEndian.PutUint64(out[13*rowBytes:], a22)
-		binary.LittleEndian.PutUint64(out[15*rowBytes:], a23)
-		binary.LittleEndian.PutUint64(out[17*rowBytes:], a24)
-		binary.LittleEndian.PutUint64(out[19*rowBytes:], a25)
-		binary.LittleEndian.PutUint64(out[21*rowBytes:], a26)
-		binary.LittleEndian.PutUint64(out[23*rowBytes:], a27)
-		binary.LittleEndian.PutUint64(out[25*rowBytes:], a28)
-		binary.LittleEndian.PutUint64(out[27*rowBytes:], a29)
-		binary.LittleEndian.PutUint64(out[29*rowBytes:], a30)
-		binary.LittleEndian.PutUint64(out[31*rowBytes:], a31)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0:])
+			v1 := binary.LittleEndian.Uint64(in[8:])
+			v2 := binary.LittleEndian.Uint64(in[16:])
+			v3 := binary.LittleEndian.Uint64(in[24:])
+			t = ((v0 >> 4) ^ v2) & 0x0F0F0F0F0F0F0F0F
+			v2 ^= t
+			v0 ^= t << 4
+			t = ((v1 >> 4) ^ v3) & 0x0F0F0F0F0F0F0F0F
+			v3 ^= t
+			v1 ^= t << 4
+			t = ((v0 >> 2) ^ v1) & 0x3333333333333333
+			v1 ^= t
+			v0 ^= t << 2
+			t = ((v2 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v2 ^= t << 2
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[32:])
+			v5 := binary.LittleEndian.Uint64(in[40:])
+			v6 := binary.LittleEndian.Uint64(in[48:])
+			v7 := binary.LittleEndian.Uint64(in[56:])
+			t = ((v4 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v4 ^= t << 4
+			t = ((v5 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v5 ^= t << 4
+			t = ((v4 >> 2) ^ v5) & 0x3333333333333333
+			v5 ^= t
+			v4 ^= t << 2
+			t = ((v6 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v6 ^= t << 2
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[64:])
+			v9 := binary.LittleEndian.Uint64(in[72:])
+			v10 := binary.LittleEndian.Uint64(in[80:])
+			v11 := binary.LittleEndian.Uint64(in[88:])
+			t = ((v8 >> 4) ^ v10) & 0x0F0F0F0F0F0F0F0F
+			v10 ^= t
+			v8 ^= t << 4
+			t = ((v9 >> 4) ^ v11) & 0x0F0F0F0F0F0F0F0F
+			v11 ^= t
+			v9 ^= t << 4
+			t = ((v8 >> 2) ^ v9) & 0x3333333333333333
+			v9 ^= t
+			v8 ^= t << 2
+			t = ((v10 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v10 ^= t << 2
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[96:])
+			v13 := binary.LittleEndian.Uint64(in[104:])
+			v14 := binary.LittleEndian.Uint64(in[112:])
+			v15 := binary.LittleEndian.Uint64(in[120:])
+			t = ((v12 >> 4) ^ v14) & 0x0F0F0F0F0F0F0F0F
+			v14 ^= t
+			v12 ^= t << 4
+			t = ((v13 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v13 ^= t << 4
+			t = ((v12 >> 2) ^ v13) & 0x3333333333333333
+			v13 ^= t
+			v12 ^= t << 2
+			t = ((v14 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v14 ^= t << 2
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v16 := binary.LittleEndian.Uint64(in[128:])
+			v17 := binary.LittleEndian.Uint64(in[136:])
+			v18 := binary.LittleEndian.Uint64(in[144:])
+			v19 := binary.LittleEndian.Uint64(in[152:])
+			t = ((v16 >> 4) ^ v18) & 0x0F0F0F0F0F0F0F0F
+			v18 ^= t
+			v16 ^= t << 4
+			t = ((v17 >> 4) ^ v19) & 0x0F0F0F0F0F0F0F0F
+			v19 ^= t
+			v17 ^= t << 4
+			t = ((v16 >> 2) ^ v17) & 0x3333333333333333
+			v17 ^= t
+			v16 ^= t << 2
+			t = ((v18 >> 2) ^ v19) & 0x3333333333333333
+			v19 ^= t
+			v18 ^= t << 2
+			a[16] = v16
+			a[17] = v17
+			a[18] = v18
+			a[19] = v19
+		}
+		{
+			v20 := binary.LittleEndian.Uint64(in[160:])
+			v21 := binary.LittleEndian.Uint64(in[168:])
+			v22 := binary.LittleEndian.Uint64(in[176:])
+			v23 := binary.LittleEndian.Uint64(in[184:])
+			t = ((v20 >> 4) ^ v22) & 0x0F0F0F0F0F0F0F0F
+			v22 ^= t
+			v20 ^= t << 4
+			t = ((v21 >> 4) ^ v23) & 0x0F0F0F0F0F0F0F0F
+			v23 ^= t
+			v21 ^= t << 4
+			t = ((v20 >> 2) ^ v21) & 0x3333333333333333
+			v21 ^= t
+			v20 ^= t << 2
+			t = ((v22 >> 2) ^ v23) & 0x3333333333333333
+			v23 ^= t
+			v22 ^= t << 2
+			a[20] = v20
+			a[21] = v21
+			a[22] = v22
+			a[23] = v23
+		}
+		{
+			v24 := binary.LittleEndian.Uint64(in[192:])
+			v25 := binary.LittleEndian.Uint64(in[200:])
+			v26 := binary.LittleEndian.Uint64(in[208:])
+			v27 := binary.LittleEndian.Uint64(in[216:])
+			t = ((v24 >> 4) ^ v26) & 0x0F0F0F0F0F0F0F0F
+			v26 ^= t
+			v24 ^= t << 4
+			t = ((v25 >> 4) ^ v27) & 0x0F0F0F0F0F0F0F0F
+			v27 ^= t
+			v25 ^= t << 4
+			t = ((v24 >> 2) ^ v25) & 0x3333333333333333
+			v25 ^= t
+			v24 ^= t << 2
+			t = ((v26 >> 2) ^ v27) & 0x3333333333333333
+			v27 ^= t
+			v26 ^= t << 2
+			a[24] = v24
+			a[25] = v25
+			a[26] = v26
+			a[27] = v27
+		}
+		{
+			v28 := binary.LittleEndian.Uint64(in[224:])
+			v29 := binary.LittleEndian.Uint64(in[232:])
+			v30 := binary.LittleEndian.Uint64(in[240:])
+			v31 := binary.LittleEndian.Uint64(in[248:])
+			t = ((v28 >> 4) ^ v30) & 0x0F0F0F0F0F0F0F0F
+			v30 ^= t
+			v28 ^= t << 4
+			t = ((v29 >> 4) ^ v31) & 0x0F0F0F0F0F0F0F0F
+			v31 ^= t
+			v29 ^= t << 4
+			t = ((v28 >> 2) ^ v29) & 0x3333333333333333
+			v29 ^= t
+			v28 ^= t << 2
+			t = ((v30 >> 2) ^ v31) & 0x3333333333333333
+			v31 ^= t
+			v30 ^= t << 2
+			a[28] = v28
+			a[29] = v29
+			a[30] = v30
+			a[31] = v31
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 16) ^ v8) & 0x0000FFFF0000FFFF
+			v8 ^= t
+			v0 ^= t << 16
+			t = ((v4 >> 16) ^ v12) & 0x0000FFFF0000FFFF
+			v12 ^= t
+			v4 ^= t << 16
+			t = ((v0 >> 8) ^ v4) & 0x00FF00FF00FF00FF
+			v4 ^= t
+			v0 ^= t << 8
+			t = ((v8 >> 8) ^ v12) & 0x00FF00FF00FF00FF
+			v12 ^= t
+			v8 ^= t << 8
+			a[0] = v0
+			a[4] = v4
+			a[8] = v8
+			a[12] = v12
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 16) ^ v9) & 0x0000FFFF0000FFFF
+			v9 ^= t
+			v1 ^= t << 16
+			t = ((v5 >> 16) ^ v13) & 0x0000FFFF0000FFFF
+			v13 ^= t
+			v5 ^= t << 16
+			t = ((v1 >> 8) ^ v5) & 0x00FF00FF00FF00FF
+			v5 ^= t
+			v1 ^= t << 8
+			t = ((v9 >> 8) ^ v13) & 0x00FF00FF00FF00FF
+			v13 ^= t
+			v9 ^= t << 8
+			a[1] = v1
+			a[5] = v5
+			a[9] = v9
+			a[13] = v13
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 16) ^ v10) & 0x0000FFFF0000FFFF
+			v10 ^= t
+			v2 ^= t << 16
+			t = ((v6 >> 16) ^ v14) & 0x0000FFFF0000FFFF
+			v14 ^= t
+			v6 ^= t << 16
+			t = ((v2 >> 8) ^ v6) & 0x00FF00FF00FF00FF
+			v6 ^= t
+			v2 ^= t << 8
+			t = ((v10 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v10 ^= t << 8
+			a[2] = v2
+			a[6] = v6
+			a[10] = v10
+			a[14] = v14
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 16) ^ v11) & 0x0000FFFF0000FFFF
+			v11 ^= t
+			v3 ^= t << 16
+			t = ((v7 >> 16) ^ v15) & 0x0000FFFF0000FFFF
+			v15 ^= t
+			v7 ^= t << 16
+			t = ((v3 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v3 ^= t << 8
+			t = ((v11 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v11 ^= t << 8
+			a[3] = v3
+			a[7] = v7
+			a[11] = v11
+			a[15] = v15
+		}
+		{
+			v16 := a[16]
+			v20 := a[20]
+			v24 := a[24]
+			v28 := a[28]
+			t = ((v16 >> 16) ^ v24) & 0x0000FFFF0000FFFF
+			v24 ^= t
+			v16 ^= t << 16
+			t = ((v20 >> 16) ^ v28) & 0x0000FFFF0000FFFF
+			v28 ^= t
+			v20 ^= t << 16
+			t = ((v16 >> 8) ^ v20) & 0x00FF00FF00FF00FF
+			v20 ^= t
+			v16 ^= t << 8
+			t = ((v24 >> 8) ^ v28) & 0x00FF00FF00FF00FF
+			v28 ^= t
+			v24 ^= t << 8
+			a[16] = v16
+			a[20] = v20
+			a[24] = v24
+			a[28] = v28
+		}
+		{
+			v17 := a[17]
+			v21 := a[21]
+			v25 := a[25]
+			v29 := a[29]
+			t = ((v17 >> 16) ^ v25) & 0x0000FFFF0000FFFF
+			v25 ^= t
+			v17 ^= t << 16
+			t = ((v21 >> 16) ^ v29) & 0x0000FFFF0000FFFF
+			v29 ^= t
+			v21 ^= t << 16
+			t = ((v17 >> 8) ^ v21) & 0x00FF00FF00FF00FF
+			v21 ^= t
+			v17 ^= t << 8
+			t = ((v25 >> 8) ^ v29) & 0x00FF00FF00FF00FF
+			v29 ^= t
+			v25 ^= t << 8
+			a[17] = v17
+			a[21] = v21
+			a[25] = v25
+			a[29] = v29
+		}
+		{
+			v18 := a[18]
+			v22 := a[22]
+			v26 := a[26]
+			v30 := a[30]
+			t = ((v18 >> 16) ^ v26) & 0x0000FFFF0000FFFF
+			v26 ^= t
+			v18 ^= t << 16
+			t = ((v22 >> 16) ^ v30) & 0x0000FFFF0000FFFF
+			v30 ^= t
+			v22 ^= t << 16
+			t = ((v18 >> 8) ^ v22) & 0x00FF00FF00FF00FF
+			v22 ^= t
+			v18 ^= t << 8
+			t = ((v26 >> 8) ^ v30) & 0x00FF00FF00FF00FF
+			v30 ^= t
+			v26 ^= t << 8
+			a[18] = v18
+			a[22] = v22
+			a[26] = v26
+			a[30] = v30
+		}
+		{
+			v19 := a[19]
+			v23 := a[23]
+			v27 := a[27]
+			v31 := a[31]
+			t = ((v19 >> 16) ^ v27) & 0x0000FFFF0000FFFF
+			v27 ^= t
+			v19 ^= t << 16
+			t = ((v23 >> 16) ^ v31) & 0x0000FFFF0000FFFF
+			v31 ^= t
+			v23 ^= t << 16
+			t = ((v19 >> 8) ^ v23) & 0x00FF00FF00FF00FF
+			v23 ^= t
+			v19 ^= t << 8
+			t = ((v27 >> 8) ^ v31) & 0x00FF00FF00FF00FF
+			v31 ^= t
+			v27 ^= t << 8
+			a[19] = v19
+			a[23] = v23
+			a[27] = v27
+			a[31] = v31
+		}
+		{
+			v0 := a[0]
+			v16 := a[16]
+			t = ((v0 >> 32) ^ v16) & 0x00000000FFFFFFFF
+			v16 ^= t
+			v0 ^= t << 32
+			t = ((v0 >> 1) ^ v16) & 0x5555555555555555
+			v16 ^= t
+			v0 ^= t << 1
+			binary.LittleEndian.PutUint64(out[0*rowBytes:], v0)
+			binary.LittleEndian.PutUint64(out[1*rowBytes:], v16)
+		}
+		{
+			v1 := a[1]
+			v17 := a[17]
+			t = ((v1 >> 32) ^ v17) & 0x00000000FFFFFFFF
+			v17 ^= t
+			v1 ^= t << 32
+			t = ((v1 >> 1) ^ v17) & 0x5555555555555555
+			v17 ^= t
+			v1 ^= t << 1
+			binary.LittleEndian.PutUint64(out[2*rowBytes:], v1)
+			binary.LittleEndian.PutUint64(out[3*rowBytes:], v17)
+		}
+		{
+			v2 := a[2]
+			v18 := a[18]
+			t = ((v2 >> 32) ^ v18) & 0x00000000FFFFFFFF
+			v18 ^= t
+			v2 ^= t << 32
+			t = ((v2 >> 1) ^ v18) & 0x5555555555555555
+			v18 ^= t
+			v2 ^= t << 1
+			binary.LittleEndian.PutUint64(out[4*rowBytes:], v2)
+			binary.LittleEndian.PutUint64(out[5*rowBytes:], v18)
+		}
+		{
+			v3 := a[3]
+			v19 := a[19]
+			t = ((v3 >> 32) ^ v19) & 0x00000000FFFFFFFF
+			v19 ^= t
+			v3 ^= t << 32
+			t = ((v3 >> 1) ^ v19) & 0x5555555555555555
+			v19 ^= t
+			v3 ^= t << 1
+			binary.LittleEndian.PutUint64(out[6*rowBytes:], v3)
+			binary.LittleEndian.PutUint64(out[7*rowBytes:], v19)
+		}
+		{
+			v4 := a[4]
+			v20 := a[20]
+			t = ((v4 >> 32) ^ v20) & 0x00000000FFFFFFFF
+			v20 ^= t
+			v4 ^= t << 32
+			t = ((v4 >> 1) ^ v20) & 0x5555555555555555
+			v20 ^= t
+			v4 ^= t << 1
+			binary.LittleEndian.PutUint64(out[8*rowBytes:], v4)
+			binary.LittleEndian.PutUint64(out[9*rowBytes:], v20)
+		}
+		{
+			v5 := a[5]
+			v21 := a[21]
+			t = ((v5 >> 32) ^ v21) & 0x00000000FFFFFFFF
+			v21 ^= t
+			v5 ^= t << 32
+			t = ((v5 >> 1) ^ v21) & 0x5555555555555555
+			v21 ^= t
+			v5 ^= t << 1
+			binary.LittleEndian.PutUint64(out[10*rowBytes:], v5)
+			binary.LittleEndian.PutUint64(out[11*rowBytes:], v21)
+		}
+		{
+			v6 := a[6]
+			v22 := a[22]
+			t = ((v6 >> 32) ^ v22) & 0x00000000FFFFFFFF
+			v22 ^= t
+			v6 ^= t << 32
+			t = ((v6 >> 1) ^ v22) & 0x5555555555555555
+			v22 ^= t
+			v6 ^= t << 1
+			binary.LittleEndian.PutUint64(out[12*rowBytes:], v6)
+			binary.LittleEndian.PutUint64(out[13*rowBytes:], v22)
+		}
+		{
+			v7 := a[7]
+			v23 := a[23]
+			t = ((v7 >> 32) ^ v23) & 0x00000000FFFFFFFF
+			v23 ^= t
+			v7 ^= t << 32
+			t = ((v7 >> 1) ^ v23) & 0x5555555555555555
+			v23 ^= t
+			v7 ^= t << 1
+			binary.LittleEndian.PutUint64(out[14*rowBytes:], v7)
+			binary.LittleEndian.PutUint64(out[15*rowBytes:], v23)
+		}
+		{
+			v8 := a[8]
+			v24 := a[24]
+			t = ((v8 >> 32) ^ v24) & 0x00000000FFFFFFFF
+			v24 ^= t
+			v8 ^= t << 32
+			t = ((v8 >> 1) ^ v24) & 0x5555555555555555
+			v24 ^= t
+			v8 ^= t << 1
+			binary.LittleEndian.PutUint64(out[16*rowBytes:], v8)
+			binary.LittleEndian.PutUint64(out[17*rowBytes:], v24)
+		}
+		{
+			v9 := a[9]
+			v25 := a[25]
+			t = ((v9 >> 32) ^ v25) & 0x00000000FFFFFFFF
+			v25 ^= t
+			v9 ^= t << 32
+			t = ((v9 >> 1) ^ v25) & 0x5555555555555555
+			v25 ^= t
+			v9 ^= t << 1
+			binary.LittleEndian.PutUint64(out[18*rowBytes:], v9)
+			binary.LittleEndian.PutUint64(out[19*rowBytes:], v25)
+		}
+		{
+			v10 := a[10]
+			v26 := a[26]
+			t = ((v10 >> 32) ^ v26) & 0x00000000FFFFFFFF
+			v26 ^= t
+			v10 ^= t << 32
+			t = ((v10 >> 1) ^ v26) & 0x5555555555555555
+			v26 ^= t
+			v10 ^= t << 1
+			binary.LittleEndian.PutUint64(out[20*rowBytes:], v10)
+			binary.LittleEndian.PutUint64(out[21*rowBytes:], v26)
+		}
+		{
+			v11 := a[11]
+			v27 := a[27]
+			t = ((v11 >> 32) ^ v27) & 0x00000000FFFFFFFF
+			v27 ^= t
+			v11 ^= t << 32
+			t = ((v11 >> 1) ^ v27) & 0x5555555555555555
+			v27 ^= t
+			v11 ^= t << 1
+			binary.LittleEndian.PutUint64(out[22*rowBytes:], v11)
+			binary.LittleEndian.PutUint64(out[23*rowBytes:], v27)
+		}
+		{
+			v12 := a[12]
+			v28 := a[28]
+			t = ((v12 >> 32) ^ v28) & 0x00000000FFFFFFFF
+			v28 ^= t
+			v12 ^= t << 32
+			t = ((v12 >> 1) ^ v28) & 0x5555555555555555
+			v28 ^= t
+			v12 ^= t << 1
+			binary.LittleEndian.PutUint64(out[24*rowBytes:], v12)
+			binary.LittleEndian.PutUint64(out[25*rowBytes:], v28)
+		}
+		{
+			v13 := a[13]
+			v29 := a[29]
+			t = ((v13 >> 32) ^ v29) & 0x00000000FFFFFFFF
+			v29 ^= t
+			v13 ^= t << 32
+			t = ((v13 >> 1) ^ v29) & 0x5555555555555555
+			v29 ^= t
+			v13 ^= t << 1
+			binary.LittleEndian.PutUint64(out[26*rowBytes:], v13)
+			binary.LittleEndian.PutUint64(out[27*rowBytes:], v29)
+		}
+		{
+			v14 := a[14]
+			v30 := a[30]
+			t = ((v14 >> 32) ^ v30) & 0x00000000FFFFFFFF
+			v30 ^= t
+			v14 ^= t << 32
+			t = ((v14 >> 1) ^ v30) & 0x5555555555555555
+			v30 ^= t
+			v14 ^= t << 1
+			binary.LittleEndian.PutUint64(out[28*rowBytes:], v14)
+			binary.LittleEndian.PutUint64(out[29*rowBytes:], v30)
+		}
+		{
+			v15 := a[15]
+			v31 := a[31]
+			t = ((v15 >> 32) ^ v31) & 0x00000000FFFFFFFF
+			v31 ^= t
+			v15 ^= t << 32
+			t = ((v15 >> 1) ^ v31) & 0x5555555555555555
+			v31 ^= t
+			v15 ^= t << 1
+			binary.LittleEndian.PutUint64(out[30*rowBytes:], v15)
+			binary.LittleEndian.PutUint64(out[31*rowBytes:], v31)
+		}
 	}
 }
 
 // unshuffleWords4 inverts shuffleWords4.
 func unshuffleWords4(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [32]uint64
+	_ = a
 	for q := range runs {
 		in := src[8*q:]
-		a0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
-		a1 := binary.LittleEndian.Uint64(in[2*rowBytes:])
-		a2 := binary.LittleEndian.Uint64(in[4*rowBytes:])
-		a3 := binary.LittleEndian.Uint64(in[6*rowBytes:])
-		a4 := binary.LittleEndian.Uint64(in[8*rowBytes:])
-		a5 := binary.LittleEndian.Uint64(in[10*rowBytes:])
-		a6 := binary.LittleEndian.Uint64(in[12*rowBytes:])
-		a7 := binary.LittleEndian.Uint64(in[14*rowBytes:])
-		a8 := binary.LittleEndian.Uint64(in[16*rowBytes:])
-		a9 := binary.LittleEndian.Uint64(in[18*rowBytes:])
-		a10 := binary.LittleEndian.Uint64(in[20*rowBytes:])
-		a11 := binary.LittleEndian.Uint64(in[22*rowBytes:])
-		a12 := binary.LittleEndian.Uint64(in[24*rowBytes:])
-		a13 := binary.LittleEndian.Uint64(in[26*rowBytes:])
-		a14 := binary.LittleEndian.Uint64(in[28*rowBytes:])
-		a15 := binary.LittleEndian.Uint64(in[30*rowBytes:])
-		a16 := binary.LittleEndian.Uint64(in[1*rowBytes:])
-		a17 := binary.LittleEndian.Uint64(in[3*rowBytes:])
-		a18 := binary.LittleEndian.Uint64(in[5*rowBytes:])
-		a19 := binary.LittleEndian.Uint64(in[7*rowBytes:])
-		a20 := binary.LittleEndian.Uint64(in[9*rowBytes:])
-		a21 := binary.LittleEndian.Uint64(in[11*rowBytes:])
-		a22 := binary.LittleEndian.Uint64(in[13*rowBytes:])
-		a23 := binary.LittleEndian.Uint64(in[15*rowBytes:])
-		a24 := binary.LittleEndian.Uint64(in[17*rowBytes:])
-		a25 := binary.LittleEndian.Uint64(in[19*rowBytes:])
-		a26 := binary.LittleEndian.Uint64(in[21*rowBytes:])
-		a27 := binary.LittleEndian.Uint64(in[23*rowBytes:])
-		a28 := binary.LittleEndian.Uint64(in[25*rowBytes:])
-		a29 := binary.LittleEndian.Uint64(in[27*rowBytes:])
-		a30 := binary.LittleEndian.Uint64(in[29*rowBytes:])
-		a31 := binary.LittleEndian.Uint64(in[31*rowBytes:])
-		t = ((a0 >> 1) ^ a16) & 0x5555555555555555
-		a16 ^= t
-		a0 ^= t << 1
-		t = ((a1 >> 1) ^ a17) & 0x5555555555555555
-		a17 ^= t
-		a1 ^= t << 1
-		t = ((a2 >> 1) ^ a18) & 0x5555555555555555
-		a18 ^= t
-		a2 ^= t << 1
-		t = ((a3 >> 1) ^ a19) & 0x5555555555555555
-		a19 ^= t
-		a3 ^= t << 1
-		t = ((a4 >> 1) ^ a20) & 0x5555555555555555
-		a20 ^= t
-		a4 ^= t << 1
-		t = ((a5 >> 1) ^ a21) & 0x5555555555555555
-		a21 ^= t
-		a5 ^= t << 1
-		t = ((a6 >> 1) ^ a22) & 0x5555555555555555
-		a22 ^= t
-		a6 ^= t << 1
-		t = ((a7 >> 1) ^ a23) & 0x5555555555555555
-		a23 ^= t
-		a7 ^= t << 1
-		t = ((a8 >> 1) ^ a24) & 0x5555555555555555
-		a24 ^= t
-		a8 ^= t << 1
-		t = ((a9 >> 1) ^ a25) & 0x5555555555555555
-		a25 ^= t
-		a9 ^= t << 1
-		t = ((a10 >> 1) ^ a26) & 0x5555555555555555
-		a26 ^= t
-		a10 ^= t << 1
-		t = ((a11 >> 1) ^ a27) & 0x5555555555555555
-		a27 ^= t
-		a11 ^= t << 1
-		t = ((a12 >> 1) ^ a28) & 0x5555555555555555
-		a28 ^= t
-		a12 ^= t << 1
-		t = ((a13 >> 1) ^ a29) & 0x5555555555555555
-		a29 ^= t
-		a13 ^= t << 1
-		t = ((a14 >> 1) ^ a30) & 0x5555555555555555
-		a30 ^= t
-		a14 ^= t << 1
-		t = ((a15 >> 1) ^ a31) & 0x5555555555555555
-		a31 ^= t
-		a15 ^= t << 1
-		t = ((a0 >> 2) ^ a1) & 0x3333333333333333
-		a1 ^= t
-		a0 ^= t << 2
-		t = ((a2 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a2 ^= t << 2
-		t = ((a4 >> 2) ^ a5) & 0x3333333333333333
-		a5 ^= t
-		a4 ^= t << 2
-		t = ((a6 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a6 ^= t << 2
-		t = ((a8 >> 2) ^ a9) & 0x3333333333333333
-		a9 ^= t
-		a8 ^= t << 2
-		t = ((a10 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a10 ^= t << 2
-		t = ((a12 >> 2) ^ a13) & 0x3333333333333333
-		a13 ^= t
-		a12 ^= t << 2
-		t = ((a14 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a14 ^= t << 2
-		t = ((a16 >> 2) ^ a17) & 0x3333333333333333
-		a17 ^= t
-		a16 ^= t << 2
-		t = ((a18 >> 2) ^ a19) & 0x3333333333333333
-		a19 ^= t
-		a18 ^= t << 2
-		t = ((a20 >> 2) ^ a21) & 0x3333333333333333
-		a21 ^= t
-		a20 ^= t << 2
-		t = ((a22 >> 2) ^ a23) & 0x3333333333333333
-		a23 ^= t
-		a22 ^= t << 2
-		t = ((a24 >> 2) ^ a25) & 0x3333333333333333
-		a25 ^= t
-		a24 ^= t << 2
-		t = ((a26 >> 2) ^ a27) & 0x3333333333333333
-		a27 ^= t
-		a26 ^= t << 2
-		t = ((a28 >> 2) ^ a29) & 0x3333333333333333
-		a29 ^= t
-		a28 ^= t << 2
-		t = ((a30 >> 2) ^ a31) & 0x3333333333333333
-		a31 ^= t
-		a30 ^= t << 2
-		t = ((a0 >> 4) ^ a2) & 0x0F0F0F0F0F0F0F0F
-		a2 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a3) & 0x0F0F0F0F0F0F0F0F
-		a3 ^= t
-		a1 ^= t << 4
-		t = ((a4 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a4 ^= t << 4
-		t = ((a5 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a5 ^= t << 4
-		t = ((a8 >> 4) ^ a10) & 0x0F0F0F0F0F0F0F0F
-		a10 ^= t
-		a8 ^= t << 4
-		t = ((a9 >> 4) ^ a11) & 0x0F0F0F0F0F0F0F0F
-		a11 ^= t
-		a9 ^= t << 4
-		t = ((a12 >> 4) ^ a14) & 0x0F0F0F0F0F0F0F0F
-		a14 ^= t
-		a12 ^= t << 4
-		t = ((a13 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a13 ^= t << 4
-		t = ((a16 >> 4) ^ a18) & 0x0F0F0F0F0F0F0F0F
-		a18 ^= t
-		a16 ^= t << 4
-		t = ((a17 >> 4) ^ a19) & 0x0F0F0F0F0F0F0F0F
-		a19 ^= t
-		a17 ^= t << 4
-		t = ((a20 >> 4) ^ a22) & 0x0F0F0F0F0F0F0F0F
-		a22 ^= t
-		a20 ^= t << 4
-		t = ((a21 >> 4) ^ a23) & 0x0F0F0F0F0F0F0F0F
-		a23 ^= t
-		a21 ^= t << 4
-		t = ((a24 >> 4) ^ a26) & 0x0F0F0F0F0F0F0F0F
-		a26 ^= t
-		a24 ^= t << 4
-		t = ((a25 >> 4) ^ a27) & 0x0F0F0F0F0F0F0F0F
-		a27 ^= t
-		a25 ^= t << 4
-		t = ((a28 >> 4) ^ a30) & 0x0F0F0F0F0F0F0F0F
-		a30 ^= t
-		a28 ^= t << 4
-		t = ((a29 >> 4) ^ a31) & 0x0F0F0F0F0F0F0F0F
-		a31 ^= t
-		a29 ^= t << 4
-		t = ((a0 >> 8) ^ a4) & 0x00FF00FF00FF00FF
-		a4 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a5) & 0x00FF00FF00FF00FF
-		a5 ^= t
-		a1 ^= t << 8
-		t = ((a2 >> 8) ^ a6) & 0x00FF00FF00FF00FF
-		a6 ^= t
-		a2 ^= t << 8
-		t = ((a3 >> 8) ^ a7) & 0x00FF00FF00FF00FF
-		a7 ^= t
-		a3 ^= t << 8
-		t = ((a8 >> 8) ^ a12) & 0x00FF00FF00FF00FF
-		a12 ^= t
-		a8 ^= t << 8
-		t = ((a9 >> 8) ^ a13) & 0x00FF00FF00FF00FF
-		a13 ^= t
-		a9 ^= t << 8
-		t = ((a10 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a10 ^= t << 8
-		t = ((a11 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a11 ^= t << 8
-		t = ((a16 >> 8) ^ a20) & 0x00FF00FF00FF00FF
-		a20 ^= t
-		a16 ^= t << 8
-		t = ((a17 >> 8) ^ a21) & 0x00FF00FF00FF00FF
-		a21 ^= t
-		a17 ^= t << 8
-		t = ((a18 >> 8) ^ a22) & 0x00FF00FF00FF00FF
-		a22 ^= t
-		a18 ^= t << 8
-		t = ((a19 >> 8) ^ a23) & 0x00FF00FF00FF00FF
-		a23 ^= t
-		a19 ^= t << 8
-		t = ((a24 >> 8) ^ a28) & 0x00FF00FF00FF00FF
-		a28 ^= t
-		a24 ^= t << 8
-		t = ((a25 >> 8) ^ a29) & 0x00FF00FF00FF00FF
-		a29 ^= t
-		a25 ^= t << 8
-		t = ((a26 >> 8) ^ a30) & 0x00FF00FF00FF00FF
-		a30 ^= t
-		a26 ^= t << 8
-		t = ((a27 >> 8) ^ a31) & 0x00FF00FF00FF00FF
-		a31 ^= t
-		a27 ^= t << 8
-		t = ((a0 >> 16) ^ a8) & 0x0000FFFF0000FFFF
-		a8 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a9) & 0x0000FFFF0000FFFF
-		a9 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a10) & 0x0000FFFF0000FFFF
-		a10 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a11) & 0x0000FFFF0000FFFF
-		a11 ^= t
-		a3 ^= t << 16
-		t = ((a4 >> 16) ^ a12) & 0x0000FFFF0000FFFF
-		a12 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a13) & 0x0000FFFF0000FFFF
-		a13 ^= t
-		a5 ^= t << 16
-		t = ((a6 >> 16) ^ a14) & 0x0000FFFF0000FFFF
-		a14 ^= t
-		a6 ^= t << 16
-		t = ((a7 >> 16) ^ a15) & 0x0000FFFF0000FFFF
-		a15 ^= t
-		a7 ^= t << 16
-		t = ((a16 >> 16) ^ a24) & 0x0000FFFF0000FFFF
-		a24 ^= t
-		a16 ^= t << 16
-		t = ((a17 >> 16) ^ a25) & 0x0000FFFF0000FFFF
-		a25 ^= t
-		a17 ^= t << 16
-		t = ((a18 >> 16) ^ a26) & 0x0000FFFF0000FFFF
-		a26 ^= t
-		a18 ^= t << 16
-		t = ((a19 >> 16) ^ a27) & 0x0000FFFF0000FFFF
-		a27 ^= t
-		a19 ^= t << 16
-		t = ((a20 >> 16) ^ a28) & 0x0000FFFF0000FFFF
-		a28 ^= t
-		a20 ^= t << 16
-		t = ((a21 >> 16) ^ a29) & 0x0000FFFF0000FFFF
-		a29 ^= t
-		a21 ^= t << 16
-		t = ((a22 >> 16) ^ a30) & 0x0000FFFF0000FFFF
-		a30 ^= t
-		a22 ^= t << 16
-		t = ((a23 >> 16) ^ a31) & 0x0000FFFF0000FFFF
-		a31 ^= t
-		a23 ^= t << 16
-		t = ((a0 >> 32) ^ a16) & 0x00000000FFFFFFFF
-		a16 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a17) & 0x00000000FFFFFFFF
-		a17 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a18) & 0x00000000FFFFFFFF
-		a18 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a19) & 0x00000000FFFFFFFF
-		a19 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a20) & 0x00000000FFFFFFFF
-		a20 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a21) & 0x00000000FFFFFFFF
-		a21 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a22) & 0x00000000FFFFFFFF
-		a22 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a23) & 0x00000000FFFFFFFF
-		a23 ^= t
-		a7 ^= t << 32
-		t = ((a8 >> 32) ^ a24) & 0x00000000FFFFFFFF
-		a24 ^= t
-		a8 ^= t << 32
-		t = ((a9 >> 32) ^ a25) & 0x00000000FFFFFFFF
-		a25 ^= t
-		a9 ^= t << 32
-		t = ((a10 >> 32) ^ a26) & 0x00000000FFFFFFFF
-		a26 ^= t
-		a10 ^= t << 32
-		t = ((a11 >> 32) ^ a27) & 0x00000000FFFFFFFF
-		a27 ^= t
-		a11 ^= t << 32
-		t = ((a12 >> 32) ^ a28) & 0x00000000FFFFFFFF
-		a28 ^= t
-		a12 ^= t << 32
-		t = ((a13 >> 32) ^ a29) & 0x00000000FFFFFFFF
-		a29 ^= t
-		a13 ^= t << 32
-		t = ((a14 >> 32) ^ a30) & 0x00000000FFFFFFFF
-		a30 ^= t
-		a14 ^= t << 32
-		t = ((a15 >> 32) ^ a31) & 0x00000000FFFFFFFF
-		a31 ^= t
-		a15 ^= t << 32
 		out := dst[q*256 : q*256+256]
-		binary.LittleEndian.PutUint64(out[0:], a0)
-		binary.LittleEndian.PutUint64(out[8:], a1)
-		binary.LittleEndian.PutUint64(out[16:], a2)
-		binary.LittleEndian.PutUint64(out[24:], a3)
-		binary.LittleEndian.PutUint64(out[32:], a4)
-		binary.LittleEndian.PutUint64(out[40:], a5)
-		binary.LittleEndian.PutUint64(out[48:], a6)
-		binary.LittleEndian.PutUint64(out[56:], a7)
-		binary.LittleEndian.PutUint64(out[64:], a8)
-		binary.LittleEndian.PutUint64(out[72:], a9)
-		binary.LittleEndian.PutUint64(out[80:], a10)
-		binary.LittleEndian.PutUint64(out[88:], a11)
-		binary.LittleEndian.PutUint64(out[96:], a12)
-		binary.LittleEndian.PutUint64(out[104:], a13)
-		binary.LittleEndian.PutUint64(out[112:], a14)
-		binary.LittleEndian.PutUint64(out[120:], a15)
-		binary.LittleEndian.PutUint64(out[128:], a16)
-		binary.LittleEndian.PutUint64(out[136:], a17)
-		binary.LittleEndian.PutUint64(out[144:], a18)
-		binary.LittleEndian.PutUint64(out[152:], a19)
-		binary.LittleEndian.PutUint64(out[160:], a20)
-		binary.LittleEndian.PutUint64(out[168:], a21)
-		binary.LittleEndian.PutUint64(out[176:], a22)
-		binary.LittleEndian.PutUint64(out[184:], a23)
-		binary.LittleEndian.PutUint64(out[192:], a24)
-		binary.LittleEndian.PutUint64(out[200:], a25)
-		binary.LittleEndian.PutUint64(out[208:], a26)
-		binary.LittleEndian.PutUint64(out[216:], a27)
-		binary.LittleEndian.PutUint64(out[224:], a28)
-		binary.LittleEndian.PutUint64(out[232:], a29)
-		binary.LittleEndian.PutUint64(out[240:], a30)
-		binary.LittleEndian.PutUint64(out[248:], a31)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
+			v1 := binary.LittleEndian.Uint64(in[2*rowBytes:])
+			v2 := binary.LittleEndian.Uint64(in[4*rowBytes:])
+			v3 := binary.LittleEndian.Uint64(in[6*rowBytes:])
+			t = ((v0 >> 2) ^ v1) & 0x3333333333333333
+			v1 ^= t
+			v0 ^= t << 2
+			t = ((v2 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v2 ^= t << 2
+			t = ((v0 >> 4) ^ v2) & 0x0F0F0F0F0F0F0F0F
+			v2 ^= t
+			v0 ^= t << 4
+			t = ((v1 >> 4) ^ v3) & 0x0F0F0F0F0F0F0F0F
+			v3 ^= t
+			v1 ^= t << 4
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[8*rowBytes:])
+			v5 := binary.LittleEndian.Uint64(in[10*rowBytes:])
+			v6 := binary.LittleEndian.Uint64(in[12*rowBytes:])
+			v7 := binary.LittleEndian.Uint64(in[14*rowBytes:])
+			t = ((v4 >> 2) ^ v5) & 0x3333333333333333
+			v5 ^= t
+			v4 ^= t << 2
+			t = ((v6 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v6 ^= t << 2
+			t = ((v4 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v4 ^= t << 4
+			t = ((v5 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v5 ^= t << 4
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[16*rowBytes:])
+			v9 := binary.LittleEndian.Uint64(in[18*rowBytes:])
+			v10 := binary.LittleEndian.Uint64(in[20*rowBytes:])
+			v11 := binary.LittleEndian.Uint64(in[22*rowBytes:])
+			t = ((v8 >> 2) ^ v9) & 0x3333333333333333
+			v9 ^= t
+			v8 ^= t << 2
+			t = ((v10 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v10 ^= t << 2
+			t = ((v8 >> 4) ^ v10) & 0x0F0F0F0F0F0F0F0F
+			v10 ^= t
+			v8 ^= t << 4
+			t = ((v9 >> 4) ^ v11) & 0x0F0F0F0F0F0F0F0F
+			v11 ^= t
+			v9 ^= t << 4
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[24*rowBytes:])
+			v13 := binary.LittleEndian.Uint64(in[26*rowBytes:])
+			v14 := binary.LittleEndian.Uint64(in[28*rowBytes:])
+			v15 := binary.LittleEndian.Uint64(in[30*rowBytes:])
+			t = ((v12 >> 2) ^ v13) & 0x3333333333333333
+			v13 ^= t
+			v12 ^= t << 2
+			t = ((v14 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v14 ^= t << 2
+			t = ((v12 >> 4) ^ v14) & 0x0F0F0F0F0F0F0F0F
+			v14 ^= t
+			v12 ^= t << 4
+			t = ((v13 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v13 ^= t << 4
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v16 := binary.LittleEndian.Uint64(in[1*rowBytes:])
+			v17 := binary.LittleEndian.Uint64(in[3*rowBytes:])
+			v18 := binary.LittleEndian.Uint64(in[5*rowBytes:])
+			v19 := binary.LittleEndian.Uint64(in[7*rowBytes:])
+			t = ((v16 >> 2) ^ v17) & 0x3333333333333333
+			v17 ^= t
+			v16 ^= t << 2
+			t = ((v18 >> 2) ^ v19) & 0x3333333333333333
+			v19 ^= t
+			v18 ^= t << 2
+			t = ((v16 >> 4) ^ v18) & 0x0F0F0F0F0F0F0F0F
+			v18 ^= t
+			v16 ^= t << 4
+			t = ((v17 >> 4) ^ v19) & 0x0F0F0F0F0F0F0F0F
+			v19 ^= t
+			v17 ^= t << 4
+			a[16] = v16
+			a[17] = v17
+			a[18] = v18
+			a[19] = v19
+		}
+		{
+			v20 := binary.LittleEndian.Uint64(in[9*rowBytes:])
+			v21 := binary.LittleEndian.Uint64(in[11*rowBytes:])
+			v22 := binary.LittleEndian.Uint64(in[13*rowBytes:])
+			v23 := binary.LittleEndian.Uint64(in[15*rowBytes:])
+			t = ((v20 >> 2) ^ v21) & 0x3333333333333333
+			v21 ^= t
+			v20 ^= t << 2
+			t = ((v22 >> 2) ^ v23) & 0x3333333333333333
+			v23 ^= t
+			v22 ^= t << 2
+			t = ((v20 >> 4) ^ v22) & 0x0F0F0F0F0F0F0F0F
+			v22 ^= t
+			v20 ^= t << 4
+			t = ((v21 >> 4) ^ v23) & 0x0F0F0F0F0F0F0F0F
+			v23 ^= t
+			v21 ^= t << 4
+			a[20] = v20
+			a[21] = v21
+			a[22] = v22
+			a[23] = v23
+		}
+		{
+			v24 := binary.LittleEndian.Uint64(in[17*rowBytes:])
+			v25 := binary.LittleEndian.Uint64(in[19*rowBytes:])
+			v26 := binary.LittleEndian.Uint64(in[21*rowBytes:])
+			v27 := binary.LittleEndian.Uint64(in[23*rowBytes:])
+			t = ((v24 >> 2) ^ v25) & 0x3333333333333333
+			v25 ^= t
+			v24 ^= t << 2
+			t = ((v26 >> 2) ^ v27) & 0x3333333333333333
+			v27 ^= t
+			v26 ^= t << 2
+			t = ((v24 >> 4) ^ v26) & 0x0F0F0F0F0F0F0F0F
+			v26 ^= t
+			v24 ^= t << 4
+			t = ((v25 >> 4) ^ v27) & 0x0F0F0F0F0F0F0F0F
+			v27 ^= t
+			v25 ^= t << 4
+			a[24] = v24
+			a[25] = v25
+			a[26] = v26
+			a[27] = v27
+		}
+		{
+			v28 := binary.LittleEndian.Uint64(in[25*rowBytes:])
+			v29 := binary.LittleEndian.Uint64(in[27*rowBytes:])
+			v30 := binary.LittleEndian.Uint64(in[29*rowBytes:])
+			v31 := binary.LittleEndian.Uint64(in[31*rowBytes:])
+			t = ((v28 >> 2) ^ v29) & 0x3333333333333333
+			v29 ^= t
+			v28 ^= t << 2
+			t = ((v30 >> 2) ^ v31) & 0x3333333333333333
+			v31 ^= t
+			v30 ^= t << 2
+			t = ((v28 >> 4) ^ v30) & 0x0F0F0F0F0F0F0F0F
+			v30 ^= t
+			v28 ^= t << 4
+			t = ((v29 >> 4) ^ v31) & 0x0F0F0F0F0F0F0F0F
+			v31 ^= t
+			v29 ^= t << 4
+			a[28] = v28
+			a[29] = v29
+			a[30] = v30
+			a[31] = v31
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 8) ^ v4) & 0x00FF00FF00FF00FF
+			v4 ^= t
+			v0 ^= t << 8
+			t = ((v8 >> 8) ^ v12) & 0x00FF00FF00FF00FF
+			v12 ^= t
+			v8 ^= t << 8
+			t = ((v0 >> 16) ^ v8) & 0x0000FFFF0000FFFF
+			v8 ^= t
+			v0 ^= t << 16
+			t = ((v4 >> 16) ^ v12) & 0x0000FFFF0000FFFF
+			v12 ^= t
+			v4 ^= t << 16
+			a[0] = v0
+			a[4] = v4
+			a[8] = v8
+			a[12] = v12
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 8) ^ v5) & 0x00FF00FF00FF00FF
+			v5 ^= t
+			v1 ^= t << 8
+			t = ((v9 >> 8) ^ v13) & 0x00FF00FF00FF00FF
+			v13 ^= t
+			v9 ^= t << 8
+			t = ((v1 >> 16) ^ v9) & 0x0000FFFF0000FFFF
+			v9 ^= t
+			v1 ^= t << 16
+			t = ((v5 >> 16) ^ v13) & 0x0000FFFF0000FFFF
+			v13 ^= t
+			v5 ^= t << 16
+			a[1] = v1
+			a[5] = v5
+			a[9] = v9
+			a[13] = v13
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 8) ^ v6) & 0x00FF00FF00FF00FF
+			v6 ^= t
+			v2 ^= t << 8
+			t = ((v10 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v10 ^= t << 8
+			t = ((v2 >> 16) ^ v10) & 0x0000FFFF0000FFFF
+			v10 ^= t
+			v2 ^= t << 16
+			t = ((v6 >> 16) ^ v14) & 0x0000FFFF0000FFFF
+			v14 ^= t
+			v6 ^= t << 16
+			a[2] = v2
+			a[6] = v6
+			a[10] = v10
+			a[14] = v14
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 8) ^ v7) & 0x00FF00FF00FF00FF
+			v7 ^= t
+			v3 ^= t << 8
+			t = ((v11 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v11 ^= t << 8
+			t = ((v3 >> 16) ^ v11) & 0x0000FFFF0000FFFF
+			v11 ^= t
+			v3 ^= t << 16
+			t = ((v7 >> 16) ^ v15) & 0x0000FFFF0000FFFF
+			v15 ^= t
+			v7 ^= t << 16
+			a[3] = v3
+			a[7] = v7
+			a[11] = v11
+			a[15] = v15
+		}
+		{
+			v16 := a[16]
+			v20 := a[20]
+			v24 := a[24]
+			v28 := a[28]
+			t = ((v16 >> 8) ^ v20) & 0x00FF00FF00FF00FF
+			v20 ^= t
+			v16 ^= t << 8
+			t = ((v24 >> 8) ^ v28) & 0x00FF00FF00FF00FF
+			v28 ^= t
+			v24 ^= t << 8
+			t = ((v16 >> 16) ^ v24) & 0x0000FFFF0000FFFF
+			v24 ^= t
+			v16 ^= t << 16
+			t = ((v20 >> 16) ^ v28) & 0x0000FFFF0000FFFF
+			v28 ^= t
+			v20 ^= t << 16
+			a[16] = v16
+			a[20] = v20
+			a[24] = v24
+			a[28] = v28
+		}
+		{
+			v17 := a[17]
+			v21 := a[21]
+			v25 := a[25]
+			v29 := a[29]
+			t = ((v17 >> 8) ^ v21) & 0x00FF00FF00FF00FF
+			v21 ^= t
+			v17 ^= t << 8
+			t = ((v25 >> 8) ^ v29) & 0x00FF00FF00FF00FF
+			v29 ^= t
+			v25 ^= t << 8
+			t = ((v17 >> 16) ^ v25) & 0x0000FFFF0000FFFF
+			v25 ^= t
+			v17 ^= t << 16
+			t = ((v21 >> 16) ^ v29) & 0x0000FFFF0000FFFF
+			v29 ^= t
+			v21 ^= t << 16
+			a[17] = v17
+			a[21] = v21
+			a[25] = v25
+			a[29] = v29
+		}
+		{
+			v18 := a[18]
+			v22 := a[22]
+			v26 := a[26]
+			v30 := a[30]
+			t = ((v18 >> 8) ^ v22) & 0x00FF00FF00FF00FF
+			v22 ^= t
+			v18 ^= t << 8
+			t = ((v26 >> 8) ^ v30) & 0x00FF00FF00FF00FF
+			v30 ^= t
+			v26 ^= t << 8
+			t = ((v18 >> 16) ^ v26) & 0x0000FFFF0000FFFF
+			v26 ^= t
+			v18 ^= t << 16
+			t = ((v22 >> 16) ^ v30) & 0x0000FFFF0000FFFF
+			v30 ^= t
+			v22 ^= t << 16
+			a[18] = v18
+			a[22] = v22
+			a[26] = v26
+			a[30] = v30
+		}
+		{
+			v19 := a[19]
+			v23 := a[23]
+			v27 := a[27]
+			v31 := a[31]
+			t = ((v19 >> 8) ^ v23) & 0x00FF00FF00FF00FF
+			v23 ^= t
+			v19 ^= t << 8
+			t = ((v27 >> 8) ^ v31) & 0x00FF00FF00FF00FF
+			v31 ^= t
+			v27 ^= t << 8
+			t = ((v19 >> 16) ^ v27) & 0x0000FFFF0000FFFF
+			v27 ^= t
+			v19 ^= t << 16
+			t = ((v23 >> 16) ^ v31) & 0x0000FFFF0000FFFF
+			v31 ^= t
+			v23 ^= t << 16
+			a[19] = v19
+			a[23] = v23
+			a[27] = v27
+			a[31] = v31
+		}
+		{
+			v0 := a[0]
+			v16 := a[16]
+			t = ((v0 >> 1) ^ v16) & 0x5555555555555555
+			v16 ^= t
+			v0 ^= t << 1
+			t = ((v0 >> 32) ^ v16) & 0x00000000FFFFFFFF
+			v16 ^= t
+			v0 ^= t << 32
+			binary.LittleEndian.PutUint64(out[0:], v0)
+			binary.LittleEndian.PutUint64(out[128:], v16)
+		}
+		{
+			v1 := a[1]
+			v17 := a[17]
+			t = ((v1 >> 1) ^ v17) & 0x5555555555555555
+			v17 ^= t
+			v1 ^= t << 1
+			t = ((v1 >> 32) ^ v17) & 0x00000000FFFFFFFF
+			v17 ^= t
+			v1 ^= t << 32
+			binary.LittleEndian.PutUint64(out[8:], v1)
+			binary.LittleEndian.PutUint64(out[136:], v17)
+		}
+		{
+			v2 := a[2]
+			v18 := a[18]
+			t = ((v2 >> 1) ^ v18) & 0x5555555555555555
+			v18 ^= t
+			v2 ^= t << 1
+			t = ((v2 >> 32) ^ v18) & 0x00000000FFFFFFFF
+			v18 ^= t
+			v2 ^= t << 32
+			binary.LittleEndian.PutUint64(out[16:], v2)
+			binary.LittleEndian.PutUint64(out[144:], v18)
+		}
+		{
+			v3 := a[3]
+			v19 := a[19]
+			t = ((v3 >> 1) ^ v19) & 0x5555555555555555
+			v19 ^= t
+			v3 ^= t << 1
+			t = ((v3 >> 32) ^ v19) & 0x00000000FFFFFFFF
+			v19 ^= t
+			v3 ^= t << 32
+			binary.LittleEndian.PutUint64(out[24:], v3)
+			binary.LittleEndian.PutUint64(out[152:], v19)
+		}
+		{
+			v4 := a[4]
+			v20 := a[20]
+			t = ((v4 >> 1) ^ v20) & 0x5555555555555555
+			v20 ^= t
+			v4 ^= t << 1
+			t = ((v4 >> 32) ^ v20) & 0x00000000FFFFFFFF
+			v20 ^= t
+			v4 ^= t << 32
+			binary.LittleEndian.PutUint64(out[32:], v4)
+			binary.LittleEndian.PutUint64(out[160:], v20)
+		}
+		{
+			v5 := a[5]
+			v21 := a[21]
+			t = ((v5 >> 1) ^ v21) & 0x5555555555555555
+			v21 ^= t
+			v5 ^= t << 1
+			t = ((v5 >> 32) ^ v21) & 0x00000000FFFFFFFF
+			v21 ^= t
+			v5 ^= t << 32
+			binary.LittleEndian.PutUint64(out[40:], v5)
+			binary.LittleEndian.PutUint64(out[168:], v21)
+		}
+		{
+			v6 := a[6]
+			v22 := a[22]
+			t = ((v6 >> 1) ^ v22) & 0x5555555555555555
+			v22 ^= t
+			v6 ^= t << 1
+			t = ((v6 >> 32) ^ v22) & 0x00000000FFFFFFFF
+			v22 ^= t
+			v6 ^= t << 32
+			binary.LittleEndian.PutUint64(out[48:], v6)
+			binary.LittleEndian.PutUint64(out[176:], v22)
+		}
+		{
+			v7 := a[7]
+			v23 := a[23]
+			t = ((v7 >> 1) ^ v23) & 0x5555555555555555
+			v23 ^= t
+			v7 ^= t << 1
+			t = ((v7 >> 32) ^ v23) & 0x00000000FFFFFFFF
+			v23 ^= t
+			v7 ^= t << 32
+			binary.LittleEndian.PutUint64(out[56:], v7)
+			binary.LittleEndian.PutUint64(out[184:], v23)
+		}
+		{
+			v8 := a[8]
+			v24 := a[24]
+			t = ((v8 >> 1) ^ v24) & 0x5555555555555555
+			v24 ^= t
+			v8 ^= t << 1
+			t = ((v8 >> 32) ^ v24) & 0x00000000FFFFFFFF
+			v24 ^= t
+			v8 ^= t << 32
+			binary.LittleEndian.PutUint64(out[64:], v8)
+			binary.LittleEndian.PutUint64(out[192:], v24)
+		}
+		{
+			v9 := a[9]
+			v25 := a[25]
+			t = ((v9 >> 1) ^ v25) & 0x5555555555555555
+			v25 ^= t
+			v9 ^= t << 1
+			t = ((v9 >> 32) ^ v25) & 0x00000000FFFFFFFF
+			v25 ^= t
+			v9 ^= t << 32
+			binary.LittleEndian.PutUint64(out[72:], v9)
+			binary.LittleEndian.PutUint64(out[200:], v25)
+		}
+		{
+			v10 := a[10]
+			v26 := a[26]
+			t = ((v10 >> 1) ^ v26) & 0x5555555555555555
+			v26 ^= t
+			v10 ^= t << 1
+			t = ((v10 >> 32) ^ v26) & 0x00000000FFFFFFFF
+			v26 ^= t
+			v10 ^= t << 32
+			binary.LittleEndian.PutUint64(out[80:], v10)
+			binary.LittleEndian.PutUint64(out[208:], v26)
+		}
+		{
+			v11 := a[11]
+			v27 := a[27]
+			t = ((v11 >> 1) ^ v27) & 0x5555555555555555
+			v27 ^= t
+			v11 ^= t << 1
+			t = ((v11 >> 32) ^ v27) & 0x00000000FFFFFFFF
+			v27 ^= t
+			v11 ^= t << 32
+			binary.LittleEndian.PutUint64(out[88:], v11)
+			binary.LittleEndian.PutUint64(out[216:], v27)
+		}
+		{
+			v12 := a[12]
+			v28 := a[28]
+			t = ((v12 >> 1) ^ v28) & 0x5555555555555555
+			v28 ^= t
+			v12 ^= t << 1
+			t = ((v12 >> 32) ^ v28) & 0x00000000FFFFFFFF
+			v28 ^= t
+			v12 ^= t << 32
+			binary.LittleEndian.PutUint64(out[96:], v12)
+			binary.LittleEndian.PutUint64(out[224:], v28)
+		}
+		{
+			v13 := a[13]
+			v29 := a[29]
+			t = ((v13 >> 1) ^ v29) & 0x5555555555555555
+			v29 ^= t
+			v13 ^= t << 1
+			t = ((v13 >> 32) ^ v29) & 0x00000000FFFFFFFF
+			v29 ^= t
+			v13 ^= t << 32
+			binary.LittleEndian.PutUint64(out[104:], v13)
+			binary.LittleEndian.PutUint64(out[232:], v29)
+		}
+		{
+			v14 := a[14]
+			v30 := a[30]
+			t = ((v14 >> 1) ^ v30) & 0x5555555555555555
+			v30 ^= t
+			v14 ^= t << 1
+			t = ((v14 >> 32) ^ v30) & 0x00000000FFFFFFFF
+			v30 ^= t
+			v14 ^= t << 32
+			binary.LittleEndian.PutUint64(out[112:], v14)
+			binary.LittleEndian.PutUint64(out[240:], v30)
+		}
+		{
+			v15 := a[15]
+			v31 := a[31]
+			t = ((v15 >> 1) ^ v31) & 0x5555555555555555
+			v31 ^= t
+			v15 ^= t << 1
+			t = ((v15 >> 32) ^ v31) & 0x00000000FFFFFFFF
+			v31 ^= t
+			v15 ^= t << 32
+			binary.LittleEndian.PutUint64(out[120:], v15)
+			binary.LittleEndian.PutUint64(out[248:], v31)
+		}
 	}
 }
 
 // shuffleWords8 transposes runs of 64 8-byte elements; see words.go.
 func shuffleWords8(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [64]uint64
+	_ = a
 	for q := range runs {
 		in := src[q*512 : q*512+512]
-		a0 := binary.LittleEndian.Uint64(in[0:])
-		a1 := binary.LittleEndian.Uint64(in[8:])
-		a2 := binary.LittleEndian.Uint64(in[16:])
-		a3 := binary.LittleEndian.Uint64(in[24:])
-		a4 := binary.LittleEndian.Uint64(in[32:])
-		a5 := binary.LittleEndian.Uint64(in[40:])
-		a6 := binary.LittleEndian.Uint64(in[48:])
-		a7 := binary.LittleEndian.Uint64(in[56:])
-		a8 := binary.LittleEndian.Uint64(in[64:])
-		a9 := binary.LittleEndian.Uint64(in[72:])
-		a10 := binary.LittleEndian.Uint64(in[80:])
-		a11 := binary.LittleEndian.Uint64(in[88:])
-		a12 := binary.LittleEndian.Uint64(in[96:])
-		a13 := binary.LittleEndian.Uint64(in[104:])
-		a14 := binary.LittleEndian.Uint64(in[112:])
-		a15 := binary.LittleEndian.Uint64(in[120:])
-		a16 := binary.LittleEndian.Uint64(in[128:])
-		a17 := binary.LittleEndian.Uint64(in[136:])
-		a18 := binary.LittleEndian.Uint64(in[144:])
-		a19 := binary.LittleEndian.Uint64(in[152:])
-		a20 := binary.LittleEndian.Uint64(in[160:])
-		a21 := binary.LittleEndian.Uint64(in[168:])
-		a22 := binary.LittleEndian.Uint64(in[176:])
-		a23 := binary.LittleEndian.Uint64(in[184:])
-		a24 := binary.LittleEndian.Uint64(in[192:])
-		a25 := binary.LittleEndian.Uint64(in[200:])
-		a26 := binary.LittleEndian.Uint64(in[208:])
-		a27 := binary.LittleEndian.Uint64(in[216:])
-		a28 := binary.LittleEndian.Uint64(in[224:])
-		a29 := binary.LittleEndian.Uint64(in[232:])
-		a30 := binary.LittleEndian.Uint64(in[240:])
-		a31 := binary.LittleEndian.Uint64(in[248:])
-		a32 := binary.LittleEndian.Uint64(in[256:])
-		a33 := binary.LittleEndian.Uint64(in[264:])
-		a34 := binary.LittleEndian.Uint64(in[272:])
-		a35 := binary.LittleEndian.Uint64(in[280:])
-		a36 := binary.LittleEndian.Uint64(in[288:])
-		a37 := binary.LittleEndian.Uint64(in[296:])
-		a38 := binary.LittleEndian.Uint64(in[304:])
-		a39 := binary.LittleEndian.Uint64(in[312:])
-		a40 := binary.LittleEndian.Uint64(in[320:])
-		a41 := binary.LittleEndian.Uint64(in[328:])
-		a42 := binary.LittleEndian.Uint64(in[336:])
-		a43 := binary.LittleEndian.Uint64(in[344:])
-		a44 := binary.LittleEndian.Uint64(in[352:])
-		a45 := binary.LittleEndian.Uint64(in[360:])
-		a46 := binary.LittleEndian.Uint64(in[368:])
-		a47 := binary.LittleEndian.Uint64(in[376:])
-		a48 := binary.LittleEndian.Uint64(in[384:])
-		a49 := binary.LittleEndian.Uint64(in[392:])
-		a50 := binary.LittleEndian.Uint64(in[400:])
-		a51 := binary.LittleEndian.Uint64(in[408:])
-		a52 := binary.LittleEndian.Uint64(in[416:])
-		a53 := binary.LittleEndian.Uint64(in[424:])
-		a54 := binary.LittleEndian.Uint64(in[432:])
-		a55 := binary.LittleEndian.Uint64(in[440:])
-		a56 := binary.LittleEndian.Uint64(in[448:])
-		a57 := binary.LittleEndian.Uint64(in[456:])
-		a58 := binary.LittleEndian.Uint64(in[464:])
-		a59 := binary.LittleEndian.Uint64(in[472:])
-		a60 := binary.LittleEndian.Uint64(in[480:])
-		a61 := binary.LittleEndian.Uint64(in[488:])
-		a62 := binary.LittleEndian.Uint64(in[496:])
-		a63 := binary.LittleEndian.Uint64(in[504:])
-		t = ((a0 >> 32) ^ a32) & 0x00000000FFFFFFFF
-		a32 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a33) & 0x00000000FFFFFFFF
-		a33 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a34) & 0x00000000FFFFFFFF
-		a34 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a35) & 0x00000000FFFFFFFF
-		a35 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a36) & 0x00000000FFFFFFFF
-		a36 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a37) & 0x00000000FFFFFFFF
-		a37 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a38) & 0x00000000FFFFFFFF
-		a38 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a39) & 0x00000000FFFFFFFF
-		a39 ^= t
-		a7 ^= t << 32
-		t = ((a8 >> 32) ^ a40) & 0x00000000FFFFFFFF
-		a40 ^= t
-		a8 ^= t << 32
-		t = ((a9 >> 32) ^ a41) & 0x00000000FFFFFFFF
-		a41 ^= t
-		a9 ^= t << 32
-		t = ((a10 >> 32) ^ a42) & 0x00000000FFFFFFFF
-		a42 ^= t
-		a10 ^= t << 32
-		t = ((a11 >> 32) ^ a43) & 0x00000000FFFFFFFF
-		a43 ^= t
-		a11 ^= t << 32
-		t = ((a12 >> 32) ^ a44) & 0x00000000FFFFFFFF
-		a44 ^= t
-		a12 ^= t << 32
-		t = ((a13 >> 32) ^ a45) & 0x00000000FFFFFFFF
-		a45 ^= t
-		a13 ^= t << 32
-		t = ((a14 >> 32) ^ a46) & 0x00000000FFFFFFFF
-		a46 ^= t
-		a14 ^= t << 32
-		t = ((a15 >> 32) ^ a47) & 0x00000000FFFFFFFF
-		a47 ^= t
-		a15 ^= t << 32
-		t = ((a16 >> 32) ^ a48) & 0x00000000FFFFFFFF
-		a48 ^= t
-		a16 ^= t << 32
-		t = ((a17 >> 32) ^ a49) & 0x00000000FFFFFFFF
-		a49 ^= t
-		a17 ^= t << 32
-		t = ((a18 >> 32) ^ a50) & 0x00000000FFFFFFFF
-		a50 ^= t
-		a18 ^= t << 32
-		t = ((a19 >> 32) ^ a51) & 0x00000000FFFFFFFF
-		a51 ^= t
-		a19 ^= t << 32
-		t = ((a20 >> 32) ^ a52) & 0x00000000FFFFFFFF
-		a52 ^= t
-		a20 ^= t << 32
-		t = ((a21 >> 32) ^ a53) & 0x00000000FFFFFFFF
-		a53 ^= t
-		a21 ^= t << 32
-		t = ((a22 >> 32) ^ a54) & 0x00000000FFFFFFFF
-		a54 ^= t
-		a22 ^= t << 32
-		t = ((a23 >> 32) ^ a55) & 0x00000000FFFFFFFF
-		a55 ^= t
-		a23 ^= t << 32
-		t = ((a24 >> 32) ^ a56) & 0x00000000FFFFFFFF
-		a56 ^= t
-		a24 ^= t << 32
-		t = ((a25 >> 32) ^ a57) & 0x00000000FFFFFFFF
-		a57 ^= t
-		a25 ^= t << 32
-		t = ((a26 >> 32) ^ a58) & 0x00000000FFFFFFFF
-		a58 ^= t
-		a26 ^= t << 32
-		t = ((a27 >> 32) ^ a59) & 0x00000000FFFFFFFF
-		a59 ^= t
-		a27 ^= t << 32
-		t = ((a28 >> 32) ^ a60) & 0x00000000FFFFFFFF
-		a60 ^= t
-		a28 ^= t << 32
-		t = ((a29 >> 32) ^ a61) & 0x00000000FFFFFFFF
-		a61 ^= t
-		a29 ^= t << 32
-		t = ((a30 >> 32) ^ a62) & 0x00000000FFFFFFFF
-		a62 ^= t
-		a30 ^= t << 32
-		t = ((a31 >> 32) ^ a63) & 0x00000000FFFFFFFF
-		a63 ^= t
-		a31 ^= t << 32
-		t = ((a0 >> 16) ^ a16) & 0x0000FFFF0000FFFF
-		a16 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a17) & 0x0000FFFF0000FFFF
-		a17 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a18) & 0x0000FFFF0000FFFF
-		a18 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a19) & 0x0000FFFF0000FFFF
-		a19 ^= t
-		a3 ^= t << 16
-		t = ((a4 >> 16) ^ a20) & 0x0000FFFF0000FFFF
-		a20 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a21) & 0x0000FFFF0000FFFF
-		a21 ^= t
-		a5 ^= t << 16
-		t = ((a6 >> 16) ^ a22) & 0x0000FFFF0000FFFF
-		a22 ^= t
-		a6 ^= t << 16
-		t = ((a7 >> 16) ^ a23) & 0x0000FFFF0000FFFF
-		a23 ^= t
-		a7 ^= t << 16
-		t = ((a8 >> 16) ^ a24) & 0x0000FFFF0000FFFF
-		a24 ^= t
-		a8 ^= t << 16
-		t = ((a9 >> 16) ^ a25) & 0x0000FFFF0000FFFF
-		a25 ^= t
-		a9 ^= t << 16
-		t = ((a10 >> 16) ^ a26) & 0x0000FFFF0000FFFF
-		a26 ^= t
-		a10 ^= t << 16
-		t = ((a11 >> 16) ^ a27) & 0x0000FFFF0000FFFF
-		a27 ^= t
-		a11 ^= t << 16
-		t = ((a12 >> 16) ^ a28) & 0x0000FFFF0000FFFF
-		a28 ^= t
-		a12 ^= t << 16
-		t = ((a13 >> 16) ^ a29) & 0x0000FFFF0000FFFF
-		a29 ^= t
-		a13 ^= t << 16
-		t = ((a14 >> 16) ^ a30) & 0x0000FFFF0000FFFF
-		a30 ^= t
-		a14 ^= t << 16
-		t = ((a15 >> 16) ^ a31) & 0x0000FFFF0000FFFF
-		a31 ^= t
-		a15 ^= t << 16
-		t = ((a32 >> 16) ^ a48) & 0x0000FFFF0000FFFF
-		a48 ^= t
-		a32 ^= t << 16
-		t = ((a33 >> 16) ^ a49) & 0x0000FFFF0000FFFF
-		a49 ^= t
-		a33 ^= t << 16
-		t = ((a34 >> 16) ^ a50) & 0x0000FFFF0000FFFF
-		a50 ^= t
-		a34 ^= t << 16
-		t = ((a35 >> 16) ^ a51) & 0x0000FFFF0000FFFF
-		a51 ^= t
-		a35 ^= t << 16
-		t = ((a36 >> 16) ^ a52) & 0x0000FFFF0000FFFF
-		a52 ^= t
-		a36 ^= t << 16
-		t = ((a37 >> 16) ^ a53) & 0x0000FFFF0000FFFF
-		a53 ^= t
-		a37 ^= t << 16
-		t = ((a38 >> 16) ^ a54) & 0x0000FFFF0000FFFF
-		a54 ^= t
-		a38 ^= t << 16
-		t = ((a39 >> 16) ^ a55) & 0x0000FFFF0000FFFF
-		a55 ^= t
-		a39 ^= t << 16
-		t = ((a40 >> 16) ^ a56) & 0x0000FFFF0000FFFF
-		a56 ^= t
-		a40 ^= t << 16
-		t = ((a41 >> 16) ^ a57) & 0x0000FFFF0000FFFF
-		a57 ^= t
-		a41 ^= t << 16
-		t = ((a42 >> 16) ^ a58) & 0x0000FFFF0000FFFF
-		a58 ^= t
-		a42 ^= t << 16
-		t = ((a43 >> 16) ^ a59) & 0x0000FFFF0000FFFF
-		a59 ^= t
-		a43 ^= t << 16
-		t = ((a44 >> 16) ^ a60) & 0x0000FFFF0000FFFF
-		a60 ^= t
-		a44 ^= t << 16
-		t = ((a45 >> 16) ^ a61) & 0x0000FFFF0000FFFF
-		a61 ^= t
-		a45 ^= t << 16
-		t = ((a46 >> 16) ^ a62) & 0x0000FFFF0000FFFF
-		a62 ^= t
-		a46 ^= t << 16
-		t = ((a47 >> 16) ^ a63) & 0x0000FFFF0000FFFF
-		a63 ^= t
-		a47 ^= t << 16
-		t = ((a0 >> 8) ^ a8) & 0x00FF00FF00FF00FF
-		a8 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a9) & 0x00FF00FF00FF00FF
-		a9 ^= t
-		a1 ^= t << 8
-		t = ((a2 >> 8) ^ a10) & 0x00FF00FF00FF00FF
-		a10 ^= t
-		a2 ^= t << 8
-		t = ((a3 >> 8) ^ a11) & 0x00FF00FF00FF00FF
-		a11 ^= t
-		a3 ^= t << 8
-		t = ((a4 >> 8) ^ a12) & 0x00FF00FF00FF00FF
-		a12 ^= t
-		a4 ^= t << 8
-		t = ((a5 >> 8) ^ a13) & 0x00FF00FF00FF00FF
-		a13 ^= t
-		a5 ^= t << 8
-		t = ((a6 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a6 ^= t << 8
-		t = ((a7 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a7 ^= t << 8
-		t = ((a16 >> 8) ^ a24) & 0x00FF00FF00FF00FF
-		a24 ^= t
-		a16 ^= t << 8
-		t = ((a17 >> 8) ^ a25) & 0x00FF00FF00FF00FF
-		a25 ^= t
-		a17 ^= t << 8
-		t = ((a18 >> 8) ^ a26) & 0x00FF00FF00FF00FF
-		a26 ^= t
-		a18 ^= t << 8
-		t = ((a19 >> 8) ^ a27) & 0x00FF00FF00FF00FF
-		a27 ^= t
-		a19 ^= t << 8
-		t = ((a20 >> 8) ^ a28) & 0x00FF00FF00FF00FF
-		a28 ^= t
-		a20 ^= t << 8
-		t = ((a21 >> 8) ^ a29) & 0x00FF00FF00FF00FF
-		a29 ^= t
-		a21 ^= t << 8
-		t = ((a22 >> 8) ^ a30) & 0x00FF00FF00FF00FF
-		a30 ^= t
-		a22 ^= t << 8
-		t = ((a23 >> 8) ^ a31) & 0x00FF00FF00FF00FF
-		a31 ^= t
-		a23 ^= t << 8
-		t = ((a32 >> 8) ^ a40) & 0x00FF00FF00FF00FF
-		a40 ^= t
-		a32 ^= t << 8
-		t = ((a33 >> 8) ^ a41) & 0x00FF00FF00FF00FF
-		a41 ^= t
-		a33 ^= t << 8
-		t = ((a34 >> 8) ^ a42) & 0x00FF00FF00FF00FF
-		a42 ^= t
-		a34 ^= t << 8
-		t = ((a35 >> 8) ^ a43) & 0x00FF00FF00FF00FF
-		a43 ^= t
-		a35 ^= t << 8
-		t = ((a36 >> 8) ^ a44) & 0x00FF00FF00FF00FF
-		a44 ^= t
-		a36 ^= t << 8
-		t = ((a37 >> 8) ^ a45) & 0x00FF00FF00FF00FF
-		a45 ^= t
-		a37 ^= t << 8
-		t = ((a38 >> 8) ^ a46) & 0x00FF00FF00FF00FF
-		a46 ^= t
-		a38 ^= t << 8
-		t = ((a39 >> 8) ^ a47) & 0x00FF00FF00FF00FF
-		a47 ^= t
-		a39 ^= t << 8
-		t = ((a48 >> 8) ^ a56) & 0x00FF00FF00FF00FF
-		a56 ^= t
-		a48 ^= t << 8
-		t = ((a49 >> 8) ^ a57) & 0x00FF00FF00FF00FF
-		a57 ^= t
-		a49 ^= t << 8
-		t = ((a50 >> 8) ^ a58) & 0x00FF00FF00FF00FF
-		a58 ^= t
-		a50 ^= t << 8
-		t = ((a51 >> 8) ^ a59) & 0x00FF00FF00FF00FF
-		a59 ^= t
-		a51 ^= t << 8
-		t = ((a52 >> 8) ^ a60) & 0x00FF00FF00FF00FF
-		a60 ^= t
-		a52 ^= t << 8
-		t = ((a53 >> 8) ^ a61) & 0x00FF00FF00FF00FF
-		a61 ^= t
-		a53 ^= t << 8
-		t = ((a54 >> 8) ^ a62) & 0x00FF00FF00FF00FF
-		a62 ^= t
-		a54 ^= t << 8
-		t = ((a55 >> 8) ^ a63) & 0x00FF00FF00FF00FF
-		a63 ^= t
-		a55 ^= t << 8
-		t = ((a0 >> 4) ^ a4) & 0x0F0F0F0F0F0F0F0F
-		a4 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a1 ^= t << 4
-		t = ((a2 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a2 ^= t << 4
-		t = ((a3 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a3 ^= t << 4
-		t = ((a8 >> 4) ^ a12) & 0x0F0F0F0F0F0F0F0F
-		a12 ^= t
-		a8 ^= t << 4
-		t = ((a9 >> 4) ^ a13) & 0x0F0F0F0F0F0F0F0F
-		a13 ^= t
-		a9 ^= t << 4
-		t = ((a10 >> 4) ^ a14) & 0x0F0F0F0F0F0F0F0F
-		a14 ^= t
-		a10 ^= t << 4
-		t = ((a11 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a11 ^= t << 4
-		t = ((a16 >> 4) ^ a20) & 0x0F0F0F0F0F0F0F0F
-		a20 ^= t
-		a16 ^= t << 4
-		t = ((a17 >> 4) ^ a21) & 0x0F0F0F0F0F0F0F0F
-		a21 ^= t
-		a17 ^= t << 4
-		t = ((a18 >> 4) ^ a22) & 0x0F0F0F0F0F0F0F0F
-		a22 ^= t
-		a18 ^= t << 4
-		t = ((a19 >> 4) ^ a23) & 0x0F0F0F0F0F0F0F0F
-		a23 ^= t
-		a19 ^= t << 4
-		t = ((a24 >> 4) ^ a28) & 0x0F0F0F0F0F0F0F0F
-		a28 ^= t
-		a24 ^= t << 4
-		t = ((a25 >> 4) ^ a29) & 0x0F0F0F0F0F0F0F0F
-		a29 ^= t
-		a25 ^= t << 4
-		t = ((a26 >> 4) ^ a30) & 0x0F0F0F0F0F0F0F0F
-		a30 ^= t
-		a26 ^= t << 4
-		t = ((a27 >> 4) ^ a31) & 0x0F0F0F0F0F0F0F0F
-		a31 ^= t
-		a27 ^= t << 4
-		t = ((a32 >> 4) ^ a36) & 0x0F0F0F0F0F0F0F0F
-		a36 ^= t
-		a32 ^= t << 4
-		t = ((a33 >> 4) ^ a37) & 0x0F0F0F0F0F0F0F0F
-		a37 ^= t
-		a33 ^= t << 4
-		t = ((a34 >> 4) ^ a38) & 0x0F0F0F0F0F0F0F0F
-		a38 ^= t
-		a34 ^= t << 4
-		t = ((a35 >> 4) ^ a39) & 0x0F0F0F0F0F0F0F0F
-		a39 ^= t
-		a35 ^= t << 4
-		t = ((a40 >> 4) ^ a44) & 0x0F0F0F0F0F0F0F0F
-		a44 ^= t
-		a40 ^= t << 4
-		t = ((a41 >> 4) ^ a45) & 0x0F0F0F0F0F0F0F0F
-		a45 ^= t
-		a41 ^= t << 4
-		t = ((a42 >> 4) ^ a46) & 0x0F0F0F0F0F0F0F0F
-		a46 ^= t
-		a42 ^= t << 4
-		t = ((a43 >> 4) ^ a47) & 0x0F0F0F0F0F0F0F0F
-		a47 ^= t
-		a43 ^= t << 4
-		t = ((a48 >> 4) ^ a52) & 0x0F0F0F0F0F0F0F0F
-		a52 ^= t
-		a48 ^= t << 4
-		t = ((a49 >> 4) ^ a53) & 0x0F0F0F0F0F0F0F0F
-		a53 ^= t
-		a49 ^= t << 4
-		t = ((a50 >> 4) ^ a54) & 0x0F0F0F0F0F0F0F0F
-		a54 ^= t
-		a50 ^= t << 4
-		t = ((a51 >> 4) ^ a55) & 0x0F0F0F0F0F0F0F0F
-		a55 ^= t
-		a51 ^= t << 4
-		t = ((a56 >> 4) ^ a60) & 0x0F0F0F0F0F0F0F0F
-		a60 ^= t
-		a56 ^= t << 4
-		t = ((a57 >> 4) ^ a61) & 0x0F0F0F0F0F0F0F0F
-		a61 ^= t
-		a57 ^= t << 4
-		t = ((a58 >> 4) ^ a62) & 0x0F0F0F0F0F0F0F0F
-		a62 ^= t
-		a58 ^= t << 4
-		t = ((a59 >> 4) ^ a63) & 0x0F0F0F0F0F0F0F0F
-		a63 ^= t
-		a59 ^= t << 4
-		t = ((a0 >> 2) ^ a2) & 0x3333333333333333
-		a2 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a1 ^= t << 2
-		t = ((a4 >> 2) ^ a6) & 0x3333333333333333
-		a6 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a5 ^= t << 2
-		t = ((a8 >> 2) ^ a10) & 0x3333333333333333
-		a10 ^= t
-		a8 ^= t << 2
-		t = ((a9 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a9 ^= t << 2
-		t = ((a12 >> 2) ^ a14) & 0x3333333333333333
-		a14 ^= t
-		a12 ^= t << 2
-		t = ((a13 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a13 ^= t << 2
-		t = ((a16 >> 2) ^ a18) & 0x3333333333333333
-		a18 ^= t
-		a16 ^= t << 2
-		t = ((a17 >> 2) ^ a19) & 0x3333333333333333
-		a19 ^= t
-		a17 ^= t << 2
-		t = ((a20 >> 2) ^ a22) & 0x3333333333333333
-		a22 ^= t
-		a20 ^= t << 2
-		t = ((a21 >> 2) ^ a23) & 0x3333333333333333
-		a23 ^= t
-		a21 ^= t << 2
-		t = ((a24 >> 2) ^ a26) & 0x3333333333333333
-		a26 ^= t
-		a24 ^= t << 2
-		t = ((a25 >> 2) ^ a27) & 0x3333333333333333
-		a27 ^= t
-		a25 ^= t << 2
-		t = ((a28 >> 2) ^ a30) & 0x3333333333333333
-		a30 ^= t
-		a28 ^= t << 2
-		t = ((a29 >> 2) ^ a31) & 0x3333333333333333
-		a31 ^= t
-		a29 ^= t << 2
-		t = ((a32 >> 2) ^ a34) & 0x3333333333333333
-		a34 ^= t
-		a32 ^= t << 2
-		t = ((a33 >> 2) ^ a35) & 0x3333333333333333
-		a35 ^= t
-		a33 ^= t << 2
-		t = ((a36 >> 2) ^ a38) & 0x3333333333333333
-		a38 ^= t
-		a36 ^= t << 2
-		t = ((a37 >> 2) ^ a39) & 0x3333333333333333
-		a39 ^= t
-		a37 ^= t << 2
-		t = ((a40 >> 2) ^ a42) & 0x3333333333333333
-		a42 ^= t
-		a40 ^= t << 2
-		t = ((a41 >> 2) ^ a43) & 0x3333333333333333
-		a43 ^= t
-		a41 ^= t << 2
-		t = ((a44 >> 2) ^ a46) & 0x3333333333333333
-		a46 ^= t
-		a44 ^= t << 2
-		t = ((a45 >> 2) ^ a47) & 0x3333333333333333
-		a47 ^= t
-		a45 ^= t << 2
-		t = ((a48 >> 2) ^ a50) & 0x3333333333333333
-		a50 ^= t
-		a48 ^= t << 2
-		t = ((a49 >> 2) ^ a51) & 0x3333333333333333
-		a51 ^= t
-		a49 ^= t << 2
-		t = ((a52 >> 2) ^ a54) & 0x3333333333333333
-		a54 ^= t
-		a52 ^= t << 2
-		t = ((a53 >> 2) ^ a55) & 0x3333333333333333
-		a55 ^= t
-		a53 ^= t << 2
-		t = ((a56 >> 2) ^ a58) & 0x3333333333333333
-		a58 ^= t
-		a56 ^= t << 2
-		t = ((a57 >> 2) ^ a59) & 0x3333333333333333
-		a59 ^= t
-		a57 ^= t << 2
-		t = ((a60 >> 2) ^ a62) & 0x3333333333333333
-		a62 ^= t
-		a60 ^= t << 2
-		t = ((a61 >> 2) ^ a63) & 0x3333333333333333
-		a63 ^= t
-		a61 ^= t << 2
-		t = ((a0 >> 1) ^ a1) & 0x5555555555555555
-		a1 ^= t
-		a0 ^= t << 1
-		t = ((a2 >> 1) ^ a3) & 0x5555555555555555
-		a3 ^= t
-		a2 ^= t << 1
-		t = ((a4 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a4 ^= t << 1
-		t = ((a6 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a6 ^= t << 1
-		t = ((a8 >> 1) ^ a9) & 0x5555555555555555
-		a9 ^= t
-		a8 ^= t << 1
-		t = ((a10 >> 1) ^ a11) & 0x5555555555555555
-		a11 ^= t
-		a10 ^= t << 1
-		t = ((a12 >> 1) ^ a13) & 0x5555555555555555
-		a13 ^= t
-		a12 ^= t << 1
-		t = ((a14 >> 1) ^ a15) & 0x5555555555555555
-		a15 ^= t
-		a14 ^= t << 1
-		t = ((a16 >> 1) ^ a17) & 0x5555555555555555
-		a17 ^= t
-		a16 ^= t << 1
-		t = ((a18 >> 1) ^ a19) & 0x5555555555555555
-		a19 ^= t
-		a18 ^= t << 1
-		t = ((a20 >> 1) ^ a21) & 0x5555555555555555
-		a21 ^= t
-		a20 ^= t << 1
-		t = ((a22 >> 1) ^ a23) & 0x5555555555555555
-		a23 ^= t
-		a22 ^= t << 1
-		t = ((a24 >> 1) ^ a25) & 0x5555555555555555
-		a25 ^= t
-		a24 ^= t << 1
-		t = ((a26 >> 1) ^ a27) & 0x5555555555555555
-		a27 ^= t
-		a26 ^= t << 1
-		t = ((a28 >> 1) ^ a29) & 0x5555555555555555
-		a29 ^= t
-		a28 ^= t << 1
-		t = ((a30 >> 1) ^ a31) & 0x5555555555555555
-		a31 ^= t
-		a30 ^= t << 1
-		t = ((a32 >> 1) ^ a33) & 0x5555555555555555
-		a33 ^= t
-		a32 ^= t << 1
-		t = ((a34 >> 1) ^ a35) & 0x5555555555555555
-		a35 ^= t
-		a34 ^= t << 1
-		t = ((a36 >> 1) ^ a37) & 0x5555555555555555
-		a37 ^= t
-		a36 ^= t << 1
-		t = ((a38 >> 1) ^ a39) & 0x5555555555555555
-		a39 ^= t
-		a38 ^= t << 1
-		t = ((a40 >> 1) ^ a41) & 0x5555555555555555
-		a41 ^= t
-		a40 ^= t << 1
-		t = ((a42 >> 1) ^ a43) & 0x5555555555555555
-		a43 ^= t
-		a42 ^= t << 1
-		t = ((a44 >> 1) ^ a45) & 0x5555555555555555
-		a45 ^= t
-		a44 ^= t << 1
-		t = ((a46 >> 1) ^ a47) & 0x5555555555555555
-		a47 ^= t
-		a46 ^= t << 1
-		t = ((a48 >> 1) ^ a49) & 0x5555555555555555
-		a49 ^= t
-		a48 ^= t << 1
-		t = ((a50 >> 1) ^ a51) & 0x5555555555555555
-		a51 ^= t
-		a50 ^= t << 1
-		t = ((a52 >> 1) ^ a53) & 0x5555555555555555
-		a53 ^= t
-		a52 ^= t << 1
-		t = ((a54 >> 1) ^ a55) & 0x5555555555555555
-		a55 ^= t
-		a54 ^= t << 1
-		t = ((a56 >> 1) ^ a57) & 0x5555555555555555
-		a57 ^= t
-		a56 ^= t << 1
-		t = ((a58 >> 1) ^ a59) & 0x5555555555555555
-		a59 ^= t
-		a58 ^= t << 1
-		t = ((a60 >> 1) ^ a61) & 0x5555555555555555
-		a61 ^= t
-		a60 ^= t << 1
-		t = ((a62 >> 1) ^ a63) & 0x5555555555555555
-		a63 ^= t
-		a62 ^= t << 1
 		out := dst[8*q:]
-		binary.LittleEndian.PutUint64(out[0*rowBytes:], a0)
-		binary.LittleEndian.PutUint64(out[1*rowBytes:], a1)
-		binary.LittleEndian.PutUint64(out[2*rowBytes:], a2)
-		binary.LittleEndian.PutUint64(out[3*rowBytes:], a3)
-		binary.LittleEndian.PutUint64(out[4*rowBytes:], a4)
-		binary.LittleEndian.PutUint64(out[5*rowBytes:], a5)
-		binary.LittleEndian.PutUint64(out[6*rowBytes:], a6)
-		binary.LittleEndian.PutUint64(out[7*rowBytes:], a7)
-		binary.LittleEndian.PutUint64(out[8*rowBytes:], a8)
-		binary.LittleEndian.PutUint64(out[9*rowBytes:], a9)
-		binary.LittleEndian.PutUint64(out[10*rowBytes:], a10)
-		binary.LittleEndian.PutUint64(out[11*rowBytes:], a11)
-		binary.LittleEndian.PutUint64(out[12*rowBytes:], a12)
-		binary.LittleEndian.PutUint64(out[13*rowBytes:], a13)
-		binary.LittleEndian.PutUint64(out[14*rowBytes:], a14)
-		binary.LittleEndian.PutUint64(out[15*rowBytes:], a15)
-		binary.LittleEndian.PutUint64(out[16*rowBytes:], a16)
-		binary.LittleEndian.PutUint64(out[17*rowBytes:], a17)
-		binary.LittleEndian.PutUint64(out[18*rowBytes:], a18)
-		binary.LittleEndian.PutUint64(out[19*rowBytes:], a19)
-		binary.LittleEndian.PutUint64(out[20*rowBytes:], a20)
-		binary.LittleEndian.PutUint64(out[21*rowBytes:], a21)
-		binary.LittleEndian.PutUint64(out[22*rowBytes:], a22)
-		binary.LittleEndian.PutUint64(out[23*rowBytes:], a23)
-		binary.LittleEndian.PutUint64(out[24*rowBytes:], a24)
-		binary.LittleEndian.PutUint64(out[25*rowBytes:], a25)
-		binary.LittleEndian.PutUint64(out[26*rowBytes:], a26)
-		binary.LittleEndian.PutUint64(out[27*rowBytes:], a27)
-		binary.LittleEndian.PutUint64(out[28*rowBytes:], a28)
-		binary.LittleEndian.PutUint64(out[29*rowBytes:], a29)
-		binary.LittleEndian.PutUint64(out[30*rowBytes:], a30)
-		binary.LittleEndian.PutUint64(out[31*rowBytes:], a31)
-		binary.LittleEndian.PutUint64(out[32*rowBytes:], a32)
-		binary.LittleEndian.PutUint64(out[33*rowBytes:], a33)
-		binary.LittleEndian.PutUint64(out[34*rowBytes:], a34)
-		binary.LittleEndian.PutUint64(out[35*rowBytes:], a35)
-		binary.LittleEndian.PutUint64(out[36*rowBytes:], a36)
-		binary.LittleEndian.PutUint64(out[37*rowBytes:], a37)
-		binary.LittleEndian.PutUint64(out[38*rowBytes:], a38)
-		binary.LittleEndian.PutUint64(out[39*rowBytes:], a39)
-		binary.LittleEndian.PutUint64(out[40*rowBytes:], a40)
-		binary.LittleEndian.PutUint64(out[41*rowBytes:], a41)
-		binary.LittleEndian.PutUint64(out[42*rowBytes:], a42)
-		binary.LittleEndian.PutUint64(out[43*rowBytes:], a43)
-		binary.LittleEndian.PutUint64(out[44*rowBytes:], a44)
-		binary.LittleEndian.PutUint64(out[45*rowBytes:], a45)
-		binary.LittleEndian.PutUint64(out[46*rowBytes:], a46)
-		binary.LittleEndian.PutUint64(out[47*rowBytes:], a47)
-		binary.LittleEndian.PutUint64(out[48*rowBytes:], a48)
-		binary.LittleEndian.PutUint64(out[49*rowBytes:], a49)
-		binary.LittleEndian.PutUint64(out[50*rowBytes:], a50)
-		binary.LittleEndian.PutUint64(out[51*rowBytes:], a51)
-		binary.LittleEndian.PutUint64(out[52*rowBytes:], a52)
-		binary.LittleEndian.PutUint64(out[53*rowBytes:], a53)
-		binary.LittleEndian.PutUint64(out[54*rowBytes:], a54)
-		binary.LittleEndian.PutUint64(out[55*rowBytes:], a55)
-		binary.LittleEndian.PutUint64(out[56*rowBytes:], a56)
-		binary.LittleEndian.PutUint64(out[57*rowBytes:], a57)
-		binary.LittleEndian.PutUint64(out[58*rowBytes:], a58)
-		binary.LittleEndian.PutUint64(out[59*rowBytes:], a59)
-		binary.LittleEndian.PutUint64(out[60*rowBytes:], a60)
-		binary.LittleEndian.PutUint64(out[61*rowBytes:], a61)
-		binary.LittleEndian.PutUint64(out[62*rowBytes:], a62)
-		binary.LittleEndian.PutUint64(out[63*rowBytes:], a63)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0:])
+			v1 := binary.LittleEndian.Uint64(in[8:])
+			v2 := binary.LittleEndian.Uint64(in[16:])
+			v3 := binary.LittleEndian.Uint64(in[24:])
+			t = ((v0 >> 2) ^ v2) & 0x3333333333333333
+			v2 ^= t
+			v0 ^= t << 2
+			t = ((v1 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v1 ^= t << 2
+			t = ((v0 >> 1) ^ v1) & 0x5555555555555555
+			v1 ^= t
+			v0 ^= t << 1
+			t = ((v2 >> 1) ^ v3) & 0x5555555555555555
+			v3 ^= t
+			v2 ^= t << 1
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[32:])
+			v5 := binary.LittleEndian.Uint64(in[40:])
+			v6 := binary.LittleEndian.Uint64(in[48:])
+			v7 := binary.LittleEndian.Uint64(in[56:])
+			t = ((v4 >> 2) ^ v6) & 0x3333333333333333
+			v6 ^= t
+			v4 ^= t << 2
+			t = ((v5 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v5 ^= t << 2
+			t = ((v4 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v4 ^= t << 1
+			t = ((v6 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v6 ^= t << 1
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[64:])
+			v9 := binary.LittleEndian.Uint64(in[72:])
+			v10 := binary.LittleEndian.Uint64(in[80:])
+			v11 := binary.LittleEndian.Uint64(in[88:])
+			t = ((v8 >> 2) ^ v10) & 0x3333333333333333
+			v10 ^= t
+			v8 ^= t << 2
+			t = ((v9 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v9 ^= t << 2
+			t = ((v8 >> 1) ^ v9) & 0x5555555555555555
+			v9 ^= t
+			v8 ^= t << 1
+			t = ((v10 >> 1) ^ v11) & 0x5555555555555555
+			v11 ^= t
+			v10 ^= t << 1
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[96:])
+			v13 := binary.LittleEndian.Uint64(in[104:])
+			v14 := binary.LittleEndian.Uint64(in[112:])
+			v15 := binary.LittleEndian.Uint64(in[120:])
+			t = ((v12 >> 2) ^ v14) & 0x3333333333333333
+			v14 ^= t
+			v12 ^= t << 2
+			t = ((v13 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v13 ^= t << 2
+			t = ((v12 >> 1) ^ v13) & 0x5555555555555555
+			v13 ^= t
+			v12 ^= t << 1
+			t = ((v14 >> 1) ^ v15) & 0x5555555555555555
+			v15 ^= t
+			v14 ^= t << 1
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v16 := binary.LittleEndian.Uint64(in[128:])
+			v17 := binary.LittleEndian.Uint64(in[136:])
+			v18 := binary.LittleEndian.Uint64(in[144:])
+			v19 := binary.LittleEndian.Uint64(in[152:])
+			t = ((v16 >> 2) ^ v18) & 0x3333333333333333
+			v18 ^= t
+			v16 ^= t << 2
+			t = ((v17 >> 2) ^ v19) & 0x3333333333333333
+			v19 ^= t
+			v17 ^= t << 2
+			t = ((v16 >> 1) ^ v17) & 0x5555555555555555
+			v17 ^= t
+			v16 ^= t << 1
+			t = ((v18 >> 1) ^ v19) & 0x5555555555555555
+			v19 ^= t
+			v18 ^= t << 1
+			a[16] = v16
+			a[17] = v17
+			a[18] = v18
+			a[19] = v19
+		}
+		{
+			v20 := binary.LittleEndian.Uint64(in[160:])
+			v21 := binary.LittleEndian.Uint64(in[168:])
+			v22 := binary.LittleEndian.Uint64(in[176:])
+			v23 := binary.LittleEndian.Uint64(in[184:])
+			t = ((v20 >> 2) ^ v22) & 0x3333333333333333
+			v22 ^= t
+			v20 ^= t << 2
+			t = ((v21 >> 2) ^ v23) & 0x3333333333333333
+			v23 ^= t
+			v21 ^= t << 2
+			t = ((v20 >> 1) ^ v21) & 0x5555555555555555
+			v21 ^= t
+			v20 ^= t << 1
+			t = ((v22 >> 1) ^ v23) & 0x5555555555555555
+			v23 ^= t
+			v22 ^= t << 1
+			a[20] = v20
+			a[21] = v21
+			a[22] = v22
+			a[23] = v23
+		}
+		{
+			v24 := binary.LittleEndian.Uint64(in[192:])
+			v25 := binary.LittleEndian.Uint64(in[200:])
+			v26 := binary.LittleEndian.Uint64(in[208:])
+			v27 := binary.LittleEndian.Uint64(in[216:])
+			t = ((v24 >> 2) ^ v26) & 0x3333333333333333
+			v26 ^= t
+			v24 ^= t << 2
+			t = ((v25 >> 2) ^ v27) & 0x3333333333333333
+			v27 ^= t
+			v25 ^= t << 2
+			t = ((v24 >> 1) ^ v25) & 0x5555555555555555
+			v25 ^= t
+			v24 ^= t << 1
+			t = ((v26 >> 1) ^ v27) & 0x5555555555555555
+			v27 ^= t
+			v26 ^= t << 1
+			a[24] = v24
+			a[25] = v25
+			a[26] = v26
+			a[27] = v27
+		}
+		{
+			v28 := binary.LittleEndian.Uint64(in[224:])
+			v29 := binary.LittleEndian.Uint64(in[232:])
+			v30 := binary.LittleEndian.Uint64(in[240:])
+			v31 := binary.LittleEndian.Uint64(in[248:])
+			t = ((v28 >> 2) ^ v30) & 0x3333333333333333
+			v30 ^= t
+			v28 ^= t << 2
+			t = ((v29 >> 2) ^ v31) & 0x3333333333333333
+			v31 ^= t
+			v29 ^= t << 2
+			t = ((v28 >> 1) ^ v29) & 0x5555555555555555
+			v29 ^= t
+			v28 ^= t << 1
+			t = ((v30 >> 1) ^ v31) & 0x5555555555555555
+			v31 ^= t
+			v30 ^= t << 1
+			a[28] = v28
+			a[29] = v29
+			a[30] = v30
+			a[31] = v31
+		}
+		{
+			v32 := binary.LittleEndian.Uint64(in[256:])
+			v33 := binary.LittleEndian.Uint64(in[264:])
+			v34 := binary.LittleEndian.Uint64(in[272:])
+			v35 := binary.LittleEndian.Uint64(in[280:])
+			t = ((v32 >> 2) ^ v34) & 0x3333333333333333
+			v34 ^= t
+			v32 ^= t << 2
+			t = ((v33 >> 2) ^ v35) & 0x3333333333333333
+			v35 ^= t
+			v33 ^= t << 2
+			t = ((v32 >> 1) ^ v33) & 0x5555555555555555
+			v33 ^= t
+			v32 ^= t << 1
+			t = ((v34 >> 1) ^ v35) & 0x5555555555555555
+			v35 ^= t
+			v34 ^= t << 1
+			a[32] = v32
+			a[33] = v33
+			a[34] = v34
+			a[35] = v35
+		}
+		{
+			v36 := binary.LittleEndian.Uint64(in[288:])
+			v37 := binary.LittleEndian.Uint64(in[296:])
+			v38 := binary.LittleEndian.Uint64(in[304:])
+			v39 := binary.LittleEndian.Uint64(in[312:])
+			t = ((v36 >> 2) ^ v38) & 0x3333333333333333
+			v38 ^= t
+			v36 ^= t << 2
+			t = ((v37 >> 2) ^ v39) & 0x3333333333333333
+			v39 ^= t
+			v37 ^= t << 2
+			t = ((v36 >> 1) ^ v37) & 0x5555555555555555
+			v37 ^= t
+			v36 ^= t << 1
+			t = ((v38 >> 1) ^ v39) & 0x5555555555555555
+			v39 ^= t
+			v38 ^= t << 1
+			a[36] = v36
+			a[37] = v37
+			a[38] = v38
+			a[39] = v39
+		}
+		{
+			v40 := binary.LittleEndian.Uint64(in[320:])
+			v41 := binary.LittleEndian.Uint64(in[328:])
+			v42 := binary.LittleEndian.Uint64(in[336:])
+			v43 := binary.LittleEndian.Uint64(in[344:])
+			t = ((v40 >> 2) ^ v42) & 0x3333333333333333
+			v42 ^= t
+			v40 ^= t << 2
+			t = ((v41 >> 2) ^ v43) & 0x3333333333333333
+			v43 ^= t
+			v41 ^= t << 2
+			t = ((v40 >> 1) ^ v41) & 0x5555555555555555
+			v41 ^= t
+			v40 ^= t << 1
+			t = ((v42 >> 1) ^ v43) & 0x5555555555555555
+			v43 ^= t
+			v42 ^= t << 1
+			a[40] = v40
+			a[41] = v41
+			a[42] = v42
+			a[43] = v43
+		}
+		{
+			v44 := binary.LittleEndian.Uint64(in[352:])
+			v45 := binary.LittleEndian.Uint64(in[360:])
+			v46 := binary.LittleEndian.Uint64(in[368:])
+			v47 := binary.LittleEndian.Uint64(in[376:])
+			t = ((v44 >> 2) ^ v46) & 0x3333333333333333
+			v46 ^= t
+			v44 ^= t << 2
+			t = ((v45 >> 2) ^ v47) & 0x3333333333333333
+			v47 ^= t
+			v45 ^= t << 2
+			t = ((v44 >> 1) ^ v45) & 0x5555555555555555
+			v45 ^= t
+			v44 ^= t << 1
+			t = ((v46 >> 1) ^ v47) & 0x5555555555555555
+			v47 ^= t
+			v46 ^= t << 1
+			a[44] = v44
+			a[45] = v45
+			a[46] = v46
+			a[47] = v47
+		}
+		{
+			v48 := binary.LittleEndian.Uint64(in[384:])
+			v49 := binary.LittleEndian.Uint64(in[392:])
+			v50 := binary.LittleEndian.Uint64(in[400:])
+			v51 := binary.LittleEndian.Uint64(in[408:])
+			t = ((v48 >> 2) ^ v50) & 0x3333333333333333
+			v50 ^= t
+			v48 ^= t << 2
+			t = ((v49 >> 2) ^ v51) & 0x3333333333333333
+			v51 ^= t
+			v49 ^= t << 2
+			t = ((v48 >> 1) ^ v49) & 0x5555555555555555
+			v49 ^= t
+			v48 ^= t << 1
+			t = ((v50 >> 1) ^ v51) & 0x5555555555555555
+			v51 ^= t
+			v50 ^= t << 1
+			a[48] = v48
+			a[49] = v49
+			a[50] = v50
+			a[51] = v51
+		}
+		{
+			v52 := binary.LittleEndian.Uint64(in[416:])
+			v53 := binary.LittleEndian.Uint64(in[424:])
+			v54 := binary.LittleEndian.Uint64(in[432:])
+			v55 := binary.LittleEndian.Uint64(in[440:])
+			t = ((v52 >> 2) ^ v54) & 0x3333333333333333
+			v54 ^= t
+			v52 ^= t << 2
+			t = ((v53 >> 2) ^ v55) & 0x3333333333333333
+			v55 ^= t
+			v53 ^= t << 2
+			t = ((v52 >> 1) ^ v53) & 0x5555555555555555
+			v53 ^= t
+			v52 ^= t << 1
+			t = ((v54 >> 1) ^ v55) & 0x5555555555555555
+			v55 ^= t
+			v54 ^= t << 1
+			a[52] = v52
+			a[53] = v53
+			a[54] = v54
+			a[55] = v55
+		}
+		{
+			v56 := binary.LittleEndian.Uint64(in[448:])
+			v57 := binary.LittleEndian.Uint64(in[456:])
+			v58 := binary.LittleEndian.Uint64(in[464:])
+			v59 := binary.LittleEndian.Uint64(in[472:])
+			t = ((v56 >> 2) ^ v58) & 0x3333333333333333
+			v58 ^= t
+			v56 ^= t << 2
+			t = ((v57 >> 2) ^ v59) & 0x3333333333333333
+			v59 ^= t
+			v57 ^= t << 2
+			t = ((v56 >> 1) ^ v57) & 0x5555555555555555
+			v57 ^= t
+			v56 ^= t << 1
+			t = ((v58 >> 1) ^ v59) & 0x5555555555555555
+			v59 ^= t
+			v58 ^= t << 1
+			a[56] = v56
+			a[57] = v57
+			a[58] = v58
+			a[59] = v59
+		}
+		{
+			v60 := binary.LittleEndian.Uint64(in[480:])
+			v61 := binary.LittleEndian.Uint64(in[488:])
+			v62 := binary.LittleEndian.Uint64(in[496:])
+			v63 := binary.LittleEndian.Uint64(in[504:])
+			t = ((v60 >> 2) ^ v62) & 0x3333333333333333
+			v62 ^= t
+			v60 ^= t << 2
+			t = ((v61 >> 2) ^ v63) & 0x3333333333333333
+			v63 ^= t
+			v61 ^= t << 2
+			t = ((v60 >> 1) ^ v61) & 0x5555555555555555
+			v61 ^= t
+			v60 ^= t << 1
+			t = ((v62 >> 1) ^ v63) & 0x5555555555555555
+			v63 ^= t
+			v62 ^= t << 1
+			a[60] = v60
+			a[61] = v61
+			a[62] = v62
+			a[63] = v63
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 8) ^ v8) & 0x00FF00FF00FF00FF
+			v8 ^= t
+			v0 ^= t << 8
+			t = ((v4 >> 8) ^ v12) & 0x00FF00FF00FF00FF
+			v12 ^= t
+			v4 ^= t << 8
+			t = ((v0 >> 4) ^ v4) & 0x0F0F0F0F0F0F0F0F
+			v4 ^= t
+			v0 ^= t << 4
+			t = ((v8 >> 4) ^ v12) & 0x0F0F0F0F0F0F0F0F
+			v12 ^= t
+			v8 ^= t << 4
+			a[0] = v0
+			a[4] = v4
+			a[8] = v8
+			a[12] = v12
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 8) ^ v9) & 0x00FF00FF00FF00FF
+			v9 ^= t
+			v1 ^= t << 8
+			t = ((v5 >> 8) ^ v13) & 0x00FF00FF00FF00FF
+			v13 ^= t
+			v5 ^= t << 8
+			t = ((v1 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v1 ^= t << 4
+			t = ((v9 >> 4) ^ v13) & 0x0F0F0F0F0F0F0F0F
+			v13 ^= t
+			v9 ^= t << 4
+			a[1] = v1
+			a[5] = v5
+			a[9] = v9
+			a[13] = v13
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 8) ^ v10) & 0x00FF00FF00FF00FF
+			v10 ^= t
+			v2 ^= t << 8
+			t = ((v6 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v6 ^= t << 8
+			t = ((v2 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v2 ^= t << 4
+			t = ((v10 >> 4) ^ v14) & 0x0F0F0F0F0F0F0F0F
+			v14 ^= t
+			v10 ^= t << 4
+			a[2] = v2
+			a[6] = v6
+			a[10] = v10
+			a[14] = v14
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 8) ^ v11) & 0x00FF00FF00FF00FF
+			v11 ^= t
+			v3 ^= t << 8
+			t = ((v7 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v7 ^= t << 8
+			t = ((v3 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v3 ^= t << 4
+			t = ((v11 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v11 ^= t << 4
+			a[3] = v3
+			a[7] = v7
+			a[11] = v11
+			a[15] = v15
+		}
+		{
+			v16 := a[16]
+			v20 := a[20]
+			v24 := a[24]
+			v28 := a[28]
+			t = ((v16 >> 8) ^ v24) & 0x00FF00FF00FF00FF
+			v24 ^= t
+			v16 ^= t << 8
+			t = ((v20 >> 8) ^ v28) & 0x00FF00FF00FF00FF
+			v28 ^= t
+			v20 ^= t << 8
+			t = ((v16 >> 4) ^ v20) & 0x0F0F0F0F0F0F0F0F
+			v20 ^= t
+			v16 ^= t << 4
+			t = ((v24 >> 4) ^ v28) & 0x0F0F0F0F0F0F0F0F
+			v28 ^= t
+			v24 ^= t << 4
+			a[16] = v16
+			a[20] = v20
+			a[24] = v24
+			a[28] = v28
+		}
+		{
+			v17 := a[17]
+			v21 := a[21]
+			v25 := a[25]
+			v29 := a[29]
+			t = ((v17 >> 8) ^ v25) & 0x00FF00FF00FF00FF
+			v25 ^= t
+			v17 ^= t << 8
+			t = ((v21 >> 8) ^ v29) & 0x00FF00FF00FF00FF
+			v29 ^= t
+			v21 ^= t << 8
+			t = ((v17 >> 4) ^ v21) & 0x0F0F0F0F0F0F0F0F
+			v21 ^= t
+			v17 ^= t << 4
+			t = ((v25 >> 4) ^ v29) & 0x0F0F0F0F0F0F0F0F
+			v29 ^= t
+			v25 ^= t << 4
+			a[17] = v17
+			a[21] = v21
+			a[25] = v25
+			a[29] = v29
+		}
+		{
+			v18 := a[18]
+			v22 := a[22]
+			v26 := a[26]
+			v30 := a[30]
+			t = ((v18 >> 8) ^ v26) & 0x00FF00FF00FF00FF
+			v26 ^= t
+			v18 ^= t << 8
+			t = ((v22 >> 8) ^ v30) & 0x00FF00FF00FF00FF
+			v30 ^= t
+			v22 ^= t << 8
+			t = ((v18 >> 4) ^ v22) & 0x0F0F0F0F0F0F0F0F
+			v22 ^= t
+			v18 ^= t << 4
+			t = ((v26 >> 4) ^ v30) & 0x0F0F0F0F0F0F0F0F
+			v30 ^= t
+			v26 ^= t << 4
+			a[18] = v18
+			a[22] = v22
+			a[26] = v26
+			a[30] = v30
+		}
+		{
+			v19 := a[19]
+			v23 := a[23]
+			v27 := a[27]
+			v31 := a[31]
+			t = ((v19 >> 8) ^ v27) & 0x00FF00FF00FF00FF
+			v27 ^= t
+			v19 ^= t << 8
+			t = ((v23 >> 8) ^ v31) & 0x00FF00FF00FF00FF
+			v31 ^= t
+			v23 ^= t << 8
+			t = ((v19 >> 4) ^ v23) & 0x0F0F0F0F0F0F0F0F
+			v23 ^= t
+			v19 ^= t << 4
+			t = ((v27 >> 4) ^ v31) & 0x0F0F0F0F0F0F0F0F
+			v31 ^= t
+			v27 ^= t << 4
+			a[19] = v19
+			a[23] = v23
+			a[27] = v27
+			a[31] = v31
+		}
+		{
+			v32 := a[32]
+			v36 := a[36]
+			v40 := a[40]
+			v44 := a[44]
+			t = ((v32 >> 8) ^ v40) & 0x00FF00FF00FF00FF
+			v40 ^= t
+			v32 ^= t << 8
+			t = ((v36 >> 8) ^ v44) & 0x00FF00FF00FF00FF
+			v44 ^= t
+			v36 ^= t << 8
+			t = ((v32 >> 4) ^ v36) & 0x0F0F0F0F0F0F0F0F
+			v36 ^= t
+			v32 ^= t << 4
+			t = ((v40 >> 4) ^ v44) & 0x0F0F0F0F0F0F0F0F
+			v44 ^= t
+			v40 ^= t << 4
+			a[32] = v32
+			a[36] = v36
+			a[40] = v40
+			a[44] = v44
+		}
+		{
+			v33 := a[33]
+			v37 := a[37]
+			v41 := a[41]
+			v45 := a[45]
+			t = ((v33 >> 8) ^ v41) & 0x00FF00FF00FF00FF
+			v41 ^= t
+			v33 ^= t << 8
+			t = ((v37 >> 8) ^ v45) & 0x00FF00FF00FF00FF
+			v45 ^= t
+			v37 ^= t << 8
+			t = ((v33 >> 4) ^ v37) & 0x0F0F0F0F0F0F0F0F
+			v37 ^= t
+			v33 ^= t << 4
+			t = ((v41 >> 4) ^ v45) & 0x0F0F0F0F0F0F0F0F
+			v45 ^= t
+			v41 ^= t << 4
+			a[33] = v33
+			a[37] = v37
+			a[41] = v41
+			a[45] = v45
+		}
+		{
+			v34 := a[34]
+			v38 := a[38]
+			v42 := a[42]
+			v46 := a[46]
+			t = ((v34 >> 8) ^ v42) & 0x00FF00FF00FF00FF
+			v42 ^= t
+			v34 ^= t << 8
+			t = ((v38 >> 8) ^ v46) & 0x00FF00FF00FF00FF
+			v46 ^= t
+			v38 ^= t << 8
+			t = ((v34 >> 4) ^ v38) & 0x0F0F0F0F0F0F0F0F
+			v38 ^= t
+			v34 ^= t << 4
+			t = ((v42 >> 4) ^ v46) & 0x0F0F0F0F0F0F0F0F
+			v46 ^= t
+			v42 ^= t << 4
+			a[34] = v34
+			a[38] = v38
+			a[42] = v42
+			a[46] = v46
+		}
+		{
+			v35 := a[35]
+			v39 := a[39]
+			v43 := a[43]
+			v47 := a[47]
+			t = ((v35 >> 8) ^ v43) & 0x00FF00FF00FF00FF
+			v43 ^= t
+			v35 ^= t << 8
+			t = ((v39 >> 8) ^ v47) & 0x00FF00FF00FF00FF
+			v47 ^= t
+			v39 ^= t << 8
+			t = ((v35 >> 4) ^ v39) & 0x0F0F0F0F0F0F0F0F
+			v39 ^= t
+			v35 ^= t << 4
+			t = ((v43 >> 4) ^ v47) & 0x0F0F0F0F0F0F0F0F
+			v47 ^= t
+			v43 ^= t << 4
+			a[35] = v35
+			a[39] = v39
+			a[43] = v43
+			a[47] = v47
+		}
+		{
+			v48 := a[48]
+			v52 := a[52]
+			v56 := a[56]
+			v60 := a[60]
+			t = ((v48 >> 8) ^ v56) & 0x00FF00FF00FF00FF
+			v56 ^= t
+			v48 ^= t << 8
+			t = ((v52 >> 8) ^ v60) & 0x00FF00FF00FF00FF
+			v60 ^= t
+			v52 ^= t << 8
+			t = ((v48 >> 4) ^ v52) & 0x0F0F0F0F0F0F0F0F
+			v52 ^= t
+			v48 ^= t << 4
+			t = ((v56 >> 4) ^ v60) & 0x0F0F0F0F0F0F0F0F
+			v60 ^= t
+			v56 ^= t << 4
+			a[48] = v48
+			a[52] = v52
+			a[56] = v56
+			a[60] = v60
+		}
+		{
+			v49 := a[49]
+			v53 := a[53]
+			v57 := a[57]
+			v61 := a[61]
+			t = ((v49 >> 8) ^ v57) & 0x00FF00FF00FF00FF
+			v57 ^= t
+			v49 ^= t << 8
+			t = ((v53 >> 8) ^ v61) & 0x00FF00FF00FF00FF
+			v61 ^= t
+			v53 ^= t << 8
+			t = ((v49 >> 4) ^ v53) & 0x0F0F0F0F0F0F0F0F
+			v53 ^= t
+			v49 ^= t << 4
+			t = ((v57 >> 4) ^ v61) & 0x0F0F0F0F0F0F0F0F
+			v61 ^= t
+			v57 ^= t << 4
+			a[49] = v49
+			a[53] = v53
+			a[57] = v57
+			a[61] = v61
+		}
+		{
+			v50 := a[50]
+			v54 := a[54]
+			v58 := a[58]
+			v62 := a[62]
+			t = ((v50 >> 8) ^ v58) & 0x00FF00FF00FF00FF
+			v58 ^= t
+			v50 ^= t << 8
+			t = ((v54 >> 8) ^ v62) & 0x00FF00FF00FF00FF
+			v62 ^= t
+			v54 ^= t << 8
+			t = ((v50 >> 4) ^ v54) & 0x0F0F0F0F0F0F0F0F
+			v54 ^= t
+			v50 ^= t << 4
+			t = ((v58 >> 4) ^ v62) & 0x0F0F0F0F0F0F0F0F
+			v62 ^= t
+			v58 ^= t << 4
+			a[50] = v50
+			a[54] = v54
+			a[58] = v58
+			a[62] = v62
+		}
+		{
+			v51 := a[51]
+			v55 := a[55]
+			v59 := a[59]
+			v63 := a[63]
+			t = ((v51 >> 8) ^ v59) & 0x00FF00FF00FF00FF
+			v59 ^= t
+			v51 ^= t << 8
+			t = ((v55 >> 8) ^ v63) & 0x00FF00FF00FF00FF
+			v63 ^= t
+			v55 ^= t << 8
+			t = ((v51 >> 4) ^ v55) & 0x0F0F0F0F0F0F0F0F
+			v55 ^= t
+			v51 ^= t << 4
+			t = ((v59 >> 4) ^ v63) & 0x0F0F0F0F0F0F0F0F
+			v63 ^= t
+			v59 ^= t << 4
+			a[51] = v51
+			a[55] = v55
+			a[59] = v59
+			a[63] = v63
+		}
+		{
+			v0 := a[0]
+			v16 := a[16]
+			v32 := a[32]
+			v48 := a[48]
+			t = ((v0 >> 32) ^ v32) & 0x00000000FFFFFFFF
+			v32 ^= t
+			v0 ^= t << 32
+			t = ((v16 >> 32) ^ v48) & 0x00000000FFFFFFFF
+			v48 ^= t
+			v16 ^= t << 32
+			t = ((v0 >> 16) ^ v16) & 0x0000FFFF0000FFFF
+			v16 ^= t
+			v0 ^= t << 16
+			t = ((v32 >> 16) ^ v48) & 0x0000FFFF0000FFFF
+			v48 ^= t
+			v32 ^= t << 16
+			binary.LittleEndian.PutUint64(out[0*rowBytes:], v0)
+			binary.LittleEndian.PutUint64(out[16*rowBytes:], v16)
+			binary.LittleEndian.PutUint64(out[32*rowBytes:], v32)
+			binary.LittleEndian.PutUint64(out[48*rowBytes:], v48)
+		}
+		{
+			v1 := a[1]
+			v17 := a[17]
+			v33 := a[33]
+			v49 := a[49]
+			t = ((v1 >> 32) ^ v33) & 0x00000000FFFFFFFF
+			v33 ^= t
+			v1 ^= t << 32
+			t = ((v17 >> 32) ^ v49) & 0x00000000FFFFFFFF
+			v49 ^= t
+			v17 ^= t << 32
+			t = ((v1 >> 16) ^ v17) & 0x0000FFFF0000FFFF
+			v17 ^= t
+			v1 ^= t << 16
+			t = ((v33 >> 16) ^ v49) & 0x0000FFFF0000FFFF
+			v49 ^= t
+			v33 ^= t << 16
+			binary.LittleEndian.PutUint64(out[1*rowBytes:], v1)
+			binary.LittleEndian.PutUint64(out[17*rowBytes:], v17)
+			binary.LittleEndian.PutUint64(out[33*rowBytes:], v33)
+			binary.LittleEndian.PutUint64(out[49*rowBytes:], v49)
+		}
+		{
+			v2 := a[2]
+			v18 := a[18]
+			v34 := a[34]
+			v50 := a[50]
+			t = ((v2 >> 32) ^ v34) & 0x00000000FFFFFFFF
+			v34 ^= t
+			v2 ^= t << 32
+			t = ((v18 >> 32) ^ v50) & 0x00000000FFFFFFFF
+			v50 ^= t
+			v18 ^= t << 32
+			t = ((v2 >> 16) ^ v18) & 0x0000FFFF0000FFFF
+			v18 ^= t
+			v2 ^= t << 16
+			t = ((v34 >> 16) ^ v50) & 0x0000FFFF0000FFFF
+			v50 ^= t
+			v34 ^= t << 16
+			binary.LittleEndian.PutUint64(out[2*rowBytes:], v2)
+			binary.LittleEndian.PutUint64(out[18*rowBytes:], v18)
+			binary.LittleEndian.PutUint64(out[34*rowBytes:], v34)
+			binary.LittleEndian.PutUint64(out[50*rowBytes:], v50)
+		}
+		{
+			v3 := a[3]
+			v19 := a[19]
+			v35 := a[35]
+			v51 := a[51]
+			t = ((v3 >> 32) ^ v35) & 0x00000000FFFFFFFF
+			v35 ^= t
+			v3 ^= t << 32
+			t = ((v19 >> 32) ^ v51) & 0x00000000FFFFFFFF
+			v51 ^= t
+			v19 ^= t << 32
+			t = ((v3 >> 16) ^ v19) & 0x0000FFFF0000FFFF
+			v19 ^= t
+			v3 ^= t << 16
+			t = ((v35 >> 16) ^ v51) & 0x0000FFFF0000FFFF
+			v51 ^= t
+			v35 ^= t << 16
+			binary.LittleEndian.PutUint64(out[3*rowBytes:], v3)
+			binary.LittleEndian.PutUint64(out[19*rowBytes:], v19)
+			binary.LittleEndian.PutUint64(out[35*rowBytes:], v35)
+			binary.LittleEndian.PutUint64(out[51*rowBytes:], v51)
+		}
+		{
+			v4 := a[4]
+			v20 := a[20]
+			v36 := a[36]
+			v52 := a[52]
+			t = ((v4 >> 32) ^ v36) & 0x00000000FFFFFFFF
+			v36 ^= t
+			v4 ^= t << 32
+			t = ((v20 >> 32) ^ v52) & 0x00000000FFFFFFFF
+			v52 ^= t
+			v20 ^= t << 32
+			t = ((v4 >> 16) ^ v20) & 0x0000FFFF0000FFFF
+			v20 ^= t
+			v4 ^= t << 16
+			t = ((v36 >> 16) ^ v52) & 0x0000FFFF0000FFFF
+			v52 ^= t
+			v36 ^= t << 16
+			binary.LittleEndian.PutUint64(out[4*rowBytes:], v4)
+			binary.LittleEndian.PutUint64(out[20*rowBytes:], v20)
+			binary.LittleEndian.PutUint64(out[36*rowBytes:], v36)
+			binary.LittleEndian.PutUint64(out[52*rowBytes:], v52)
+		}
+		{
+			v5 := a[5]
+			v21 := a[21]
+			v37 := a[37]
+			v53 := a[53]
+			t = ((v5 >> 32) ^ v37) & 0x00000000FFFFFFFF
+			v37 ^= t
+			v5 ^= t << 32
+			t = ((v21 >> 32) ^ v53) & 0x00000000FFFFFFFF
+			v53 ^= t
+			v21 ^= t << 32
+			t = ((v5 >> 16) ^ v21) & 0x0000FFFF0000FFFF
+			v21 ^= t
+			v5 ^= t << 16
+			t = ((v37 >> 16) ^ v53) & 0x0000FFFF0000FFFF
+			v53 ^= t
+			v37 ^= t << 16
+			binary.LittleEndian.PutUint64(out[5*rowBytes:], v5)
+			binary.LittleEndian.PutUint64(out[21*rowBytes:], v21)
+			binary.LittleEndian.PutUint64(out[37*rowBytes:], v37)
+			binary.LittleEndian.PutUint64(out[53*rowBytes:], v53)
+		}
+		{
+			v6 := a[6]
+			v22 := a[22]
+			v38 := a[38]
+			v54 := a[54]
+			t = ((v6 >> 32) ^ v38) & 0x00000000FFFFFFFF
+			v38 ^= t
+			v6 ^= t << 32
+			t = ((v22 >> 32) ^ v54) & 0x00000000FFFFFFFF
+			v54 ^= t
+			v22 ^= t << 32
+			t = ((v6 >> 16) ^ v22) & 0x0000FFFF0000FFFF
+			v22 ^= t
+			v6 ^= t << 16
+			t = ((v38 >> 16) ^ v54) & 0x0000FFFF0000FFFF
+			v54 ^= t
+			v38 ^= t << 16
+			binary.LittleEndian.PutUint64(out[6*rowBytes:], v6)
+			binary.LittleEndian.PutUint64(out[22*rowBytes:], v22)
+			binary.LittleEndian.PutUint64(out[38*rowBytes:], v38)
+			binary.LittleEndian.PutUint64(out[54*rowBytes:], v54)
+		}
+		{
+			v7 := a[7]
+			v23 := a[23]
+			v39 := a[39]
+			v55 := a[55]
+			t = ((v7 >> 32) ^ v39) & 0x00000000FFFFFFFF
+			v39 ^= t
+			v7 ^= t << 32
+			t = ((v23 >> 32) ^ v55) & 0x00000000FFFFFFFF
+			v55 ^= t
+			v23 ^= t << 32
+			t = ((v7 >> 16) ^ v23) & 0x0000FFFF0000FFFF
+			v23 ^= t
+			v7 ^= t << 16
+			t = ((v39 >> 16) ^ v55) & 0x0000FFFF0000FFFF
+			v55 ^= t
+			v39 ^= t << 16
+			binary.LittleEndian.PutUint64(out[7*rowBytes:], v7)
+			binary.LittleEndian.PutUint64(out[23*rowBytes:], v23)
+			binary.LittleEndian.PutUint64(out[39*rowBytes:], v39)
+			binary.LittleEndian.PutUint64(out[55*rowBytes:], v55)
+		}
+		{
+			v8 := a[8]
+			v24 := a[24]
+			v40 := a[40]
+			v56 := a[56]
+			t = ((v8 >> 32) ^ v40) & 0x00000000FFFFFFFF
+			v40 ^= t
+			v8 ^= t << 32
+			t = ((v24 >> 32) ^ v56) & 0x00000000FFFFFFFF
+			v56 ^= t
+			v24 ^= t << 32
+			t = ((v8 >> 16) ^ v24) & 0x0000FFFF0000FFFF
+			v24 ^= t
+			v8 ^= t << 16
+			t = ((v40 >> 16) ^ v56) & 0x0000FFFF0000FFFF
+			v56 ^= t
+			v40 ^= t << 16
+			binary.LittleEndian.PutUint64(out[8*rowBytes:], v8)
+			binary.LittleEndian.PutUint64(out[24*rowBytes:], v24)
+			binary.LittleEndian.PutUint64(out[40*rowBytes:], v40)
+			binary.LittleEndian.PutUint64(out[56*rowBytes:], v56)
+		}
+		{
+			v9 := a[9]
+			v25 := a[25]
+			v41 := a[41]
+			v57 := a[57]
+			t = ((v9 >> 32) ^ v41) & 0x00000000FFFFFFFF
+			v41 ^= t
+			v9 ^= t << 32
+			t = ((v25 >> 32) ^ v57) & 0x00000000FFFFFFFF
+			v57 ^= t
+			v25 ^= t << 32
+			t = ((v9 >> 16) ^ v25) & 0x0000FFFF0000FFFF
+			v25 ^= t
+			v9 ^= t << 16
+			t = ((v41 >> 16) ^ v57) & 0x0000FFFF0000FFFF
+			v57 ^= t
+			v41 ^= t << 16
+			binary.LittleEndian.PutUint64(out[9*rowBytes:], v9)
+			binary.LittleEndian.PutUint64(out[25*rowBytes:], v25)
+			binary.LittleEndian.PutUint64(out[41*rowBytes:], v41)
+			binary.LittleEndian.PutUint64(out[57*rowBytes:], v57)
+		}
+		{
+			v10 := a[10]
+			v26 := a[26]
+			v42 := a[42]
+			v58 := a[58]
+			t = ((v10 >> 32) ^ v42) & 0x00000000FFFFFFFF
+			v42 ^= t
+			v10 ^= t << 32
+			t = ((v26 >> 32) ^ v58) & 0x00000000FFFFFFFF
+			v58 ^= t
+			v26 ^= t << 32
+			t = ((v10 >> 16) ^ v26) & 0x0000FFFF0000FFFF
+			v26 ^= t
+			v10 ^= t << 16
+			t = ((v42 >> 16) ^ v58) & 0x0000FFFF0000FFFF
+			v58 ^= t
+			v42 ^= t << 16
+			binary.LittleEndian.PutUint64(out[10*rowBytes:], v10)
+			binary.LittleEndian.PutUint64(out[26*rowBytes:], v26)
+			binary.LittleEndian.PutUint64(out[42*rowBytes:], v42)
+			binary.LittleEndian.PutUint64(out[58*rowBytes:], v58)
+		}
+		{
+			v11 := a[11]
+			v27 := a[27]
+			v43 := a[43]
+			v59 := a[59]
+			t = ((v11 >> 32) ^ v43) & 0x00000000FFFFFFFF
+			v43 ^= t
+			v11 ^= t << 32
+			t = ((v27 >> 32) ^ v59) & 0x00000000FFFFFFFF
+			v59 ^= t
+			v27 ^= t << 32
+			t = ((v11 >> 16) ^ v27) & 0x0000FFFF0000FFFF
+			v27 ^= t
+			v11 ^= t << 16
+			t = ((v43 >> 16) ^ v59) & 0x0000FFFF0000FFFF
+			v59 ^= t
+			v43 ^= t << 16
+			binary.LittleEndian.PutUint64(out[11*rowBytes:], v11)
+			binary.LittleEndian.PutUint64(out[27*rowBytes:], v27)
+			binary.LittleEndian.PutUint64(out[43*rowBytes:], v43)
+			binary.LittleEndian.PutUint64(out[59*rowBytes:], v59)
+		}
+		{
+			v12 := a[12]
+			v28 := a[28]
+			v44 := a[44]
+			v60 := a[60]
+			t = ((v12 >> 32) ^ v44) & 0x00000000FFFFFFFF
+			v44 ^= t
+			v12 ^= t << 32
+			t = ((v28 >> 32) ^ v60) & 0x00000000FFFFFFFF
+			v60 ^= t
+			v28 ^= t << 32
+			t = ((v12 >> 16) ^ v28) & 0x0000FFFF0000FFFF
+			v28 ^= t
+			v12 ^= t << 16
+			t = ((v44 >> 16) ^ v60) & 0x0000FFFF0000FFFF
+			v60 ^= t
+			v44 ^= t << 16
+			binary.LittleEndian.PutUint64(out[12*rowBytes:], v12)
+			binary.LittleEndian.PutUint64(out[28*rowBytes:], v28)
+			binary.LittleEndian.PutUint64(out[44*rowBytes:], v44)
+			binary.LittleEndian.PutUint64(out[60*rowBytes:], v60)
+		}
+		{
+			v13 := a[13]
+			v29 := a[29]
+			v45 := a[45]
+			v61 := a[61]
+			t = ((v13 >> 32) ^ v45) & 0x00000000FFFFFFFF
+			v45 ^= t
+			v13 ^= t << 32
+			t = ((v29 >> 32) ^ v61) & 0x00000000FFFFFFFF
+			v61 ^= t
+			v29 ^= t << 32
+			t = ((v13 >> 16) ^ v29) & 0x0000FFFF0000FFFF
+			v29 ^= t
+			v13 ^= t << 16
+			t = ((v45 >> 16) ^ v61) & 0x0000FFFF0000FFFF
+			v61 ^= t
+			v45 ^= t << 16
+			binary.LittleEndian.PutUint64(out[13*rowBytes:], v13)
+			binary.LittleEndian.PutUint64(out[29*rowBytes:], v29)
+			binary.LittleEndian.PutUint64(out[45*rowBytes:], v45)
+			binary.LittleEndian.PutUint64(out[61*rowBytes:], v61)
+		}
+		{
+			v14 := a[14]
+			v30 := a[30]
+			v46 := a[46]
+			v62 := a[62]
+			t = ((v14 >> 32) ^ v46) & 0x00000000FFFFFFFF
+			v46 ^= t
+			v14 ^= t << 32
+			t = ((v30 >> 32) ^ v62) & 0x00000000FFFFFFFF
+			v62 ^= t
+			v30 ^= t << 32
+			t = ((v14 >> 16) ^ v30) & 0x0000FFFF0000FFFF
+			v30 ^= t
+			v14 ^= t << 16
+			t = ((v46 >> 16) ^ v62) & 0x0000FFFF0000FFFF
+			v62 ^= t
+			v46 ^= t << 16
+			binary.LittleEndian.PutUint64(out[14*rowBytes:], v14)
+			binary.LittleEndian.PutUint64(out[30*rowBytes:], v30)
+			binary.LittleEndian.PutUint64(out[46*rowBytes:], v46)
+			binary.LittleEndian.PutUint64(out[62*rowBytes:], v62)
+		}
+		{
+			v15 := a[15]
+			v31 := a[31]
+			v47 := a[47]
+			v63 := a[63]
+			t = ((v15 >> 32) ^ v47) & 0x00000000FFFFFFFF
+			v47 ^= t
+			v15 ^= t << 32
+			t = ((v31 >> 32) ^ v63) & 0x00000000FFFFFFFF
+			v63 ^= t
+			v31 ^= t << 32
+			t = ((v15 >> 16) ^ v31) & 0x0000FFFF0000FFFF
+			v31 ^= t
+			v15 ^= t << 16
+			t = ((v47 >> 16) ^ v63) & 0x0000FFFF0000FFFF
+			v63 ^= t
+			v47 ^= t << 16
+			binary.LittleEndian.PutUint64(out[15*rowBytes:], v15)
+			binary.LittleEndian.PutUint64(out[31*rowBytes:], v31)
+			binary.LittleEndian.PutUint64(out[47*rowBytes:], v47)
+			binary.LittleEndian.PutUint64(out[63*rowBytes:], v63)
+		}
 	}
 }
 
 // unshuffleWords8 inverts shuffleWords8.
 func unshuffleWords8(dst, src []byte, rowBytes, runs int) {
 	var t uint64
+	var a [64]uint64
+	_ = a
 	for q := range runs {
 		in := src[8*q:]
-		a0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
-		a1 := binary.LittleEndian.Uint64(in[1*rowBytes:])
-		a2 := binary.LittleEndian.Uint64(in[2*rowBytes:])
-		a3 := binary.LittleEndian.Uint64(in[3*rowBytes:])
-		a4 := binary.LittleEndian.Uint64(in[4*rowBytes:])
-		a5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
-		a6 := binary.LittleEndian.Uint64(in[6*rowBytes:])
-		a7 := binary.LittleEndian.Uint64(in[7*rowBytes:])
-		a8 := binary.LittleEndian.Uint64(in[8*rowBytes:])
-		a9 := binary.LittleEndian.Uint64(in[9*rowBytes:])
-		a10 := binary.LittleEndian.Uint64(in[10*rowBytes:])
-		a11 := binary.LittleEndian.Uint64(in[11*rowBytes:])
-		a12 := binary.LittleEndian.Uint64(in[12*rowBytes:])
-		a13 := binary.LittleEndian.Uint64(in[13*rowBytes:])
-		a14 := binary.LittleEndian.Uint64(in[14*rowBytes:])
-		a15 := binary.LittleEndian.Uint64(in[15*rowBytes:])
-		a16 := binary.LittleEndian.Uint64(in[16*rowBytes:])
-		a17 := binary.LittleEndian.Uint64(in[17*rowBytes:])
-		a18 := binary.LittleEndian.Uint64(in[18*rowBytes:])
-		a19 := binary.LittleEndian.Uint64(in[19*rowBytes:])
-		a20 := binary.LittleEndian.Uint64(in[20*rowBytes:])
-		a21 := binary.LittleEndian.Uint64(in[21*rowBytes:])
-		a22 := binary.LittleEndian.Uint64(in[22*rowBytes:])
-		a23 := binary.LittleEndian.Uint64(in[23*rowBytes:])
-		a24 := binary.LittleEndian.Uint64(in[24*rowBytes:])
-		a25 := binary.LittleEndian.Uint64(in[25*rowBytes:])
-		a26 := binary.LittleEndian.Uint64(in[26*rowBytes:])
-		a27 := binary.LittleEndian.Uint64(in[27*rowBytes:])
-		a28 := binary.LittleEndian.Uint64(in[28*rowBytes:])
-		a29 := binary.LittleEndian.Uint64(in[29*rowBytes:])
-		a30 := binary.LittleEndian.Uint64(in[30*rowBytes:])
-		a31 := binary.LittleEndian.Uint64(in[31*rowBytes:])
-		a32 := binary.LittleEndian.Uint64(in[32*rowBytes:])
-		a33 := binary.LittleEndian.Uint64(in[33*rowBytes:])
-		a34 := binary.LittleEndian.Uint64(in[34*rowBytes:])
-		a35 := binary.LittleEndian.Uint64(in[35*rowBytes:])
-		a36 := binary.LittleEndian.Uint64(in[36*rowBytes:])
-		a37 := binary.LittleEndian.Uint64(in[37*rowBytes:])
-		a38 := binary.LittleEndian.Uint64(in[38*rowBytes:])
-		a39 := binary.LittleEndian.Uint64(in[39*rowBytes:])
-		a40 := binary.LittleEndian.Uint64(in[40*rowBytes:])
-		a41 := binary.LittleEndian.Uint64(in[41*rowBytes:])
-		a42 := binary.LittleEndian.Uint64(in[42*rowBytes:])
-		a43 := binary.LittleEndian.Uint64(in[43*rowBytes:])
-		a44 := binary.LittleEndian.Uint64(in[44*rowBytes:])
-		a45 := binary.LittleEndian.Uint64(in[45*rowBytes:])
-		a46 := binary.LittleEndian.Uint64(in[46*rowBytes:])
-		a47 := binary.LittleEndian.Uint64(in[47*rowBytes:])
-		a48 := binary.LittleEndian.Uint64(in[48*rowBytes:])
-		a49 := binary.LittleEndian.Uint64(in[49*rowBytes:])
-		a50 := binary.LittleEndian.Uint64(in[50*rowBytes:])
-		a51 := binary.LittleEndian.Uint64(in[51*rowBytes:])
-		a52 := binary.LittleEndian.Uint64(in[52*rowBytes:])
-		a53 := binary.LittleEndian.Uint64(in[53*rowBytes:])
-		a54 := binary.LittleEndian.Uint64(in[54*rowBytes:])
-		a55 := binary.LittleEndian.Uint64(in[55*rowBytes:])
-		a56 := binary.LittleEndian.Uint64(in[56*rowBytes:])
-		a57 := binary.LittleEndian.Uint64(in[57*rowBytes:])
-		a58 := binary.LittleEndian.Uint64(in[58*rowBytes:])
-		a59 := binary.LittleEndian.Uint64(in[59*rowBytes:])
-		a60 := binary.LittleEndian.Uint64(in[60*rowBytes:])
-		a61 := binary.LittleEndian.Uint64(in[61*rowBytes:])
-		a62 := binary.LittleEndian.Uint64(in[62*rowBytes:])
-		a63 := binary.LittleEndian.Uint64(in[63*rowBytes:])
-		t = ((a0 >> 1) ^ a1) & 0x5555555555555555
-		a1 ^= t
-		a0 ^= t << 1
-		t = ((a2 >> 1) ^ a3) & 0x5555555555555555
-		a3 ^= t
-		a2 ^= t << 1
-		t = ((a4 >> 1) ^ a5) & 0x5555555555555555
-		a5 ^= t
-		a4 ^= t << 1
-		t = ((a6 >> 1) ^ a7) & 0x5555555555555555
-		a7 ^= t
-		a6 ^= t << 1
-		t = ((a8 >> 1) ^ a9) & 0x5555555555555555
-		a9 ^= t
-		a8 ^= t << 1
-		t = ((a10 >> 1) ^ a11) & 0x5555555555555555
-		a11 ^= t
-		a10 ^= t << 1
-		t = ((a12 >> 1) ^ a13) & 0x5555555555555555
-		a13 ^= t
-		a12 ^= t << 1
-		t = ((a14 >> 1) ^ a15) & 0x5555555555555555
-		a15 ^= t
-		a14 ^= t << 1
-		t = ((a16 >> 1) ^ a17) & 0x5555555555555555
-		a17 ^= t
-		a16 ^= t << 1
-		t = ((a18 >> 1) ^ a19) & 0x5555555555555555
-		a19 ^= t
-		a18 ^= t << 1
-		t = ((a20 >> 1) ^ a21) & 0x5555555555555555
-		a21 ^= t
-		a20 ^= t << 1
-		t = ((a22 >> 1) ^ a23) & 0x5555555555555555
-		a23 ^= t
-		a22 ^= t << 1
-		t = ((a24 >> 1) ^ a25) & 0x5555555555555555
-		a25 ^= t
-		a24 ^= t << 1
-		t = ((a26 >> 1) ^ a27) & 0x5555555555555555
-		a27 ^= t
-		a26 ^= t << 1
-		t = ((a28 >> 1) ^ a29) & 0x5555555555555555
-		a29 ^= t
-		a28 ^= t << 1
-		t = ((a30 >> 1) ^ a31) & 0x5555555555555555
-		a31 ^= t
-		a30 ^= t << 1
-		t = ((a32 >> 1) ^ a33) & 0x5555555555555555
-		a33 ^= t
-		a32 ^= t << 1
-		t = ((a34 >> 1) ^ a35) & 0x5555555555555555
-		a35 ^= t
-		a34 ^= t << 1
-		t = ((a36 >> 1) ^ a37) & 0x5555555555555555
-		a37 ^= t
-		a36 ^= t << 1
-		t = ((a38 >> 1) ^ a39) & 0x5555555555555555
-		a39 ^= t
-		a38 ^= t << 1
-		t = ((a40 >> 1) ^ a41) & 0x5555555555555555
-		a41 ^= t
-		a40 ^= t << 1
-		t = ((a42 >> 1) ^ a43) & 0x5555555555555555
-		a43 ^= t
-		a42 ^= t << 1
-		t = ((a44 >> 1) ^ a45) & 0x5555555555555555
-		a45 ^= t
-		a44 ^= t << 1
-		t = ((a46 >> 1) ^ a47) & 0x5555555555555555
-		a47 ^= t
-		a46 ^= t << 1
-		t = ((a48 >> 1) ^ a49) & 0x5555555555555555
-		a49 ^= t
-		a48 ^= t << 1
-		t = ((a50 >> 1) ^ a51) & 0x5555555555555555
-		a51 ^= t
-		a50 ^= t << 1
-		t = ((a52 >> 1) ^ a53) & 0x5555555555555555
-		a53 ^= t
-		a52 ^= t << 1
-		t = ((a54 >> 1) ^ a55) & 0x5555555555555555
-		a55 ^= t
-		a54 ^= t << 1
-		t = ((a56 >> 1) ^ a57) & 0x5555555555555555
-		a57 ^= t
-		a56 ^= t << 1
-		t = ((a58 >> 1) ^ a59) & 0x5555555555555555
-		a59 ^= t
-		a58 ^= t << 1
-		t = ((a60 >> 1) ^ a61) & 0x5555555555555555
-		a61 ^= t
-		a60 ^= t << 1
-		t = ((a62 >> 1) ^ a63) & 0x5555555555555555
-		a63 ^= t
-		a62 ^= t << 1
-		t = ((a0 >> 2) ^ a2) & 0x3333333333333333
-		a2 ^= t
-		a0 ^= t << 2
-		t = ((a1 >> 2) ^ a3) & 0x3333333333333333
-		a3 ^= t
-		a1 ^= t << 2
-		t = ((a4 >> 2) ^ a6) & 0x3333333333333333
-		a6 ^= t
-		a4 ^= t << 2
-		t = ((a5 >> 2) ^ a7) & 0x3333333333333333
-		a7 ^= t
-		a5 ^= t << 2
-		t = ((a8 >> 2) ^ a10) & 0x3333333333333333
-		a10 ^= t
-		a8 ^= t << 2
-		t = ((a9 >> 2) ^ a11) & 0x3333333333333333
-		a11 ^= t
-		a9 ^= t << 2
-		t = ((a12 >> 2) ^ a14) & 0x3333333333333333
-		a14 ^= t
-		a12 ^= t << 2
-		t = ((a13 >> 2) ^ a15) & 0x3333333333333333
-		a15 ^= t
-		a13 ^= t << 2
-		t = ((a16 >> 2) ^ a18) & 0x3333333333333333
-		a18 ^= t
-		a16 ^= t << 2
-		t = ((a17 >> 2) ^ a19) & 0x3333333333333333
-		a19 ^= t
-		a17 ^= t << 2
-		t = ((a20 >> 2) ^ a22) & 0x3333333333333333
-		a22 ^= t
-		a20 ^= t << 2
-		t = ((a21 >> 2) ^ a23) & 0x3333333333333333
-		a23 ^= t
-		a21 ^= t << 2
-		t = ((a24 >> 2) ^ a26) & 0x3333333333333333
-		a26 ^= t
-		a24 ^= t << 2
-		t = ((a25 >> 2) ^ a27) & 0x3333333333333333
-		a27 ^= t
-		a25 ^= t << 2
-		t = ((a28 >> 2) ^ a30) & 0x3333333333333333
-		a30 ^= t
-		a28 ^= t << 2
-		t = ((a29 >> 2) ^ a31) & 0x3333333333333333
-		a31 ^= t
-		a29 ^= t << 2
-		t = ((a32 >> 2) ^ a34) & 0x3333333333333333
-		a34 ^= t
-		a32 ^= t << 2
-		t = ((a33 >> 2) ^ a35) & 0x3333333333333333
-		a35 ^= t
-		a33 ^= t << 2
-		t = ((a36 >> 2) ^ a38) & 0x3333333333333333
-		a38 ^= t
-		a36 ^= t << 2
-		t = ((a37 >> 2) ^ a39) & 0x3333333333333333
-		a39 ^= t
-		a37 ^= t << 2
-		t = ((a40 >> 2) ^ a42) & 0x3333333333333333
-		a42 ^= t
-		a40 ^= t << 2
-		t = ((a41 >> 2) ^ a43) & 0x3333333333333333
-		a43 ^= t
-		a41 ^= t << 2
-		t = ((a44 >> 2) ^ a46) & 0x3333333333333333
-		a46 ^= t
-		a44 ^= t << 2
-		t = ((a45 >> 2) ^ a47) & 0x3333333333333333
-		a47 ^= t
-		a45 ^= t << 2
-		t = ((a48 >> 2) ^ a50) & 0x3333333333333333
-		a50 ^= t
-		a48 ^= t << 2
-		t = ((a49 >> 2) ^ a51) & 0x3333333333333333
-		a51 ^= t
-		a49 ^= t << 2
-		t = ((a52 >> 2) ^ a54) & 0x3333333333333333
-		a54 ^= t
-		a52 ^= t << 2
-		t = ((a53 >> 2) ^ a55) & 0x3333333333333333
-		a55 ^= t
-		a53 ^= t << 2
-		t = ((a56 >> 2) ^ a58) & 0x3333333333333333
-		a58 ^= t
-		a56 ^= t << 2
-		t = ((a57 >> 2) ^ a59) & 0x3333333333333333
-		a59 ^= t
-		a57 ^= t << 2
-		t = ((a60 >> 2) ^ a62) & 0x3333333333333333
-		a62 ^= t
-		a60 ^= t << 2
-		t = ((a61 >> 2) ^ a63) & 0x3333333333333333
-		a63 ^= t
-		a61 ^= t << 2
-		t = ((a0 >> 4) ^ a4) & 0x0F0F0F0F0F0F0F0F
-		a4 ^= t
-		a0 ^= t << 4
-		t = ((a1 >> 4) ^ a5) & 0x0F0F0F0F0F0F0F0F
-		a5 ^= t
-		a1 ^= t << 4
-		t = ((a2 >> 4) ^ a6) & 0x0F0F0F0F0F0F0F0F
-		a6 ^= t
-		a2 ^= t << 4
-		t = ((a3 >> 4) ^ a7) & 0x0F0F0F0F0F0F0F0F
-		a7 ^= t
-		a3 ^= t << 4
-		t = ((a8 >> 4) ^ a12) & 0x0F0F0F0F0F0F0F0F
-		a12 ^= t
-		a8 ^= t << 4
-		t = ((a9 >> 4) ^ a13) & 0x0F0F0F0F0F0F0F0F
-		a13 ^= t
-		a9 ^= t << 4
-		t = ((a10 >> 4) ^ a14) & 0x0F0F0F0F0F0F0F0F
-		a14 ^= t
-		a10 ^= t << 4
-		t = ((a11 >> 4) ^ a15) & 0x0F0F0F0F0F0F0F0F
-		a15 ^= t
-		a11 ^= t << 4
-		t = ((a16 >> 4) ^ a20) & 0x0F0F0F0F0F0F0F0F
-		a20 ^= t
-		a16 ^= t << 4
-		t = ((a17 >> 4) ^ a21) & 0x0F0F0F0F0F0F0F0F
-		a21 ^= t
-		a17 ^= t << 4
-		t = ((a18 >> 4) ^ a22) & 0x0F0F0F0F0F0F0F0F
-		a22 ^= t
-		a18 ^= t << 4
-		t = ((a19 >> 4) ^ a23) & 0x0F0F0F0F0F0F0F0F
-		a23 ^= t
-		a19 ^= t << 4
-		t = ((a24 >> 4) ^ a28) & 0x0F0F0F0F0F0F0F0F
-		a28 ^= t
-		a24 ^= t << 4
-		t = ((a25 >> 4) ^ a29) & 0x0F0F0F0F0F0F0F0F
-		a29 ^= t
-		a25 ^= t << 4
-		t = ((a26 >> 4) ^ a30) & 0x0F0F0F0F0F0F0F0F
-		a30 ^= t
-		a26 ^= t << 4
-		t = ((a27 >> 4) ^ a31) & 0x0F0F0F0F0F0F0F0F
-		a31 ^= t
-		a27 ^= t << 4
-		t = ((a32 >> 4) ^ a36) & 0x0F0F0F0F0F0F0F0F
-		a36 ^= t
-		a32 ^= t << 4
-		t = ((a33 >> 4) ^ a37) & 0x0F0F0F0F0F0F0F0F
-		a37 ^= t
-		a33 ^= t << 4
-		t = ((a34 >> 4) ^ a38) & 0x0F0F0F0F0F0F0F0F
-		a38 ^= t
-		a34 ^= t << 4
-		t = ((a35 >> 4) ^ a39) & 0x0F0F0F0F0F0F0F0F
-		a39 ^= t
-		a35 ^= t << 4
-		t = ((a40 >> 4) ^ a44) & 0x0F0F0F0F0F0F0F0F
-		a44 ^= t
-		a40 ^= t << 4
-		t = ((a41 >> 4) ^ a45) & 0x0F0F0F0F0F0F0F0F
-		a45 ^= t
-		a41 ^= t << 4
-		t = ((a42 >> 4) ^ a46) & 0x0F0F0F0F0F0F0F0F
-		a46 ^= t
-		a42 ^= t << 4
-		t = ((a43 >> 4) ^ a47) & 0x0F0F0F0F0F0F0F0F
-		a47 ^= t
-		a43 ^= t << 4
-		t = ((a48 >> 4) ^ a52) & 0x0F0F0F0F0F0F0F0F
-		a52 ^= t
-		a48 ^= t << 4
-		t = ((a49 >> 4) ^ a53) & 0x0F0F0F0F0F0F0F0F
-		a53 ^= t
-		a49 ^= t << 4
-		t = ((a50 >> 4) ^ a54) & 0x0F0F0F0F0F0F0F0F
-		a54 ^= t
-		a50 ^= t << 4
-		t = ((a51 >> 4) ^ a55) & 0x0F0F0F0F0F0F0F0F
-		a55 ^= t
-		a51 ^= t << 4
-		t = ((a56 >> 4) ^ a60) & 0x0F0F0F0F0F0F0F0F
-		a60 ^= t
-		a56 ^= t << 4
-		t = ((a57 >> 4) ^ a61) & 0x0F0F0F0F0F0F0F0F
-		a61 ^= t
-		a57 ^= t << 4
-		t = ((a58 >> 4) ^ a62) & 0x0F0F0F0F0F0F0F0F
-		a62 ^= t
-		a58 ^= t << 4
-		t = ((a59 >> 4) ^ a63) & 0x0F0F0F0F0F0F0F0F
-		a63 ^= t
-		a59 ^= t << 4
-		t = ((a0 >> 8) ^ a8) & 0x00FF00FF00FF00FF
-		a8 ^= t
-		a0 ^= t << 8
-		t = ((a1 >> 8) ^ a9) & 0x00FF00FF00FF00FF
-		a9 ^= t
-		a1 ^= t << 8
-		t = ((a2 >> 8) ^ a10) & 0x00FF00FF00FF00FF
-		a10 ^= t
-		a2 ^= t << 8
-		t = ((a3 >> 8) ^ a11) & 0x00FF00FF00FF00FF
-		a11 ^= t
-		a3 ^= t << 8
-		t = ((a4 >> 8) ^ a12) & 0x00FF00FF00FF00FF
-		a12 ^= t
-		a4 ^= t << 8
-		t = ((a5 >> 8) ^ a13) & 0x00FF00FF00FF00FF
-		a13 ^= t
-		a5 ^= t << 8
-		t = ((a6 >> 8) ^ a14) & 0x00FF00FF00FF00FF
-		a14 ^= t
-		a6 ^= t << 8
-		t = ((a7 >> 8) ^ a15) & 0x00FF00FF00FF00FF
-		a15 ^= t
-		a7 ^= t << 8
-		t = ((a16 >> 8) ^ a24) & 0x00FF00FF00FF00FF
-		a24 ^= t
-		a16 ^= t << 8
-		t = ((a17 >> 8) ^ a25) & 0x00FF00FF00FF00FF
-		a25 ^= t
-		a17 ^= t << 8
-		t = ((a18 >> 8) ^ a26) & 0x00FF00FF00FF00FF
-		a26 ^= t
-		a18 ^= t << 8
-		t = ((a19 >> 8) ^ a27) & 0x00FF00FF00FF00FF
-		a27 ^= t
-		a19 ^= t << 8
-		t = ((a20 >> 8) ^ a28) & 0x00FF00FF00FF00FF
-		a28 ^= t
-		a20 ^= t << 8
-		t = ((a21 >> 8) ^ a29) & 0x00FF00FF00FF00FF
-		a29 ^= t
-		a21 ^= t << 8
-		t = ((a22 >> 8) ^ a30) & 0x00FF00FF00FF00FF
-		a30 ^= t
-		a22 ^= t << 8
-		t = ((a23 >> 8) ^ a31) & 0x00FF00FF00FF00FF
-		a31 ^= t
-		a23 ^= t << 8
-		t = ((a32 >> 8) ^ a40) & 0x00FF00FF00FF00FF
-		a40 ^= t
-		a32 ^= t << 8
-		t = ((a33 >> 8) ^ a41) & 0x00FF00FF00FF00FF
-		a41 ^= t
-		a33 ^= t << 8
-		t = ((a34 >> 8) ^ a42) & 0x00FF00FF00FF00FF
-		a42 ^= t
-		a34 ^= t << 8
-		t = ((a35 >> 8) ^ a43) & 0x00FF00FF00FF00FF
-		a43 ^= t
-		a35 ^= t << 8
-		t = ((a36 >> 8) ^ a44) & 0x00FF00FF00FF00FF
-		a44 ^= t
-		a36 ^= t << 8
-		t = ((a37 >> 8) ^ a45) & 0x00FF00FF00FF00FF
-		a45 ^= t
-		a37 ^= t << 8
-		t = ((a38 >> 8) ^ a46) & 0x00FF00FF00FF00FF
-		a46 ^= t
-		a38 ^= t << 8
-		t = ((a39 >> 8) ^ a47) & 0x00FF00FF00FF00FF
-		a47 ^= t
-		a39 ^= t << 8
-		t = ((a48 >> 8) ^ a56) & 0x00FF00FF00FF00FF
-		a56 ^= t
-		a48 ^= t << 8
-		t = ((a49 >> 8) ^ a57) & 0x00FF00FF00FF00FF
-		a57 ^= t
-		a49 ^= t << 8
-		t = ((a50 >> 8) ^ a58) & 0x00FF00FF00FF00FF
-		a58 ^= t
-		a50 ^= t << 8
-		t = ((a51 >> 8) ^ a59) & 0x00FF00FF00FF00FF
-		a59 ^= t
-		a51 ^= t << 8
-		t = ((a52 >> 8) ^ a60) & 0x00FF00FF00FF00FF
-		a60 ^= t
-		a52 ^= t << 8
-		t = ((a53 >> 8) ^ a61) & 0x00FF00FF00FF00FF
-		a61 ^= t
-		a53 ^= t << 8
-		t = ((a54 >> 8) ^ a62) & 0x00FF00FF00FF00FF
-		a62 ^= t
-		a54 ^= t << 8
-		t = ((a55 >> 8) ^ a63) & 0x00FF00FF00FF00FF
-		a63 ^= t
-		a55 ^= t << 8
-		t = ((a0 >> 16) ^ a16) & 0x0000FFFF0000FFFF
-		a16 ^= t
-		a0 ^= t << 16
-		t = ((a1 >> 16) ^ a17) & 0x0000FFFF0000FFFF
-		a17 ^= t
-		a1 ^= t << 16
-		t = ((a2 >> 16) ^ a18) & 0x0000FFFF0000FFFF
-		a18 ^= t
-		a2 ^= t << 16
-		t = ((a3 >> 16) ^ a19) & 0x0000FFFF0000FFFF
-		a19 ^= t
-		a3 ^= t << 16
-		t = ((a4 >> 16) ^ a20) & 0x0000FFFF0000FFFF
-		a20 ^= t
-		a4 ^= t << 16
-		t = ((a5 >> 16) ^ a21) & 0x0000FFFF0000FFFF
-		a21 ^= t
-		a5 ^= t << 16
-		t = ((a6 >> 16) ^ a22) & 0x0000FFFF0000FFFF
-		a22 ^= t
-		a6 ^= t << 16
-		t = ((a7 >> 16) ^ a23) & 0x0000FFFF0000FFFF
-		a23 ^= t
-		a7 ^= t << 16
-		t = ((a8 >> 16) ^ a24) & 0x0000FFFF0000FFFF
-		a24 ^= t
-		a8 ^= t << 16
-		t = ((a9 >> 16) ^ a25) & 0x0000FFFF0000FFFF
-		a25 ^= t
-		a9 ^= t << 16
-		t = ((a10 >> 16) ^ a26) & 0x0000FFFF0000FFFF
-		a26 ^= t
-		a10 ^= t << 16
-		t = ((a11 >> 16) ^ a27) & 0x0000FFFF0000FFFF
-		a27 ^= t
-		a11 ^= t << 16
-		t = ((a12 >> 16) ^ a28) & 0x0000FFFF0000FFFF
-		a28 ^= t
-		a12 ^= t << 16
-		t = ((a13 >> 16) ^ a29) & 0x0000FFFF0000FFFF
-		a29 ^= t
-		a13 ^= t << 16
-		t = ((a14 >> 16) ^ a30) & 0x0000FFFF0000FFFF
-		a30 ^= t
-		a14 ^= t << 16
-		t = ((a15 >> 16) ^ a31) & 0x0000FFFF0000FFFF
-		a31 ^= t
-		a15 ^= t << 16
-		t = ((a32 >> 16) ^ a48) & 0x0000FFFF0000FFFF
-		a48 ^= t
-		a32 ^= t << 16
-		t = ((a33 >> 16) ^ a49) & 0x0000FFFF0000FFFF
-		a49 ^= t
-		a33 ^= t << 16
-		t = ((a34 >> 16) ^ a50) & 0x0000FFFF0000FFFF
-		a50 ^= t
-		a34 ^= t << 16
-		t = ((a35 >> 16) ^ a51) & 0x0000FFFF0000FFFF
-		a51 ^= t
-		a35 ^= t << 16
-		t = ((a36 >> 16) ^ a52) & 0x0000FFFF0000FFFF
-		a52 ^= t
-		a36 ^= t << 16
-		t = ((a37 >> 16) ^ a53) & 0x0000FFFF0000FFFF
-		a53 ^= t
-		a37 ^= t << 16
-		t = ((a38 >> 16) ^ a54) & 0x0000FFFF0000FFFF
-		a54 ^= t
-		a38 ^= t << 16
-		t = ((a39 >> 16) ^ a55) & 0x0000FFFF0000FFFF
-		a55 ^= t
-		a39 ^= t << 16
-		t = ((a40 >> 16) ^ a56) & 0x0000FFFF0000FFFF
-		a56 ^= t
-		a40 ^= t << 16
-		t = ((a41 >> 16) ^ a57) & 0x0000FFFF0000FFFF
-		a57 ^= t
-		a41 ^= t << 16
-		t = ((a42 >> 16) ^ a58) & 0x0000FFFF0000FFFF
-		a58 ^= t
-		a42 ^= t << 16
-		t = ((a43 >> 16) ^ a59) & 0x0000FFFF0000FFFF
-		a59 ^= t
-		a43 ^= t << 16
-		t = ((a44 >> 16) ^ a60) & 0x0000FFFF0000FFFF
-		a60 ^= t
-		a44 ^= t << 16
-		t = ((a45 >> 16) ^ a61) & 0x0000FFFF0000FFFF
-		a61 ^= t
-		a45 ^= t << 16
-		t = ((a46 >> 16) ^ a62) & 0x0000FFFF0000FFFF
-		a62 ^= t
-		a46 ^= t << 16
-		t = ((a47 >> 16) ^ a63) & 0x0000FFFF0000FFFF
-		a63 ^= t
-		a47 ^= t << 16
-		t = ((a0 >> 32) ^ a32) & 0x00000000FFFFFFFF
-		a32 ^= t
-		a0 ^= t << 32
-		t = ((a1 >> 32) ^ a33) & 0x00000000FFFFFFFF
-		a33 ^= t
-		a1 ^= t << 32
-		t = ((a2 >> 32) ^ a34) & 0x00000000FFFFFFFF
-		a34 ^= t
-		a2 ^= t << 32
-		t = ((a3 >> 32) ^ a35) & 0x00000000FFFFFFFF
-		a35 ^= t
-		a3 ^= t << 32
-		t = ((a4 >> 32) ^ a36) & 0x00000000FFFFFFFF
-		a36 ^= t
-		a4 ^= t << 32
-		t = ((a5 >> 32) ^ a37) & 0x00000000FFFFFFFF
-		a37 ^= t
-		a5 ^= t << 32
-		t = ((a6 >> 32) ^ a38) & 0x00000000FFFFFFFF
-		a38 ^= t
-		a6 ^= t << 32
-		t = ((a7 >> 32) ^ a39) & 0x00000000FFFFFFFF
-		a39 ^= t
-		a7 ^= t << 32
-		t = ((a8 >> 32) ^ a40) & 0x00000000FFFFFFFF
-		a40 ^= t
-		a8 ^= t << 32
-		t = ((a9 >> 32) ^ a41) & 0x00000000FFFFFFFF
-		a41 ^= t
-		a9 ^= t << 32
-		t = ((a10 >> 32) ^ a42) & 0x00000000FFFFFFFF
-		a42 ^= t
-		a10 ^= t << 32
-		t = ((a11 >> 32) ^ a43) & 0x00000000FFFFFFFF
-		a43 ^= t
-		a11 ^= t << 32
-		t = ((a12 >> 32) ^ a44) & 0x00000000FFFFFFFF
-		a44 ^= t
-		a12 ^= t << 32
-		t = ((a13 >> 32) ^ a45) & 0x00000000FFFFFFFF
-		a45 ^= t
-		a13 ^= t << 32
-		t = ((a14 >> 32) ^ a46) & 0x00000000FFFFFFFF
-		a46 ^= t
-		a14 ^= t << 32
-		t = ((a15 >> 32) ^ a47) & 0x00000000FFFFFFFF
-		a47 ^= t
-		a15 ^= t << 32
-		t = ((a16 >> 32) ^ a48) & 0x00000000FFFFFFFF
-		a48 ^= t
-		a16 ^= t << 32
-		t = ((a17 >> 32) ^ a49) & 0x00000000FFFFFFFF
-		a49 ^= t
-		a17 ^= t << 32
-		t = ((a18 >> 32) ^ a50) & 0x00000000FFFFFFFF
-		a50 ^= t
-		a18 ^= t << 32
-		t = ((a19 >> 32) ^ a51) & 0x00000000FFFFFFFF
-		a51 ^= t
-		a19 ^= t << 32
-		t = ((a20 >> 32) ^ a52) & 0x00000000FFFFFFFF
-		a52 ^= t
-		a20 ^= t << 32
-		t = ((a21 >> 32) ^ a53) & 0x00000000FFFFFFFF
-		a53 ^= t
-		a21 ^= t << 32
-		t = ((a22 >> 32) ^ a54) & 0x00000000FFFFFFFF
-		a54 ^= t
-		a22 ^= t << 32
-		t = ((a23 >> 32) ^ a55) & 0x00000000FFFFFFFF
-		a55 ^= t
-		a23 ^= t << 32
-		t = ((a24 >> 32) ^ a56) & 0x00000000FFFFFFFF
-		a56 ^= t
-		a24 ^= t << 32
-		t = ((a25 >> 32) ^ a57) & 0x00000000FFFFFFFF
-		a57 ^= t
-		a25 ^= t << 32
-		t = ((a26 >> 32) ^ a58) & 0x00000000FFFFFFFF
-		a58 ^= t
-		a26 ^= t << 32
-		t = ((a27 >> 32) ^ a59) & 0x00000000FFFFFFFF
-		a59 ^= t
-		a27 ^= t << 32
-		t = ((a28 >> 32) ^ a60) & 0x00000000FFFFFFFF
-		a60 ^= t
-		a28 ^= t << 32
-		t = ((a29 >> 32) ^ a61) & 0x00000000FFFFFFFF
-		a61 ^= t
-		a29 ^= t << 32
-		t = ((a30 >> 32) ^ a62) & 0x00000000FFFFFFFF
-		a62 ^= t
-		a30 ^= t << 32
-		t = ((a31 >> 32) ^ a63) & 0x00000000FFFFFFFF
-		a63 ^= t
-		a31 ^= t << 32
 		out := dst[q*512 : q*512+512]
-		binary.LittleEndian.PutUint64(out[0:], a0)
-		binary.LittleEndian.PutUint64(out[8:], a1)
-		binary.LittleEndian.PutUint64(out[16:], a2)
-		binary.LittleEndian.PutUint64(out[24:], a3)
-		binary.LittleEndian.PutUint64(out[32:], a4)
-		binary.LittleEndian.PutUint64(out[40:], a5)
-		binary.LittleEndian.PutUint64(out[48:], a6)
-		binary.LittleEndian.PutUint64(out[56:], a7)
-		binary.LittleEndian.PutUint64(out[64:], a8)
-		binary.LittleEndian.PutUint64(out[72:], a9)
-		binary.LittleEndian.PutUint64(out[80:], a10)
-		binary.LittleEndian.PutUint64(out[88:], a11)
-		binary.LittleEndian.PutUint64(out[96:], a12)
-		binary.LittleEndian.PutUint64(out[104:], a13)
-		binary.LittleEndian.PutUint64(out[112:], a14)
-		binary.LittleEndian.PutUint64(out[120:], a15)
-		binary.LittleEndian.PutUint64(out[128:], a16)
-		binary.LittleEndian.PutUint64(out[136:], a17)
-		binary.LittleEndian.PutUint64(out[144:], a18)
-		binary.LittleEndian.PutUint64(out[152:], a19)
-		binary.LittleEndian.PutUint64(out[160:], a20)
-		binary.LittleEndian.PutUint64(out[168:], a21)
-		binary.LittleEndian.PutUint64(out[176:], a22)
-		binary.LittleEndian.PutUint64(out[184:], a23)
-		binary.LittleEndian.PutUint64(out[192:], a24)
-		binary.LittleEndian.PutUint64(out[200:], a25)
-		binary.LittleEndian.PutUint64(out[208:], a26)
-		binary.LittleEndian.PutUint64(out[216:], a27)
-		binary.LittleEndian.PutUint64(out[224:], a28)
-		binary.LittleEndian.PutUint64(out[232:], a29)
-		binary.LittleEndian.PutUint64(out[240:], a30)
-		binary.LittleEndian.PutUint64(out[248:], a31)
-		binary.LittleEndian.PutUint64(out[256:], a32)
-		binary.LittleEndian.PutUint64(out[264:], a33)
-		binary.LittleEndian.PutUint64(out[272:], a34)
-		binary.LittleEndian.PutUint64(out[280:], a35)
-		binary.LittleEndian.PutUint64(out[288:], a36)
-		binary.LittleEndian.PutUint64(out[296:], a37)
-		binary.LittleEndian.PutUint64(out[304:], a38)
-		binary.LittleEndian.PutUint64(out[312:], a39)
-		binary.LittleEndian.PutUint64(out[320:], a40)
-		binary.LittleEndian.PutUint64(out[328:], a41)
-		binary.LittleEndian.PutUint64(out[336:], a42)
-		binary.LittleEndian.PutUint64(out[344:], a43)
-		binary.LittleEndian.PutUint64(out[352:], a44)
-		binary.LittleEndian.PutUint64(out[360:], a45)
-		binary.LittleEndian.PutUint64(out[368:], a46)
-		binary.LittleEndian.PutUint64(out[376:], a47)
-		binary.LittleEndian.PutUint64(out[384:], a48)
-		binary.LittleEndian.PutUint64(out[392:], a49)
-		binary.LittleEndian.PutUint64(out[400:], a50)
-		binary.LittleEndian.PutUint64(out[408:], a51)
-		binary.LittleEndian.PutUint64(out[416:], a52)
-		binary.LittleEndian.PutUint64(out[424:], a53)
-		binary.LittleEndian.PutUint64(out[432:], a54)
-		binary.LittleEndian.PutUint64(out[440:], a55)
-		binary.LittleEndian.PutUint64(out[448:], a56)
-		binary.LittleEndian.PutUint64(out[456:], a57)
-		binary.LittleEndian.PutUint64(out[464:], a58)
-		binary.LittleEndian.PutUint64(out[472:], a59)
-		binary.LittleEndian.PutUint64(out[480:], a60)
-		binary.LittleEndian.PutUint64(out[488:], a61)
-		binary.LittleEndian.PutUint64(out[496:], a62)
-		binary.LittleEndian.PutUint64(out[504:], a63)
+		{
+			v0 := binary.LittleEndian.Uint64(in[0*rowBytes:])
+			v1 := binary.LittleEndian.Uint64(in[1*rowBytes:])
+			v2 := binary.LittleEndian.Uint64(in[2*rowBytes:])
+			v3 := binary.LittleEndian.Uint64(in[3*rowBytes:])
+			t = ((v0 >> 1) ^ v1) & 0x5555555555555555
+			v1 ^= t
+			v0 ^= t << 1
+			t = ((v2 >> 1) ^ v3) & 0x5555555555555555
+			v3 ^= t
+			v2 ^= t << 1
+			t = ((v0 >> 2) ^ v2) & 0x3333333333333333
+			v2 ^= t
+			v0 ^= t << 2
+			t = ((v1 >> 2) ^ v3) & 0x3333333333333333
+			v3 ^= t
+			v1 ^= t << 2
+			a[0] = v0
+			a[1] = v1
+			a[2] = v2
+			a[3] = v3
+		}
+		{
+			v4 := binary.LittleEndian.Uint64(in[4*rowBytes:])
+			v5 := binary.LittleEndian.Uint64(in[5*rowBytes:])
+			v6 := binary.LittleEndian.Uint64(in[6*rowBytes:])
+			v7 := binary.LittleEndian.Uint64(in[7*rowBytes:])
+			t = ((v4 >> 1) ^ v5) & 0x5555555555555555
+			v5 ^= t
+			v4 ^= t << 1
+			t = ((v6 >> 1) ^ v7) & 0x5555555555555555
+			v7 ^= t
+			v6 ^= t << 1
+			t = ((v4 >> 2) ^ v6) & 0x3333333333333333
+			v6 ^= t
+			v4 ^= t << 2
+			t = ((v5 >> 2) ^ v7) & 0x3333333333333333
+			v7 ^= t
+			v5 ^= t << 2
+			a[4] = v4
+			a[5] = v5
+			a[6] = v6
+			a[7] = v7
+		}
+		{
+			v8 := binary.LittleEndian.Uint64(in[8*rowBytes:])
+			v9 := binary.LittleEndian.Uint64(in[9*rowBytes:])
+			v10 := binary.LittleEndian.Uint64(in[10*rowBytes:])
+			v11 := binary.LittleEndian.Uint64(in[11*rowBytes:])
+			t = ((v8 >> 1) ^ v9) & 0x5555555555555555
+			v9 ^= t
+			v8 ^= t << 1
+			t = ((v10 >> 1) ^ v11) & 0x5555555555555555
+			v11 ^= t
+			v10 ^= t << 1
+			t = ((v8 >> 2) ^ v10) & 0x3333333333333333
+			v10 ^= t
+			v8 ^= t << 2
+			t = ((v9 >> 2) ^ v11) & 0x3333333333333333
+			v11 ^= t
+			v9 ^= t << 2
+			a[8] = v8
+			a[9] = v9
+			a[10] = v10
+			a[11] = v11
+		}
+		{
+			v12 := binary.LittleEndian.Uint64(in[12*rowBytes:])
+			v13 := binary.LittleEndian.Uint64(in[13*rowBytes:])
+			v14 := binary.LittleEndian.Uint64(in[14*rowBytes:])
+			v15 := binary.LittleEndian.Uint64(in[15*rowBytes:])
+			t = ((v12 >> 1) ^ v13) & 0x5555555555555555
+			v13 ^= t
+			v12 ^= t << 1
+			t = ((v14 >> 1) ^ v15) & 0x5555555555555555
+			v15 ^= t
+			v14 ^= t << 1
+			t = ((v12 >> 2) ^ v14) & 0x3333333333333333
+			v14 ^= t
+			v12 ^= t << 2
+			t = ((v13 >> 2) ^ v15) & 0x3333333333333333
+			v15 ^= t
+			v13 ^= t << 2
+			a[12] = v12
+			a[13] = v13
+			a[14] = v14
+			a[15] = v15
+		}
+		{
+			v16 := binary.LittleEndian.Uint64(in[16*rowBytes:])
+			v17 := binary.LittleEndian.Uint64(in[17*rowBytes:])
+			v18 := binary.LittleEndian.Uint64(in[18*rowBytes:])
+			v19 := binary.LittleEndian.Uint64(in[19*rowBytes:])
+			t = ((v16 >> 1) ^ v17) & 0x5555555555555555
+			v17 ^= t
+			v16 ^= t << 1
+			t = ((v18 >> 1) ^ v19) & 0x5555555555555555
+			v19 ^= t
+			v18 ^= t << 1
+			t = ((v16 >> 2) ^ v18) & 0x3333333333333333
+			v18 ^= t
+			v16 ^= t << 2
+			t = ((v17 >> 2) ^ v19) & 0x3333333333333333
+			v19 ^= t
+			v17 ^= t << 2
+			a[16] = v16
+			a[17] = v17
+			a[18] = v18
+			a[19] = v19
+		}
+		{
+			v20 := binary.LittleEndian.Uint64(in[20*rowBytes:])
+			v21 := binary.LittleEndian.Uint64(in[21*rowBytes:])
+			v22 := binary.LittleEndian.Uint64(in[22*rowBytes:])
+			v23 := binary.LittleEndian.Uint64(in[23*rowBytes:])
+			t = ((v20 >> 1) ^ v21) & 0x5555555555555555
+			v21 ^= t
+			v20 ^= t << 1
+			t = ((v22 >> 1) ^ v23) & 0x5555555555555555
+			v23 ^= t
+			v22 ^= t << 1
+			t = ((v20 >> 2) ^ v22) & 0x3333333333333333
+			v22 ^= t
+			v20 ^= t << 2
+			t = ((v21 >> 2) ^ v23) & 0x3333333333333333
+			v23 ^= t
+			v21 ^= t << 2
+			a[20] = v20
+			a[21] = v21
+			a[22] = v22
+			a[23] = v23
+		}
+		{
+			v24 := binary.LittleEndian.Uint64(in[24*rowBytes:])
+			v25 := binary.LittleEndian.Uint64(in[25*rowBytes:])
+			v26 := binary.LittleEndian.Uint64(in[26*rowBytes:])
+			v27 := binary.LittleEndian.Uint64(in[27*rowBytes:])
+			t = ((v24 >> 1) ^ v25) & 0x5555555555555555
+			v25 ^= t
+			v24 ^= t << 1
+			t = ((v26 >> 1) ^ v27) & 0x5555555555555555
+			v27 ^= t
+			v26 ^= t << 1
+			t = ((v24 >> 2) ^ v26) & 0x3333333333333333
+			v26 ^= t
+			v24 ^= t << 2
+			t = ((v25 >> 2) ^ v27) & 0x3333333333333333
+			v27 ^= t
+			v25 ^= t << 2
+			a[24] = v24
+			a[25] = v25
+			a[26] = v26
+			a[27] = v27
+		}
+		{
+			v28 := binary.LittleEndian.Uint64(in[28*rowBytes:])
+			v29 := binary.LittleEndian.Uint64(in[29*rowBytes:])
+			v30 := binary.LittleEndian.Uint64(in[30*rowBytes:])
+			v31 := binary.LittleEndian.Uint64(in[31*rowBytes:])
+			t = ((v28 >> 1) ^ v29) & 0x5555555555555555
+			v29 ^= t
+			v28 ^= t << 1
+			t = ((v30 >> 1) ^ v31) & 0x5555555555555555
+			v31 ^= t
+			v30 ^= t << 1
+			t = ((v28 >> 2) ^ v30) & 0x3333333333333333
+			v30 ^= t
+			v28 ^= t << 2
+			t = ((v29 >> 2) ^ v31) & 0x3333333333333333
+			v31 ^= t
+			v29 ^= t << 2
+			a[28] = v28
+			a[29] = v29
+			a[30] = v30
+			a[31] = v31
+		}
+		{
+			v32 := binary.LittleEndian.Uint64(in[32*rowBytes:])
+			v33 := binary.LittleEndian.Uint64(in[33*rowBytes:])
+			v34 := binary.LittleEndian.Uint64(in[34*rowBytes:])
+			v35 := binary.LittleEndian.Uint64(in[35*rowBytes:])
+			t = ((v32 >> 1) ^ v33) & 0x5555555555555555
+			v33 ^= t
+			v32 ^= t << 1
+			t = ((v34 >> 1) ^ v35) & 0x5555555555555555
+			v35 ^= t
+			v34 ^= t << 1
+			t = ((v32 >> 2) ^ v34) & 0x3333333333333333
+			v34 ^= t
+			v32 ^= t << 2
+			t = ((v33 >> 2) ^ v35) & 0x3333333333333333
+			v35 ^= t
+			v33 ^= t << 2
+			a[32] = v32
+			a[33] = v33
+			a[34] = v34
+			a[35] = v35
+		}
+		{
+			v36 := binary.LittleEndian.Uint64(in[36*rowBytes:])
+			v37 := binary.LittleEndian.Uint64(in[37*rowBytes:])
+			v38 := binary.LittleEndian.Uint64(in[38*rowBytes:])
+			v39 := binary.LittleEndian.Uint64(in[39*rowBytes:])
+			t = ((v36 >> 1) ^ v37) & 0x5555555555555555
+			v37 ^= t
+			v36 ^= t << 1
+			t = ((v38 >> 1) ^ v39) & 0x5555555555555555
+			v39 ^= t
+			v38 ^= t << 1
+			t = ((v36 >> 2) ^ v38) & 0x3333333333333333
+			v38 ^= t
+			v36 ^= t << 2
+			t = ((v37 >> 2) ^ v39) & 0x3333333333333333
+			v39 ^= t
+			v37 ^= t << 2
+			a[36] = v36
+			a[37] = v37
+			a[38] = v38
+			a[39] = v39
+		}
+		{
+			v40 := binary.LittleEndian.Uint64(in[40*rowBytes:])
+			v41 := binary.LittleEndian.Uint64(in[41*rowBytes:])
+			v42 := binary.LittleEndian.Uint64(in[42*rowBytes:])
+			v43 := binary.LittleEndian.Uint64(in[43*rowBytes:])
+			t = ((v40 >> 1) ^ v41) & 0x5555555555555555
+			v41 ^= t
+			v40 ^= t << 1
+			t = ((v42 >> 1) ^ v43) & 0x5555555555555555
+			v43 ^= t
+			v42 ^= t << 1
+			t = ((v40 >> 2) ^ v42) & 0x3333333333333333
+			v42 ^= t
+			v40 ^= t << 2
+			t = ((v41 >> 2) ^ v43) & 0x3333333333333333
+			v43 ^= t
+			v41 ^= t << 2
+			a[40] = v40
+			a[41] = v41
+			a[42] = v42
+			a[43] = v43
+		}
+		{
+			v44 := binary.LittleEndian.Uint64(in[44*rowBytes:])
+			v45 := binary.LittleEndian.Uint64(in[45*rowBytes:])
+			v46 := binary.LittleEndian.Uint64(in[46*rowBytes:])
+			v47 := binary.LittleEndian.Uint64(in[47*rowBytes:])
+			t = ((v44 >> 1) ^ v45) & 0x5555555555555555
+			v45 ^= t
+			v44 ^= t << 1
+			t = ((v46 >> 1) ^ v47) & 0x5555555555555555
+			v47 ^= t
+			v46 ^= t << 1
+			t = ((v44 >> 2) ^ v46) & 0x3333333333333333
+			v46 ^= t
+			v44 ^= t << 2
+			t = ((v45 >> 2) ^ v47) & 0x3333333333333333
+			v47 ^= t
+			v45 ^= t << 2
+			a[44] = v44
+			a[45] = v45
+			a[46] = v46
+			a[47] = v47
+		}
+		{
+			v48 := binary.LittleEndian.Uint64(in[48*rowBytes:])
+			v49 := binary.LittleEndian.Uint64(in[49*rowBytes:])
+			v50 := binary.LittleEndian.Uint64(in[50*rowBytes:])
+			v51 := binary.LittleEndian.Uint64(in[51*rowBytes:])
+			t = ((v48 >> 1) ^ v49) & 0x5555555555555555
+			v49 ^= t
+			v48 ^= t << 1
+			t = ((v50 >> 1) ^ v51) & 0x5555555555555555
+			v51 ^= t
+			v50 ^= t << 1
+			t = ((v48 >> 2) ^ v50) & 0x3333333333333333
+			v50 ^= t
+			v48 ^= t << 2
+			t = ((v49 >> 2) ^ v51) & 0x3333333333333333
+			v51 ^= t
+			v49 ^= t << 2
+			a[48] = v48
+			a[49] = v49
+			a[50] = v50
+			a[51] = v51
+		}
+		{
+			v52 := binary.LittleEndian.Uint64(in[52*rowBytes:])
+			v53 := binary.LittleEndian.Uint64(in[53*rowBytes:])
+			v54 := binary.LittleEndian.Uint64(in[54*rowBytes:])
+			v55 := binary.LittleEndian.Uint64(in[55*rowBytes:])
+			t = ((v52 >> 1) ^ v53) & 0x5555555555555555
+			v53 ^= t
+			v52 ^= t << 1
+			t = ((v54 >> 1) ^ v55) & 0x5555555555555555
+			v55 ^= t
+			v54 ^= t << 1
+			t = ((v52 >> 2) ^ v54) & 0x3333333333333333
+			v54 ^= t
+			v52 ^= t << 2
+			t = ((v53 >> 2) ^ v55) & 0x3333333333333333
+			v55 ^= t
+			v53 ^= t << 2
+			a[52] = v52
+			a[53] = v53
+			a[54] = v54
+			a[55] = v55
+		}
+		{
+			v56 := binary.LittleEndian.Uint64(in[56*rowBytes:])
+			v57 := binary.LittleEndian.Uint64(in[57*rowBytes:])
+			v58 := binary.LittleEndian.Uint64(in[58*rowBytes:])
+			v59 := binary.LittleEndian.Uint64(in[59*rowBytes:])
+			t = ((v56 >> 1) ^ v57) & 0x5555555555555555
+			v57 ^= t
+			v56 ^= t << 1
+			t = ((v58 >> 1) ^ v59) & 0x5555555555555555
+			v59 ^= t
+			v58 ^= t << 1
+			t = ((v56 >> 2) ^ v58) & 0x3333333333333333
+			v58 ^= t
+			v56 ^= t << 2
+			t = ((v57 >> 2) ^ v59) & 0x3333333333333333
+			v59 ^= t
+			v57 ^= t << 2
+			a[56] = v56
+			a[57] = v57
+			a[58] = v58
+			a[59] = v59
+		}
+		{
+			v60 := binary.LittleEndian.Uint64(in[60*rowBytes:])
+			v61 := binary.LittleEndian.Uint64(in[61*rowBytes:])
+			v62 := binary.LittleEndian.Uint64(in[62*rowBytes:])
+			v63 := binary.LittleEndian.Uint64(in[63*rowBytes:])
+			t = ((v60 >> 1) ^ v61) & 0x5555555555555555
+			v61 ^= t
+			v60 ^= t << 1
+			t = ((v62 >> 1) ^ v63) & 0x5555555555555555
+			v63 ^= t
+			v62 ^= t << 1
+			t = ((v60 >> 2) ^ v62) & 0x3333333333333333
+			v62 ^= t
+			v60 ^= t << 2
+			t = ((v61 >> 2) ^ v63) & 0x3333333333333333
+			v63 ^= t
+			v61 ^= t << 2
+			a[60] = v60
+			a[61] = v61
+			a[62] = v62
+			a[63] = v63
+		}
+		{
+			v0 := a[0]
+			v4 := a[4]
+			v8 := a[8]
+			v12 := a[12]
+			t = ((v0 >> 4) ^ v4) & 0x0F0F0F0F0F0F0F0F
+			v4 ^= t
+			v0 ^= t << 4
+			t = ((v8 >> 4) ^ v12) & 0x0F0F0F0F0F0F0F0F
+			v12 ^= t
+			v8 ^= t << 4
+			t = ((v0 >> 8) ^ v8) & 0x00FF00FF00FF00FF
+			v8 ^= t
+			v0 ^= t << 8
+			t = ((v4 >> 8) ^ v12) & 0x00FF00FF00FF00FF
+			v12 ^= t
+			v4 ^= t << 8
+			a[0] = v0
+			a[4] = v4
+			a[8] = v8
+			a[12] = v12
+		}
+		{
+			v1 := a[1]
+			v5 := a[5]
+			v9 := a[9]
+			v13 := a[13]
+			t = ((v1 >> 4) ^ v5) & 0x0F0F0F0F0F0F0F0F
+			v5 ^= t
+			v1 ^= t << 4
+			t = ((v9 >> 4) ^ v13) & 0x0F0F0F0F0F0F0F0F
+			v13 ^= t
+			v9 ^= t << 4
+			t = ((v1 >> 8) ^ v9) & 0x00FF00FF00FF00FF
+			v9 ^= t
+			v1 ^= t << 8
+			t = ((v5 >> 8) ^ v13) & 0x00FF00FF00FF00FF
+			v13 ^= t
+			v5 ^= t << 8
+			a[1] = v1
+			a[5] = v5
+			a[9] = v9
+			a[13] = v13
+		}
+		{
+			v2 := a[2]
+			v6 := a[6]
+			v10 := a[10]
+			v14 := a[14]
+			t = ((v2 >> 4) ^ v6) & 0x0F0F0F0F0F0F0F0F
+			v6 ^= t
+			v2 ^= t << 4
+			t = ((v10 >> 4) ^ v14) & 0x0F0F0F0F0F0F0F0F
+			v14 ^= t
+			v10 ^= t << 4
+			t = ((v2 >> 8) ^ v10) & 0x00FF00FF00FF00FF
+			v10 ^= t
+			v2 ^= t << 8
+			t = ((v6 >> 8) ^ v14) & 0x00FF00FF00FF00FF
+			v14 ^= t
+			v6 ^= t << 8
+			a[2] = v2
+			a[6] = v6
+			a[10] = v10
+			a[14] = v14
+		}
+		{
+			v3 := a[3]
+			v7 := a[7]
+			v11 := a[11]
+			v15 := a[15]
+			t = ((v3 >> 4) ^ v7) & 0x0F0F0F0F0F0F0F0F
+			v7 ^= t
+			v3 ^= t << 4
+			t = ((v11 >> 4) ^ v15) & 0x0F0F0F0F0F0F0F0F
+			v15 ^= t
+			v11 ^= t << 4
+			t = ((v3 >> 8) ^ v11) & 0x00FF00FF00FF00FF
+			v11 ^= t
+			v3 ^= t << 8
+			t = ((v7 >> 8) ^ v15) & 0x00FF00FF00FF00FF
+			v15 ^= t
+			v7 ^= t << 8
+			a[3] = v3
+			a[7] = v7
+			a[11] = v11
+			a[15] = v15
+		}
+		{
+			v16 := a[16]
+			v20 := a[20]
+			v24 := a[24]
+			v28 := a[28]
+			t = ((v16 >> 4) ^ v20) & 0x0F0F0F0F0F0F0F0F
+			v20 ^= t
+			v16 ^= t << 4
+			t = ((v24 >> 4) ^ v28) & 0x0F0F0F0F0F0F0F0F
+			v28 ^= t
+			v24 ^= t << 4
+			t = ((v16 >> 8) ^ v24) & 0x00FF00FF00FF00FF
+			v24 ^= t
+			v16 ^= t << 8
+			t = ((v20 >> 8) ^ v28) & 0x00FF00FF00FF00FF
+			v28 ^= t
+			v20 ^= t << 8
+			a[16] = v16
+			a[20] = v20
+			a[24] = v24
+			a[28] = v28
+		}
+		{
+			v17 := a[17]
+			v21 := a[21]
+			v25 := a[25]
+			v29 := a[29]
+			t = ((v17 >> 4) ^ v21) & 0x0F0F0F0F0F0F0F0F
+			v21 ^= t
+			v17 ^= t << 4
+			t = ((v25 >> 4) ^ v29) & 0x0F0F0F0F0F0F0F0F
+			v29 ^= t
+			v25 ^= t << 4
+			t = ((v17 >> 8) ^ v25) & 0x00FF00FF00FF00FF
+			v25 ^= t
+			v17 ^= t << 8
+			t = ((v21 >> 8) ^ v29) & 0x00FF00FF00FF00FF
+			v29 ^= t
+			v21 ^= t << 8
+			a[17] = v17
+			a[21] = v21
+			a[25] = v25
+			a[29] = v29
+		}
+		{
+			v18 := a[18]
+			v22 := a[22]
+			v26 := a[26]
+			v30 := a[30]
+			t = ((v18 >> 4) ^ v22) & 0x0F0F0F0F0F0F0F0F
+			v22 ^= t
+			v18 ^= t << 4
+			t = ((v26 >> 4) ^ v30) & 0x0F0F0F0F0F0F0F0F
+			v30 ^= t
+			v26 ^= t << 4
+			t = ((v18 >> 8) ^ v26) & 0x00FF00FF00FF00FF
+			v26 ^= t
+			v18 ^= t << 8
+			t = ((v22 >> 8) ^ v30) & 0x00FF00FF00FF00FF
+			v30 ^= t
+			v22 ^= t << 8
+			a[18] = v18
+			a[22] = v22
+			a[26] = v26
+			a[30] = v30
+		}
+		{
+			v19 := a[19]
+			v23 := a[23]
+			v27 := a[27]
+			v31 := a[31]
+			t = ((v19 >> 4) ^ v23) & 0x0F0F0F0F0F0F0F0F
+			v23 ^= t
+			v19 ^= t << 4
+			t = ((v27 >> 4) ^ v31) & 0x0F0F0F0F0F0F0F0F
+			v31 ^= t
+			v27 ^= t << 4
+			t = ((v19 >> 8) ^ v27) & 0x00FF00FF00FF00FF
+			v27 ^= t
+			v19 ^= t << 8
+			t = ((v23 >> 8) ^ v31) & 0x00FF00FF00FF00FF
+			v31 ^= t
+			v23 ^= t << 8
+			a[19] = v19
+			a[23] = v23
+			a[27] = v27
+			a[31] = v31
+		}
+		{
+			v32 := a[32]
+			v36 := a[36]
+			v40 := a[40]
+			v44 := a[44]
+			t = ((v32 >> 4) ^ v36) & 0x0F0F0F0F0F0F0F0F
+			v36 ^= t
+			v32 ^= t << 4
+			t = ((v40 >> 4) ^ v44) & 0x0F0F0F0F0F0F0F0F
+			v44 ^= t
+			v40 ^= t << 4
+			t = ((v32 >> 8) ^ v40) & 0x00FF00FF00FF00FF
+			v40 ^= t
+			v32 ^= t << 8
+			t = ((v36 >> 8) ^ v44) & 0x00FF00FF00FF00FF
+			v44 ^= t
+			v36 ^= t << 8
+			a[32] = v32
+			a[36] = v36
+			a[40] = v40
+			a[44] = v44
+		}
+		{
+			v33 := a[33]
+			v37 := a[37]
+			v41 := a[41]
+			v45 := a[45]
+			t = ((v33 >> 4) ^ v37) & 0x0F0F0F0F0F0F0F0F
+			v37 ^= t
+			v33 ^= t << 4
+			t = ((v41 >> 4) ^ v45) & 0x0F0F0F0F0F0F0F0F
+			v45 ^= t
+			v41 ^= t << 4
+			t = ((v33 >> 8) ^ v41) & 0x00FF00FF00FF00FF
+			v41 ^= t
+			v33 ^= t << 8
+			t = ((v37 >> 8) ^ v45) & 0x00FF00FF00FF00FF
+			v45 ^= t
+			v37 ^= t << 8
+			a[33] = v33
+			a[37] = v37
+			a[41] = v41
+			a[45] = v45
+		}
+		{
+			v34 := a[34]
+			v38 := a[38]
+			v42 := a[42]
+			v46 := a[46]
+			t = ((v34 >> 4) ^ v38) & 0x0F0F0F0F0F0F0F0F
+			v38 ^= t
+			v34 ^= t << 4
+			t = ((v42 >> 4) ^ v46) & 0x0F0F0F0F0F0F0F0F
+			v46 ^= t
+			v42 ^= t << 4
+			t = ((v34 >> 8) ^ v42) & 0x00FF00FF00FF00FF
+			v42 ^= t
+			v34 ^= t << 8
+			t = ((v38 >> 8) ^ v46) & 0x00FF00FF00FF00FF
+			v46 ^= t
+			v38 ^= t << 8
+			a[34] = v34
+			a[38] = v38
+			a[42] = v42
+			a[46] = v46
+		}
+		{
+			v35 := a[35]
+			v39 := a[39]
+			v43 := a[43]
+			v47 := a[47]
+			t = ((v35 >> 4) ^ v39) & 0x0F0F0F0F0F0F0F0F
+			v39 ^= t
+			v35 ^= t << 4
+			t = ((v43 >> 4) ^ v47) & 0x0F0F0F0F0F0F0F0F
+			v47 ^= t
+			v43 ^= t << 4
+			t = ((v35 >> 8) ^ v43) & 0x00FF00FF00FF00FF
+			v43 ^= t
+			v35 ^= t << 8
+			t = ((v39 >> 8) ^ v47) & 0x00FF00FF00FF00FF
+			v47 ^= t
+			v39 ^= t << 8
+			a[35] = v35
+			a[39] = v39
+			a[43] = v43
+			a[47] = v47
+		}
+		{
+			v48 := a[48]
+			v52 := a[52]
+			v56 := a[56]
+			v60 := a[60]
+			t = ((v48 >> 4) ^ v52) & 0x0F0F0F0F0F0F0F0F
+			v52 ^= t
+			v48 ^= t << 4
+			t = ((v56 >> 4) ^ v60) & 0x0F0F0F0F0F0F0F0F
+			v60 ^= t
+			v56 ^= t << 4
+			t = ((v48 >> 8) ^ v56) & 0x00FF00FF00FF00FF
+			v56 ^= t
+			v48 ^= t << 8
+			t = ((v52 >> 8) ^ v60) & 0x00FF00FF00FF00FF
+			v60 ^= t
+			v52 ^= t << 8
+			a[48] = v48
+			a[52] = v52
+			a[56] = v56
+			a[60] = v60
+		}
+		{
+			v49 := a[49]
+			v53 := a[53]
+			v57 := a[57]
+			v61 := a[61]
+			t = ((v49 >> 4) ^ v53) & 0x0F0F0F0F0F0F0F0F
+			v53 ^= t
+			v49 ^= t << 4
+			t = ((v57 >> 4) ^ v61) & 0x0F0F0F0F0F0F0F0F
+			v61 ^= t
+			v57 ^= t << 4
+			t = ((v49 >> 8) ^ v57) & 0x00FF00FF00FF00FF
+			v57 ^= t
+			v49 ^= t << 8
+			t = ((v53 >> 8) ^ v61) & 0x00FF00FF00FF00FF
+			v61 ^= t
+			v53 ^= t << 8
+			a[49] = v49
+			a[53] = v53
+			a[57] = v57
+			a[61] = v61
+		}
+		{
+			v50 := a[50]
+			v54 := a[54]
+			v58 := a[58]
+			v62 := a[62]
+			t = ((v50 >> 4) ^ v54) & 0x0F0F0F0F0F0F0F0F
+			v54 ^= t
+			v50 ^= t << 4
+			t = ((v58 >> 4) ^ v62) & 0x0F0F0F0F0F0F0F0F
+			v62 ^= t
+			v58 ^= t << 4
+			t = ((v50 >> 8) ^ v58) & 0x00FF00FF00FF00FF
+			v58 ^= t
+			v50 ^= t << 8
+			t = ((v54 >> 8) ^ v62) & 0x00FF00FF00FF00FF
+			v62 ^= t
+			v54 ^= t << 8
+			a[50] = v50
+			a[54] = v54
+			a[58] = v58
+			a[62] = v62
+		}
+		{
+			v51 := a[51]
+			v55 := a[55]
+			v59 := a[59]
+			v63 := a[63]
+			t = ((v51 >> 4) ^ v55) & 0x0F0F0F0F0F0F0F0F
+			v55 ^= t
+			v51 ^= t << 4
+			t = ((v59 >> 4) ^ v63) & 0x0F0F0F0F0F0F0F0F
+			v63 ^= t
+			v59 ^= t << 4
+			t = ((v51 >> 8) ^ v59) & 0x00FF00FF00FF00FF
+			v59 ^= t
+			v51 ^= t << 8
+			t = ((v55 >> 8) ^ v63) & 0x00FF00FF00FF00FF
+			v63 ^= t
+			v55 ^= t << 8
+			a[51] = v51
+			a[55] = v55
+			a[59] = v59
+			a[63] = v63
+		}
+		{
+			v0 := a[0]
+			v16 := a[16]
+			v32 := a[32]
+			v48 := a[48]
+			t = ((v0 >> 16) ^ v16) & 0x0000FFFF0000FFFF
+			v16 ^= t
+			v0 ^= t << 16
+			t = ((v32 >> 16) ^ v48) & 0x0000FFFF0000FFFF
+			v48 ^= t
+			v32 ^= t << 16
+			t = ((v0 >> 32) ^ v32) & 0x00000000FFFFFFFF
+			v32 ^= t
+			v0 ^= t << 32
+			t = ((v16 >> 32) ^ v48) & 0x00000000FFFFFFFF
+			v48 ^= t
+			v16 ^= t << 32
+			binary.LittleEndian.PutUint64(out[0:], v0)
+			binary.LittleEndian.PutUint64(out[128:], v16)
+			binary.LittleEndian.PutUint64(out[256:], v32)
+			binary.LittleEndian.PutUint64(out[384:], v48)
+		}
+		{
+			v1 := a[1]
+			v17 := a[17]
+			v33 := a[33]
+			v49 := a[49]
+			t = ((v1 >> 16) ^ v17) & 0x0000FFFF0000FFFF
+			v17 ^= t
+			v1 ^= t << 16
+			t = ((v33 >> 16) ^ v49) & 0x0000FFFF0000FFFF
+			v49 ^= t
+			v33 ^= t << 16
+			t = ((v1 >> 32) ^ v33) & 0x00000000FFFFFFFF
+			v33 ^= t
+			v1 ^= t << 32
+			t = ((v17 >> 32) ^ v49) & 0x00000000FFFFFFFF
+			v49 ^= t
+			v17 ^= t << 32
+			binary.LittleEndian.PutUint64(out[8:], v1)
+			binary.LittleEndian.PutUint64(out[136:], v17)
+			binary.LittleEndian.PutUint64(out[264:], v33)
+			binary.LittleEndian.PutUint64(out[392:], v49)
+		}
+		{
+			v2 := a[2]
+			v18 := a[18]
+			v34 := a[34]
+			v50 := a[50]
+			t = ((v2 >> 16) ^ v18) & 0x0000FFFF0000FFFF
+			v18 ^= t
+			v2 ^= t << 16
+			t = ((v34 >> 16) ^ v50) & 0x0000FFFF0000FFFF
+			v50 ^= t
+			v34 ^= t << 16
+			t = ((v2 >> 32) ^ v34) & 0x00000000FFFFFFFF
+			v34 ^= t
+			v2 ^= t << 32
+			t = ((v18 >> 32) ^ v50) & 0x00000000FFFFFFFF
+			v50 ^= t
+			v18 ^= t << 32
+			binary.LittleEndian.PutUint64(out[16:], v2)
+			binary.LittleEndian.PutUint64(out[144:], v18)
+			binary.LittleEndian.PutUint64(out[272:], v34)
+			binary.LittleEndian.PutUint64(out[400:], v50)
+		}
+		{
+			v3 := a[3]
+			v19 := a[19]
+			v35 := a[35]
+			v51 := a[51]
+			t = ((v3 >> 16) ^ v19) & 0x0000FFFF0000FFFF
+			v19 ^= t
+			v3 ^= t << 16
+			t = ((v35 >> 16) ^ v51) & 0x0000FFFF0000FFFF
+			v51 ^= t
+			v35 ^= t << 16
+			t = ((v3 >> 32) ^ v35) & 0x00000000FFFFFFFF
+			v35 ^= t
+			v3 ^= t << 32
+			t = ((v19 >> 32) ^ v51) & 0x00000000FFFFFFFF
+			v51 ^= t
+			v19 ^= t << 32
+			binary.LittleEndian.PutUint64(out[24:], v3)
+			binary.LittleEndian.PutUint64(out[152:], v19)
+			binary.LittleEndian.PutUint64(out[280:], v35)
+			binary.LittleEndian.PutUint64(out[408:], v51)
+		}
+		{
+			v4 := a[4]
+			v20 := a[20]
+			v36 := a[36]
+			v52 := a[52]
+			t = ((v4 >> 16) ^ v20) & 0x0000FFFF0000FFFF
+			v20 ^= t
+			v4 ^= t << 16
+			t = ((v36 >> 16) ^ v52) & 0x0000FFFF0000FFFF
+			v52 ^= t
+			v36 ^= t << 16
+			t = ((v4 >> 32) ^ v36) & 0x00000000FFFFFFFF
+			v36 ^= t
+			v4 ^= t << 32
+			t = ((v20 >> 32) ^ v52) & 0x00000000FFFFFFFF
+			v52 ^= t
+			v20 ^= t << 32
+			binary.LittleEndian.PutUint64(out[32:], v4)
+			binary.LittleEndian.PutUint64(out[160:], v20)
+			binary.LittleEndian.PutUint64(out[288:], v36)
+			binary.LittleEndian.PutUint64(out[416:], v52)
+		}
+		{
+			v5 := a[5]
+			v21 := a[21]
+			v37 := a[37]
+			v53 := a[53]
+			t = ((v5 >> 16) ^ v21) & 0x0000FFFF0000FFFF
+			v21 ^= t
+			v5 ^= t << 16
+			t = ((v37 >> 16) ^ v53) & 0x0000FFFF0000FFFF
+			v53 ^= t
+			v37 ^= t << 16
+			t = ((v5 >> 32) ^ v37) & 0x00000000FFFFFFFF
+			v37 ^= t
+			v5 ^= t << 32
+			t = ((v21 >> 32) ^ v53) & 0x00000000FFFFFFFF
+			v53 ^= t
+			v21 ^= t << 32
+			binary.LittleEndian.PutUint64(out[40:], v5)
+			binary.LittleEndian.PutUint64(out[168:], v21)
+			binary.LittleEndian.PutUint64(out[296:], v37)
+			binary.LittleEndian.PutUint64(out[424:], v53)
+		}
+		{
+			v6 := a[6]
+			v22 := a[22]
+			v38 := a[38]
+			v54 := a[54]
+			t = ((v6 >> 16) ^ v22) & 0x0000FFFF0000FFFF
+			v22 ^= t
+			v6 ^= t << 16
+			t = ((v38 >> 16) ^ v54) & 0x0000FFFF0000FFFF
+			v54 ^= t
+			v38 ^= t << 16
+			t = ((v6 >> 32) ^ v38) & 0x00000000FFFFFFFF
+			v38 ^= t
+			v6 ^= t << 32
+			t = ((v22 >> 32) ^ v54) & 0x00000000FFFFFFFF
+			v54 ^= t
+			v22 ^= t << 32
+			binary.LittleEndian.PutUint64(out[48:], v6)
+			binary.LittleEndian.PutUint64(out[176:], v22)
+			binary.LittleEndian.PutUint64(out[304:], v38)
+			binary.LittleEndian.PutUint64(out[432:], v54)
+		}
+		{
+			v7 := a[7]
+			v23 := a[23]
+			v39 := a[39]
+			v55 := a[55]
+			t = ((v7 >> 16) ^ v23) & 0x0000FFFF0000FFFF
+			v23 ^= t
+			v7 ^= t << 16
+			t = ((v39 >> 16) ^ v55) & 0x0000FFFF0000FFFF
+			v55 ^= t
+			v39 ^= t << 16
+			t = ((v7 >> 32) ^ v39) & 0x00000000FFFFFFFF
+			v39 ^= t
+			v7 ^= t << 32
+			t = ((v23 >> 32) ^ v55) & 0x00000000FFFFFFFF
+			v55 ^= t
+			v23 ^= t << 32
+			binary.LittleEndian.PutUint64(out[56:], v7)
+			binary.LittleEndian.PutUint64(out[184:], v23)
+			binary.LittleEndian.PutUint64(out[312:], v39)
+			binary.LittleEndian.PutUint64(out[440:], v55)
+		}
+		{
+			v8 := a[8]
+			v24 := a[24]
+			v40 := a[40]
+			v56 := a[56]
+			t = ((v8 >> 16) ^ v24) & 0x0000FFFF0000FFFF
+			v24 ^= t
+			v8 ^= t << 16
+			t = ((v40 >> 16) ^ v56) & 0x0000FFFF0000FFFF
+			v56 ^= t
+			v40 ^= t << 16
+			t = ((v8 >> 32) ^ v40) & 0x00000000FFFFFFFF
+			v40 ^= t
+			v8 ^= t << 32
+			t = ((v24 >> 32) ^ v56) & 0x00000000FFFFFFFF
+			v56 ^= t
+			v24 ^= t << 32
+			binary.LittleEndian.PutUint64(out[64:], v8)
+			binary.LittleEndian.PutUint64(out[192:], v24)
+			binary.LittleEndian.PutUint64(out[320:], v40)
+			binary.LittleEndian.PutUint64(out[448:], v56)
+		}
+		{
+			v9 := a[9]
+			v25 := a[25]
+			v41 := a[41]
+			v57 := a[57]
+			t = ((v9 >> 16) ^ v25) & 0x0000FFFF0000FFFF
+			v25 ^= t
+			v9 ^= t << 16
+			t = ((v41 >> 16) ^ v57) & 0x0000FFFF0000FFFF
+			v57 ^= t
+			v41 ^= t << 16
+			t = ((v9 >> 32) ^ v41) & 0x00000000FFFFFFFF
+			v41 ^= t
+			v9 ^= t << 32
+			t = ((v25 >> 32) ^ v57) & 0x00000000FFFFFFFF
+			v57 ^= t
+			v25 ^= t << 32
+			binary.LittleEndian.PutUint64(out[72:], v9)
+			binary.LittleEndian.PutUint64(out[200:], v25)
+			binary.LittleEndian.PutUint64(out[328:], v41)
+			binary.LittleEndian.PutUint64(out[456:], v57)
+		}
+		{
+			v10 := a[10]
+			v26 := a[26]
+			v42 := a[42]
+			v58 := a[58]
+			t = ((v10 >> 16) ^ v26) & 0x0000FFFF0000FFFF
+			v26 ^= t
+			v10 ^= t << 16
+			t = ((v42 >> 16) ^ v58) & 0x0000FFFF0000FFFF
+			v58 ^= t
+			v42 ^= t << 16
+			t = ((v10 >> 32) ^ v42) & 0x00000000FFFFFFFF
+			v42 ^= t
+			v10 ^= t << 32
+			t = ((v26 >> 32) ^ v58) & 0x00000000FFFFFFFF
+			v58 ^= t
+			v26 ^= t << 32
+			binary.LittleEndian.PutUint64(out[80:], v10)
+			binary.LittleEndian.PutUint64(out[208:], v26)
+			binary.LittleEndian.PutUint64(out[336:], v42)
+			binary.LittleEndian.PutUint64(out[464:], v58)
+		}
+		{
+			v11 := a[11]
+			v27 := a[27]
+			v43 := a[43]
+			v59 := a[59]
+			t = ((v11 >> 16) ^ v27) & 0x0000FFFF0000FFFF
+			v27 ^= t
+			v11 ^= t << 16
+			t = ((v43 >> 16) ^ v59) & 0x0000FFFF0000FFFF
+			v59 ^= t
+			v43 ^= t << 16
+			t = ((v11 >> 32) ^ v43) & 0x00000000FFFFFFFF
+			v43 ^= t
+			v11 ^= t << 32
+			t = ((v27 >> 32) ^ v59) & 0x00000000FFFFFFFF
+			v59 ^= t
+			v27 ^= t << 32
+			binary.LittleEndian.PutUint64(out[88:], v11)
+			binary.LittleEndian.PutUint64(out[216:], v27)
+			binary.LittleEndian.PutUint64(out[344:], v43)
+			binary.LittleEndian.PutUint64(out[472:], v59)
+		}
+		{
+			v12 := a[12]
+			v28 := a[28]
+			v44 := a[44]
+			v60 := a[60]
+			t = ((v12 >> 16) ^ v28) & 0x0000FFFF0000FFFF
+			v28 ^= t
+			v12 ^= t << 16
+			t = ((v44 >> 16) ^ v60) & 0x0000FFFF0000FFFF
+			v60 ^= t
+			v44 ^= t << 16
+			t = ((v12 >> 32) ^ v44) & 0x00000000FFFFFFFF
+			v44 ^= t
+			v12 ^= t << 32
+			t = ((v28 >> 32) ^ v60) & 0x00000000FFFFFFFF
+			v60 ^= t
+			v28 ^= t << 32
+			binary.LittleEndian.PutUint64(out[96:], v12)
+			binary.LittleEndian.PutUint64(out[224:], v28)
+			binary.LittleEndian.PutUint64(out[352:], v44)
+			binary.LittleEndian.PutUint64(out[480:], v60)
+		}
+		{
+			v13 := a[13]
+			v29 := a[29]
+			v45 := a[45]
+			v61 := a[61]
+			t = ((v13 >> 16) ^ v29) & 0x0000FFFF0000FFFF
+			v29 ^= t
+			v13 ^= t << 16
+			t = ((v45 >> 16) ^ v61) & 0x0000FFFF0000FFFF
+			v61 ^= t
+			v45 ^= t << 16
+			t = ((v13 >> 32) ^ v45) & 0x00000000FFFFFFFF
+			v45 ^= t
+			v13 ^= t << 32
+			t = ((v29 >> 32) ^ v61) & 0x00000000FFFFFFFF
+			v61 ^= t
+			v29 ^= t << 32
+			binary.LittleEndian.PutUint64(out[104:], v13)
+			binary.LittleEndian.PutUint64(out[232:], v29)
+			binary.LittleEndian.PutUint64(out[360:], v45)
+			binary.LittleEndian.PutUint64(out[488:], v61)
+		}
+		{
+			v14 := a[14]
+			v30 := a[30]
+			v46 := a[46]
+			v62 := a[62]
+			t = ((v14 >> 16) ^ v30) & 0x0000FFFF0000FFFF
+			v30 ^= t
+			v14 ^= t << 16
+			t = ((v46 >> 16) ^ v62) & 0x0000FFFF0000FFFF
+			v62 ^= t
+			v46 ^= t << 16
+			t = ((v14 >> 32) ^ v46) & 0x00000000FFFFFFFF
+			v46 ^= t
+			v14 ^= t << 32
+			t = ((v30 >> 32) ^ v62) & 0x00000000FFFFFFFF
+			v62 ^= t
+			v30 ^= t << 32
+			binary.LittleEndian.PutUint64(out[112:], v14)
+			binary.LittleEndian.PutUint64(out[240:], v30)
+			binary.LittleEndian.PutUint64(out[368:], v46)
+			binary.LittleEndian.PutUint64(out[496:], v62)
+		}
+		{
+			v15 := a[15]
+			v31 := a[31]
+			v47 := a[47]
+			v63 := a[63]
+			t = ((v15 >> 16) ^ v31) & 0x0000FFFF0000FFFF
+			v31 ^= t
+			v15 ^= t << 16
+			t = ((v47 >> 16) ^ v63) & 0x0000FFFF0000FFFF
+			v63 ^= t
+			v47 ^= t << 16
+			t = ((v15 >> 32) ^ v47) & 0x00000000FFFFFFFF
+			v47 ^= t
+			v15 ^= t << 32
+			t = ((v31 >> 32) ^ v63) & 0x00000000FFFFFFFF
+			v63 ^= t
+			v31 ^= t << 32
+			binary.LittleEndian.PutUint64(out[120:], v15)
+			binary.LittleEndian.PutUint64(out[248:], v31)
+			binary.LittleEndian.PutUint64(out[376:], v47)
+			binary.LittleEndian.PutUint64(out[504:], v63)
+		}
 	}
 }
