@@ -271,6 +271,7 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool
 		err = cerr
 	}
 	if err != nil {
+		os.Remove(path) // a capture cut short by a write error is no use
 		return fmt.Errorf("simulate %s: %w", path, err)
 	}
 	secs := time.Since(start).Seconds()

@@ -7,8 +7,8 @@ import (
 )
 
 // Payloads are encoded by frame.Format.AppendPayload, the reference, except
-// bitplane payloads, the common case, which appendBitplane encodes about
-// an order of magnitude faster (its tests compare the two byte for byte).
+// bitplane payloads, the common case, which appendBitplane encodes several
+// times faster (its tests compare the two byte for byte).
 
 // Counter code tables, count -> code, taken from package frame.
 var (
