@@ -10,6 +10,7 @@ import (
 	"image/color"
 	"image/draw"
 	"math"
+	"slices"
 	"strconv"
 
 	"golang.org/x/image/font"
@@ -58,7 +59,6 @@ func Render(f Frame, opts Options) (*image.RGBA, error) {
 	}
 	h, w := (f.Height+step-1)/step, (f.Width+step-1)/step
 	means := make([]float64, h*w)
-	peak := 0.0
 	for y := range h {
 		for x := range w {
 			sum, n := 0.0, 0
@@ -68,12 +68,10 @@ func Render(f Frame, opts Options) (*image.RGBA, error) {
 					n++
 				}
 			}
-			m := sum / float64(n)
-			means[y*w+x] = m
-			peak = max(peak, m)
+			means[y*w+x] = sum / float64(n)
 		}
 	}
-	top := math.Log1p(max(peak, 1))
+	s := newScale(means)
 	barWidth := 0
 	if opts.ColorBar {
 		barWidth = colorBarWidth
@@ -82,11 +80,11 @@ func Render(f Frame, opts Options) (*image.RGBA, error) {
 	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
 	for y := range h {
 		for x := range w {
-			img.SetRGBA(x, y, Colormap(math.Log1p(means[y*w+x])/top))
+			img.SetRGBA(x, y, Colormap(s.at(means[y*w+x])))
 		}
 	}
 	if opts.ColorBar {
-		drawColorBar(img, w, max(h, minBarHeight(opts)), peak)
+		drawColorBar(img, w, max(h, minBarHeight(opts)), s)
 	}
 	return img, nil
 }
@@ -101,11 +99,37 @@ func minBarHeight(opts Options) int {
 // colorBarWidth is the width of the colour bar with its labels.
 const colorBarWidth = 80
 
-// drawColorBar draws the bar at x0 over height h, labelled with counts up to
-// peak at powers of ten.
-func drawColorBar(img *image.RGBA, x0, h int, peak float64) {
+// scale maps counts to [0, 1] on a log scale between a low and a high
+// percentile of the picture, so that a few hot or dead pixels do not wash
+// out the rest.
+type scale struct{ lo, hi float64 }
+
+// Percentiles of the pixels that the colour map's ends stand for.
+const (
+	lowPercentile  = 0.5
+	highPercentile = 99.9
+)
+
+func newScale(values []float64) scale {
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	pick := func(p float64) float64 { return sorted[int(p/100*float64(len(sorted)-1))] }
+	lo, hi := pick(lowPercentile), pick(highPercentile)
+	if hi <= lo {
+		hi = lo + 1
+	}
+	return scale{lo: lo, hi: hi}
+}
+
+// at returns v's position on the scale.
+func (s scale) at(v float64) float64 {
+	return (math.Log1p(v) - math.Log1p(s.lo)) / (math.Log1p(s.hi) - math.Log1p(s.lo))
+}
+
+// drawColorBar draws the bar at x0 over height h, labelled with its ends and
+// the powers of ten between them.
+func drawColorBar(img *image.RGBA, x0, h int, s scale) {
 	const pad, barW = 8, 14
-	top := math.Log1p(max(peak, 1))
 	y0, y1 := pad, h-pad
 	for y := y0; y < y1; y++ {
 		c := Colormap(1 - float64(y-y0)/float64(y1-y0-1))
@@ -114,27 +138,31 @@ func drawColorBar(img *image.RGBA, x0, h int, peak float64) {
 		}
 	}
 	d := font.Drawer{Dst: img, Src: image.NewUniform(color.Black), Face: basicfont.Face7x13}
-	label := func(v float64, s string) {
-		y := y1 - 1 - int(math.Log1p(v)/top*float64(y1-y0-1))
+	label := func(v float64, text string) {
+		y := y1 - 1 - int(s.at(v)*float64(y1-y0-1))
 		for x := x0 + pad + barW; x < x0+pad+barW+3; x++ {
 			img.SetRGBA(x, y, color.RGBA{A: 255})
 		}
 		d.Dot = fixed.P(x0+pad+barW+5, y+4)
-		d.DrawString(s)
+		d.DrawString(text)
 	}
-	label(0, "0")
-	for v := 1.0; v <= peak; v *= 10 {
-		label(v, countLabel(v))
+	label(s.lo, countLabel(math.Round(s.lo)))
+	label(s.hi, countLabel(math.Round(s.hi)))
+	for v := 1.0; v < s.hi; v *= 10 {
+		// Powers of ten well inside the ends, so labels do not overlap.
+		if p := s.at(v); p > 0.08 && p < 0.92 {
+			label(v, countLabel(v))
+		}
 	}
 }
 
-// countLabel writes a power of ten compactly: 1, 10, 100, 1k, 10k, 1M.
+// countLabel writes a count compactly: 1, 100, 1k, 1.5k, 10k, 1M.
 func countLabel(v float64) string {
 	switch {
 	case v >= 1e6:
-		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+		return strconv.FormatFloat(v/1e6, 'g', 3, 64) + "M"
 	case v >= 1e3:
-		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+		return strconv.FormatFloat(v/1e3, 'g', 3, 64) + "k"
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }

@@ -73,7 +73,7 @@ func TestRender(t *testing.T) {
 }
 
 func TestCountLabel(t *testing.T) {
-	for v, want := range map[float64]string{1: "1", 100: "100", 1e3: "1k", 1e4: "10k", 1e6: "1M", 1e7: "10M"} {
+	for v, want := range map[float64]string{1: "1", 100: "100", 1e3: "1k", 1520: "1.52k", 1e4: "10k", 1e6: "1M", 1e7: "10M"} {
 		if got := countLabel(v); got != want {
 			t.Errorf("countLabel(%g) = %q, want %q", v, got, want)
 		}

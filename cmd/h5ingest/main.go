@@ -32,6 +32,16 @@ func (e *exitError) Unwrap() error { return e.err }
 // usageError marks err as a usage or profile error (exit status 2).
 func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
 
+// usageArgs makes the errors of an argument check usage errors.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "h5ingest",
@@ -39,9 +49,13 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Args = usageArgs(cobra.NoArgs)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.AddCommand(
 		newSimulateCmd(),
+		newReplayCmd(),
+		newVerifyCmd(),
+		newInspectCmd(),
 	)
 	return root
 }

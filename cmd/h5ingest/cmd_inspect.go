@@ -1,0 +1,245 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/compress"
+	"h5ingest/config"
+	"h5ingest/ingest/frame"
+	"h5ingest/preview"
+	"h5ingest/writer"
+)
+
+func newInspectCmd() *cobra.Command {
+	var pngFrame int
+	var output string
+	var maxSide int
+	cmd := &cobra.Command{
+		Use:   "inspect FILE.h5 [--png FRAME -o FILE.png]",
+		Short: "Summarise a file: layout, shape, compression, frame statuses, time span",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("png") {
+				if output == "" {
+					return usageError(errors.New("--png needs -o FILE.png"))
+				}
+				return renderPNG(args[0], pngFrame, output, maxSide)
+			}
+			return inspect(cmd.OutOrStdout(), args[0])
+		},
+	}
+	cmd.Flags().IntVar(&pngFrame, "png", 0, "render this frame as a PNG picture (log scale, with a colour bar)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "PNG file to write, with --png")
+	cmd.Flags().IntVar(&maxSide, "max-side", 0, "shrink the picture so its longer side is at most this many pixels (0: full size)")
+	return cmd
+}
+
+func inspect(out io.Writer, path string) error {
+	r, err := writer.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	records, err := r.Records()
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
+	}
+	dtype := fmt.Sprintf("uint%d", 8*r.ElemSize)
+	decoded := int64(r.Frames) * int64(r.Height*r.Width*r.ElemSize)
+	fmt.Fprintf(out, "%s\n", path)
+	fmt.Fprintf(out, "  layout        %s%s\n", r.Layout, map[bool]string{true: " (SWMR file)"}[r.SWMR])
+	fmt.Fprintf(out, "  stack         %d x %d x %d %s, %s decoded\n", r.Frames, r.Height, r.Width, dtype, byteSize(decoded))
+
+	written := 0
+	var byStatus [4]int
+	for _, rec := range records {
+		if int(rec.Status) < len(byStatus) {
+			byStatus[rec.Status]++
+		}
+		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {
+			written++
+		}
+	}
+	stored := r.StoredBytes()
+	ratio := 0.0
+	if stored > 0 {
+		ratio = float64(int64(written)*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
+	}
+	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeFilters(r.Filters), byteSize(stored), ratio)
+	fmt.Fprintf(out, "  frames        ok %d, missing %d, crc mismatch %d, rejected %d\n",
+		byStatus[frame.StatusOK], byStatus[frame.StatusMissing], byStatus[frame.StatusCRCMismatch], byStatus[frame.StatusRejected])
+	if list := framesWith(records, func(s uint8) bool { return s != frame.StatusOK }); list != "" {
+		fmt.Fprintf(out, "  problems      %s\n", list)
+	}
+	if r.Layout == writer.LayoutNXtomo {
+		if err := printPlan(out, r); err != nil {
+			return fmt.Errorf("inspect %s: %w", path, err)
+		}
+	}
+	printTimeSpan(out, records)
+	return nil
+}
+
+// describeFilters names a filter pipeline with its ids and stored values.
+func describeFilters(filters []compress.Filter) string {
+	if len(filters) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, f := range filters {
+		vals := make([]string, len(f.Values))
+		for i, v := range f.Values {
+			vals[i] = fmt.Sprint(v)
+		}
+		parts = append(parts, fmt.Sprintf("%s (filter %d: %s)", f.Name, f.ID, strings.Join(vals, " ")))
+	}
+	return strings.Join(parts, " then ")
+}
+
+// framesWith lists the frames whose status matches, as "3 12-14 (missing)";
+// long lists are cut.
+func framesWith(records []writer.Record, match func(uint8) bool) string {
+	names := [...]string{"ok", "missing", "crc mismatch", "rejected"}
+	var parts []string
+	for i := 0; i < len(records); {
+		s := records[i].Status
+		if !match(s) {
+			i++
+			continue
+		}
+		j := i
+		for j+1 < len(records) && records[j+1].Status == s {
+			j++
+		}
+		name := fmt.Sprintf("status %d", s)
+		if int(s) < len(names) {
+			name = names[s]
+		}
+		if i == j {
+			parts = append(parts, fmt.Sprintf("%d %s", i, name))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d %s", i, j, name))
+		}
+		i = j + 1
+	}
+	const most = 12
+	if len(parts) > most {
+		return strings.Join(parts[:most], ", ") + fmt.Sprintf(", ... (%d more runs)", len(parts)-most)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printPlan prints what the image keys and angles say about the scan.
+func printPlan(out io.Writer, r *writer.Reader) error {
+	keys, err := r.ImageKey()
+	if err != nil {
+		return err
+	}
+	angles, err := r.RotationAngle()
+	if err != nil {
+		return err
+	}
+	var count [4]int
+	lo, hi := 0.0, 0.0
+	first := true
+	for i, k := range keys {
+		if k >= 0 && int(k) < len(count) {
+			count[k]++
+		}
+		if k == config.Projection && i < len(angles) {
+			if first || angles[i] < lo {
+				lo = angles[i]
+			}
+			if first || angles[i] > hi {
+				hi = angles[i]
+			}
+			first = false
+		}
+	}
+	fmt.Fprintf(out, "  plan          %d darks, %d flats, %d projections at %g to %g degrees\n",
+		count[config.DarkField], count[config.FlatField], count[config.Projection], lo, hi)
+	return nil
+}
+
+// printTimeSpan prints the detector time the written frames span and their
+// mean rate.
+func printTimeSpan(out io.Writer, records []writer.Record) {
+	var stamps []uint64
+	for _, rec := range records {
+		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {
+			stamps = append(stamps, rec.Timestamp)
+		}
+	}
+	if len(stamps) < 2 {
+		return
+	}
+	lo, hi := slices.Min(stamps), slices.Max(stamps)
+	span := float64(hi-lo) / 1e9
+	if span <= 0 {
+		return
+	}
+	fmt.Fprintf(out, "  time span     %.3f s of detector time, mean %.1f frames/s\n", span, float64(len(stamps)-1)/span)
+}
+
+// byteSize writes n bytes with a decimal unit.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// renderPNG writes frame n of the file as a picture.
+func renderPNG(path string, n int, output string, maxSide int) error {
+	r, err := writer.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if n < 0 || n >= r.Frames {
+		return usageError(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
+	}
+	data, _, err := r.ReadChunk(n, nil)
+	var img []byte
+	switch {
+	case errors.Is(err, writer.ErrNoChunk):
+		img = make([]byte, r.Height*r.Width*r.ElemSize) // a missing frame reads as the fill value
+	case err != nil:
+		return err
+	default:
+		codec, err := compress.FromFilters(r.Filters, r.ElemSize)
+		if err != nil {
+			return err
+		}
+		if img, err = codec.Decode(nil, data); err != nil {
+			return fmt.Errorf("frame %d of %s: %w", n, path, err)
+		}
+	}
+	pic, err := preview.Render(preview.Frame{Data: img, Height: r.Height, Width: r.Width, ElemSize: r.ElemSize},
+		preview.Options{MaxSide: maxSide, ColorBar: true})
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(output)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, pic); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", output, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/compress"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+func newVerifyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify FILE.h5",
+		Short: "Prove a file holds what the detector sent: every chunk against its recorded CRC-32C",
+		Long: `verify reads every written chunk of the frame stack raw, decompresses it with
+h5ingest's own codecs, recomputes the CRC-32C of the image and compares it with the
+frame's data_crc32c record. It also checks that the layout is complete and that
+the records agree with the chunks: a frame recorded as written has a chunk, a frame
+recorded as missing or rejected has none.
+
+Exit status: 0 every frame is good; 3 the file is sound but some frames are
+missing, corrupt or rejected; 1 a chunk or the layout is bad.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return verify(cmd.OutOrStdout(), args[0])
+		},
+	}
+}
+
+// verifyResult sums up a verification.
+type verifyResult struct {
+	frames   int
+	checked  int       // chunks decompressed and compared
+	bad      []problem // chunks or records that do not hold up
+	byStatus [4]int    // frames per recorded status
+}
+
+func verify(out io.Writer, path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	r, err := writer.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	res, err := verifyFile(r)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", path, err)
+	}
+	slices.SortStableFunc(res.bad, func(a, b problem) int { return cmp.Compare(a.n, b.n) })
+	for _, p := range res.bad {
+		fmt.Fprintf(out, "BAD %s\n", p.msg)
+	}
+	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; ok %d, missing %d, crc mismatch %d, rejected %d\n",
+		path, res.frames, res.checked, res.byStatus[frame.StatusOK], res.byStatus[frame.StatusMissing],
+		res.byStatus[frame.StatusCRCMismatch], res.byStatus[frame.StatusRejected])
+	switch {
+	case len(res.bad) > 0:
+		return &exitError{code: exitFailure, err: fmt.Errorf("%s: %d bad chunks or records", path, len(res.bad))}
+	case res.byStatus[frame.StatusOK] != res.frames:
+		return &exitError{code: exitIncomplete}
+	}
+	return nil
+}
+
+// problem is something verify found wrong with frame n (-1: the layout).
+type problem struct {
+	n   int
+	msg string
+}
+
+// chunkCheck is one chunk handed to a verification worker.
+type chunkCheck struct {
+	n    int
+	data []byte
+	want uint32
+}
+
+// verifyFile checks the layout, then every frame's record and chunk.
+// Chunks are read on this goroutine (the HDF5 library is not used
+// concurrently) and decompressed on one worker per core.
+func verifyFile(r *writer.Reader) (verifyResult, error) {
+	res := verifyResult{frames: r.Frames}
+	for _, p := range r.MissingPaths() {
+		res.bad = append(res.bad, problem{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
+	}
+	records, err := r.Records()
+	if err != nil {
+		return res, err
+	}
+	if len(records) != r.Frames {
+		return res, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
+	}
+	codecs := make([]compress.Codec, runtime.GOMAXPROCS(0))
+	for i := range codecs {
+		if codecs[i], err = compress.FromFilters(r.Filters, r.ElemSize); err != nil {
+			return res, err
+		}
+	}
+	imageSize := r.Height * r.Width * r.ElemSize
+
+	var mu sync.Mutex
+	report := func(n int, format string, args ...any) {
+		mu.Lock()
+		res.bad = append(res.bad, problem{n, fmt.Sprintf("frame %d: ", n) + fmt.Sprintf(format, args...)})
+		mu.Unlock()
+	}
+	work := make(chan chunkCheck, len(codecs))
+	free := make(chan []byte, 2*len(codecs))
+	for range cap(free) {
+		free <- nil
+	}
+	var wg sync.WaitGroup
+	for _, codec := range codecs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var img []byte
+			for c := range work {
+				var err error
+				img, err = codec.Decode(img[:0], c.data)
+				switch {
+				case err != nil:
+					report(c.n, "chunk does not decompress: %v", err)
+				case len(img) != imageSize:
+					report(c.n, "chunk decompresses to %d bytes, a frame is %d", len(img), imageSize)
+				case frame.Checksum(img) != c.want:
+					report(c.n, "data CRC %08x, recorded %08x", frame.Checksum(img), c.want)
+				}
+				free <- c.data
+			}
+		}()
+	}
+	for n, rec := range records {
+		if int(rec.Status) < len(res.byStatus) {
+			res.byStatus[rec.Status]++
+		} else {
+			report(n, "unknown status %d", rec.Status)
+		}
+		buf := <-free
+		data, mask, err := r.ReadChunk(n, buf[:0])
+		written := rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch
+		switch {
+		case errors.Is(err, writer.ErrNoChunk):
+			if written {
+				report(n, "recorded as written (status %d) but has no chunk", rec.Status)
+			}
+			free <- data
+		case err != nil:
+			close(work)
+			wg.Wait()
+			return res, err
+		case !written:
+			report(n, "recorded with status %d but has a chunk", rec.Status)
+			free <- data
+		case mask != 0:
+			report(n, "chunk skipped filters (mask %#x)", mask)
+			free <- data
+		default:
+			res.checked++
+			work <- chunkCheck{n: n, data: data, want: rec.DataCRC}
+		}
+	}
+	close(work)
+	wg.Wait()
+	return res, nil
+}
