@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"h5ingest/ingest/capture"
 )
@@ -15,6 +16,12 @@ import (
 type CaptureSource struct {
 	r           *capture.Reader
 	payloadSize int // size of the pooled buffers: the scan format's payload
+
+	// Interval, when positive, paces the replay: one frame per interval,
+	// as a detector at that rate would deliver them.
+	Interval time.Duration
+	next     time.Time // when the next frame is due
+	timer    *time.Timer
 
 	mu   sync.Mutex
 	free []*Frame
@@ -31,7 +38,7 @@ func NewCaptureSource(r *capture.Reader, payloadSize int) *CaptureSource {
 // A capture cut short returns an error wrapping capture.ErrTruncated after
 // its last whole frame.
 func (s *CaptureSource) Next(ctx context.Context) (*Frame, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
 	f := s.get()
@@ -48,6 +55,35 @@ func (s *CaptureSource) Next(ctx context.Context) (*Frame, error) {
 	}
 	f.Header, f.Payload = h, payload
 	return f, nil
+}
+
+// wait blocks until the next frame is due, or ctx is done.
+func (s *CaptureSource) wait(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.Interval <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if s.next.IsZero() {
+		s.next = now
+	}
+	if d := s.next.Sub(now); d > 0 {
+		if s.timer == nil {
+			s.timer = time.NewTimer(d)
+		} else {
+			s.timer.Reset(d)
+		}
+		select {
+		case <-s.timer.C:
+		case <-ctx.Done():
+			s.timer.Stop()
+			return ctx.Err()
+		}
+	}
+	s.next = s.next.Add(s.Interval)
+	return nil
 }
 
 func (s *CaptureSource) get() *Frame {

@@ -76,19 +76,24 @@ func (s *scanFlags) plan() (config.Plan, error) {
 
 func newReplayCmd() *cobra.Command {
 	var s scanFlags
+	var fps float64
 	cmd := &cobra.Command{
 		Use:   "replay CAPTURE -o OUT.h5",
 		Short: "Turn a capture file into an HDF5 file, through the acquisition pipeline",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return replay(cmd.Context(), args[0], &s)
+			if fps < 0 {
+				return usageError(fmt.Errorf("--fps %g: want a rate above 0, or 0 for as fast as possible", fps))
+			}
+			return replay(cmd.Context(), args[0], &s, fps)
 		},
 	}
 	s.register(cmd.Flags())
+	cmd.Flags().Float64Var(&fps, "fps", 0, "replay at this many frames per second, as a detector would send them (0: as fast as possible)")
 	return cmd
 }
 
-func replay(ctx context.Context, path string, s *scanFlags) error {
+func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if s.output == "" {
 		return usageError(errors.New("no output file: give -o FILE.h5"))
 	}
@@ -126,6 +131,9 @@ func replay(ctx context.Context, path string, s *scanFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	src := ingest.NewCaptureSource(r, format.PayloadSize())
+	if fps > 0 {
+		src.Interval = time.Duration(float64(time.Second) / fps)
+	}
 	srcErr := scan.run(ctx, src)
 	if errors.Is(srcErr, capture.ErrTruncated) {
 		log.Warn("capture cut short", zap.Error(srcErr))

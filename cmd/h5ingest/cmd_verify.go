@@ -42,6 +42,9 @@ type verifyResult struct {
 	checked  int       // chunks decompressed and compared
 	bad      []problem // chunks or records that do not hold up
 	byStatus [4]int    // frames per recorded status
+	// unrecorded lists frames with a chunk but no record: the writer
+	// stopped between the two.
+	unrecorded []int
 }
 
 func verify(out io.Writer, path string) error {
@@ -60,6 +63,10 @@ func verify(out io.Writer, path string) error {
 	slices.SortStableFunc(res.bad, func(a, b problem) int { return cmp.Compare(a.n, b.n) })
 	for _, p := range res.bad {
 		fmt.Fprintf(out, "BAD %s\n", p.msg)
+	}
+	if n := len(res.unrecorded); n > 0 {
+		fmt.Fprintf(out, "note: %d frames (first %d) have a chunk but no record, as a writer stopped mid-scan leaves them: counted as missing\n",
+			n, res.unrecorded[0])
 	}
 	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; ok %d, missing %d, crc mismatch %d, rejected %d\n",
 		path, res.frames, res.checked, res.byStatus[frame.StatusOK], res.byStatus[frame.StatusMissing],
@@ -160,6 +167,12 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 			close(work)
 			wg.Wait()
 			return res, err
+		case rec.Status == frame.StatusMissing:
+			// The writer stored the chunk but stopped (killed, or the disk
+			// filled) before its record reached the file: nothing vouches
+			// for it, so the frame stays missing.
+			res.unrecorded = append(res.unrecorded, n)
+			free <- data
 		case !written:
 			report(n, "recorded with status %d but has a chunk", rec.Status)
 			free <- data
