@@ -1,0 +1,208 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
+)
+
+var testFormat = frame.Format{
+	Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+}
+
+var testMeta = capture.Metadata{Profile: "test", Created: "2025-01-02T03:04:05Z", Software: "h5ingest test"}
+
+// testRecord returns frame i of module m of a synthetic scan, encoded.
+func testRecord(t testing.TB, f frame.Format, m, i int) []byte {
+	t.Helper()
+	counts := make([]uint32, f.Pixels())
+	for p := range counts {
+		counts[p] = uint32(p*7+i*131+m*17) % (f.MaxCount() + 1)
+	}
+	payload, err := f.AppendPayload(nil, counts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := frame.Header{
+		FrameNumber: uint64(i), Timestamp: uint64(i) * 1e6,
+		PayloadSize: uint32(len(payload)), PayloadCRC: frame.Checksum(payload),
+		ModuleID: uint16(m), Format: f,
+	}
+	return append(frame.AppendHeader(nil, &h), payload...)
+}
+
+// testCapture returns a capture of n frames of module m.
+func testCapture(t testing.TB, f frame.Format, m, n int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := capture.NewWriter(&buf, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.WriteRecord(testRecord(t, f, m, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// testConfig returns a listener configuration on a free loopback port.
+func testConfig() Config {
+	cfg := DefaultConfig("127.0.0.1:0")
+	cfg.Slots = 8
+	cfg.ConnectTimeout = 10 * time.Second
+	cfg.IdleTimeout = 5 * time.Second
+	return cfg
+}
+
+func testListen(t *testing.T, cfg Config) *Listener {
+	t.Helper()
+	l, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// checkNoLeaks fails the test if libfabric objects are left open when it
+// ends.
+func checkNoLeaks(t *testing.T) {
+	t.Helper()
+	before := OpenObjects()
+	t.Cleanup(func() {
+		if n := OpenObjects(); n != before {
+			t.Errorf("%d libfabric objects left open (%d before the test)", n, before)
+		}
+	})
+}
+
+func senderConfig(addr string, mode Mode, module int, n int) SenderConfig {
+	return SenderConfig{
+		Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
+		Hello: Hello{Module: uint16(module), Mode: mode, Format: testFormat, Frames: uint64(n)},
+	}
+}
+
+// sendCapture sends capture data to addr in a goroutine and returns a
+// channel with its outcome.
+func sendCapture(ctx context.Context, t *testing.T, cfg SenderConfig, data []byte, fps float64) <-chan sendResult {
+	done := make(chan sendResult, 1)
+	go func() {
+		r, err := capture.NewReader(bytes.NewReader(data))
+		if err != nil {
+			done <- sendResult{err: err}
+			return
+		}
+		s, err := Dial(ctx, cfg)
+		if err != nil {
+			done <- sendResult{err: err}
+			return
+		}
+		st, err := SendCapture(ctx, s, r, fps)
+		if err != nil {
+			s.Abort()
+		}
+		done <- sendResult{st, err}
+	}()
+	return done
+}
+
+type sendResult struct {
+	stats SendStats
+	err   error
+}
+
+// receiveAll reads every frame of s, releasing each after hold, and
+// returns the records as they arrived.
+func receiveAll(ctx context.Context, s *Stream, hold time.Duration) ([][]byte, error) {
+	var recs [][]byte
+	for {
+		f, err := s.Next(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return recs, nil
+			}
+			return recs, err
+		}
+		rec := frame.AppendHeader(nil, &f.Header)
+		recs = append(recs, append(rec, f.Payload...))
+		if hold > 0 {
+			time.Sleep(hold)
+		}
+		s.Release(f)
+	}
+}
+
+func TestSendReceive(t *testing.T) {
+	for _, mode := range []Mode{ModeWrite, ModeSend} {
+		t.Run(mode.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const n = 40
+			data := testCapture(t, testFormat, 0, n)
+			l := testListen(t, testConfig())
+			done := sendCapture(ctx, t, senderConfig(l.Addr().String(), mode, 0, n), data, 0)
+			s, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Format() != testFormat || s.Hello().Mode != mode {
+				t.Errorf("hello: %+v", s.Hello())
+			}
+			var rec bytes.Buffer
+			w, err := capture.NewWriter(&rec, testMeta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Record(w)
+			recs, err := receiveAll(ctx, s, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := <-done
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if len(recs) != n {
+				t.Fatalf("received %d frames, want %d", len(recs), n)
+			}
+			for i, r := range recs {
+				if want := testRecord(t, testFormat, 0, i); !bytes.Equal(r, want) {
+					t.Fatalf("frame %d differs from the one sent", i)
+				}
+			}
+			w.Close()
+			if !bytes.Equal(rec.Bytes(), data) {
+				t.Errorf("recorded capture (%d bytes) differs from the sent one (%d bytes)", rec.Len(), len(data))
+			}
+			st := s.Stats()
+			if st.Frames != n || st.SenderFrames != n || res.stats.Frames != n || res.stats.Received != n {
+				t.Errorf("stats: receiver %+v, sender %+v", st, res.stats)
+			}
+			if want := uint64(len(recs) * len(recs[0])); st.Bytes != want || res.stats.Bytes != want {
+				t.Errorf("bytes: receiver %d, sender %d, want %d", st.Bytes, res.stats.Bytes, want)
+			}
+			s.Close()
+			l.Close()
+		})
+	}
+}
+
+var _ = fmt.Sprint
+var _ sync.Mutex

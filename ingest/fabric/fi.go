@@ -1,0 +1,529 @@
+package fabric
+
+// #cgo LDFLAGS: -lfabric
+// #include "fi_helpers.h"
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// openObjects counts the libfabric objects (and fi_info lists and slot
+// memory mappings) opened and not yet closed.
+var openObjects atomic.Int64
+
+// OpenObjects returns how many libfabric objects, fi_info lists and
+// registered-memory mappings this package holds open. A program that has
+// closed everything it opened sees 0.
+func OpenObjects() int { return int(openObjects.Load()) }
+
+// Error is a failed libfabric call: the operation and libfabric's error.
+type Error struct {
+	Op   string        // the call, with what it acted on
+	Code syscall.Errno // libfabric's error code (its values are errno's)
+	Text string        // fi_strerror, or the provider's own text
+}
+
+func (e *Error) Error() string { return e.Op + ": " + e.Text }
+
+// Unwrap returns the errno, so that errors.Is(err, syscall.ECONNREFUSED)
+// and the like work.
+func (e *Error) Unwrap() error { return e.Code }
+
+// Temporary reports whether trying again later may succeed: a full queue,
+// a peer not yet listening, a timeout.
+func (e *Error) Temporary() bool {
+	switch e.Code {
+	case syscall.EAGAIN, syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EINTR:
+		return true
+	}
+	return false
+}
+
+// fiError turns a negative libfabric return code into an *Error.
+func fiError(op string, ret C.ssize_t) error {
+	if ret >= 0 {
+		return nil
+	}
+	code := -int(ret)
+	return &Error{Op: op, Code: syscall.Errno(code), Text: C.GoString(C.fi_strerror(C.int(code)))}
+}
+
+// Info describes one way to reach a peer: a provider, a fabric, and an
+// address. It wraps a struct fi_info list, of which only the first entry
+// is used.
+type Info struct {
+	p *C.struct_fi_info
+}
+
+// GetInfo asks libfabric for connected endpoints (FI_EP_MSG) with message
+// and RMA capabilities on provider ("tcp", "verbs") for host:port addr. With
+// listen set the address is the local one to listen on; otherwise it is the
+// peer's.
+func GetInfo(provider, addr string, listen bool) (*Info, error) {
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	cprov, cnode, cserv := C.CString(provider), C.CString(host), C.CString(port)
+	defer C.free(unsafe.Pointer(cprov))
+	defer C.free(unsafe.Pointer(cnode))
+	defer C.free(unsafe.Pointer(cserv))
+	src := C.int(0)
+	if listen {
+		src = 1
+	}
+	var p *C.struct_fi_info
+	if ret := C.h5i_getinfo(cprov, cnode, cserv, src, &p); ret != 0 {
+		return nil, fiError(fmt.Sprintf("fi_getinfo provider %s address %s", provider, addr), C.ssize_t(ret))
+	}
+	if p == nil {
+		return nil, fmt.Errorf("fi_getinfo provider %s address %s: no matching endpoint", provider, addr)
+	}
+	openObjects.Add(1)
+	return &Info{p: p}, nil
+}
+
+func splitHostPort(addr string) (host, port string, err error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err == nil {
+		return ap.Addr().String(), fmt.Sprint(ap.Port()), nil
+	}
+	// A host name: split at the last colon.
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			if i == 0 || i == len(addr)-1 {
+				break
+			}
+			return addr[:i], addr[i+1:], nil
+		}
+	}
+	return "", "", fmt.Errorf("address %q: want host:port", addr)
+}
+
+// Provider returns the provider's name.
+func (i *Info) Provider() string { return C.GoString(C.h5i_prov_name(i.p)) }
+
+// InjectSize returns the largest message that can be injected (sent
+// without a completion, from any memory).
+func (i *Info) InjectSize() int { return int(C.h5i_inject_size(i.p)) }
+
+// TxSize and RxSize return the depths of the transmit and receive queues.
+func (i *Info) TxSize() int { return int(C.h5i_tx_size(i.p)) }
+
+// RxSize returns the depth of the receive queue.
+func (i *Info) RxSize() int { return int(C.h5i_rx_size(i.p)) }
+
+// MaxMessage returns the largest message the endpoint sends.
+func (i *Info) MaxMessage() uint64 { return uint64(C.h5i_max_msg_size(i.p)) }
+
+// Memory registration modes a provider may require.
+const (
+	mrLocal    = C.FI_MR_LOCAL     // local buffers must be registered and their descriptors passed
+	mrVirtAddr = C.FI_MR_VIRT_ADDR // remote addresses are virtual addresses, not offsets
+	mrProvKey  = C.FI_MR_PROV_KEY  // the provider picks keys
+	mrAlloc    = C.FI_MR_ALLOCATED // only allocated memory may be registered
+	accessAll  = C.FI_SEND | C.FI_RECV | C.FI_WRITE | C.FI_REMOTE_WRITE
+)
+
+// MRMode returns the memory registration mode bits the provider requires.
+func (i *Info) MRMode() uint64 { return uint64(C.h5i_mr_mode(i.p)) }
+
+// Close frees the info.
+func (i *Info) Close() error {
+	if i.p != nil {
+		C.fi_freeinfo(i.p)
+		i.p = nil
+		openObjects.Add(-1)
+	}
+	return nil
+}
+
+// fid is an open libfabric object.
+type fid struct {
+	p    *C.struct_fid
+	name string
+}
+
+func (f *fid) open(p *C.struct_fid, name string) {
+	f.p, f.name = p, name
+	openObjects.Add(1)
+}
+
+// Close closes the object; closing a closed one does nothing.
+func (f *fid) Close() error {
+	if f.p == nil {
+		return nil
+	}
+	ret := C.h5i_close(f.p)
+	f.p = nil
+	openObjects.Add(-1)
+	return fiError("fi_close "+f.name, C.ssize_t(ret))
+}
+
+// Fabric is an open fabric (fi_fabric).
+type Fabric struct {
+	fid
+	f *C.struct_fid_fabric
+}
+
+// OpenFabric opens the fabric info describes.
+func OpenFabric(info *Info) (*Fabric, error) {
+	fab := &Fabric{}
+	if ret := C.h5i_fabric(info.p, &fab.f); ret != 0 {
+		return nil, fiError("fi_fabric "+info.Provider(), C.ssize_t(ret))
+	}
+	fab.open(C.h5i_fid_fabric(fab.f), "fabric")
+	return fab, nil
+}
+
+// Domain is an open domain (fi_domain): one NIC, for the tcp provider one
+// network interface.
+type Domain struct {
+	fid
+	d      *C.struct_fid_domain
+	mrMode uint64
+}
+
+// OpenDomain opens the domain info describes on fab.
+func OpenDomain(fab *Fabric, info *Info) (*Domain, error) {
+	dom := &Domain{mrMode: info.MRMode()}
+	if ret := C.h5i_domain(fab.f, info.p, &dom.d); ret != 0 {
+		return nil, fiError("fi_domain", C.ssize_t(ret))
+	}
+	dom.open(C.h5i_fid_domain(dom.d), "domain")
+	return dom, nil
+}
+
+// EventQueue is a connection-management event queue (fi_eq_open).
+type EventQueue struct {
+	fid
+	eq *C.struct_fid_eq
+}
+
+// OpenEventQueue opens an event queue on fab.
+func OpenEventQueue(fab *Fabric) (*EventQueue, error) {
+	q := &EventQueue{}
+	if ret := C.h5i_eq_open(fab.f, &q.eq); ret != 0 {
+		return nil, fiError("fi_eq_open", C.ssize_t(ret))
+	}
+	q.open(C.h5i_fid_eq(q.eq), "event queue")
+	return q, nil
+}
+
+// Event kinds read from an EventQueue.
+const (
+	EventConnReq   = C.FI_CONNREQ   // a peer asks to connect; Event.Info is set
+	EventConnected = C.FI_CONNECTED // the connection is up
+	EventShutdown  = C.FI_SHUTDOWN  // the peer closed the connection
+)
+
+// Event is one connection-management event.
+type Event struct {
+	Kind uint32
+	Info *Info // for EventConnReq: the info to open the endpoint with; the caller closes it
+}
+
+// Read waits up to timeout for an event. It returns ok false when none
+// came in time. A zero timeout does not wait.
+func (q *EventQueue) Read(timeout time.Duration) (ev Event, ok bool, err error) {
+	var kind C.uint32_t
+	var info *C.struct_fi_info
+	var ecode, perr C.int
+	ms := C.int(timeout.Milliseconds())
+	ret := C.h5i_eq_sread(q.eq, ms, &kind, &info, &ecode, &perr)
+	switch {
+	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT:
+		return Event{}, false, nil
+	case ret == -C.FI_EAVAIL:
+		return Event{}, false, fiError(fmt.Sprintf("connection event (provider error %d)", int(perr)), -C.ssize_t(ecode))
+	case ret < 0:
+		return Event{}, false, fiError("fi_eq_sread", C.ssize_t(ret))
+	}
+	ev.Kind = uint32(kind)
+	if info != nil {
+		openObjects.Add(1)
+		ev.Info = &Info{p: info}
+	}
+	return ev, true, nil
+}
+
+// CompletionQueue is a completion queue (fi_cq_open) of FI_CQ_FORMAT_DATA
+// entries.
+type CompletionQueue struct {
+	fid
+	cq      *C.struct_fid_cq
+	entries *C.struct_fi_cq_data_entry // C array of maxBatch entries
+	errBuf  *C.char
+}
+
+// maxBatch is how many completions a Read returns at most.
+const maxBatch = 16
+
+const errBufLen = 256
+
+// Completion is one finished operation.
+type Completion struct {
+	Context uint64 // the context the operation was posted with
+	Len     int    // bytes received, for receives
+	Flags   uint64 // FI_SEND, FI_RECV, FI_RMA, ...
+}
+
+// OpenCompletionQueue opens a completion queue of size entries on dom.
+func OpenCompletionQueue(dom *Domain, size int) (*CompletionQueue, error) {
+	q := &CompletionQueue{}
+	if ret := C.h5i_cq_open(dom.d, C.size_t(size), &q.cq); ret != 0 {
+		return nil, fiError("fi_cq_open", C.ssize_t(ret))
+	}
+	q.open(C.h5i_fid_cq(q.cq), "completion queue")
+	q.entries = (*C.struct_fi_cq_data_entry)(C.calloc(maxBatch, C.sizeof_struct_fi_cq_data_entry))
+	q.errBuf = (*C.char)(C.calloc(1, errBufLen))
+	return q, nil
+}
+
+// CompletionError is an operation that completed in error.
+type CompletionError struct {
+	Context uint64 // the failed operation's context
+	Err     *Error
+}
+
+func (e *CompletionError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the libfabric error.
+func (e *CompletionError) Unwrap() error { return e.Err }
+
+// Read fills dst with up to len(dst) (at most 16) completions, waiting up
+// to timeout for the first when timeout is not 0, and returns how many it
+// read: 0 when none came. An operation that failed is returned as a
+// *CompletionError. Read does not allocate, but for errors.
+func (q *CompletionQueue) Read(dst []Completion, timeout time.Duration) (int, error) {
+	n := min(len(dst), maxBatch)
+	var errCtx C.uint64_t
+	var ecode C.int
+	ms := C.int(0)
+	if timeout > 0 {
+		ms = C.int(max(1, timeout.Milliseconds()))
+	}
+	ret := C.h5i_cq_read(q.cq, q.entries, C.size_t(n), ms, &errCtx, &ecode, q.errBuf, errBufLen)
+	switch {
+	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT:
+		return 0, nil
+	case ret == -C.FI_EAVAIL:
+		e := fiError("completion", -C.ssize_t(ecode)).(*Error)
+		if s := C.GoString(q.errBuf); s != "" {
+			e.Text += " (" + s + ")"
+		}
+		return 0, &CompletionError{Context: uint64(errCtx), Err: e}
+	case ret < 0:
+		return 0, fiError("fi_cq_read", C.ssize_t(ret))
+	}
+	entries := unsafe.Slice(q.entries, maxBatch)
+	for i := range int(ret) {
+		e := &entries[i]
+		dst[i] = Completion{Context: uint64(uintptr(e.op_context)), Len: int(e.len), Flags: uint64(e.flags)}
+	}
+	return int(ret), nil
+}
+
+// Close closes the queue and frees its buffers.
+func (q *CompletionQueue) Close() error {
+	err := q.fid.Close()
+	if q.entries != nil {
+		C.free(unsafe.Pointer(q.entries))
+		C.free(unsafe.Pointer(q.errBuf))
+		q.entries, q.errBuf = nil, nil
+	}
+	return err
+}
+
+// Completion flags.
+const (
+	FlagSend = C.FI_SEND
+	FlagRecv = C.FI_RECV
+	FlagRMA  = C.FI_RMA
+)
+
+// PassiveEndpoint listens for connection requests (fi_passive_ep).
+type PassiveEndpoint struct {
+	fid
+	pep *C.struct_fid_pep
+}
+
+// ListenPassive opens a passive endpoint for info on fab, reporting its
+// connection requests to eq, and starts listening.
+func ListenPassive(fab *Fabric, info *Info, eq *EventQueue) (*PassiveEndpoint, error) {
+	pe := &PassiveEndpoint{}
+	if ret := C.h5i_passive_ep(fab.f, info.p, eq.eq, &pe.pep); ret != 0 {
+		return nil, fiError("fi_passive_ep", C.ssize_t(ret))
+	}
+	pe.open(C.h5i_fid_pep(pe.pep), "passive endpoint")
+	if ret := C.h5i_listen(pe.pep); ret != 0 {
+		pe.Close()
+		return nil, fiError("fi_listen", C.ssize_t(ret))
+	}
+	return pe, nil
+}
+
+// Addr returns the address the endpoint listens on (with the port the
+// system picked, when it was asked for port 0).
+func (pe *PassiveEndpoint) Addr() (netip.AddrPort, error) {
+	return getname(pe.p)
+}
+
+// Reject refuses a connection request.
+func (pe *PassiveEndpoint) Reject(req *Info) error {
+	return fiError("fi_reject", C.ssize_t(C.h5i_reject(pe.pep, req.p)))
+}
+
+func getname(f *C.struct_fid) (netip.AddrPort, error) {
+	var buf [128]byte
+	n := C.size_t(len(buf))
+	p := C.malloc(C.size_t(len(buf)))
+	defer C.free(p)
+	if ret := C.h5i_getname(f, p, &n); ret != 0 {
+		return netip.AddrPort{}, fiError("fi_getname", C.ssize_t(ret))
+	}
+	copy(buf[:], unsafe.Slice((*byte)(p), len(buf)))
+	family := binary.NativeEndian.Uint16(buf[0:])
+	port := binary.BigEndian.Uint16(buf[2:])
+	switch family {
+	case syscall.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(buf[4:8])), port), nil
+	case syscall.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(buf[8:24])), port), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("fi_getname: address family %d is not IP", family)
+}
+
+// Endpoint is a connected endpoint (fi_endpoint, FI_EP_MSG).
+type Endpoint struct {
+	fid
+	ep *C.struct_fid_ep
+}
+
+// OpenEndpoint opens an endpoint on dom for info, binds eq for its
+// connection events, tx for the completions of its sends and writes and rx
+// for those of its receives, and enables it.
+func OpenEndpoint(dom *Domain, info *Info, eq *EventQueue, tx, rx *CompletionQueue) (*Endpoint, error) {
+	e := &Endpoint{}
+	if ret := C.h5i_endpoint(dom.d, info.p, eq.eq, tx.cq, rx.cq, &e.ep); ret != 0 {
+		return nil, fiError("fi_endpoint", C.ssize_t(ret))
+	}
+	e.open(C.h5i_fid_ep(e.ep), "endpoint")
+	return e, nil
+}
+
+// Accept accepts the connection request the endpoint was opened for; the
+// connection is up at the EventConnected event.
+func (e *Endpoint) Accept() error {
+	return fiError("fi_accept", C.ssize_t(C.h5i_accept(e.ep)))
+}
+
+// Connect asks the peer in info to connect; the connection is up at the
+// EventConnected event.
+func (e *Endpoint) Connect(info *Info) error {
+	return fiError("fi_connect", C.ssize_t(C.h5i_connect(e.ep, info.p)))
+}
+
+// Shutdown closes the connection; the peer sees EventShutdown.
+func (e *Endpoint) Shutdown() error {
+	return fiError("fi_shutdown", C.ssize_t(C.h5i_shutdown(e.ep)))
+}
+
+// Recv posts a receive into b (registered in mr) with context ctx.
+func (e *Endpoint) Recv(b []byte, mr *MemoryRegion, ctx uint64) error {
+	ret := C.h5i_recv(e.ep, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), mr.desc, C.uint64_t(ctx))
+	return fiError("fi_recv", ret)
+}
+
+// Send posts a send of b (registered in mr) with context ctx.
+func (e *Endpoint) Send(b []byte, mr *MemoryRegion, ctx uint64) error {
+	ret := C.h5i_send(e.ep, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), mr.desc, C.uint64_t(ctx))
+	return fiError("fi_send", ret)
+}
+
+// Inject sends a small message (at most Info.InjectSize bytes) from any
+// memory; b may be reused at once and no completion is reported.
+func (e *Endpoint) Inject(b []byte) error {
+	ret := C.h5i_inject(e.ep, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)))
+	return fiError("fi_inject", ret)
+}
+
+// Write posts an RDMA write of b (registered in mr) to the peer's memory at
+// addr with key, with context ctx.
+func (e *Endpoint) Write(b []byte, mr *MemoryRegion, addr, key, ctx uint64) error {
+	ret := C.h5i_write(e.ep, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), mr.desc,
+		C.uint64_t(addr), C.uint64_t(key), C.uint64_t(ctx))
+	return fiError("fi_write", ret)
+}
+
+// MemoryRegion is memory registered with a domain (fi_mr_reg).
+type MemoryRegion struct {
+	fid
+	mr   *C.struct_fid_mr
+	desc unsafe.Pointer
+	base uintptr
+	// Key is the key a peer names the region by.
+	Key uint64
+	// Addr is the address a peer writes at offset 0 of the region: the
+	// virtual address where the provider wants FI_MR_VIRT_ADDR, else 0.
+	Addr uint64
+}
+
+var nextKey atomic.Uint64
+
+// Register registers b, which must live outside the Go heap (see Alloc),
+// for sends, receives, and remote writes.
+func Register(dom *Domain, b []byte) (*MemoryRegion, error) {
+	m := &MemoryRegion{base: uintptr(unsafe.Pointer(unsafe.SliceData(b)))}
+	key := nextKey.Add(1) // ignored where the provider picks keys
+	ret := C.h5i_mr_reg(dom.d, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), accessAll, C.uint64_t(key), &m.mr)
+	if ret != 0 {
+		return nil, fiError(fmt.Sprintf("fi_mr_reg of %d bytes", len(b)), C.ssize_t(ret))
+	}
+	m.open(C.h5i_fid_mr(m.mr), "memory region")
+	m.desc = C.h5i_mr_desc(m.mr)
+	m.Key = uint64(C.h5i_mr_key(m.mr))
+	if dom.mrMode&mrVirtAddr != 0 {
+		m.Addr = uint64(m.base)
+	}
+	return m, nil
+}
+
+// Memory is page-aligned memory outside the Go heap, for registration.
+type Memory struct {
+	b []byte
+}
+
+// Alloc maps n bytes (rounded up to whole pages) of zeroed memory outside
+// the Go heap.
+func Alloc(n int) (*Memory, error) {
+	page := syscall.Getpagesize()
+	n = (n + page - 1) &^ (page - 1)
+	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("map %d bytes: %w", n, err)
+	}
+	openObjects.Add(1)
+	return &Memory{b: b}, nil
+}
+
+// Bytes returns the memory.
+func (m *Memory) Bytes() []byte { return m.b }
+
+// Free unmaps the memory; no slice of it may be used after.
+func (m *Memory) Free() error {
+	if m.b == nil {
+		return nil
+	}
+	err := syscall.Munmap(m.b)
+	m.b = nil
+	openObjects.Add(-1)
+	return err
+}

@@ -1,0 +1,175 @@
+// C helpers for fi.go: libfabric's data-path and object calls are static
+// inline functions, which cgo cannot call directly, so each gets a plain
+// wrapper here. No logic lives here beyond filling structs.
+
+#include <stdlib.h>
+#include <string.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#define H5I_FI_VERSION FI_VERSION(1, 9)
+
+// h5i_getinfo asks for connected endpoints of provider prov with the
+// capabilities and memory registration modes the receiver and sender use.
+static int h5i_getinfo(const char *prov, const char *node, const char *service,
+		int source, struct fi_info **info) {
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) return -FI_ENOMEM;
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG | FI_RMA;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->tx_attr->msg_order = FI_ORDER_SAW;
+	hints->fabric_attr->prov_name = strdup(prov);
+	int ret = fi_getinfo(H5I_FI_VERSION, node, service, source ? FI_SOURCE : 0, hints, info);
+	fi_freeinfo(hints);
+	return ret;
+}
+
+static const char *h5i_prov_name(struct fi_info *i) { return i->fabric_attr->prov_name; }
+static uint64_t h5i_mr_mode(struct fi_info *i) { return (uint64_t)i->domain_attr->mr_mode; }
+static size_t h5i_inject_size(struct fi_info *i) { return i->tx_attr->inject_size; }
+static size_t h5i_tx_size(struct fi_info *i) { return i->tx_attr->size; }
+static size_t h5i_rx_size(struct fi_info *i) { return i->rx_attr->size; }
+static size_t h5i_max_msg_size(struct fi_info *i) { return i->ep_attr->max_msg_size; }
+static void h5i_set_sizes(struct fi_info *i, size_t tx, size_t rx) {
+	if (tx && tx < i->tx_attr->size) i->tx_attr->size = tx;
+	if (rx && rx < i->rx_attr->size) i->rx_attr->size = rx;
+}
+
+static int h5i_fabric(struct fi_info *i, struct fid_fabric **f) {
+	return fi_fabric(i->fabric_attr, f, NULL);
+}
+static int h5i_domain(struct fid_fabric *f, struct fi_info *i, struct fid_domain **d) {
+	return fi_domain(f, i, d, NULL);
+}
+static int h5i_close(struct fid *f) { return fi_close(f); }
+static struct fid *h5i_fid_fabric(struct fid_fabric *f) { return &f->fid; }
+static struct fid *h5i_fid_domain(struct fid_domain *d) { return &d->fid; }
+static struct fid *h5i_fid_eq(struct fid_eq *e) { return &e->fid; }
+static struct fid *h5i_fid_cq(struct fid_cq *c) { return &c->fid; }
+static struct fid *h5i_fid_pep(struct fid_pep *p) { return &p->fid; }
+static struct fid *h5i_fid_ep(struct fid_ep *e) { return &e->fid; }
+static struct fid *h5i_fid_mr(struct fid_mr *m) { return &m->fid; }
+
+static int h5i_eq_open(struct fid_fabric *f, struct fid_eq **eq) {
+	struct fi_eq_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.size = 64;
+	attr.wait_obj = FI_WAIT_UNSPEC;
+	return fi_eq_open(f, &attr, eq, NULL);
+}
+
+// h5i_eq_sread waits up to timeout ms for one connection event. On
+// FI_CONNREQ *info is the new connection's info (the caller frees it).
+static ssize_t h5i_eq_sread(struct fid_eq *eq, int timeout, uint32_t *event,
+		struct fi_info **info, int *err, int *prov_err) {
+	struct fi_eq_cm_entry entry;
+	*info = NULL;
+	*err = 0;
+	*prov_err = 0;
+	ssize_t ret = fi_eq_sread(eq, event, &entry, sizeof entry, timeout, 0);
+	if (ret == -FI_EAVAIL) {
+		struct fi_eq_err_entry e;
+		memset(&e, 0, sizeof e);
+		ssize_t r = fi_eq_readerr(eq, &e, 0);
+		if (r < 0) return r;
+		*err = e.err;
+		*prov_err = e.prov_errno;
+		return -FI_EAVAIL;
+	}
+	if (ret < 0) return ret;
+	if (*event == FI_CONNREQ) *info = entry.info;
+	return ret;
+}
+
+static int h5i_cq_open(struct fid_domain *d, size_t size, struct fid_cq **cq) {
+	struct fi_cq_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.size = size;
+	attr.format = FI_CQ_FORMAT_DATA;
+	attr.wait_obj = FI_WAIT_UNSPEC;
+	return fi_cq_open(d, &attr, cq, NULL);
+}
+
+// h5i_cq_read reads up to n completions into e, waiting up to timeout ms
+// for the first when timeout is not 0. On an error completion it returns
+// -FI_EAVAIL with the error's context, code and the provider's text.
+static ssize_t h5i_cq_read(struct fid_cq *cq, struct fi_cq_data_entry *e, size_t n,
+		int timeout, uint64_t *err_ctx, int *err, char *errbuf, size_t errlen) {
+	ssize_t ret;
+	if (timeout != 0)
+		ret = fi_cq_sread(cq, e, n, NULL, timeout);
+	else
+		ret = fi_cq_read(cq, e, n);
+	if (ret != -FI_EAVAIL) return ret;
+	struct fi_cq_err_entry ee;
+	memset(&ee, 0, sizeof ee);
+	ssize_t r = fi_cq_readerr(cq, &ee, 0);
+	if (r < 0) return r;
+	*err_ctx = (uint64_t)(uintptr_t)ee.op_context;
+	*err = ee.err;
+	errbuf[0] = 0;
+	const char *s = fi_cq_strerror(cq, ee.prov_errno, ee.err_data, NULL, 0);
+	if (s) {
+		strncpy(errbuf, s, errlen - 1);
+		errbuf[errlen - 1] = 0;
+	}
+	return -FI_EAVAIL;
+}
+
+static int h5i_passive_ep(struct fid_fabric *f, struct fi_info *i, struct fid_eq *eq, struct fid_pep **pep) {
+	int ret = fi_passive_ep(f, i, pep, NULL);
+	if (ret) return ret;
+	ret = fi_pep_bind(*pep, &eq->fid, 0);
+	if (ret) { fi_close(&(*pep)->fid); *pep = NULL; }
+	return ret;
+}
+static int h5i_listen(struct fid_pep *pep) { return fi_listen(pep); }
+static int h5i_getname(fid_t f, void *addr, size_t *len) { return fi_getname(f, addr, len); }
+static int h5i_reject(struct fid_pep *pep, struct fi_info *i) { return fi_reject(pep, i->handle, NULL, 0); }
+
+// h5i_endpoint opens an endpoint and binds its event queue and completion
+// queues (tx for sends and writes, rx for receives), then enables it.
+static int h5i_endpoint(struct fid_domain *d, struct fi_info *i, struct fid_eq *eq,
+		struct fid_cq *tx, struct fid_cq *rx, struct fid_ep **ep) {
+	int ret = fi_endpoint(d, i, ep, NULL);
+	if (ret) return ret;
+	if ((ret = fi_ep_bind(*ep, &eq->fid, 0)) ||
+	    (ret = fi_ep_bind(*ep, &tx->fid, FI_TRANSMIT)) ||
+	    (ret = fi_ep_bind(*ep, &rx->fid, FI_RECV)) ||
+	    (ret = fi_enable(*ep))) {
+		fi_close(&(*ep)->fid);
+		*ep = NULL;
+	}
+	return ret;
+}
+static int h5i_accept(struct fid_ep *ep) { return fi_accept(ep, NULL, 0); }
+static int h5i_connect(struct fid_ep *ep, struct fi_info *i) { return fi_connect(ep, i->dest_addr, NULL, 0); }
+static int h5i_shutdown(struct fid_ep *ep) { return fi_shutdown(ep, 0); }
+
+static int h5i_mr_reg(struct fid_domain *d, void *buf, size_t len, uint64_t access,
+		uint64_t key, struct fid_mr **mr) {
+	return fi_mr_reg(d, buf, len, access, 0, key, 0, mr, NULL);
+}
+static void *h5i_mr_desc(struct fid_mr *mr) { return fi_mr_desc(mr); }
+static uint64_t h5i_mr_key(struct fid_mr *mr) { return fi_mr_key(mr); }
+
+static ssize_t h5i_recv(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
+	return fi_recv(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+}
+static ssize_t h5i_send(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
+	return fi_send(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+}
+static ssize_t h5i_inject(struct fid_ep *ep, void *buf, size_t len) {
+	return fi_inject(ep, buf, len, 0);
+}
+static ssize_t h5i_write(struct fid_ep *ep, void *buf, size_t len, void *desc,
+		uint64_t addr, uint64_t key, uint64_t ctx) {
+	return fi_write(ep, buf, len, desc, 0, addr, key, (void *)(uintptr_t)ctx);
+}

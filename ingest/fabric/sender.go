@@ -1,0 +1,473 @@
+package fabric
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
+)
+
+// SenderConfig sets up a Sender.
+type SenderConfig struct {
+	Provider string // libfabric provider: "tcp" or "verbs"
+	Addr     string // the receiver's host:port
+	Hello    Hello  // module, mode and scan
+	// Buffers is how many frames may be in transmission at once.
+	Buffers int
+	// Timeout bounds connecting, the control exchange and the end of scan.
+	Timeout time.Duration
+
+	rawHello []byte // tests: sent instead of Hello's encoding
+}
+
+// SendStats counts what a Sender sent.
+type SendStats struct {
+	Frames   uint64        // frames sent
+	Bytes    uint64        // bytes sent, headers included
+	HeldBack time.Duration // time spent waiting for credits
+	Elapsed  time.Duration // since the connection was accepted
+	// Received and ReceiverHeldBack are the receiver's counts at the end
+	// of the scan (frames received, time its ring was full).
+	Received         uint64
+	ReceiverHeldBack time.Duration
+}
+
+// Sender sends frames to a receiver the way a detector module does. Its
+// methods are called from one goroutine.
+type Sender struct {
+	cfg    SenderConfig
+	fab    *Fabric
+	c      *conn
+	accept Accept
+
+	bufMem  *Memory
+	bufMR   *MemoryRegion
+	bufs    [][]byte
+	freeBuf []int // buffers not in transmission
+	cur     int   // buffer handed out by Buffer; -1 when none
+
+	freeSlots []uint32 // write mode: slots the sender may write
+	slotUsed  []bool
+	credits   int // send mode: receives the receiver has posted
+
+	start time.Time
+	stats SendStats
+	bye   bool
+	err   error
+}
+
+// Dial connects to the receiver at cfg.Addr and runs the control
+// exchange. A refusal is returned as a *RefusedError.
+func Dial(ctx context.Context, cfg SenderConfig) (s *Sender, err error) {
+	if cfg.Buffers <= 0 {
+		cfg.Buffers = 4
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Hello.Mode == 0 {
+		cfg.Hello.Mode = ModeWrite
+	}
+	s = &Sender{cfg: cfg, cur: -1}
+	defer func() {
+		if err != nil {
+			s.close()
+			err = fmt.Errorf("connect to %s with provider %s: %w", cfg.Addr, cfg.Provider, err)
+		}
+	}()
+	info, err := GetInfo(cfg.Provider, cfg.Addr, false)
+	if err != nil {
+		return nil, err
+	}
+	if s.fab, err = OpenFabric(info); err != nil {
+		info.Close()
+		return nil, err
+	}
+	ctrl := min(info.RxSize(), 256)
+	if s.c, err = openConn(s.fab, info, ctrl); err != nil {
+		info.Close()
+		return nil, err
+	}
+	// Every control buffer but the last takes the receiver's messages;
+	// the last sends ours.
+	for i := range ctrl - 1 {
+		if err := s.c.postCtrl(i); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.c.ep.Connect(info); err != nil {
+		return nil, err
+	}
+	if err := s.c.waitEvent(EventConnected, cfg.Timeout, "connect"); err != nil {
+		return nil, err
+	}
+	hello := cfg.rawHello
+	if hello == nil {
+		hello = appendHello(nil, &cfg.Hello)
+	}
+	if err := s.c.sendCtrl(ctrl-1, hello, cfg.Timeout); err != nil {
+		return nil, err
+	}
+	b, err := s.waitCtrl(ctx, cfg.Timeout, "the receiver's answer")
+	if err != nil {
+		return nil, err
+	}
+	if typ, err := parseHeader(b); err == nil && typ == msgRefuse {
+		r, err := parseRefuse(b)
+		if err != nil {
+			return nil, err
+		}
+		return nil, r
+	}
+	if s.accept, err = parseAccept(b); err != nil {
+		return nil, err
+	}
+	if n := int(s.accept.Slots) + 2; n > ctrl-1 {
+		return nil, fmt.Errorf("%w: %d slots, more credits than this sender can take (%d)", ErrProtocol, s.accept.Slots, ctrl-3)
+	}
+	if s.bufMem, err = Alloc(cfg.Buffers * int(s.accept.SlotSize)); err != nil {
+		return nil, err
+	}
+	if s.bufMR, err = Register(s.c.dom, s.bufMem.Bytes()); err != nil {
+		return nil, err
+	}
+	size := int(s.accept.SlotSize)
+	for i := range cfg.Buffers {
+		s.bufs = append(s.bufs, s.bufMem.Bytes()[i*size:(i+1)*size:(i+1)*size])
+		s.freeBuf = append(s.freeBuf, i)
+	}
+	s.slotUsed = make([]bool, s.accept.Slots)
+	for i := range s.accept.Slots {
+		s.freeSlots = append(s.freeSlots, s.accept.Slots-1-i)
+	}
+	s.credits = int(s.accept.Slots)
+	s.start = time.Now()
+	return s, nil
+}
+
+// Accept returns the receiver's ring, as it described it.
+func (s *Sender) Accept() Accept { return s.accept }
+
+// waitCtrl waits for one control message from the receiver.
+func (s *Sender) waitCtrl(ctx context.Context, timeout time.Duration, what string) ([]byte, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, err := s.c.rx.Read(s.c.comp[:1], 50*time.Millisecond)
+		if err != nil {
+			return nil, fmt.Errorf("receive %s: %w", what, err)
+		}
+		if n == 1 {
+			c := s.c.comp[0]
+			i := int(c.Context & ctxIndex)
+			b := s.c.ctrlBuf(i)[:c.Len]
+			return b, s.c.postCtrl(i)
+		}
+		if s.c.shutDown() {
+			return nil, fmt.Errorf("receive %s: %w", what, ErrDisconnected)
+		}
+	}
+	return nil, fmt.Errorf("receive %s: none in %v: %w", what, timeout, ErrTimeout)
+}
+
+// progress handles the completions there are, waiting up to wait for the
+// first: finished transmissions free their buffers, credits free slots.
+func (s *Sender) progress(wait time.Duration) error {
+	n, err := s.c.tx.Read(s.c.comp[:], 0)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	for _, c := range s.c.comp[:n] {
+		if c.Context&^ctxIndex == ctxSlot {
+			s.freeBuf = append(s.freeBuf, int(c.Context&ctxIndex))
+		}
+	}
+	if n > 0 {
+		wait = 0
+	}
+	n, err = s.c.rx.Read(s.c.comp[:], wait)
+	if err != nil {
+		if s.c.shutDown() {
+			err = fmt.Errorf("%w: %w", ErrDisconnected, err)
+		}
+		return fmt.Errorf("receive credits: %w", err)
+	}
+	for _, c := range s.c.comp[:n] {
+		i := int(c.Context & ctxIndex)
+		if err := s.handle(s.c.ctrlBuf(i)[:c.Len]); err != nil {
+			return err
+		}
+		if err := s.c.postCtrl(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handle handles one message from the receiver during the scan.
+func (s *Sender) handle(b []byte) error {
+	typ, err := parseHeader(b)
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case msgCredit:
+		slot := parseCredit(b)
+		if s.cfg.Hello.Mode == ModeSend {
+			s.credits++
+			return nil
+		}
+		if slot >= s.accept.Slots || !s.slotUsed[slot] {
+			return fmt.Errorf("%w: credit for slot %d, which is not in use", ErrProtocol, slot)
+		}
+		s.slotUsed[slot] = false
+		s.freeSlots = append(s.freeSlots, slot)
+	case msgBye:
+		m := parseBye(b)
+		s.stats.Received, s.stats.ReceiverHeldBack = m.Frames, time.Duration(m.HeldBack)
+		s.bye = true
+	default:
+		return fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
+	}
+	return nil
+}
+
+// canSend reports whether the receiver has room for one more message.
+func (s *Sender) canSend() bool {
+	if s.cfg.Hello.Mode == ModeSend {
+		return s.credits > 0
+	}
+	return len(s.freeSlots) > 0
+}
+
+// Buffer waits for a free transmit buffer and a credit (a free slot at the
+// receiver), and returns the buffer, as large as a slot, to fill with the
+// next frame: header and payload. The time spent waiting for the credit
+// counts as held back.
+func (s *Sender) Buffer(ctx context.Context) ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if err := s.wait(ctx, func() bool { return len(s.freeBuf) > 0 }, false); err != nil {
+		return nil, err
+	}
+	if err := s.wait(ctx, s.canSend, true); err != nil {
+		return nil, err
+	}
+	s.cur = s.freeBuf[len(s.freeBuf)-1]
+	s.freeBuf = s.freeBuf[:len(s.freeBuf)-1]
+	return s.bufs[s.cur], nil
+}
+
+// wait makes progress until ready reports true; held counts the time.
+func (s *Sender) wait(ctx context.Context, ready func() bool, held bool) error {
+	if err := s.progress(0); err != nil {
+		return s.fail(err)
+	}
+	if ready() {
+		return nil
+	}
+	start := time.Now()
+	if held {
+		defer func() { s.stats.HeldBack += time.Since(start) }()
+	}
+	for !ready() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.progress(20 * time.Millisecond); err != nil {
+			return s.fail(err)
+		}
+		if s.c.shutDown() {
+			return s.fail(fmt.Errorf("send: %w", ErrDisconnected))
+		}
+	}
+	return nil
+}
+
+func (s *Sender) fail(err error) error {
+	if s.err == nil {
+		s.err = err
+	}
+	return s.err
+}
+
+// Post sends the first n bytes of the buffer Buffer returned: one frame,
+// header and payload.
+func (s *Sender) Post(n int) error {
+	if s.cur < 0 {
+		return errors.New("post: no buffer: call Buffer first")
+	}
+	b := s.bufs[s.cur][:n]
+	i := s.cur
+	s.cur = -1
+	if n < frame.HeaderSize {
+		s.freeBuf = append(s.freeBuf, i)
+		return fmt.Errorf("post: a frame of %d bytes, shorter than its header", n)
+	}
+	fn := binary.LittleEndian.Uint64(b[8:])
+	if err := s.post(b, i, fn); err != nil {
+		return s.fail(fmt.Errorf("send frame %d: %w", fn, err))
+	}
+	s.stats.Frames++
+	s.stats.Bytes += uint64(n)
+	return nil
+}
+
+func (s *Sender) post(b []byte, buf int, fn uint64) error {
+	if s.cfg.Hello.Mode == ModeSend {
+		s.credits--
+		return s.retry(func() error { return s.c.ep.Send(b, s.bufMR, ctxSlot|uint64(buf)) })
+	}
+	slot := s.freeSlots[len(s.freeSlots)-1]
+	s.freeSlots = s.freeSlots[:len(s.freeSlots)-1]
+	s.slotUsed[slot] = true
+	addr := s.accept.Addr + uint64(slot)*uint64(s.accept.SlotSize)
+	if err := s.retry(func() error { return s.c.ep.Write(b, s.bufMR, addr, s.accept.Key, ctxSlot|uint64(buf)) }); err != nil {
+		return err
+	}
+	return s.notifyFrame(frameMsg{Slot: slot, Len: uint32(len(b)), FrameNumber: fn})
+}
+
+// notifyFrame tells the receiver a frame is in a slot. The provider keeps
+// sends after writes (FI_ORDER_SAW), so the frame is in place first.
+func (s *Sender) notifyFrame(m frameMsg) error {
+	msg := putFrameMsg(s.c.scratch(0, frameMsgSize), m)
+	return s.retry(func() error { return s.c.ep.Inject(msg) })
+}
+
+// retry calls post until the transmit queue takes it, making progress
+// meanwhile.
+func (s *Sender) retry(post func() error) error {
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for {
+		err := post()
+		var fe *Error
+		if err == nil || !errors.As(err, &fe) || fe.Code != syscall.EAGAIN || time.Now().After(deadline) {
+			return err
+		}
+		if err := s.progress(time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Stats returns what the sender has sent so far.
+func (s *Sender) Stats() SendStats {
+	st := s.stats
+	st.Elapsed = time.Since(s.start)
+	return st
+}
+
+// Close ends the scan: it tells the receiver there are no more frames,
+// waits for its answer, and closes the connection.
+func (s *Sender) Close(ctx context.Context) (SendStats, error) {
+	err := s.end(ctx)
+	st := s.Stats()
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	return st, err
+}
+
+func (s *Sender) end(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.wait(ctx, s.canSend, false); err != nil {
+		return err
+	}
+	msg := putEnd(s.c.scratch(0, endSize), endMsg{Frames: s.stats.Frames, HeldBack: uint64(s.stats.HeldBack)})
+	if s.cfg.Hello.Mode == ModeSend {
+		s.credits--
+	}
+	if err := s.retry(func() error { return s.c.ep.Inject(msg) }); err != nil {
+		return fmt.Errorf("send end of scan: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := s.wait(ctx, func() bool { return s.bye }, false); err != nil {
+		return fmt.Errorf("wait for the receiver to take the end of scan: %w", err)
+	}
+	if s.stats.Received != s.stats.Frames {
+		return fmt.Errorf("%w: sent %d frames, the receiver got %d", ErrProtocol, s.stats.Frames, s.stats.Received)
+	}
+	return nil
+}
+
+// Abort closes the connection without ending the scan, as a detector that
+// loses power does.
+func (s *Sender) Abort() error { return s.close() }
+
+func (s *Sender) close() error {
+	var errs []error
+	if s.c != nil {
+		if s.c.ep != nil {
+			s.c.ep.Shutdown()
+			errs = append(errs, s.c.ep.Close())
+		}
+		if s.bufMR != nil {
+			errs = append(errs, s.bufMR.Close())
+		}
+		if s.bufMem != nil {
+			errs = append(errs, s.bufMem.Free())
+		}
+		errs = append(errs, s.c.close())
+		s.c = nil
+	}
+	if s.fab != nil {
+		errs = append(errs, s.fab.Close())
+		s.fab = nil
+	}
+	return errors.Join(errs...)
+}
+
+// SendCapture sends every frame of r through s, fps frames a second (0:
+// as fast as the receiver takes them), and ends the scan. A frame larger
+// than the receiver's slots stops it with an error.
+func SendCapture(ctx context.Context, s *Sender, r *capture.Reader, fps float64) (SendStats, error) {
+	var period time.Duration
+	if fps > 0 {
+		period = time.Duration(float64(time.Second) / fps)
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if period > 0 {
+			if d := time.Until(start.Add(time.Duration(i) * period)); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return s.Stats(), ctx.Err()
+				}
+			}
+		}
+		buf, err := s.Buffer(ctx)
+		if err != nil {
+			return s.Stats(), err
+		}
+		h, payload, err := r.Next(buf[frame.HeaderSize:])
+		if errors.Is(err, io.EOF) {
+			s.cur, s.freeBuf = -1, append(s.freeBuf, s.cur)
+			return s.Close(ctx)
+		}
+		if errors.Is(err, io.ErrShortBuffer) {
+			return s.Stats(), fmt.Errorf("%w: frame %d of %d bytes does not fit the receiver's slots of %d",
+				ErrProtocol, h.FrameNumber, frame.HeaderSize+int64(h.PayloadSize), s.accept.SlotSize)
+		}
+		if err != nil {
+			return s.Stats(), err
+		}
+		h.Put(buf)
+		if err := s.Post(frame.HeaderSize + len(payload)); err != nil {
+			return s.Stats(), err
+		}
+	}
+}

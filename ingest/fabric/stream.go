@@ -1,0 +1,376 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"h5ingest/ingest"
+	"h5ingest/ingest/frame"
+)
+
+// Recorder keeps the bytes of every frame exactly as they arrived; a
+// *capture.Writer is one. WriteRecord is called from the goroutine that
+// calls Stream.Next.
+type Recorder interface {
+	WriteRecord(rec []byte) error
+}
+
+// Stats counts what a Stream received.
+type Stats struct {
+	Frames uint64 // frames received
+	Bytes  uint64 // bytes received, headers included
+	// HeldBack is how long every slot of the ring was in use, so that the
+	// sender could not send: the time the pipeline held the sender back.
+	HeldBack time.Duration
+	// SenderFrames and SenderHeldBack are what the sender reported at the
+	// end of the scan: frames sent and time it waited for credits.
+	SenderFrames   uint64
+	SenderHeldBack time.Duration
+}
+
+// Stream is one sender's connection: an ingest.Source of the frames it
+// writes into the ring of slots. Frames point into the registered slot
+// memory and stay valid until released; releasing a frame returns its
+// slot's credit to the sender. Next is called from one goroutine at a
+// time; Release, Stats and Close from any.
+type Stream struct {
+	c     *conn
+	l     *Listener
+	cfg   Config
+	hello Hello
+
+	ringMem  *Memory
+	ringMR   *MemoryRegion
+	slotSize int
+	frames   []ingest.Frame // one per slot
+	slots    [][]byte       // slot memory
+
+	rec  Recorder
+	idle time.Time // start of the current silence
+	err  error     // sticky: the stream cannot go on
+	comp [1]Completion
+
+	mu     sync.Mutex
+	inUse  []bool
+	used   int       // slots in use
+	fullAt time.Time // when the ring filled; zero when not full
+	stats  Stats
+	closed bool
+	module bool // the hello's module is registered with the listener
+	credit [creditSize]byte
+}
+
+// Hello returns what the sender said about itself and its scan.
+func (s *Stream) Hello() Hello { return s.hello }
+
+// Format returns the frame format of the sender's scan.
+func (s *Stream) Format() frame.Format { return s.hello.Format }
+
+// Record makes the stream hand every frame it receives, as it arrived, to
+// r. Call it before the first Next.
+func (s *Stream) Record(r Recorder) { s.rec = r }
+
+// Stats returns what the stream has received so far.
+func (s *Stream) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	if !s.fullAt.IsZero() {
+		st.HeldBack += time.Since(s.fullAt)
+	}
+	return st
+}
+
+// makeRing allocates and registers the slots and posts the receives the
+// hello's mode needs.
+func (s *Stream) makeRing() error {
+	n := s.cfg.Slots
+	s.slotSize = (s.hello.FrameSize() + 63) &^ 63
+	var err error
+	if s.ringMem, err = Alloc(n * s.slotSize); err != nil {
+		return err
+	}
+	if s.ringMR, err = Register(s.c.dom, s.ringMem.Bytes()); err != nil {
+		return err
+	}
+	s.frames = make([]ingest.Frame, n)
+	s.slots = make([][]byte, n)
+	s.inUse = make([]bool, n)
+	mem := s.ringMem.Bytes()
+	for i := range n {
+		s.slots[i] = mem[i*s.slotSize : (i+1)*s.slotSize : (i+1)*s.slotSize]
+	}
+	switch s.hello.Mode {
+	case ModeWrite:
+		for i := range ctrlBuffers(n) {
+			if err := s.c.postCtrl(i); err != nil {
+				return err
+			}
+		}
+	case ModeSend:
+		for i := range n {
+			if err := s.postSlot(i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Stream) postSlot(i int) error {
+	return s.c.ep.Recv(s.slots[i], s.ringMR, ctxSlot|uint64(i))
+}
+
+// sendBuf returns the control buffer the receiver sends from; the one
+// before it takes the hello.
+func (s *Stream) sendBuf() int { return ctrlBuffers(s.cfg.Slots) + 1 }
+
+// refuse tells the sender why it is refused.
+func (s *Stream) refuse(code uint32, reason string) {
+	s.c.sendCtrl(s.sendBuf(), appendRefuse(make([]byte, 0, ctrlSize), code, reason), time.Second)
+}
+
+// waitCtrl waits up to timeout for a control message and returns it.
+func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n, err := s.c.rx.Read(s.comp[:], 50*time.Millisecond)
+		if err != nil {
+			return nil, fmt.Errorf("receive %s: %w", what, err)
+		}
+		if n == 1 {
+			c := s.comp[0]
+			return s.c.ctrlBuf(int(c.Context & ctxIndex))[:c.Len], nil
+		}
+		if s.c.shutDown() {
+			return nil, fmt.Errorf("receive %s: %w", what, ErrDisconnected)
+		}
+	}
+	return nil, fmt.Errorf("receive %s: none in %v: %w", what, timeout, ErrTimeout)
+}
+
+// Next returns the next frame the sender wrote. It returns io.EOF after the
+// sender's end of scan; an error wrapping ErrDisconnected when the sender
+// goes away first, ErrTimeout after the idle timeout without a frame,
+// frame.ErrNotFrame when a slot does not hold a frame header (the stream's
+// framing is lost) and ErrProtocol for a message that breaks the protocol.
+// Frames whose header is a frame's but whose payload does not match it are
+// returned: the pipeline rejects them.
+func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	s.idle = time.Now()
+	for {
+		n, err := s.c.rx.Read(s.comp[:], 0)
+		if err == nil && n == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if s.c.shutDown() {
+				return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
+			}
+			if time.Since(s.idle) > s.cfg.IdleTimeout {
+				return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
+			}
+			n, err = s.c.rx.Read(s.comp[:], 20*time.Millisecond)
+		}
+		if err != nil {
+			if s.c.shutDown() || errors.Is(err, errCanceled) {
+				err = fmt.Errorf("%w: %w", ErrDisconnected, err)
+			}
+			return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
+		}
+		if n == 0 {
+			continue
+		}
+		f, err := s.arrived(s.comp[0])
+		if err != nil {
+			return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
+		}
+		return f, nil
+	}
+}
+
+// errCanceled is the errno of receives flushed by a closed connection.
+var errCanceled = syscall.ECANCELED
+
+func (s *Stream) fail(err error) error {
+	if s.err == nil {
+		s.err = err
+	}
+	return s.err
+}
+
+// arrived handles one receive completion: a frame, or the end.
+func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
+	i := int(c.Context & ctxIndex)
+	var slot, length int
+	switch c.Context &^ ctxIndex {
+	case ctxCtrl:
+		b := s.c.ctrlBuf(i)[:c.Len]
+		typ, err := parseHeader(b)
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case msgEnd:
+			return nil, s.end(parseEnd(b))
+		case msgFrame:
+		default:
+			return nil, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
+		}
+		m := parseFrameMsg(b)
+		if err := s.c.postCtrl(i); err != nil {
+			return nil, err
+		}
+		if m.Slot >= uint32(len(s.slots)) {
+			return nil, fmt.Errorf("%w: frame %d in slot %d, the ring has %d", ErrProtocol, m.FrameNumber, m.Slot, len(s.slots))
+		}
+		if m.Len > uint32(s.slotSize) || m.Len < frame.HeaderSize {
+			return nil, fmt.Errorf("%w: frame %d of %d bytes in slot %d of %d bytes", ErrProtocol, m.FrameNumber, m.Len, m.Slot, s.slotSize)
+		}
+		slot, length = int(m.Slot), int(m.Len)
+	case ctxSlot:
+		b := s.slots[i][:c.Len]
+		if isMessage(b) {
+			typ, err := parseHeader(b)
+			if err != nil {
+				return nil, err
+			}
+			if typ != msgEnd {
+				return nil, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
+			}
+			return nil, s.end(parseEnd(b))
+		}
+		slot, length = i, c.Len
+	default:
+		return nil, fmt.Errorf("%w: completion with context %#x", ErrProtocol, c.Context)
+	}
+
+	s.mu.Lock()
+	if s.inUse[slot] {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: a frame in slot %d, which the pipeline still holds", ErrProtocol, slot)
+	}
+	s.inUse[slot] = true
+	s.used++
+	if s.used == len(s.slots) {
+		s.fullAt = time.Now()
+	}
+	s.stats.Frames++
+	s.stats.Bytes += uint64(length)
+	s.mu.Unlock()
+
+	b := s.slots[slot][:length]
+	h, err := frame.ParseHeader(b)
+	if err != nil {
+		return nil, fmt.Errorf("slot %d: %w", slot, err)
+	}
+	if int64(h.PayloadSize)+frame.HeaderSize != int64(length) {
+		return nil, fmt.Errorf("%w: slot %d: frame %d of %d bytes, its header says %d", frame.ErrNotFrame,
+			slot, h.FrameNumber, length, int64(h.PayloadSize)+frame.HeaderSize)
+	}
+	if s.rec != nil {
+		if err := s.rec.WriteRecord(b); err != nil {
+			return nil, fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
+		}
+	}
+	f := &s.frames[slot]
+	f.Header, f.Payload = h, b[frame.HeaderSize:]
+	return f, nil
+}
+
+// end handles the sender's end of scan: it answers with a bye and returns
+// io.EOF.
+func (s *Stream) end(m endMsg) error {
+	s.mu.Lock()
+	s.stats.SenderFrames = m.Frames
+	s.stats.SenderHeldBack = time.Duration(m.HeldBack)
+	held := s.stats.HeldBack
+	frames := s.stats.Frames
+	s.mu.Unlock()
+	if err := s.c.inject(putBye(s.c.scratch(1, byeSize), byeMsg{Frames: frames, HeldBack: uint64(held)})); err != nil {
+		return fmt.Errorf("answer the end of scan: %w", err)
+	}
+	if m.Frames != frames {
+		return fmt.Errorf("%w: the sender sent %d frames, %d arrived", ErrProtocol, m.Frames, frames)
+	}
+	return io.EOF
+}
+
+// Release gives f's slot back to the sender.
+func (s *Stream) Release(f *ingest.Frame) {
+	slot := -1
+	for i := range s.frames {
+		if &s.frames[i] == f {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.inUse[slot] {
+		return
+	}
+	s.inUse[slot] = false
+	if s.used == len(s.slots) {
+		s.stats.HeldBack += time.Since(s.fullAt)
+		s.fullAt = time.Time{}
+	}
+	s.used--
+	f.Payload = nil
+	if s.closed || s.err != nil {
+		return
+	}
+	if s.hello.Mode == ModeSend {
+		if err := s.postSlot(slot); err != nil {
+			return // the connection is going; Next reports it
+		}
+	}
+	s.c.inject(putCredit(s.c.scratch(0, creditSize), uint32(slot)))
+}
+
+// Close closes the connection and frees its slots. No frame of the stream
+// may be used after.
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	if s.c.ep != nil {
+		s.c.ep.Shutdown()
+		errs = append(errs, s.c.ep.Close())
+	}
+	if s.ringMR != nil {
+		errs = append(errs, s.ringMR.Close())
+	}
+	if s.ringMem != nil {
+		errs = append(errs, s.ringMem.Free())
+	}
+	errs = append(errs, s.c.close())
+	l := s.l
+	l.mu.Lock()
+	if s.module {
+		delete(l.modules, s.hello.Module)
+	}
+	l.streams--
+	closeFab := l.fabClosing && l.streams == 0
+	l.mu.Unlock()
+	if closeFab {
+		errs = append(errs, l.fab.Close())
+	}
+	return errors.Join(errs...)
+}
