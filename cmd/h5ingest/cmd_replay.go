@@ -97,6 +97,9 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if s.output == "" {
 		return usageError(errors.New("no output file: give -o FILE.h5"))
 	}
+	if s.layout != writer.LayoutNXtomo && s.layout != writer.LayoutCXI {
+		return usageError(fmt.Errorf("--layout %q: want %s or %s", s.layout, writer.LayoutNXtomo, writer.LayoutCXI))
+	}
 	profile, err := config.Load(s.profile)
 	if err != nil {
 		return usageError(err)

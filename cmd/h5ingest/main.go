@@ -49,7 +49,15 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.Args = usageArgs(cobra.NoArgs)
+	// With no Run of its own, cobra would print help for any word that is
+	// not a subcommand and succeed.
+	root.Args = cobra.ArbitraryArgs
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError(fmt.Errorf("unknown command %q (see h5ingest --help)", args[0]))
+		}
+		return cmd.Help()
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.AddCommand(
 		newSimulateCmd(),
