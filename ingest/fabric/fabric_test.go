@@ -204,5 +204,220 @@ func TestSendReceive(t *testing.T) {
 	}
 }
 
+func TestModulesAtOnce(t *testing.T) {
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const modules, n = 4, 30
+	l := testListen(t, testConfig())
+	var dones []<-chan sendResult
+	for m := range modules {
+		mode := ModeWrite
+		if m%2 == 1 {
+			mode = ModeSend
+		}
+		dones = append(dones, sendCapture(ctx, t, senderConfig(l.Addr().String(), mode, m, n), testCapture(t, testFormat, m, n), 2000))
+	}
+	var wg sync.WaitGroup
+	got := make([][][]byte, modules)
+	errs := make(chan error, modules)
+	for range modules {
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs, err := receiveAll(ctx, s, 0)
+			if err != nil {
+				errs <- err
+			}
+			got[s.Hello().Module] = recs
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for m, done := range dones {
+		if res := <-done; res.err != nil {
+			t.Errorf("module %d: %v", m, res.err)
+		}
+		if len(got[m]) != n {
+			t.Fatalf("module %d: %d frames, want %d", m, len(got[m]), n)
+		}
+		for i, r := range got[m] {
+			if !bytes.Equal(r, testRecord(t, testFormat, m, i)) {
+				t.Fatalf("module %d frame %d differs from the one sent", m, i)
+			}
+		}
+	}
+}
+
+func TestDuplicateModuleRefused(t *testing.T) {
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l := testListen(t, testConfig())
+	cfg := senderConfig(l.Addr().String(), ModeWrite, 2, 5)
+	first := sendCapture(ctx, t, cfg, testCapture(t, testFormat, 2, 5), 0)
+	s, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	second := sendCapture(ctx, t, cfg, testCapture(t, testFormat, 2, 5), 0)
+	if _, err := l.Accept(ctx); !errors.Is(err, ErrProtocol) {
+		t.Errorf("second connection of module 2: Accept returned %v, want a protocol error", err)
+	}
+	var refused *RefusedError
+	if res := <-second; !errors.As(res.err, &refused) || refused.Code != RefuseModule {
+		t.Errorf("second sender got %v, want a refusal with code %d", res.err, RefuseModule)
+	}
+	if _, err := receiveAll(ctx, s, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-first; res.err != nil {
+		t.Fatal(res.err)
+	}
+}
+
+func TestBackPressure(t *testing.T) {
+	for _, mode := range []Mode{ModeWrite, ModeSend} {
+		t.Run(mode.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const n = 24
+			cfg := testConfig()
+			cfg.Slots = 4
+			l := testListen(t, cfg)
+			done := sendCapture(ctx, t, senderConfig(l.Addr().String(), mode, 0, n), testCapture(t, testFormat, 0, n), 0)
+			s, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// A slow consumer: it holds every frame a while, so the ring
+			// of 4 slots fills and the sender waits.
+			recs, err := receiveAll(ctx, s, 10*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := <-done
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if len(recs) != n {
+				t.Fatalf("received %d frames, want %d", len(recs), n)
+			}
+			for i, r := range recs {
+				if !bytes.Equal(r, testRecord(t, testFormat, 0, i)) {
+					t.Fatalf("frame %d differs from the one sent", i)
+				}
+			}
+			st := s.Stats()
+			if res.stats.HeldBack < 50*time.Millisecond {
+				t.Errorf("sender held back %v; 24 frames held 10 ms each through 4 slots should hold it longer", res.stats.HeldBack)
+			}
+			if st.SenderHeldBack != res.stats.HeldBack {
+				t.Errorf("receiver heard the sender was held back %v, the sender says %v", st.SenderHeldBack, res.stats.HeldBack)
+			}
+			if st.HeldBack <= 0 || res.stats.ReceiverHeldBack != st.HeldBack {
+				t.Errorf("ring full for %v (sender heard %v), want > 0 and equal", st.HeldBack, res.stats.ReceiverHeldBack)
+			}
+		})
+	}
+}
+
+func TestSenderDisconnects(t *testing.T) {
+	for _, mode := range []Mode{ModeWrite, ModeSend} {
+		t.Run(mode.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l := testListen(t, testConfig())
+			done := make(chan error, 1)
+			go func() {
+				s, err := Dial(ctx, senderConfig(l.Addr().String(), mode, 0, 10))
+				if err != nil {
+					done <- err
+					return
+				}
+				for i := range 5 {
+					buf, err := s.Buffer(ctx)
+					if err != nil {
+						done <- err
+						return
+					}
+					n := copy(buf, testRecord(t, testFormat, 0, i))
+					if err := s.Post(n); err != nil {
+						done <- err
+						return
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+				done <- s.Abort()
+			}()
+			s, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			recs, err := receiveAll(ctx, s, 0)
+			if !errors.Is(err, ErrDisconnected) {
+				t.Errorf("Next after the sender left: %v, want ErrDisconnected", err)
+			}
+			if len(recs) != 5 {
+				t.Errorf("received %d frames before the disconnect, want 5", len(recs))
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := testConfig()
+	cfg.ConnectTimeout = 200 * time.Millisecond
+	cfg.IdleTimeout = 200 * time.Millisecond
+	l := testListen(t, cfg)
+	start := time.Now()
+	if _, err := l.Accept(ctx); !errors.Is(err, ErrTimeout) {
+		t.Errorf("Accept with no sender: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Accept took %v to time out after 200ms", d)
+	}
+	// A sender that connects and falls silent.
+	quiet := make(chan *Sender, 1)
+	go func() {
+		s, err := Dial(ctx, senderConfig(l.Addr().String(), ModeWrite, 0, 10))
+		if err != nil {
+			t.Error(err)
+		}
+		quiet <- s
+	}()
+	cfg.ConnectTimeout = 5 * time.Second
+	l.cfg.ConnectTimeout = cfg.ConnectTimeout
+	s, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Next(ctx); !errors.Is(err, ErrTimeout) {
+		t.Errorf("Next from a silent sender: %v, want ErrTimeout", err)
+	}
+	if sender := <-quiet; sender != nil {
+		sender.Abort()
+	}
+}
+
 var _ = fmt.Sprint
-var _ sync.Mutex

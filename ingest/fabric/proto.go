@@ -253,7 +253,7 @@ func ParseHello(b []byte) (Hello, error) {
 		return h, fmt.Errorf("%w: hello: mode %d, want %d (write) or %d (send)", ErrProtocol, h.Mode, ModeWrite, ModeSend)
 	}
 	if err := h.Format.Validate(); err != nil {
-		return h, fmt.Errorf("%w: hello: frame format: %v", ErrProtocol, err)
+		return h, fmt.Errorf("%w: hello: %w: %v", ErrProtocol, errFormat, err)
 	}
 	if h.MaxFrame > maxSlotSize {
 		return h, fmt.Errorf("%w: hello: frames of up to %d bytes, more than a slot may hold (%d)", ErrProtocol, h.MaxFrame, maxSlotSize)
@@ -263,6 +263,9 @@ func ParseHello(b []byte) (Hello, error) {
 	}
 	return h, nil
 }
+
+// errFormat marks a hello whose frame format is impossible.
+var errFormat = errors.New("frame format")
 
 // maxSlotSize bounds a slot: 1 GiB, far beyond any detector frame.
 const maxSlotSize = 1 << 30

@@ -7,8 +7,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"h5ingest/ingest/frame"
 )
 
 // Config sets up a Listener.
@@ -62,11 +60,11 @@ type Listener struct {
 }
 
 // Listen opens a listener for cfg.
-func Listen(cfg Config) (l *Listener, err error) {
+func Listen(cfg Config) (_ *Listener, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	l = &Listener{cfg: cfg, modules: map[uint16]bool{}}
+	l := &Listener{cfg: cfg, modules: map[uint16]bool{}}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -174,7 +172,7 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 		switch {
 		case isMessage(b) && len(b) >= 6 && b[4] != ProtoVersion:
 			code = RefuseVersion
-		case h.Mode != 0 && h.Format != (frame.Format{}):
+		case errors.Is(err, errFormat):
 			code = RefuseFormat
 		}
 		s.refuse(code, err.Error())

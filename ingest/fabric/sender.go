@@ -64,7 +64,7 @@ type Sender struct {
 
 // Dial connects to the receiver at cfg.Addr and runs the control
 // exchange. A refusal is returned as a *RefusedError.
-func Dial(ctx context.Context, cfg SenderConfig) (s *Sender, err error) {
+func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = 4
 	}
@@ -74,7 +74,7 @@ func Dial(ctx context.Context, cfg SenderConfig) (s *Sender, err error) {
 	if cfg.Hello.Mode == 0 {
 		cfg.Hello.Mode = ModeWrite
 	}
-	s = &Sender{cfg: cfg, cur: -1}
+	s := &Sender{cfg: cfg, cur: -1}
 	defer func() {
 		if err != nil {
 			s.close()

@@ -53,7 +53,12 @@ type Stream struct {
 	rec  Recorder
 	idle time.Time // start of the current silence
 	err  error     // sticky: the stream cannot go on
-	comp [1]Completion
+	comp [maxBatch]Completion
+
+	queue      [maxBatch]arrival // frames drained from the queue, not yet handed out
+	head, tail int
+	ended      bool // the end of scan is queued
+	endMsg     endMsg
 
 	mu     sync.Mutex
 	inUse  []bool
@@ -139,7 +144,7 @@ func (s *Stream) refuse(code uint32, reason string) {
 func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		n, err := s.c.rx.Read(s.comp[:], 50*time.Millisecond)
+		n, err := s.c.rx.Read(s.comp[:1], 50*time.Millisecond)
 		if err != nil {
 			return nil, fmt.Errorf("receive %s: %w", what, err)
 		}
@@ -166,39 +171,78 @@ func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 		return nil, s.err
 	}
 	s.idle = time.Now()
+	if err := s.drain(0); err != nil {
+		return nil, s.fail(err)
+	}
+	for s.head == s.tail {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.c.shutDown() {
+			return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
+		}
+		if time.Since(s.idle) > s.cfg.IdleTimeout {
+			return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
+		}
+		if err := s.drain(20 * time.Millisecond); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	a := s.queue[s.head%len(s.queue)]
+	s.head++
+	if a.slot < 0 {
+		return nil, s.fail(s.end())
+	}
+	f, err := s.deliver(a.slot, a.length)
+	if err != nil {
+		return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
+	}
+	return f, nil
+}
+
+// arrival is a frame in a slot, queued for Next; slot -1 is the end of
+// the scan.
+type arrival struct{ slot, length int }
+
+// drain reads the completions there are, waiting up to wait for the first,
+// and queues the frames they announce. Counting frames as they arrive,
+// rather than as Next hands them out, is what tells when the ring is full.
+func (s *Stream) drain(wait time.Duration) error {
 	for {
-		n, err := s.c.rx.Read(s.comp[:], 0)
-		if err == nil && n == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if s.c.shutDown() {
-				return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
-			}
-			if time.Since(s.idle) > s.cfg.IdleTimeout {
-				return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
-			}
-			n, err = s.c.rx.Read(s.comp[:], 20*time.Millisecond)
+		room := len(s.queue) - (s.tail - s.head)
+		if room == 0 || s.ended {
+			return nil
 		}
-		if err != nil {
-			if s.c.shutDown() || errors.Is(err, errCanceled) {
-				err = fmt.Errorf("%w: %w", ErrDisconnected, err)
-			}
-			return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
+		n, err := s.drainOnce(room, wait)
+		if n == 0 || err != nil {
+			return err
 		}
-		if n == 0 {
-			continue
-		}
-		f, err := s.arrived(s.comp[0])
-		if err != nil {
-			return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
-		}
-		return f, nil
+		wait = 0
 	}
 }
 
-// errCanceled is the errno of receives flushed by a closed connection.
-var errCanceled = syscall.ECANCELED
+func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
+	n, err := s.c.rx.Read(s.comp[:room], wait)
+	if err != nil {
+		if s.c.shutDown() || errors.Is(err, syscall.ECANCELED) {
+			err = fmt.Errorf("%w: %w", ErrDisconnected, err)
+		}
+		return 0, fmt.Errorf("module %d: %w", s.hello.Module, err)
+	}
+	for _, c := range s.comp[:n] {
+		a, err := s.arrived(c)
+		if err != nil {
+			return 0, fmt.Errorf("module %d: %w", s.hello.Module, err)
+		}
+		s.queue[s.tail%len(s.queue)] = a
+		s.tail++
+		if a.slot < 0 {
+			s.ended = true
+			break
+		}
+	}
+	return n, nil
+}
 
 func (s *Stream) fail(err error) error {
 	if s.err == nil {
@@ -208,7 +252,7 @@ func (s *Stream) fail(err error) error {
 }
 
 // arrived handles one receive completion: a frame, or the end.
-func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
+func (s *Stream) arrived(c Completion) (arrival, error) {
 	i := int(c.Context & ctxIndex)
 	var slot, length int
 	switch c.Context &^ ctxIndex {
@@ -216,24 +260,25 @@ func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
 		b := s.c.ctrlBuf(i)[:c.Len]
 		typ, err := parseHeader(b)
 		if err != nil {
-			return nil, err
+			return arrival{}, err
 		}
 		switch typ {
 		case msgEnd:
-			return nil, s.end(parseEnd(b))
+			s.endMsg = parseEnd(b)
+			return arrival{slot: -1}, nil
 		case msgFrame:
 		default:
-			return nil, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
+			return arrival{}, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
 		}
 		m := parseFrameMsg(b)
 		if err := s.c.postCtrl(i); err != nil {
-			return nil, err
+			return arrival{}, err
 		}
 		if m.Slot >= uint32(len(s.slots)) {
-			return nil, fmt.Errorf("%w: frame %d in slot %d, the ring has %d", ErrProtocol, m.FrameNumber, m.Slot, len(s.slots))
+			return arrival{}, fmt.Errorf("%w: frame %d in slot %d, the ring has %d", ErrProtocol, m.FrameNumber, m.Slot, len(s.slots))
 		}
 		if m.Len > uint32(s.slotSize) || m.Len < frame.HeaderSize {
-			return nil, fmt.Errorf("%w: frame %d of %d bytes in slot %d of %d bytes", ErrProtocol, m.FrameNumber, m.Len, m.Slot, s.slotSize)
+			return arrival{}, fmt.Errorf("%w: frame %d of %d bytes in slot %d of %d bytes", ErrProtocol, m.FrameNumber, m.Len, m.Slot, s.slotSize)
 		}
 		slot, length = int(m.Slot), int(m.Len)
 	case ctxSlot:
@@ -241,22 +286,22 @@ func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
 		if isMessage(b) {
 			typ, err := parseHeader(b)
 			if err != nil {
-				return nil, err
+				return arrival{}, err
 			}
 			if typ != msgEnd {
-				return nil, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
+				return arrival{}, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
 			}
-			return nil, s.end(parseEnd(b))
+			s.endMsg = parseEnd(b)
+			return arrival{slot: -1}, nil
 		}
 		slot, length = i, c.Len
 	default:
-		return nil, fmt.Errorf("%w: completion with context %#x", ErrProtocol, c.Context)
+		return arrival{}, fmt.Errorf("%w: completion with context %#x", ErrProtocol, c.Context)
 	}
-
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.inUse[slot] {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: a frame in slot %d, which the pipeline still holds", ErrProtocol, slot)
+		return arrival{}, fmt.Errorf("%w: a frame in slot %d, which the pipeline still holds", ErrProtocol, slot)
 	}
 	s.inUse[slot] = true
 	s.used++
@@ -265,8 +310,11 @@ func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
 	}
 	s.stats.Frames++
 	s.stats.Bytes += uint64(length)
-	s.mu.Unlock()
+	return arrival{slot: slot, length: length}, nil
+}
 
+// deliver parses the frame in a slot and records it.
+func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	b := s.slots[slot][:length]
 	h, err := frame.ParseHeader(b)
 	if err != nil {
@@ -288,7 +336,8 @@ func (s *Stream) arrived(c Completion) (*ingest.Frame, error) {
 
 // end handles the sender's end of scan: it answers with a bye and returns
 // io.EOF.
-func (s *Stream) end(m endMsg) error {
+func (s *Stream) end() error {
+	m := s.endMsg
 	s.mu.Lock()
 	s.stats.SenderFrames = m.Frames
 	s.stats.SenderHeldBack = time.Duration(m.HeldBack)
