@@ -426,3 +426,11 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestFilterName(t *testing.T) {
+	for id, want := range map[int]string{1: "deflate", 2: "shuffle", 32004: "lz4", 32008: "bitshuffle", 307: "filter 307"} {
+		if got := FilterName(id); got != want {
+			t.Errorf("FilterName(%d) = %q, want %q", id, got, want)
+		}
+	}
+}

@@ -13,6 +13,22 @@ const (
 	FilterBitshuffle = 32008 // bitshuffle filter plugin
 )
 
+// FilterName returns the name of a filter id of the codecs' pipelines, for
+// people; other ids are named by number.
+func FilterName(id int) string {
+	switch id {
+	case FilterDeflate:
+		return "deflate"
+	case FilterShuffle:
+		return "shuffle"
+	case FilterLZ4:
+		return "lz4"
+	case FilterBitshuffle:
+		return "bitshuffle"
+	}
+	return fmt.Sprintf("filter %d", id)
+}
+
 // BitshuffleMajor and BitshuffleMinor are the bitshuffle version this
 // package writes into cd_values slots 0 and 1. Readers ignore both slots.
 const (

@@ -99,7 +99,11 @@ func describeFilters(filters []compress.Filter) string {
 		for i, v := range f.Values {
 			vals[i] = fmt.Sprint(v)
 		}
-		parts = append(parts, fmt.Sprintf("%s (filter %d: %s)", f.Name, f.ID, strings.Join(vals, " ")))
+		name := f.Name
+		if name == "" {
+			name = compress.FilterName(f.ID)
+		}
+		parts = append(parts, fmt.Sprintf("%s (filter %d: %s)", name, f.ID, strings.Join(vals, " ")))
 	}
 	return strings.Join(parts, " then ")
 }

@@ -238,6 +238,7 @@ func TestReplayFaultTable(t *testing.T) {
 	}
 	code, stdout = runCaptured(t, "inspect", out)
 	if code != exitOK || !strings.Contains(stdout, "3 missing, 9 crc mismatch") ||
+		!strings.Contains(stdout, "bitshuffle (filter 32008: 0 5 4 0 2)") ||
 		!strings.Contains(stdout, "2 darks, 2 flats, 12 projections at 0 to 165 degrees") {
 		t.Errorf("inspect exit status %d:\n%s", code, stdout)
 	}
