@@ -64,6 +64,7 @@ func newRootCmd() *cobra.Command {
 		newReplayCmd(),
 		newVerifyCmd(),
 		newInspectCmd(),
+		newSendCmd(), newAcquireCmd(),
 	)
 	return root
 }

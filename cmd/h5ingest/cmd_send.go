@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/fabric"
+)
+
+// sendFlags are the flags of the send command.
+type sendFlags struct {
+	to       string
+	provider string
+	mode     string
+	fps      float64
+	module   int
+	timeout  time.Duration
+}
+
+func newSendCmd() *cobra.Command {
+	var f sendFlags
+	cmd := &cobra.Command{
+		Use:   "send CAPTURE --to HOST:PORT",
+		Short: "Send a capture file to a receiver over libfabric, as a detector module does",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return send(cmd.Context(), args[0], &f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.to, "to", "", "receiver address HOST:PORT (required)")
+	fs.StringVar(&f.provider, "provider", "tcp", "libfabric provider: tcp or verbs")
+	fs.StringVar(&f.mode, "mode", "write", "how frames travel: write (one-sided, into the receiver's slots) or send (two-sided)")
+	fs.Float64Var(&f.fps, "fps", 0, "frames per second, the detector's pace (0: as fast as the receiver takes them)")
+	fs.IntVar(&f.module, "module", 0, "detector module this sender is")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to keep trying to connect, and to wait for the receiver's answers")
+	return cmd
+}
+
+func send(ctx context.Context, path string, f *sendFlags) error {
+	if f.to == "" {
+		return usageError(errors.New("no receiver: give --to HOST:PORT"))
+	}
+	mode, err := fabric.ParseMode(f.mode)
+	if err != nil {
+		return usageError(fmt.Errorf("--mode: %w", err))
+	}
+	if f.fps < 0 {
+		return usageError(fmt.Errorf("--fps %g: want 0 or more", f.fps))
+	}
+	if f.module < 0 || f.module > 0xFFFF {
+		return usageError(fmt.Errorf("--module %d: want 0 to 65535", f.module))
+	}
+	format, err := captureFormat(path)
+	if err != nil {
+		return err
+	}
+	r, err := capture.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hello := fabric.Hello{Module: uint16(f.module), Mode: mode, Format: format}
+	if f.fps > 0 {
+		hello.PeriodNs = uint64(float64(time.Second) / f.fps)
+	}
+	s, err := dialRetry(ctx, fabric.SenderConfig{Provider: f.provider, Addr: f.to, Hello: hello, Timeout: f.timeout})
+	if err != nil {
+		return err
+	}
+	st, err := fabric.SendCapture(ctx, s, r, f.fps)
+	if err != nil {
+		s.Abort()
+	}
+	printSendSummary(os.Stdout, f.to, st)
+	return err
+}
+
+// dialRetry connects, trying again while the receiver is not listening
+// yet, up to the configured timeout.
+func dialRetry(ctx context.Context, cfg fabric.SenderConfig) (*fabric.Sender, error) {
+	deadline := time.Now().Add(cfg.Timeout)
+	for {
+		s, err := fabric.Dial(ctx, cfg)
+		var fe *fabric.Error
+		if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// printSendSummary prints what a sender sent.
+func printSendSummary(w io.Writer, to string, st fabric.SendStats) {
+	secs := st.Elapsed.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(st.Bytes) / secs / 1e6
+	}
+	fmt.Fprintf(w, "sent to %s\n", to)
+	fmt.Fprintf(w, "  frames          %d sent, %d received\n", st.Frames, st.Received)
+	fmt.Fprintf(w, "  bytes           %d\n", st.Bytes)
+	fmt.Fprintf(w, "  time            %.2f s, %.0f MB/s\n", secs, rate)
+	fmt.Fprintf(w, "  held back       %v waiting for credits\n", st.HeldBack.Round(time.Microsecond))
+}
