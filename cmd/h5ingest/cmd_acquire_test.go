@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/fabric"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startAcquire runs acquire in the background and returns its exit status
+// on a channel.
+func startAcquire(args ...string) <-chan int {
+	done := make(chan int, 1)
+	go func() { done <- run(append([]string{"acquire"}, args...)) }()
+	return done
+}
+
+// readFile returns a file's records and chunks.
+func readFile(t *testing.T, path string) ([]writer.Record, [][]byte) {
+	t.Helper()
+	r, err := writer.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	recs, err := r.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks [][]byte
+	for i := range recs {
+		c, _, err := r.ReadChunk(i, nil)
+		if err != nil && recs[i].Status != frame.StatusMissing {
+			t.Fatalf("%s: chunk %d: %v", path, i, err)
+		}
+		chunks = append(chunks, slices.Clone(c))
+	}
+	return recs, chunks
+}
+
+// captureRecords returns the bytes of a capture file's records, without its
+// metadata.
+func captureRecords(t *testing.T, path string) []byte {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := r.Offset()
+	r.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[off:]
+}
+
+func TestAcquireMatchesReplay(t *testing.T) {
+	path, _ := simulate(t, "--darks", "2", "--flats", "2", "--projections", "16")
+	plan := []string{"--darks", "2", "--flats", "2", "--projections", "16"}
+	dir := t.TempDir()
+	want := filepath.Join(dir, "replay.h5")
+	if code := run(append([]string{"replay", path, "-o", want}, plan...)); code != exitOK {
+		t.Fatalf("replay exit status %d", code)
+	}
+	wantRecs, wantChunks := readFile(t, want)
+	for _, mode := range []string{"write", "send"} {
+		t.Run(mode, func(t *testing.T) {
+			addr := freeAddr(t)
+			rec := filepath.Join(dir, mode+".pmcap")
+			done := startAcquire(append([]string{"--listen", addr, "--output-dir", dir, "--scan-id", mode,
+				"--record", rec, "--connect-timeout", "20s", "--slots", "4"}, plan...)...)
+			if code := run([]string{"send", path, "--to", addr, "--mode", mode, "--timeout", "20s"}); code != exitOK {
+				t.Fatalf("send exit status %d", code)
+			}
+			if code := <-done; code != exitOK {
+				t.Fatalf("acquire exit status %d", code)
+			}
+			recs, chunks := readFile(t, filepath.Join(dir, mode+".h5"))
+			if !slices.Equal(recs, wantRecs) {
+				t.Errorf("records differ from replay's:\n%v\n%v", recs, wantRecs)
+			}
+			for i := range wantChunks {
+				if !bytes.Equal(chunks[i], wantChunks[i]) {
+					t.Errorf("chunk %d differs from replay's", i)
+				}
+			}
+			if !bytes.Equal(captureRecords(t, rec), captureRecords(t, path)) {
+				t.Error("the --record capture's records differ from the sent capture's")
+			}
+		})
+	}
+	if n := fabric.OpenObjects(); n != 0 {
+		t.Errorf("%d libfabric objects left open", n)
+	}
+}
+
+func TestAcquireSenderKilled(t *testing.T) {
+	path, _ := simulate(t, "--darks", "0", "--flats", "0", "--projections", "60")
+	addr := freeAddr(t)
+	out := filepath.Join(t.TempDir(), "killed.h5")
+	done := startAcquire("--listen", addr, "-o", out, "--projections", "60", "--connect-timeout", "20s", "--idle-timeout", "10s")
+	sender := command("send", path, "--to", addr, "--fps", "100", "--timeout", "20s")
+	if err := sender.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // connect, then some 20 frames at 100 fps
+	sender.Process.Kill()
+	sender.Wait()
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("acquire did not stop after the sender was killed")
+	}
+	if code != exitIncomplete {
+		t.Fatalf("acquire exit status %d, want %d", code, exitIncomplete)
+	}
+	recs, _ := readFile(t, out)
+	if len(recs) != 60 {
+		t.Fatalf("%d records, want 60", len(recs))
+	}
+	var ok, missing int
+	for _, r := range recs {
+		switch r.Status {
+		case frame.StatusOK:
+			ok++
+		case frame.StatusMissing:
+			missing++
+		}
+	}
+	if ok == 0 || missing == 0 || ok+missing != 60 {
+		t.Errorf("%d ok and %d missing of 60: want some of each, nothing else", ok, missing)
+	}
+}
+
+func TestAcquireUsageAndTimeout(t *testing.T) {
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:1"},                                    // no output
+		{"-o", "x.h5", "--output-dir", "d", "--listen", "127.0.0.1:1"}, // both
+		{"--output-dir", "d", "--listen", "127.0.0.1:1"},               // {scan} without --scan-id
+		{"-o", "x.h5", "--slots", "0"},
+	} {
+		if code := run(append([]string{"acquire"}, args...)); code != exitUsage {
+			t.Errorf("acquire %v: exit status %d, want %d", args, code, exitUsage)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "none.h5")
+	start := time.Now()
+	if code := run([]string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "300ms"}); code != exitFailure {
+		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("connect timeout of 300ms took %v", d)
+	}
+	if code := run([]string{"send", "x.pmcap"}); code != exitUsage {
+		t.Errorf("send without --to: exit status %d", code)
+	}
+}
