@@ -2,18 +2,22 @@
 // once and reuses for every scan.
 //
 // Values are layered, each layer overriding the one before: built-in
-// defaults, then the profile file (YAML), then the environment
-// (H5INGEST_SECTION_KEY, for example H5INGEST_DETECTOR_DISTANCE_M). Every key
-// has a default, unknown keys are errors, and every value is checked before a
-// scan starts; errors name the key and the file.
+// defaults, then the profile (a YAML file, or one of the profiles built into
+// the binary), then the environment (H5INGEST_SECTION_KEY, for example
+// H5INGEST_DETECTOR_DISTANCE_M), then command-line flags. Every key has a
+// default, unknown keys are errors, and every value is checked before a scan
+// starts; errors name the key, where its value came from and what is
+// allowed.
 package config
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
@@ -25,136 +29,244 @@ const EnvPrefix = "H5INGEST"
 
 // Profile is a beamline profile.
 type Profile struct {
-	Name        string   `mapstructure:"name"`        // short name, e.g. "cateretê-tomo"
-	Description string   `mapstructure:"description"` // one line for people
+	Name        string   `mapstructure:"name"`
+	Description string   `mapstructure:"description"`
 	Detector    Detector `mapstructure:"detector"`
+	Source      Source   `mapstructure:"source"`
+	Backend     string   `mapstructure:"backend"`
+	Output      Output   `mapstructure:"output"`
+	Plan        PlanKeys `mapstructure:"plan"`
 }
 
-// Detector holds what the profile says about the detector.
+// Detector is what the profile says about the detector.
 type Detector struct {
+	Model      string   `mapstructure:"model"`
+	Modules    []Module `mapstructure:"modules"`
+	ChipsX     int      `mapstructure:"chips_x"`
+	ChipsY     int      `mapstructure:"chips_y"`
+	ChipWidth  int      `mapstructure:"chip_width"`
+	ChipHeight int      `mapstructure:"chip_height"`
 	// ChipOrientation is each chip's rotation in the module image, 0 or 180
 	// degrees, in chip-major order; empty means every chip at 0.
-	ChipOrientation []int `mapstructure:"chip_orientation"`
-	// PixelSize is the pixel pitch in metres (55 µm for Medipix3RX).
-	PixelSize float64 `mapstructure:"pixel_size_m"`
-	// Distance is the sample-detector distance in metres.
-	Distance float64 `mapstructure:"distance_m"`
+	ChipOrientation []int   `mapstructure:"chip_orientation"`
+	PixelSize       float64 `mapstructure:"pixel_size_m"`
+	Distance        float64 `mapstructure:"distance_m"`
+	Energy          float64 `mapstructure:"energy_ev"`
+	Encoding        string  `mapstructure:"encoding"`
+	BitDepth        int     `mapstructure:"bit_depth"`
+	Coding          string  `mapstructure:"coding"`
 }
 
-// Default returns the built-in defaults: one Pi-mega module at 55 µm pitch.
-func Default() Profile {
-	return Profile{
-		Name:        "default",
-		Description: "one simulated Pi-mega module",
-		Detector: Detector{
-			ChipOrientation: []int{},
-			PixelSize:       55e-6,
-			Distance:        1.0,
-		},
-	}
+// Module places one module of a detector array: the pixel offset of its top
+// left corner in the array's image.
+type Module struct {
+	ID int `mapstructure:"id"`
+	X  int `mapstructure:"x"`
+	Y  int `mapstructure:"y"`
 }
 
-// Key describes one profile key, for validation and documentation.
-type Key struct {
-	Name string // dotted path, e.g. "detector.pixel_size_m"
-	Help string // what the key means, with its unit
+// Source is where frames come from in an acquisition.
+type Source struct {
+	Transport      string        `mapstructure:"transport"`
+	Provider       string        `mapstructure:"provider"`
+	Address        string        `mapstructure:"address"`
+	Port           int           `mapstructure:"port"`
+	Mode           string        `mapstructure:"mode"`
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	IdleTimeout    time.Duration `mapstructure:"idle_timeout"`
+	RingSlots      int           `mapstructure:"ring_slots"`
 }
 
-// Keys lists every profile key, in documentation order.
-var Keys = []Key{
-	{"name", "short name of the profile"},
-	{"description", "one line describing the profile for people"},
-	{"detector.chip_orientation", "rotation of each chip in the module image, 0 or 180 degrees, chip-major order; empty: all 0"},
-	{"detector.pixel_size_m", "pixel pitch in metres"},
-	{"detector.distance_m", "sample-detector distance in metres"},
+// Output is where and how scans are written.
+type Output struct {
+	Directory     string        `mapstructure:"directory"`
+	Template      string        `mapstructure:"template"`
+	Layout        string        `mapstructure:"layout"`
+	Compression   string        `mapstructure:"compression"`
+	Level         int           `mapstructure:"level"`
+	FlushInterval time.Duration `mapstructure:"flush_interval"`
+	Overwrite     bool          `mapstructure:"overwrite"`
 }
 
-// Load returns the profile in file path layered over the defaults, with the
-// environment on top. An empty path means the defaults and the environment
-// alone.
+// PlanKeys are a profile's scan plan defaults.
+type PlanKeys struct {
+	Darks       int     `mapstructure:"darks"`
+	Flats       int     `mapstructure:"flats"`
+	Projections int     `mapstructure:"projections"`
+	AngleStart  float64 `mapstructure:"angle_start"`
+	AngleEnd    float64 `mapstructure:"angle_end"`
+	// Sequence, when set, gives the frames' order and counts, for example
+	// "flats:20,darks:10,projections:1800,flats:20"; it replaces darks,
+	// flats and projections.
+	Sequence string `mapstructure:"sequence"`
+}
+
+// Source names of a value, as Sources reports them.
+const (
+	FromDefault = "default"
+)
+
+// Sources maps each key to where its value came from: FromDefault, "profile
+// NAME", "environment H5INGEST_...", or "flag --NAME".
+type Sources map[string]string
+
+// Layers are the layers above the built-in defaults.
+type Layers struct {
+	// Profile is a profile file's path or the name of a built-in profile;
+	// empty means none.
+	Profile string
+	// Flags are values given on the command line, by key, with the flag
+	// that gave each (for messages); they override everything else.
+	Flags map[string]FlagValue
+}
+
+// FlagValue is a key's value from a command-line flag.
+type FlagValue struct {
+	Flag  string // e.g. "--compression"
+	Value any
+}
+
+// Load returns the profile at path (a file, or a built-in profile's name)
+// layered over the defaults, with the environment on top. An empty path
+// means the defaults and the environment alone.
 func Load(path string) (Profile, error) {
-	v := viper.New()
-	if err := v.MergeConfigMap(toMap(Default())); err != nil {
-		return Profile{}, fmt.Errorf("built-in defaults: %w", err)
+	p, _, err := LoadLayers(Layers{Profile: path})
+	return p, err
+}
+
+// LoadLayers layers defaults, profile, environment and flags, checks the
+// result and returns it with where each value came from.
+func LoadLayers(l Layers) (Profile, Sources, error) {
+	values := flatten(toMap(Default()))
+	sources := Sources{}
+	for k := range values {
+		sources[k] = FromDefault
 	}
-	source := "built-in defaults"
-	if path != "" {
-		source = "profile " + path
-		f, err := os.Open(path)
+	where := "built-in defaults"
+	if l.Profile != "" {
+		text, name, err := readProfile(l.Profile)
 		if err != nil {
-			return Profile{}, fmt.Errorf("%s: %w", source, err)
+			return Profile{}, nil, err
 		}
-		defer f.Close()
-		file := viper.New()
-		file.SetConfigType("yaml")
-		if err := file.ReadConfig(f); err != nil {
-			return Profile{}, fmt.Errorf("%s: not valid YAML: %w", source, err)
+		where = "profile " + name
+		file, err := parseYAML(text)
+		if err != nil {
+			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", where, err)
 		}
-		if err := checkKeys(file.AllKeys()); err != nil {
-			return Profile{}, fmt.Errorf("%s: %w", source, err)
-		}
-		if err := v.MergeConfigMap(file.AllSettings()); err != nil {
-			return Profile{}, fmt.Errorf("%s: %w", source, err)
+		if err := mergeLayer(values, sources, file, where); err != nil {
+			return Profile{}, nil, fmt.Errorf("%s: %w", where, err)
 		}
 	}
-	if err := applyEnv(v); err != nil {
-		return Profile{}, err
+	if err := mergeEnv(values, sources); err != nil {
+		return Profile{}, nil, err
 	}
-	var p Profile
-	err := v.UnmarshalExact(&p, func(c *mapstructure.DecoderConfig) {
-		c.WeaklyTypedInput = false
-		c.DecodeHook = nil
-	})
+	for key, fv := range l.Flags {
+		if findKey(key) == nil {
+			return Profile{}, nil, fmt.Errorf("flag %s sets unknown key %q", fv.Flag, key)
+		}
+		values[key] = fv.Value
+		sources[key] = "flag " + fv.Flag
+	}
+	p, err := decode(values)
 	if err != nil {
-		return Profile{}, fmt.Errorf("%s: %w", source, typeError(err))
+		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
 	}
 	if err := p.Validate(); err != nil {
-		return Profile{}, fmt.Errorf("%s: %w", source, err)
+		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
 	}
-	return p, nil
+	return p, sources, nil
 }
 
-// checkKeys reports the first key that the schema does not know.
-func checkKeys(keys []string) error {
-	for _, k := range keys {
-		if !slices.ContainsFunc(Keys, func(key Key) bool { return key.Name == k }) {
-			return fmt.Errorf("unknown key %q (known keys: %s)", k, keyNames())
+// readProfile returns the text of a built-in profile or a file, and the name
+// to use in messages.
+func readProfile(ref string) ([]byte, string, error) {
+	if text, ok := BuiltinText(ref); ok {
+		return text, ref + " (built in)", nil
+	}
+	text, err := os.ReadFile(ref)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(ref, "/.") {
+			return nil, "", fmt.Errorf("profile %q: no such file, and no built-in profile of that name (built in: %s)",
+				ref, strings.Join(BuiltinNames(), ", "))
 		}
+		return nil, "", fmt.Errorf("profile %s: %w", ref, err)
+	}
+	return text, ref, nil
+}
+
+// parseYAML reads a YAML document into a flat map of dotted keys.
+func parseYAML(text []byte) (map[string]any, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(strings.NewReader(string(text))); err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	for _, k := range v.AllKeys() {
+		out[k] = v.Get(k)
+	}
+	return out, nil
+}
+
+// mergeLayer sets the layer's values over values, checking every key.
+func mergeLayer(values map[string]any, sources Sources, layer map[string]any, where string) error {
+	keys := make([]string, 0, len(layer))
+	for k := range layer {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if findKey(k) == nil {
+			return fmt.Errorf("unknown key %q%s", k, suggest(k))
+		}
+		values[k] = layer[k]
+		sources[k] = where
 	}
 	return nil
 }
 
-func keyNames() string {
-	names := make([]string, len(Keys))
-	for i, k := range Keys {
-		names[i] = k.Name
+// suggest names the known keys of the unknown key's section, or the
+// sections.
+func suggest(key string) string {
+	section, _, nested := strings.Cut(key, ".")
+	var same []string
+	for _, k := range Keys {
+		if s, _, ok := strings.Cut(k.Name, "."); nested && ok && s == section {
+			same = append(same, k.Name)
+		}
 	}
-	return strings.Join(names, ", ")
+	if len(same) > 0 {
+		return " (known keys in " + section + ": " + strings.Join(same, ", ") + ")"
+	}
+	return " (known sections and keys: name, description, backend, detector, source, output, plan)"
 }
 
-// applyEnv overrides keys from H5INGEST_SECTION_KEY variables. Values are
-// YAML scalars or flow sequences ("[0, 180, 0]").
-func applyEnv(v *viper.Viper) error {
+// mergeEnv applies H5INGEST_SECTION_KEY variables. Values are YAML scalars
+// or flow sequences ("[0, 180, 0]").
+func mergeEnv(values map[string]any, sources Sources) error {
 	for _, k := range Keys {
-		name := EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k.Name, ".", "_"))
+		name := EnvName(k.Name)
 		s, ok := os.LookupEnv(name)
 		if !ok {
 			continue
 		}
-		env := viper.New()
-		env.SetConfigType("yaml")
-		doc := nest(k.Name, s)
-		if err := env.ReadConfig(strings.NewReader(doc)); err != nil {
+		layer, err := parseYAML([]byte(nest(k.Name, s)))
+		if err != nil {
 			return fmt.Errorf("environment %s=%q: %w", name, s, err)
 		}
-		if err := v.MergeConfigMap(env.AllSettings()); err != nil {
-			return fmt.Errorf("environment %s: %w", name, err)
+		if err := mergeLayer(values, sources, layer, "environment "+name); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// nest returns a YAML document setting the dotted key to the scalar text s.
+// EnvName returns the environment variable that overrides key.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// nest returns a YAML document setting the dotted key to the text s.
 func nest(key, s string) string {
 	var b strings.Builder
 	parts := strings.Split(key, ".")
@@ -172,42 +284,114 @@ func nest(key, s string) string {
 	return b.String()
 }
 
-// typeError rewrites a decoding error so that it names the key and the
-// expected type in plain words.
-func typeError(err error) error {
-	var de *mapstructure.DecodeError
-	if errors.As(err, &de) {
-		return fmt.Errorf("key %s: %v", de.Name(), de.Unwrap())
-	}
-	return err
+// keyError is an error about one key's value.
+type keyError struct {
+	key string
+	msg string
 }
 
-// Validate reports the first value that is out of range.
-func (p *Profile) Validate() error {
-	d := p.Detector
-	for i, deg := range d.ChipOrientation {
-		if deg != 0 && deg != 180 {
-			return fmt.Errorf("key detector.chip_orientation[%d]: %d degrees, want 0 or 180", i, deg)
+func (e *keyError) Error() string { return "key " + e.key + ": " + e.msg }
+
+// errorSource names where the value behind err came from.
+func errorSource(err error, sources Sources, fallback string) string {
+	var ke *keyError
+	if errors.As(err, &ke) {
+		base, _, _ := strings.Cut(ke.key, "[")
+		// A value left at its default is wrong only with the keys the
+		// upper layers set: name the uppermost layer then.
+		if s, ok := sources[base]; ok && s != FromDefault {
+			return s
 		}
 	}
-	if !(d.PixelSize > 0 && d.PixelSize < 1e-2) {
-		return fmt.Errorf("key detector.pixel_size_m: %g, want a pitch in metres above 0 and below 0.01", d.PixelSize)
-	}
-	if !(d.Distance >= 0 && d.Distance < 1000) {
-		return fmt.Errorf("key detector.distance_m: %g, want metres from 0 to 1000", d.Distance)
-	}
-	return nil
+	return fallback
 }
 
-// toMap turns a profile into the nested map viper merges.
-func toMap(p Profile) map[string]any {
-	return map[string]any{
-		"name":        p.Name,
-		"description": p.Description,
-		"detector": map[string]any{
-			"chip_orientation": p.Detector.ChipOrientation,
-			"pixel_size_m":     p.Detector.PixelSize,
-			"distance_m":       p.Detector.Distance,
-		},
+// decode turns the flat values into a Profile, strictly: values must have
+// the key's type, and list entries may hold only known fields.
+func decode(values map[string]any) (Profile, error) {
+	var p Profile
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:      &p,
+		ErrorUnused: true,
+		DecodeHook:  mapstructure.StringToTimeDurationHookFunc(),
+	})
+	if err != nil {
+		return p, err
 	}
+	if err := dec.Decode(unflatten(values)); err != nil {
+		var de *mapstructure.DecodeError
+		if errors.As(err, &de) {
+			return p, &keyError{key: de.Name(), msg: de.Unwrap().Error()}
+		}
+		return p, err
+	}
+	return p, nil
+}
+
+// flatten turns a nested map into dotted keys; lists are values.
+func flatten(m map[string]any) map[string]any {
+	out := map[string]any{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			out[prefix+k] = v
+		}
+	}
+	walk("", m)
+	return out
+}
+
+// unflatten turns dotted keys back into a nested map.
+func unflatten(values map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range values {
+		m := out
+		parts := strings.Split(k, ".")
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := m[p].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				m[p] = sub
+			}
+			m = sub
+		}
+		m[parts[len(parts)-1]] = v
+	}
+	return out
+}
+
+// toMap turns a profile into a nested map with the profile's keys, through
+// the same field tags that decode reads.
+func toMap(p Profile) map[string]any {
+	return structMap(reflect.ValueOf(p))
+}
+
+func structMap(v reflect.Value) map[string]any {
+	out := map[string]any{}
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("mapstructure")
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Struct:
+			out[tag] = structMap(f)
+		case reflect.Slice:
+			if f.Type().Elem().Kind() == reflect.Struct {
+				list := make([]any, f.Len())
+				for j := range f.Len() {
+					list[j] = structMap(f.Index(j))
+				}
+				out[tag] = list
+			} else {
+				out[tag] = f.Interface()
+			}
+		default:
+			out[tag] = f.Interface()
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeProfile(t *testing.T, text string) string {
@@ -18,12 +19,18 @@ func writeProfile(t *testing.T, text string) string {
 }
 
 func TestDefaults(t *testing.T) {
-	p, err := Load("")
+	p, sources, err := LoadLayers(Layers{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name != "default" || p.Detector.PixelSize != 55e-6 || len(p.Detector.ChipOrientation) != 0 {
+	if p.Name != "default" || p.Detector.PixelSize != 55e-6 || len(p.Detector.ChipOrientation) != 0 ||
+		p.Output.Compression != "bslz4" || p.Source.IdleTimeout != 10*time.Second || len(p.Detector.Modules) != 1 {
 		t.Errorf("defaults = %+v", p)
+	}
+	for _, k := range Keys {
+		if sources[k.Name] != FromDefault {
+			t.Errorf("source of %s = %q, want default", k.Name, sources[k.Name])
+		}
 	}
 }
 
@@ -32,37 +39,56 @@ func TestLayering(t *testing.T) {
 name: tomo-b
 description: tomography at beamline B
 detector:
+  chips_x: 2
+  chips_y: 2
   chip_orientation: [0, 180, 0, 180]
   distance_m: 0.35
+output:
+  compression: lz4
+  flush_interval: 250ms
 `)
 	tests := []struct {
 		name     string
 		env      map[string]string
+		flags    map[string]FlagValue
 		distance float64
 		orient   []int
 		title    string
+		codec    string
+		sources  map[string]string
 	}{
-		{"file over defaults", nil, 0.35, []int{0, 180, 0, 180}, "tomo-b"},
+		{"file over defaults", nil, nil, 0.35, []int{0, 180, 0, 180}, "tomo-b", "lz4",
+			map[string]string{"detector.distance_m": "profile " + path, "detector.pixel_size_m": FromDefault}},
 		{"environment over file", map[string]string{
-			"H5INGEST_DETECTOR_DISTANCE_M":      "2.5",
+			"H5INGEST_DETECTOR_DISTANCE_M":       "2.5",
 			"H5INGEST_DETECTOR_CHIP_ORIENTATION": "[180, 180, 0, 0]",
 			"H5INGEST_NAME":                      "override",
-		}, 2.5, []int{180, 180, 0, 0}, "override"},
+		}, nil, 2.5, []int{180, 180, 0, 0}, "override", "lz4",
+			map[string]string{"detector.distance_m": "environment H5INGEST_DETECTOR_DISTANCE_M"}},
+		{"flags over environment", map[string]string{"H5INGEST_OUTPUT_COMPRESSION": "deflate"},
+			map[string]FlagValue{"output.compression": {"--compression", "none"}}, 0.35, []int{0, 180, 0, 180}, "tomo-b", "none",
+			map[string]string{"output.compression": "flag --compression"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			p, err := Load(path)
+			p, sources, err := LoadLayers(Layers{Profile: path, Flags: tt.flags})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Detector.Distance != tt.distance || !slices.Equal(p.Detector.ChipOrientation, tt.orient) || p.Name != tt.title {
+			if p.Detector.Distance != tt.distance || !slices.Equal(p.Detector.ChipOrientation, tt.orient) ||
+				p.Name != tt.title || p.Output.Compression != tt.codec {
 				t.Errorf("got %+v", p)
 			}
-			if p.Detector.PixelSize != 55e-6 {
-				t.Errorf("pixel size %g, want the default 55e-6", p.Detector.PixelSize)
+			if p.Detector.PixelSize != 55e-6 || p.Output.FlushInterval != 250*time.Millisecond {
+				t.Errorf("pixel size %g, flush %v", p.Detector.PixelSize, p.Output.FlushInterval)
+			}
+			for k, want := range tt.sources {
+				if sources[k] != want {
+					t.Errorf("source of %s = %q, want %q", k, sources[k], want)
+				}
 			}
 		})
 	}
@@ -72,18 +98,41 @@ func TestErrors(t *testing.T) {
 	tests := []struct {
 		name, text string
 		env        map[string]string
-		want       string // substring of the error, after the file name
+		flags      map[string]FlagValue
+		from       string // where the error says the value came from; "" means the profile file
+		want       string
 	}{
-		{"unknown key", "detector:\n  pixel_sise_m: 1e-4\n", nil,
-			`unknown key "detector.pixel_sise_m" (known keys: name, description, detector.chip_orientation, detector.pixel_size_m, detector.distance_m)`},
-		{"unknown section", "writer:\n  x: 1\n", nil, `unknown key "writer.x"`},
-		{"wrong type", "detector:\n  distance_m: far\n", nil, "key detector.distance_m: "},
-		{"wrong list type", "detector:\n  chip_orientation: flipped\n", nil, "key detector.chip_orientation"},
-		{"orientation", "detector:\n  chip_orientation: [0, 90]\n", nil, "key detector.chip_orientation[1]: 90 degrees, want 0 or 180"},
-		{"pixel size", "detector:\n  pixel_size_m: 0\n", nil, "key detector.pixel_size_m: 0, want a pitch in metres above 0 and below 0.01"},
-		{"distance", "detector:\n  distance_m: -1\n", nil, "key detector.distance_m: -1, want metres from 0 to 1000"},
-		{"not yaml", "detector: [unclosed\n", nil, "not valid YAML"},
-		{"bad environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE_M": "near"}, "key detector.distance_m: "},
+		{"unknown key", "detector:\n  pixel_sise_m: 1e-4\n", nil, nil, "",
+			`unknown key "detector.pixel_sise_m" (known keys in detector: detector.model, detector.modules,`},
+		{"unknown section", "writer:\n  x: 1\n", nil, nil, "", `unknown key "writer.x" (known sections and keys: name, description, backend, detector, source, output, plan)`},
+		{"wrong type", "detector:\n  distance_m: far\n", nil, nil, "", "key detector.distance_m: "},
+		{"wrong list type", "detector:\n  chip_orientation: flipped\n", nil, nil, "", "key detector.chip_orientation"},
+		{"unknown module field", "detector:\n  modules: [{id: 0, xx: 4}]\n", nil, nil, "", "key detector.modules[0]: "},
+		{"orientation", "detector:\n  chips_x: 2\n  chips_y: 1\n  chip_orientation: [0, 90]\n", nil, nil, "",
+			"key detector.chip_orientation[1]: 90 degrees, want 0 or 180"},
+		{"orientation count", "detector:\n  chip_orientation: [0, 180]\n", nil, nil, "",
+			"key detector.chip_orientation: 2 chips listed, the module has 36 (chips_x x chips_y)"},
+		{"pixel size", "detector:\n  pixel_size_m: 0\n", nil, nil, "", "key detector.pixel_size_m: 0, want a pitch in metres above 0 and below 0.01"},
+		{"distance", "detector:\n  distance_m: -1\n", nil, nil, "", "key detector.distance_m: -1, want metres from 0 to 1000"},
+		{"encoding", "detector:\n  encoding: gray\n", nil, nil, "", `key detector.encoding: unknown encoding "gray"`},
+		{"depth", "detector:\n  bit_depth: 16\n", nil, nil, "", "key detector.bit_depth: bitplane bit depth 16: want 1, 6, 12 or 24"},
+		{"duplicate module", "detector:\n  modules: [{id: 1}, {id: 1, x: 1536}]\n", nil, nil, "", "key detector.modules[1]: id 1 listed twice"},
+		{"port", "source:\n  port: 70000\n", nil, nil, "", "key source.port: 70000, want 1 to 65535"},
+		{"timeout", "source:\n  idle_timeout: 0s\n", nil, nil, "", "key source.idle_timeout: 0s, want a duration above 0"},
+		{"timeout text", "source:\n  idle_timeout: soon\n", nil, nil, "", "key source.idle_timeout: "},
+		{"mode", "source:\n  mode: push\n", nil, nil, "", `key source.mode: "push", want one of write, send`},
+		{"backend", "backend: fpga\n", nil, nil, "", `key backend: "fpga", want one of auto, cpu, cuda`},
+		{"layout", "output:\n  layout: nexus\n", nil, nil, "", `key output.layout: "nexus", want one of nxtomo, cxi`},
+		{"compression", "output:\n  compression: zip\n", nil, nil, "", `key output.compression: "zip", want one of bslz4, bszstd, lz4, deflate, none`},
+		{"template", "output:\n  template: scan.nxs\n", nil, nil, "", `key output.template: "scan.nxs", want a file name ending in .h5, without /`},
+		{"deflate level", "output:\n  compression: deflate\n  level: 12\n", nil, nil, "", "key output.level: 12 with deflate, want 0 (default) to 9"},
+		{"plan", "plan:\n  darks: 3\n", nil, nil, "", "key plan.projections: 0 with darks or flats, want the projections too"},
+		{"sequence", "plan:\n  sequence: \"darks:3,whites:4\"\n", nil, nil, "", `key plan.sequence: "whites:4": want kind:count`},
+		{"not yaml", "detector: [unclosed\n", nil, nil, "", "not valid YAML"},
+		{"bad environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE_M": "near"}, nil,
+			"environment H5INGEST_DETECTOR_DISTANCE_M", "key detector.distance_m: "},
+		{"bad flag", "name: x\n", nil, map[string]FlagValue{"output.layout": {"--layout", "nexus"}},
+			"flag --layout", `key output.layout: "nexus", want one of nxtomo, cxi`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,34 +140,79 @@ func TestErrors(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			path := writeProfile(t, tt.text)
-			_, err := Load(path)
+			_, _, err := LoadLayers(Layers{Profile: path, Flags: tt.flags})
 			if err == nil {
 				t.Fatal("loaded")
 			}
-			if !strings.HasPrefix(err.Error(), "profile "+path+": ") || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q\nwant it to name %s and contain %q", err, path, tt.want)
+			from := tt.from
+			if from == "" {
+				from = "profile " + path
+			}
+			if !strings.HasPrefix(err.Error(), from+": ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q\nwant it to start with %q and contain %q", err, from, tt.want)
 			}
 		})
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
+	if _, err := Load("pimega-9000"); err == nil || !strings.Contains(err.Error(), "no built-in profile of that name (built in: default, pimega-135d-cdi") {
+		t.Errorf("unknown built-in: %v", err)
+	}
+}
+
+func TestBuiltinProfiles(t *testing.T) {
+	names := BuiltinNames()
+	for _, want := range []string{"default", "pimega-135d-tomo", "pimega-135d-cdi", "pimega-540d"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("built-in profiles %v lack %s", names, want)
+		}
+	}
+	for _, name := range names {
+		p, sources, err := LoadLayers(Layers{Profile: name})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if p.Name != name || sources["name"] != "profile "+name+" (built in)" {
+			t.Errorf("%s: name %q from %q", name, p.Name, sources["name"])
+		}
+	}
+	p, err := Load("pimega-540d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Detector.ModuleIDs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("540D modules %v", got)
+	}
+	plan, err := p.Plan.Plan()
+	if err != nil || plan.Frames() != 2040 {
+		t.Errorf("540D plan %v, %v", plan, err)
+	}
+	tomo, err := Load("pimega-135d-tomo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err = tomo.Plan.Plan()
+	if err != nil || plan.String() != "20 darks, 20 flats, 2000 projections, 20 flats over 0..180 degrees" {
+		t.Errorf("135D tomography plan %v, %v", plan, err)
+	}
+}
+
+func TestFileName(t *testing.T) {
+	o := Output{Directory: "/data/b", Template: "{scan}_{date}_m{module}.h5"}
+	got := o.FileName("s042", 3, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	if want := "/data/b/s042_20261122_m3.h5"; got != want {
+		t.Errorf("FileName = %q, want %q", got, want)
+	}
 }
 
 func TestKeysCoverProfile(t *testing.T) {
 	// Every key of the built-in defaults is documented in Keys, and back.
 	var flat []string
-	var walk func(prefix string, m map[string]any)
-	walk = func(prefix string, m map[string]any) {
-		for k, v := range m {
-			if sub, ok := v.(map[string]any); ok {
-				walk(prefix+k+".", sub)
-				continue
-			}
-			flat = append(flat, prefix+k)
-		}
+	for k := range flatten(toMap(Default())) {
+		flat = append(flat, k)
 	}
-	walk("", toMap(Default()))
 	slices.Sort(flat)
 	var names []string
 	for _, k := range Keys {
@@ -126,6 +220,19 @@ func TestKeysCoverProfile(t *testing.T) {
 	}
 	slices.Sort(names)
 	if !slices.Equal(flat, names) {
-		t.Errorf("defaults have keys %v, Keys documents %v", flat, names)
+		t.Errorf("defaults have keys %v,\nKeys documents %v", flat, names)
+	}
+}
+
+// TestDocsListEveryKey keeps docs/profiles.md in step with the schema.
+func TestDocsListEveryKey(t *testing.T) {
+	doc, err := os.ReadFile("../docs/profiles.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys {
+		if !strings.Contains(string(doc), "| `"+k.Name+"` |") {
+			t.Errorf("docs/profiles.md has no row for %s", k.Name)
+		}
 	}
 }

@@ -1,0 +1,348 @@
+package config
+
+import (
+	"embed"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"h5ingest/ingest/frame"
+)
+
+// Default returns the built-in defaults: one Pi-mega module, 24-bit LFSR
+// bitplane frames, received over libfabric's tcp provider, written as
+// bitshuffle-LZ4 NXtomo files.
+func Default() Profile {
+	return Profile{
+		Name:        "default",
+		Description: "one simulated Pi-mega module",
+		Detector: Detector{
+			Model:           "pimega-135d",
+			Modules:         []Module{{ID: 0, X: 0, Y: 0}},
+			ChipsX:          6,
+			ChipsY:          6,
+			ChipWidth:       256,
+			ChipHeight:      256,
+			ChipOrientation: []int{},
+			PixelSize:       55e-6,
+			Distance:        1.0,
+			Energy:          10000,
+			Encoding:        "bitplane",
+			BitDepth:        24,
+			Coding:          "lfsr",
+		},
+		Source: Source{
+			Transport:      "fabric",
+			Provider:       "tcp",
+			Address:        "127.0.0.1",
+			Port:           7100,
+			Mode:           "write",
+			ConnectTimeout: time.Minute,
+			IdleTimeout:    10 * time.Second,
+			RingSlots:      32,
+		},
+		Backend: "auto",
+		Output: Output{
+			Directory:     ".",
+			Template:      "{scan}.h5",
+			Layout:        "nxtomo",
+			Compression:   "bslz4",
+			Level:         0,
+			FlushInterval: time.Second,
+			Overwrite:     false,
+		},
+		Plan: PlanKeys{AngleStart: 0, AngleEnd: 180},
+	}
+}
+
+// Key documents one profile key.
+type Key struct {
+	Name string // dotted path, e.g. "detector.pixel_size_m"
+	Help string // what the key means, with its unit and allowed values
+}
+
+// Keys lists every profile key, in documentation order.
+var Keys = []Key{
+	{"name", "short name of the profile"},
+	{"description", "one line describing the profile for people"},
+	{"detector.model", "detector model, for people and the file's metadata"},
+	{"detector.modules", "modules of the array: a list of {id, x, y}, the pixel offset of each module's top left corner in the array image"},
+	{"detector.chips_x", "chips per module row, 1 to 255"},
+	{"detector.chips_y", "chips per module column, 1 to 255"},
+	{"detector.chip_width", "pixels per chip row, 1 to 65535 (a multiple of 8 for bitplane frames)"},
+	{"detector.chip_height", "pixels per chip column, 1 to 65535"},
+	{"detector.chip_orientation", "rotation of each chip in the module image, 0 or 180 degrees, chip order (top chip row first, left to right); empty: all 0"},
+	{"detector.pixel_size_m", "pixel pitch, metres"},
+	{"detector.distance_m", "sample-detector distance, metres"},
+	{"detector.energy_ev", "photon energy, eV"},
+	{"detector.encoding", "payload encoding the detector sends: bitplane, packed12, packed24, u16le or u32le"},
+	{"detector.bit_depth", "counter bits: 1, 6, 12 or 24 for bitplane; 12 packed12, 24 packed24, 16 u16le, 32 u32le"},
+	{"detector.coding", "counter coding: binary or lfsr (bitplane only)"},
+	{"source.transport", "how frames arrive: fabric (libfabric connected endpoints)"},
+	{"source.provider", "libfabric provider: verbs on RoCE or InfiniBand, tcp elsewhere"},
+	{"source.address", "address the receiver listens on"},
+	{"source.port", "first port the receiver listens on, 1 to 65535"},
+	{"source.mode", "how a sender delivers frames: write (one-sided RDMA writes into the receiver's ring) or send (two-sided)"},
+	{"source.connect_timeout", "how long to wait for the detector to connect, e.g. 60s"},
+	{"source.idle_timeout", "silence mid-scan after which the scan ends, e.g. 10s"},
+	{"source.ring_slots", "frame slots in the receiver's registered ring, 2 or more"},
+	{"backend", "decode backend: auto, cpu or cuda"},
+	{"output.directory", "directory the scan files go to"},
+	{"output.template", "file name of a scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id; ends in .h5"},
+	{"output.layout", "file layout: nxtomo or cxi"},
+	{"output.compression", "chunk compression: bslz4, bszstd, lz4, deflate or none"},
+	{"output.level", "compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default"},
+	{"output.flush_interval", "how often readers following the file see new frames, e.g. 1s"},
+	{"output.overwrite", "replace an existing file of the same name: true or false"},
+	{"plan.darks", "dark fields at the start of a scan"},
+	{"plan.flats", "flat fields after the darks"},
+	{"plan.projections", "projections after the flats; 0 with no darks or flats: every frame is a projection"},
+	{"plan.angle_start", "rotation angle of the first projection, degrees"},
+	{"plan.angle_end", "rotation angle the projections stop short of, degrees"},
+	{"plan.sequence", `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"; replaces darks, flats and projections`},
+}
+
+// findKey returns the key named name, or nil.
+func findKey(name string) *Key {
+	for i := range Keys {
+		if Keys[i].Name == name {
+			return &Keys[i]
+		}
+	}
+	return nil
+}
+
+// Allowed values of the keys that take names.
+var (
+	backends     = []string{"auto", "cpu", "cuda"}
+	layouts      = []string{"nxtomo", "cxi"}
+	compressions = []string{"bslz4", "bszstd", "lz4", "deflate", "none"}
+	transports   = []string{"fabric"}
+	modes        = []string{"write", "send"}
+)
+
+// Validate reports the first value that is out of range, as an error naming
+// the key and what is allowed.
+func (p *Profile) Validate() error {
+	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return oneOf("backend", p.Backend, backends)
+}
+
+func bad(key, format string, args ...any) error {
+	return &keyError{key: key, msg: fmt.Sprintf(format, args...)}
+}
+
+func oneOf(key, v string, allowed []string) error {
+	if !slices.Contains(allowed, v) {
+		return bad(key, "%q, want one of %s", v, strings.Join(allowed, ", "))
+	}
+	return nil
+}
+
+func (p *Profile) validateDetector() error {
+	d := &p.Detector
+	f, err := d.Format()
+	if err != nil {
+		return err
+	}
+	for i, deg := range d.ChipOrientation {
+		if deg != 0 && deg != 180 {
+			return bad(fmt.Sprintf("detector.chip_orientation[%d]", i), "%d degrees, want 0 or 180", deg)
+		}
+	}
+	if n := len(d.ChipOrientation); n != 0 && n != f.Chips() {
+		return bad("detector.chip_orientation", "%d chips listed, the module has %d (chips_x x chips_y)", n, f.Chips())
+	}
+	if len(d.Modules) == 0 {
+		return bad("detector.modules", "no modules, want at least one {id, x, y}")
+	}
+	seen := map[int]bool{}
+	for i, m := range d.Modules {
+		key := fmt.Sprintf("detector.modules[%d]", i)
+		switch {
+		case m.ID < 0 || m.ID > 65535:
+			return bad(key, "id %d, want 0 to 65535", m.ID)
+		case seen[m.ID]:
+			return bad(key, "id %d listed twice", m.ID)
+		case m.X < 0 || m.Y < 0:
+			return bad(key, "offset (%d, %d), want pixels from the array's top left corner, 0 or more", m.X, m.Y)
+		}
+		seen[m.ID] = true
+	}
+	switch {
+	case !(d.PixelSize > 0 && d.PixelSize < 1e-2):
+		return bad("detector.pixel_size_m", "%g, want a pitch in metres above 0 and below 0.01", d.PixelSize)
+	case !(d.Distance >= 0 && d.Distance < 1000):
+		return bad("detector.distance_m", "%g, want metres from 0 to 1000", d.Distance)
+	case !(d.Energy > 0 && d.Energy < 1e7):
+		return bad("detector.energy_ev", "%g, want eV above 0 and below 1e7", d.Energy)
+	}
+	return nil
+}
+
+// Format returns the frame format the detector is set to send.
+func (d *Detector) Format() (frame.Format, error) {
+	enc, err := frame.ParseEncoding(d.Encoding)
+	if err != nil {
+		return frame.Format{}, bad("detector.encoding", "%v", err)
+	}
+	coding, err := frame.ParseCoding(d.Coding)
+	if err != nil {
+		return frame.Format{}, bad("detector.coding", "%v", err)
+	}
+	f := frame.Format{
+		Geometry: frame.Geometry{ChipsX: d.ChipsX, ChipsY: d.ChipsY, ChipWidth: d.ChipWidth, ChipHeight: d.ChipHeight},
+		Encoding: enc, BitDepth: d.BitDepth, Coding: coding,
+	}
+	if err := f.Geometry.Validate(); err != nil {
+		return frame.Format{}, bad("detector.chips_x", "%v (with chips_y, chip_width, chip_height)", err)
+	}
+	if err := f.Validate(); err != nil {
+		return frame.Format{}, bad("detector.bit_depth", "%v (with encoding, coding and chip_width)", err)
+	}
+	return f, nil
+}
+
+// Orientation returns the chips' orientation, nil where every chip is at 0.
+func (d *Detector) Orientation() frame.Orientation {
+	if len(d.ChipOrientation) == 0 {
+		return nil
+	}
+	return frame.Orientation(d.ChipOrientation)
+}
+
+// ModuleIDs returns the ids of the detector's modules, in profile order.
+func (d *Detector) ModuleIDs() []int {
+	ids := make([]int, len(d.Modules))
+	for i, m := range d.Modules {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+func (p *Profile) validateSource() error {
+	s := &p.Source
+	if err := oneOf("source.transport", s.Transport, transports); err != nil {
+		return err
+	}
+	if err := oneOf("source.mode", s.Mode, modes); err != nil {
+		return err
+	}
+	switch {
+	case s.Provider == "":
+		return bad("source.provider", "empty, want a libfabric provider such as verbs or tcp")
+	case s.Address == "":
+		return bad("source.address", "empty, want an address to listen on")
+	case s.Port < 1 || s.Port > 65535:
+		return bad("source.port", "%d, want 1 to 65535", s.Port)
+	case s.ConnectTimeout <= 0:
+		return bad("source.connect_timeout", "%v, want a duration above 0 such as 60s", s.ConnectTimeout)
+	case s.IdleTimeout <= 0:
+		return bad("source.idle_timeout", "%v, want a duration above 0 such as 10s", s.IdleTimeout)
+	case s.RingSlots < 2 || s.RingSlots > 4096:
+		return bad("source.ring_slots", "%d, want 2 to 4096", s.RingSlots)
+	}
+	return nil
+}
+
+func (p *Profile) validateOutput() error {
+	o := &p.Output
+	if err := oneOf("output.layout", o.Layout, layouts); err != nil {
+		return err
+	}
+	if err := oneOf("output.compression", o.Compression, compressions); err != nil {
+		return err
+	}
+	switch {
+	case o.Directory == "":
+		return bad("output.directory", "empty, want a directory (. for the current one)")
+	case !strings.HasSuffix(o.Template, ".h5") || strings.Contains(o.Template, "/"):
+		return bad("output.template", "%q, want a file name ending in .h5, without /", o.Template)
+	case o.Level < 0 || o.Level > 22:
+		return bad("output.level", "%d, want 0 (default) to 22", o.Level)
+	case o.Compression == "deflate" && o.Level > 9:
+		return bad("output.level", "%d with deflate, want 0 (default) to 9", o.Level)
+	case o.FlushInterval <= 0:
+		return bad("output.flush_interval", "%v, want a duration above 0 such as 1s", o.FlushInterval)
+	}
+	return nil
+}
+
+func (p *Profile) validatePlan() error {
+	_, err := p.Plan.Plan()
+	return err
+}
+
+// Plan returns the scan plan the keys give: the sequence where one is set,
+// else darks, flats and projections in that order.
+func (k PlanKeys) Plan() (Plan, error) {
+	for _, c := range []struct {
+		key string
+		n   int
+	}{{"plan.darks", k.Darks}, {"plan.flats", k.Flats}, {"plan.projections", k.Projections}} {
+		if c.n < 0 {
+			return Plan{}, bad(c.key, "%d, want 0 or more frames", c.n)
+		}
+	}
+	if k.Sequence == "" {
+		if (k.Darks > 0 || k.Flats > 0) && k.Projections == 0 {
+			return Plan{}, bad("plan.projections", "0 with darks or flats, want the projections too")
+		}
+		return TomoPlan(k.Darks, k.Flats, k.Projections, k.AngleStart, k.AngleEnd), nil
+	}
+	steps, err := ParseSequence(k.Sequence)
+	if err != nil {
+		return Plan{}, bad("plan.sequence", "%v", err)
+	}
+	return Plan{Steps: steps, AngleStart: k.AngleStart, AngleEnd: k.AngleEnd}, nil
+}
+
+// ParseSequence reads a plan sequence such as "flats:20,projections:1800".
+func ParseSequence(s string) ([]Step, error) {
+	kinds := map[string]int8{"darks": DarkField, "flats": FlatField, "projections": Projection}
+	var steps []Step
+	for _, part := range strings.Split(s, ",") {
+		kind, count, ok := strings.Cut(strings.TrimSpace(part), ":")
+		key, known := kinds[kind]
+		var n int
+		if _, err := fmt.Sscanf(count, "%d", &n); !ok || !known || err != nil || n < 0 || fmt.Sprint(n) != count {
+			return nil, fmt.Errorf("%q: want kind:count with kind darks, flats or projections and a count of 0 or more", part)
+		}
+		steps = append(steps, Step{Key: key, Count: n})
+	}
+	return steps, nil
+}
+
+// FileName returns the output file name for a scan from the template.
+func (o *Output) FileName(scan string, module int, now time.Time) string {
+	r := strings.NewReplacer("{scan}", scan, "{date}", now.Format("20060102"), "{module}", fmt.Sprint(module))
+	return path.Join(o.Directory, r.Replace(o.Template))
+}
+
+//go:embed profiles/*.yaml
+var builtins embed.FS
+
+// BuiltinNames returns the names of the profiles built into the binary.
+func BuiltinNames() []string {
+	entries, _ := builtins.ReadDir("profiles")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	return names
+}
+
+// BuiltinText returns the YAML text of the built-in profile name.
+func BuiltinText(name string) ([]byte, bool) {
+	if strings.ContainsAny(name, "/.") {
+		return nil, false
+	}
+	text, err := builtins.ReadFile("profiles/" + name + ".yaml")
+	return text, err == nil
+}
