@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/config"
+)
+
+func newProfilesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "profiles",
+		Short: "List, show and check beamline profiles",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "list",
+			Short: "List the profiles built into h5ingest",
+			Args:  usageArgs(cobra.NoArgs),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return listProfiles(cmd.OutOrStdout())
+			},
+		},
+		&cobra.Command{
+			Use:   "show NAME|FILE",
+			Short: "Print a profile merged over the defaults and the environment, with where each value came from",
+			Args:  usageArgs(cobra.ExactArgs(1)),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return showProfile(cmd.OutOrStdout(), args[0])
+			},
+		},
+		&cobra.Command{
+			Use:   "check FILE",
+			Short: "Check a profile without running a scan",
+			Args:  usageArgs(cobra.ExactArgs(1)),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if _, err := config.Load(args[0]); err != nil {
+					return usageError(err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
+				return nil
+			},
+		},
+	)
+	return cmd
+}
+
+func listProfiles(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, name := range config.BuiltinNames() {
+		p, err := config.Load(name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\t%s\n", name, p.Description)
+	}
+	return w.Flush()
+}
+
+// showProfile prints every key's merged value and its layer.
+func showProfile(out io.Writer, ref string) error {
+	p, sources, err := config.LoadLayers(config.Layers{Profile: ref})
+	if err != nil {
+		return usageError(err)
+	}
+	values := keyValues(p)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, k := range config.Keys {
+		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Name, values[k.Name], sources[k.Name])
+	}
+	return w.Flush()
+}
+
+// keyValues renders each key of p as text, following the mapstructure tags
+// that the keys are named by.
+func keyValues(p config.Profile) map[string]string {
+	out := map[string]string{}
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name := prefix + t.Field(i).Tag.Get("mapstructure")
+			f := v.Field(i)
+			if f.Kind() == reflect.Struct && f.Type().String() != "time.Duration" {
+				walk(name+".", f)
+				continue
+			}
+			out[name] = render(f.Interface())
+		}
+	}
+	walk("", reflect.ValueOf(p))
+	return out
+}
+
+func render(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case []config.Module:
+		parts := make([]string, len(x))
+		for i, m := range x {
+			parts[i] = fmt.Sprintf("{id: %d, x: %d, y: %d}", m.ID, m.X, m.Y)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case []int:
+		return strings.ReplaceAll(fmt.Sprint(x), " ", ", ")
+	}
+	return fmt.Sprint(v)
+}
