@@ -64,6 +64,7 @@ func newRootCmd() *cobra.Command {
 		newReplayCmd(),
 		newVerifyCmd(),
 		newInspectCmd(),
+		newProfilesCmd(),
 		newSendCmd(), newAcquireCmd(),
 	)
 	return root
