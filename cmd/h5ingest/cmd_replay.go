@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -77,6 +78,7 @@ func (s *scanFlags) plan() (config.Plan, error) {
 func newReplayCmd() *cobra.Command {
 	var s scanFlags
 	var fps float64
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "replay CAPTURE -o OUT.h5",
 		Short: "Turn a capture file into an HDF5 file, through the acquisition pipeline",
@@ -85,12 +87,37 @@ func newReplayCmd() *cobra.Command {
 			if fps < 0 {
 				return usageError(fmt.Errorf("--fps %g: want a rate above 0, or 0 for as fast as possible", fps))
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return replay(cmd.Context(), args[0], &s, fps)
 		},
 	}
 	s.register(cmd.Flags())
 	cmd.Flags().Float64Var(&fps, "fps", 0, "replay at this many frames per second, as a detector would send them (0: as fast as possible)")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the replay to this file (read it with go tool pprof)")
 	return cmd
+}
+
+// startCPUProfile starts writing a CPU profile to path and returns the
+// function that stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {

@@ -65,6 +65,7 @@ func newRootCmd() *cobra.Command {
 		newVerifyCmd(),
 		newInspectCmd(),
 		newProfilesCmd(),
+		newBenchCmd(),
 		newSendCmd(), newAcquireCmd(),
 	)
 	return root

@@ -60,8 +60,8 @@ func Split(n, blockElems int) (full, partial, rest int) {
 func ShuffleBlock(dst, src []byte, elemSize int) {
 	n := checkBlock(dst, src, elemSize)
 	dst = dst[:len(src)]
-	done := 0
-	if f, ok := wordFuncsFor(elemSize); ok {
+	done := shuffleFast(dst, src, elemSize, n)
+	if f, ok := wordFuncsFor(elemSize); ok && done == 0 {
 		done = n &^ 63
 		f.shuffle(dst, src, n/8, done/64)
 	}
