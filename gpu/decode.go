@@ -88,6 +88,14 @@ func bitplane24(dst, row []byte, lfsr, rotated bool) {
 	}
 }
 
+// lfsr24 turns 24-bit LFSR codes into counts, in place: the counter is two
+// 12-bit LFSRs, high and low.
+func lfsr24(codes []uint32) {
+	for i, c := range codes {
+		codes[i] = uint32(lfsr12[c>>12&0xFFF])<<12 | uint32(lfsr12[c&0xFFF])
+	}
+}
+
 // bitplane12 decodes 12 planes into uint16 pixels.
 func bitplane12(dst, row []byte, lfsr, rotated bool) {
 	s := len(row) / 12

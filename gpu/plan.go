@@ -187,7 +187,9 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 		row := chip[r*rowBytes : (r+1)*rowBytes]
 		switch f.BitDepth {
 		case 24:
-			bitplane24(dst, row, lfsr, rotated)
+			if !bitplane24Fast(dst, row, lfsr, rotated, counts) {
+				bitplane24(dst, row, lfsr, rotated)
+			}
 		case 12:
 			bitplane12(dst, row, lfsr, rotated)
 		case 6:

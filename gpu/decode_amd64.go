@@ -1,0 +1,51 @@
+package gpu
+
+import (
+	"unsafe"
+
+	cpuid "golang.org/x/sys/cpu"
+)
+
+// useAVX2 says whether the AVX2 bitplane gather runs; it is set once from
+// the CPU's features (and by tests, to cross-check).
+var useAVX2 = cpuid.X86.HasAVX2
+
+// codes24AVX2 gathers the 24-bit codes of groups*32 pixels from a chip row
+// of 24 planes, planeBytes apart, most significant first, into dst in
+// pixel order. For each plane it broadcasts 4 bytes (32 pixels), spreads
+// their bits over 32 byte lanes with a shuffle, mask and compare, and
+// shifts them into one accumulator per code byte.
+//
+//go:noescape
+func codes24AVX2(dst *uint32, row *byte, planeBytes, groups int)
+
+// bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
+// whether it could: it needs AVX2 and a chip width that is a multiple of
+// 32. A chip at 0 degrees is gathered straight into dst; a rotated one
+// into scratch (ChipWidth codes), then reversed into dst.
+func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool {
+	s := len(row) / 24
+	if !useAVX2 || s == 0 || s%4 != 0 {
+		return false
+	}
+	n := 8 * s
+	_ = dst[4*n-1]
+	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
+	out := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n)
+	if !rotated {
+		codes24AVX2(&out[0], &row[0], s, s/4)
+		if lfsr {
+			lfsr24(out)
+		}
+		return true
+	}
+	codes := scratch[:n]
+	codes24AVX2(&codes[0], &row[0], s, s/4)
+	if lfsr {
+		lfsr24(codes)
+	}
+	for i, c := range codes {
+		out[n-1-i] = c
+	}
+	return true
+}
