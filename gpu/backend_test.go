@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -120,9 +121,30 @@ func checkJob(t *testing.T, name string, j *Job, want []byte) {
 	}
 }
 
+// openBackend returns the backend called name: one New knows, or hostCUDA.
+func openBackend(name string, opts Options) (Backend, error) {
+	if name == hostCUDA {
+		return newHostCUDA(opts)
+	}
+	return New(name, opts)
+}
+
+// skipWithoutDevice skips a test of the cuda backend where no GPU answers.
+func skipWithoutDevice(t testing.TB, name string) {
+	t.Helper()
+	if name != "cuda" {
+		return
+	}
+	b, err := New("cuda", Options{})
+	if err != nil {
+		t.Skipf("needs a CUDA GPU: %v", err)
+	}
+	b.Close()
+}
+
 func newBackend(t testing.TB, name string, opts Options) Backend {
 	t.Helper()
-	b, err := New(name, opts)
+	b, err := openBackend(name, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +156,15 @@ func newBackend(t testing.TB, name string, opts Options) Backend {
 	return b
 }
 
-// TestBackends runs the conformance suite against every backend New knows.
+// TestBackends runs the conformance suite against every backend New knows,
+// and against the device backend running the CUDA kernels on the host. The
+// cuda backend is skipped, with the reason, where no GPU answers.
 func TestBackends(t *testing.T) {
-	for _, name := range Names() {
+	for _, name := range append(Names(), hostCUDA) {
 		t.Run(name, func(t *testing.T) {
+			skipWithoutDevice(t, name)
+			t.Run("Parity", func(t *testing.T) { testParity(t, name) })
+			t.Run("Rounds", func(t *testing.T) { testRounds(t, name) })
 			for _, workers := range []int{1, 5} {
 				t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
 					testRoundTrip(t, name, workers)
@@ -311,7 +338,7 @@ func testConcurrent(t *testing.T, name string) {
 }
 
 func testClosed(t *testing.T, name string) {
-	be, err := New(name, Options{})
+	be, err := openBackend(name, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,23 +354,23 @@ func testClosed(t *testing.T, name string) {
 }
 
 func TestNew(t *testing.T) {
-	for _, name := range []string{"cpu", "auto"} {
-		be, err := New(name, Options{})
-		if err != nil {
-			t.Fatalf("New(%q): %v", name, err)
-		}
-		if be.Name() != "cpu" {
-			t.Errorf("New(%q).Name() = %q, want cpu", name, be.Name())
-		}
-		be.Close()
+	be, err := New("cpu", Options{})
+	if err != nil {
+		t.Fatalf("New(cpu): %v", err)
 	}
+	if be.Name() != "cpu" {
+		t.Errorf("New(cpu).Name() = %q", be.Name())
+	}
+	be.Close()
 	for _, tc := range []struct {
 		name string
 		opts Options
 		want string
 	}{
-		{"cuda", Options{}, `unknown backend "cuda" (want one of auto, cpu)`},
+		{"gpu", Options{}, `unknown backend "gpu" (want one of auto, cpu, cuda)`},
 		{"cpu", Options{Workers: -1}, "-1 workers"},
+		{"cuda", Options{Streams: -1}, "-1 streams"},
+		{"cuda", Options{Device: -2}, "CUDA device -2"},
 		{"cpu", Options{Orientation: frame.Orientation{0, 90}}, "chip 1 orientation 90"},
 	} {
 		be, err := New(tc.name, tc.opts)
@@ -353,6 +380,56 @@ func TestNew(t *testing.T) {
 		} else if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%q, %+v): %q, want it to say %q", tc.name, tc.opts, err, tc.want)
 		}
+	}
+}
+
+// TestAuto checks that auto picks cuda where New("cuda") works and the CPU
+// where it does not, logging one line that says which and why.
+func TestAuto(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	cudaBe, cudaErr := New("cuda", Options{})
+	if cudaErr == nil {
+		cudaBe.Close()
+	}
+	be, err := New("auto", Options{Logger: log})
+	if err != nil {
+		t.Fatalf("New(auto): %v", err)
+	}
+	defer be.Close()
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("auto logged %d lines, want 1: %q", len(lines), logged.String())
+	}
+	want, reason := "cuda", "CUDA device found"
+	if cudaErr != nil {
+		want, reason = "cpu", cudaErr.Error()[len("gpu: cuda backend: "):]
+	}
+	if be.Name() != want {
+		t.Errorf("auto picked %q; New(cuda) gave %v, so want %q", be.Name(), cudaErr, want)
+	}
+	for _, s := range []string{"backend=" + want, reason} {
+		if !strings.Contains(lines[0], s) {
+			t.Errorf("auto's log line %q does not say %q", lines[0], s)
+		}
+	}
+}
+
+// TestCUDAWithoutDevice checks the error of the cuda backend on a machine
+// without the driver or without a GPU.
+func TestCUDAWithoutDevice(t *testing.T) {
+	be, err := New("cuda", Options{})
+	if err == nil {
+		be.Close()
+		t.Skip("a CUDA GPU answers here")
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "gpu: cuda backend: ") {
+		t.Errorf("error %q does not name the cuda backend", msg)
+	}
+	if !strings.Contains(msg, "libcuda.so.1 not found: ") && !strings.Contains(msg, "no CUDA device") &&
+		!strings.Contains(msg, "cuInit") && !strings.Contains(msg, "without cgo") {
+		t.Errorf("error %q does not say what is missing", msg)
 	}
 }
 

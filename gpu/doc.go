@@ -10,9 +10,14 @@
 //   - "cpu": pure Go, always available. It splits every frame into bands of
 //     chip rows and runs them on a fixed pool of worker goroutines, so a
 //     single frame uses every core.
-//   - "auto": the best backend present. Until the CUDA backend exists this is
-//     always "cpu"; with it, "auto" will pick CUDA when a device and driver
-//     are there, and fall back to "cpu" otherwise.
+//   - "cuda": an NVIDIA GPU through the CUDA driver API, which package
+//     gpu/cuda loads at run time (dlopen of libcuda.so.1), so the binary
+//     builds and starts without CUDA. It runs the kernels of package
+//     gpu/kernels, embedded as PTX that the driver compiles for the GPU at
+//     hand. New fails with a clear error where there is no driver
+//     ("libcuda.so.1 not found: ...") or no device ("no CUDA device").
+//   - "auto": "cuda" when the driver loads and a device answers, else
+//     "cpu". It logs one line saying which it picked and why.
 //
 // Every backend must give the same results, bit for bit, for every frame:
 //
@@ -40,6 +45,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 
@@ -86,13 +92,37 @@ type Options struct {
 
 	// Workers is the number of CPU worker goroutines; 0 means GOMAXPROCS.
 	Workers int
+
+	// Device is the CUDA device ordinal the cuda backend uses.
+	Device int
+
+	// Streams is the number of CUDA streams (with their own device
+	// buffers) of the cuda backend: how many rounds of frames can be on
+	// the device at once. 0 means 4.
+	Streams int
+
+	// Logger receives the one line "auto" logs about its choice. Nil means
+	// slog.Default(). A zap logger plugs in through an slog handler.
+	Logger *slog.Logger
+}
+
+// HostAllocator is implemented by backends whose device copies host memory
+// fastest, and asynchronously, when it is page-locked: the cuda backend. A
+// pipeline finds it by type assertion and allocates its payload and image
+// buffers with it, once, freeing them before it closes the backend. Any
+// buffer works with any backend; page-locked ones are only faster.
+type HostAllocator interface {
+	// AllocHost returns n bytes of page-locked memory, outside the Go heap.
+	AllocHost(n int) ([]byte, error)
+	// FreeHost frees memory from AllocHost; the slice must not be used after.
+	FreeHost(b []byte) error
 }
 
 // ErrClosed is returned by Decode after Close.
 var ErrClosed = errors.New("gpu: backend closed")
 
 // Names lists the backend names that New accepts.
-func Names() []string { return []string{"auto", "cpu"} }
+func Names() []string { return []string{"auto", "cpu", "cuda"} }
 
 // New returns the backend called name, configured by opts. It is the one
 // place backends are registered.
@@ -101,8 +131,26 @@ func New(name string, opts Options) (Backend, error) {
 		return nil, err
 	}
 	switch name {
-	case "cpu", "auto": // auto is the CPU until the CUDA backend exists
+	case "cpu":
 		return newCPU(opts), nil
+	case "cuda":
+		b, err := newCUDA(opts)
+		if err != nil {
+			return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+		}
+		return b, nil
+	case "auto":
+		log := opts.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		b, err := newCUDA(opts)
+		if err != nil {
+			log.Info("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
+			return newCPU(opts), nil
+		}
+		log.Info("decode backend", "backend", "cuda", "reason", "CUDA device found", "device", b.device)
+		return b, nil
 	}
 	return nil, fmt.Errorf("gpu: unknown backend %q (want one of %s)", name, strings.Join(Names(), ", "))
 }
@@ -111,10 +159,23 @@ func (o *Options) validate() error {
 	if o.Workers < 0 {
 		return fmt.Errorf("gpu: %d workers: want 0 (GOMAXPROCS) or more", o.Workers)
 	}
+	if o.Device < 0 {
+		return fmt.Errorf("gpu: CUDA device %d: want 0 or more", o.Device)
+	}
+	if o.Streams < 0 {
+		return fmt.Errorf("gpu: %d streams: want 0 (4) or more", o.Streams)
+	}
 	if err := o.Orientation.Validate(len(o.Orientation)); err != nil {
 		return fmt.Errorf("gpu: %v", err)
 	}
 	return nil
+}
+
+func (o *Options) streams() int {
+	if o.Streams > 0 {
+		return o.Streams
+	}
+	return 4
 }
 
 func (o *Options) workers() int {

@@ -1,0 +1,188 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"errors"
+	"fmt"
+
+	"h5ingest/gpu/cuda"
+	"h5ingest/gpu/kernels"
+)
+
+// cudaBackend is the device backend on a CUDA GPU. It also hands out
+// page-locked host memory (HostAllocator).
+type cudaBackend struct {
+	*devBackend
+	ctx    *cuda.Context
+	device string // the GPU's name, for the log line of auto
+}
+
+// newCUDA opens the CUDA driver, creates a context on opts.Device, loads
+// the kernels and makes opts.streams() lanes.
+func newCUDA(opts Options) (*cudaBackend, error) {
+	if err := cuda.Load(); err != nil {
+		return nil, err
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, errors.New("no CUDA device")
+	}
+	if opts.Device >= n {
+		return nil, fmt.Errorf("no CUDA device %d (the machine has %d)", opts.Device, n)
+	}
+	dev, err := cuda.GetDevice(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	name, err := dev.Name()
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := cuda.NewContext(dev)
+	if err != nil {
+		return nil, err
+	}
+	b, err := setupCUDA(ctx, opts)
+	if err != nil {
+		ctx.Close()
+		return nil, err
+	}
+	b.device = name
+	return b, nil
+}
+
+func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
+	mod, err := ctx.LoadModule(kernels.PTX)
+	if err != nil {
+		return nil, err
+	}
+	for name, b := range kernels.TableBytes() {
+		p, n, err := mod.Global(name)
+		if err != nil {
+			return nil, err
+		}
+		if n != len(b) {
+			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(b))
+		}
+		if err := ctx.CopyHtoD(p, b); err != nil {
+			return nil, fmt.Errorf("upload of %s: %w", name, err)
+		}
+	}
+	fns := make(map[string]*cuda.Function)
+	for _, name := range []string{kernels.Decode, kernels.CRCSub, kernels.CRCFold} {
+		if fns[name], err = mod.Function(name); err != nil {
+			return nil, err
+		}
+	}
+	var engines []engine
+	for range opts.streams() {
+		s, err := ctx.NewStream()
+		if err != nil {
+			for _, e := range engines {
+				e.close()
+			}
+			return nil, err
+		}
+		engines = append(engines, &cudaEngine{ctx: ctx, s: s, fns: fns})
+	}
+	b := &cudaBackend{ctx: ctx}
+	b.devBackend = newDevBackend("cuda", opts.Orientation, engines, ctx.Close)
+	return b, nil
+}
+
+// AllocHost returns n bytes of page-locked host memory, from which the
+// device copies payloads and into which it copies images at full speed.
+// Free it with FreeHost before Close.
+func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
+	buf, err := b.ctx.AllocHost(n)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	return buf, nil
+}
+
+// FreeHost frees memory from AllocHost.
+func (b *cudaBackend) FreeHost(buf []byte) error {
+	if err := b.ctx.FreeHost(buf); err != nil {
+		return fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	return nil
+}
+
+// cudaEngine is an engine on one CUDA stream, with its own device buffers
+// and page-locked staging buffers, grown to fit and never shrunk.
+type cudaEngine struct {
+	ctx    *cuda.Context
+	s      *cuda.Stream
+	fns    map[string]*cuda.Function
+	mem    [nRegions]cuda.DevicePtr
+	size   [nRegions]int
+	descs  []byte // page-locked
+	pieces []byte // page-locked
+	args   [2]uint64
+}
+
+func (e *cudaEngine) reserve(sizes *[nRegions]int) error {
+	for r, n := range sizes {
+		if n <= e.size[r] {
+			continue
+		}
+		n += n / 4 // room to grow
+		if err := e.ctx.Free(e.mem[r]); err != nil {
+			return err
+		}
+		e.mem[r], e.size[r] = 0, 0
+		p, err := e.ctx.Alloc(n)
+		if err != nil {
+			return err
+		}
+		e.mem[r], e.size[r] = p, n
+	}
+	var err error
+	if e.descs, err = e.growHost(e.descs, sizes[regDescs]); err != nil {
+		return err
+	}
+	e.pieces, err = e.growHost(e.pieces, sizes[regPieces])
+	return err
+}
+
+func (e *cudaEngine) growHost(b []byte, n int) ([]byte, error) {
+	if n <= len(b) {
+		return b, nil
+	}
+	if err := e.ctx.FreeHost(b); err != nil {
+		return nil, err
+	}
+	return e.ctx.AllocHost(n + n/4)
+}
+
+func (e *cudaEngine) addr(r region) uint64 { return uint64(e.mem[r]) }
+func (e *cudaEngine) hostDescs() []byte    { return e.descs }
+func (e *cudaEngine) hostPieces() []byte   { return e.pieces }
+
+func (e *cudaEngine) copyIn(r region, off int, src []byte) error {
+	return e.s.CopyHtoD(e.mem[r]+cuda.DevicePtr(off), src)
+}
+
+func (e *cudaEngine) copyOut(dst []byte, r region, off int) error {
+	return e.s.CopyDtoH(dst, e.mem[r]+cuda.DevicePtr(off))
+}
+
+func (e *cudaEngine) launch(kernel string, gridX, n int) error {
+	e.args = [2]uint64{uint64(e.mem[regDescs]), uint64(n)}
+	return e.s.Launch(e.fns[kernel], cuda.Dim3{X: gridX, Y: n}, cuda.Dim3{X: kernels.BlockSize}, 0, e.args[:])
+}
+
+func (e *cudaEngine) wait() error { return e.s.Synchronize() }
+
+func (e *cudaEngine) close() error {
+	errs := []error{e.s.Close(), e.ctx.FreeHost(e.descs), e.ctx.FreeHost(e.pieces)}
+	for r := range e.mem {
+		errs = append(errs, e.ctx.Free(e.mem[r]))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,99 @@
+package gpu
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"h5ingest/gpu/internal/hostgrid"
+	"h5ingest/gpu/kernels"
+)
+
+// hostCUDA names, in the conformance suite, the device backend run with the
+// CUDA kernels compiled for the host (package hostgrid): every line of the
+// cuda backend but the driver calls, on any machine.
+const hostCUDA = "cuda-on-host"
+
+var uploadTables = sync.OnceValue(hostgrid.UploadTables)
+
+// newHostCUDA returns the device backend on host engines.
+func newHostCUDA(opts Options) (Backend, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := uploadTables(); err != nil {
+		return nil, err
+	}
+	var engines []engine
+	for range opts.streams() {
+		engines = append(engines, &hostEngine{})
+	}
+	return newDevBackend(hostCUDA, opts.Orientation, engines, nil), nil
+}
+
+// hostEngine is an engine whose device memory is C memory and whose
+// kernels run on the host, at once.
+type hostEngine struct {
+	mem    [nRegions]*hostgrid.Mem
+	descs  []byte
+	pieces []byte
+}
+
+func (e *hostEngine) reserve(sizes *[nRegions]int) error {
+	for r, n := range sizes {
+		if e.mem[r] != nil && n <= len(e.mem[r].Bytes()) {
+			continue
+		}
+		if e.mem[r] != nil {
+			e.mem[r].Free()
+		}
+		e.mem[r] = hostgrid.Alloc(n)
+	}
+	e.descs = grow(e.descs, max(len(e.descs), sizes[regDescs]))
+	e.pieces = grow(e.pieces, max(len(e.pieces), sizes[regPieces]))
+	return nil
+}
+
+func (e *hostEngine) addr(r region) uint64 { return e.mem[r].Addr() }
+func (e *hostEngine) hostDescs() []byte    { return e.descs }
+func (e *hostEngine) hostPieces() []byte   { return e.pieces }
+
+func (e *hostEngine) copyIn(r region, off int, src []byte) error {
+	if copy(e.mem[r].Bytes()[off:], src) != len(src) {
+		return fmt.Errorf("copy of %d bytes to region %d at %d overflows", len(src), r, off)
+	}
+	return nil
+}
+
+func (e *hostEngine) copyOut(dst []byte, r region, off int) error {
+	if copy(dst, e.mem[r].Bytes()[off:]) != len(dst) {
+		return fmt.Errorf("copy of %d bytes from region %d at %d overflows", len(dst), r, off)
+	}
+	return nil
+}
+
+func (e *hostEngine) launch(kernel string, gridX, n int) error {
+	return hostgrid.Launch(kernel, gridX, n, kernels.BlockSize, e.mem[regDescs].Addr(), n)
+}
+
+func (e *hostEngine) wait() error { return nil }
+
+func (e *hostEngine) close() error {
+	for _, m := range e.mem {
+		if m != nil {
+			m.Free()
+		}
+	}
+	return nil
+}
+
+// TestHostCUDAPiMega runs a Pi-mega frame of every format, with mixed chip
+// orientations, through the kernels on the host, against the CPU backend.
+func TestHostCUDAPiMega(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Pi-mega frame of every format takes seconds on the host")
+	}
+	testPiMegaParity(t, newBackend(t, hostCUDA, Options{Orientation: piMegaOrientation, Streams: 2}))
+}
+
+func hostgridLayout() []int { return hostgrid.Layout() }
