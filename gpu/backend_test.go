@@ -434,18 +434,29 @@ func TestCUDAWithoutDevice(t *testing.T) {
 }
 
 // TestDecodeAllocs checks that Decode allocates nothing per frame once
-// warm.
+// warm, on the CPU and on the device backend.
 func TestDecodeAllocs(t *testing.T) {
+	for _, name := range []string{"cpu", hostCUDA, "cuda"} {
+		t.Run(name, func(t *testing.T) {
+			skipWithoutDevice(t, name)
+			testDecodeAllocs(t, name)
+		})
+	}
+}
+
+func testDecodeAllocs(t *testing.T, name string) {
 	g := frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64}
-	be := newBackend(t, "cpu", Options{Orientation: testOrientations(g)["mixed"], Workers: 2})
+	be := newBackend(t, name, Options{Orientation: testOrientations(g)["mixed"], Workers: 2})
 	rng := rand.New(rand.NewPCG(60, 61))
 	var batch []Job
 	for _, f := range testFormats() {
 		f.Geometry = g
 		batch = append(batch, newJob(f, len(batch), randomBytes(rng, f.PayloadSize())))
 	}
-	if err := be.Decode(batch); err != nil {
-		t.Fatal(err)
+	for range 8 { // warm every lane of a device backend
+		if err := be.Decode(batch); err != nil {
+			t.Fatal(err)
+		}
 	}
 	allocs := testing.AllocsPerRun(20, func() {
 		if err := be.Decode(batch); err != nil {

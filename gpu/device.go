@@ -70,6 +70,7 @@ type lane struct {
 	idx    []int // the round's jobs
 	frames []kernels.Frame
 	ops    opCache
+	sizes  [nRegions]int // the round's bytes per region
 }
 
 // opCache keeps the CRC-32C combiners of the last few lengths.
@@ -98,7 +99,8 @@ func alignUp(n int) int { return (n + kernels.Align - 1) / kernels.Align * kerne
 // returns where the next round starts.
 func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) {
 	l.jobs, l.idx, l.frames = jobs, l.idx[:0], l.frames[:0]
-	var sizes [nRegions]int
+	sizes := &l.sizes
+	*sizes = [nRegions]int{}
 	var units, subs, pieces, bytes int
 	i := start
 	for ; i < len(jobs); i++ {
@@ -135,7 +137,7 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 	}
 	rotOff := alignUp(len(l.frames) * kernels.FrameSize)
 	sizes[regDescs] = rotOff + len(rot)
-	if err := l.eng.reserve(&sizes); err != nil {
+	if err := l.eng.reserve(sizes); err != nil {
 		return i, err
 	}
 
@@ -234,7 +236,7 @@ type devBackend struct {
 func newDevBackend(name string, rot frame.Orientation, engines []engine, release func() error) *devBackend {
 	d := &devBackend{name: name, rot: rot, lanes: make(chan *lane, len(engines)), release: release}
 	for _, e := range engines {
-		l := &lane{eng: e}
+		l := &lane{eng: e, idx: make([]int, 0, roundFrames), frames: make([]kernels.Frame, 0, roundFrames)}
 		d.all = append(d.all, l)
 		d.lanes <- l
 	}
