@@ -115,15 +115,15 @@ func TestAcquireMatchesReplay(t *testing.T) {
 }
 
 func TestAcquireSenderKilled(t *testing.T) {
-	path, _ := simulate(t, "--darks", "0", "--flats", "0", "--projections", "60")
+	path, _ := simulate(t, "--darks", "0", "--flats", "0", "--projections", "200")
 	addr := freeAddr(t)
 	out := filepath.Join(t.TempDir(), "killed.h5")
-	done := startAcquire("--listen", addr, "-o", out, "--projections", "60", "--connect-timeout", "20s", "--idle-timeout", "10s")
+	done := startAcquire("--listen", addr, "-o", out, "--projections", "200", "--connect-timeout", "20s", "--idle-timeout", "10s")
 	sender := command("send", path, "--to", addr, "--fps", "100", "--timeout", "20s")
 	if err := sender.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // connect, then some 20 frames at 100 fps
+	time.Sleep(time.Second) // connect, then some frames of the 2 s the scan takes at 100 fps
 	sender.Process.Kill()
 	sender.Wait()
 	var code int
@@ -136,8 +136,8 @@ func TestAcquireSenderKilled(t *testing.T) {
 		t.Fatalf("acquire exit status %d, want %d", code, exitIncomplete)
 	}
 	recs, _ := readFile(t, out)
-	if len(recs) != 60 {
-		t.Fatalf("%d records, want 60", len(recs))
+	if len(recs) != 200 {
+		t.Fatalf("%d records, want 200", len(recs))
 	}
 	var ok, missing int
 	for _, r := range recs {
@@ -148,8 +148,8 @@ func TestAcquireSenderKilled(t *testing.T) {
 			missing++
 		}
 	}
-	if ok == 0 || missing == 0 || ok+missing != 60 {
-		t.Errorf("%d ok and %d missing of 60: want some of each, nothing else", ok, missing)
+	if ok == 0 || missing == 0 || ok+missing != 200 {
+		t.Errorf("%d ok and %d missing of 200: want some of each, nothing else", ok, missing)
 	}
 }
 

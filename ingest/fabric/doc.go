@@ -4,7 +4,7 @@
 // The package has two layers. The lower one (Fabric, Domain, EventQueue,
 // PassiveEndpoint, Endpoint, CompletionQueue, MemoryRegion) is a thin cgo
 // layer over libfabric's connected endpoints (FI_EP_MSG), in fi.go and
-// fi_helpers.go only: on RoCE or InfiniBand the verbs provider makes them
+// fi_helpers.h only: on RoCE or InfiniBand the verbs provider makes them
 // RC queue pairs; elsewhere the tcp provider runs the same calls. Every
 // libfabric object it opens is counted until closed (see OpenObjects).
 //

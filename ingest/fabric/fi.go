@@ -239,7 +239,8 @@ func (q *EventQueue) Read(timeout time.Duration) (ev Event, ok bool, err error) 
 	ms := C.int(timeout.Milliseconds())
 	ret := C.h5i_eq_sread(q.eq, ms, &kind, &info, &ecode, &perr)
 	switch {
-	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT:
+	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT || ret == -C.FI_EINTR:
+		// EINTR: the Go runtime's signals (preemption) cut waits short.
 		return Event{}, false, nil
 	case ret == -C.FI_EAVAIL:
 		return Event{}, false, fiError(fmt.Sprintf("connection event (provider error %d)", int(perr)), -C.ssize_t(ecode))
@@ -312,7 +313,8 @@ func (q *CompletionQueue) Read(dst []Completion, timeout time.Duration) (int, er
 	}
 	ret := C.h5i_cq_read(q.cq, q.entries, C.size_t(n), ms, &errCtx, &ecode, q.errBuf, errBufLen)
 	switch {
-	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT:
+	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT || ret == -C.FI_EINTR:
+		// EINTR: the Go runtime's signals (preemption) cut waits short.
 		return 0, nil
 	case ret == -C.FI_EAVAIL:
 		e := fiError("completion", -C.ssize_t(ecode)).(*Error)

@@ -26,6 +26,8 @@ type Stats struct {
 	Bytes  uint64 // bytes received, headers included
 	// HeldBack is how long every slot of the ring was in use, so that the
 	// sender could not send: the time the pipeline held the sender back.
+	// Slots count as used from when Next reads their completions, so it
+	// is a lower bound of the sender's own figure.
 	HeldBack time.Duration
 	// SenderFrames and SenderHeldBack are what the sender reported at the
 	// end of the scan: frames sent and time it waited for credits.
