@@ -17,7 +17,7 @@ DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
 	python3-dxchange python3-tifffile python3-pandas
 
-.PHONY: all build deps test vet fmt-check unit fuzz demo bench-codecs clean
+.PHONY: all build deps test vet fmt-check unit fuzz ptx-check demo bench-codecs clean
 
 all: build
 
@@ -49,7 +49,7 @@ unit:
 fuzz:
 	@tools/fuzz.sh $(FUZZTIME)
 
-test: deps vet fmt-check unit fuzz
+test: deps vet fmt-check ptx-check unit fuzz
 
 DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180
 
@@ -65,3 +65,13 @@ bench-codecs: deps
 
 clean:
 	rm -rf bin $(OUT)
+
+# The committed PTX of the CUDA kernels must be what their source compiles
+# to with clang-16 (regenerate with: go generate ./gpu/kernels).
+ptx-check: deps
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	gpu/kernels/gen.sh "$$tmp/decode.ptx" && \
+	if ! cmp -s "$$tmp/decode.ptx" gpu/kernels/decode.ptx; then \
+		echo "gpu/kernels/decode.ptx is not what decode.cu compiles to: run go generate ./gpu/kernels"; \
+		diff "$$tmp/decode.ptx" gpu/kernels/decode.ptx | head -20; exit 1; \
+	fi; echo "ptx-check: gpu/kernels/decode.ptx is current"
