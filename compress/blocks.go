@@ -10,15 +10,24 @@ import (
 
 // lz4Blocks compresses bitshuffle blocks as raw LZ4 blocks.
 type lz4Blocks struct {
-	c lz4.Compressor
+	f fastLZ4
 }
+
+// maxFastLZ4 is the largest block fastLZ4 takes; larger ones (only ever
+// from a block size set far above the filter's default) go to pierrec/lz4.
+const maxFastLZ4 = 1 << 30
 
 // compress appends one LZ4 block. Given CompressBlockBound bytes of room,
 // the compressor always produces a block, literal-only when the data does
 // not compress, which is what the bitshuffle filter needs: it has no raw
 // fallback.
 func (b *lz4Blocks) compress(dst, src []byte) ([]byte, error) {
-	return appendLZ4(&b.c, dst, src)
+	if len(src) > maxFastLZ4 {
+		var c lz4.Compressor
+		return appendLZ4(&c, dst, src)
+	}
+	dst = slices.Grow(dst, lz4.CompressBlockBound(len(src)))
+	return b.f.compress(dst, src), nil
 }
 
 // appendLZ4 appends the LZ4 block of src, compressed with c, to dst.

@@ -1,0 +1,142 @@
+package compress
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// This file holds the LZ4 block compressor of the bitshuffle codec: a
+// greedy single-probe compressor, written for many small blocks (the
+// filter's are 8 KiB) of bit-transposed detector data, where long runs of
+// zero bytes are the common case.
+//
+// Its hash table holds positions offset by a base that grows with every
+// block, so an entry left by an earlier block reads as stale (below the
+// block's base) instead of the table being cleared for every block.
+
+const (
+	lz4HashLog   = 12
+	lz4MinMatch  = 4
+	lz4MaxOffset = 65535
+	// lz4LastLiterals and lz4MFLimit are the format's end-of-block rules:
+	// the last 5 bytes are always literals, and the last match starts at
+	// least 12 bytes before the end.
+	lz4LastLiterals = 5
+	lz4MFLimit      = 12
+	// lz4SkipLog sets how fast the search strides through data that does
+	// not match: one more byte per 2^lz4SkipLog bytes since the last match.
+	lz4SkipLog = 5
+)
+
+// fastLZ4 compresses LZ4 blocks. It is used by one goroutine at a time.
+type fastLZ4 struct {
+	table [1 << lz4HashLog]uint32 // base + position of the last 4 bytes hashed there
+	base  uint32                  // base of the current block
+}
+
+func lz4Hash(x uint32) uint32 { return x * 2654435761 >> (32 - lz4HashLog) }
+
+// compress appends the LZ4 block of src to dst. dst must have room for
+// lz4.CompressBlockBound(len(src)) more bytes, and len(src) must be below
+// 1 GiB.
+func (c *fastLZ4) compress(dst, src []byte) []byte {
+	n := len(src)
+	if uint64(c.base)+uint64(n) >= 1<<32-1 {
+		c.table = [1 << lz4HashLog]uint32{}
+		c.base = 0
+	}
+	base := c.base + 1 // entries of 0 (never set) are stale too
+	c.base = base + uint32(n)
+	start := len(dst)
+	out := dst[start:cap(dst)]
+	di, anchor := 0, 0
+	if n > lz4MFLimit {
+		di, anchor = c.sequences(out, src, base)
+	}
+	di = putLiterals(out, di, src[anchor:])
+	return dst[:start+di]
+}
+
+// sequences writes the block's sequences up to its last literals to out
+// and returns the bytes written and where the last literals start.
+func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
+	n := len(src)
+	limit := n - lz4MFLimit    // last position a match may start at
+	end := n - lz4LastLiterals // matches stop here
+	c.table[lz4Hash(binary.LittleEndian.Uint32(src))] = base
+	si := 1
+	for si < limit {
+		seq := binary.LittleEndian.Uint32(src[si:])
+		h := lz4Hash(seq)
+		ref := int(c.table[h]) - int(base)
+		c.table[h] = base + uint32(si)
+		if ref < 0 || si-ref > lz4MaxOffset || binary.LittleEndian.Uint32(src[ref:]) != seq {
+			si += 1 + (si-anchor)>>lz4SkipLog
+			continue
+		}
+		// Extend backwards over literals, then forwards 8 bytes at a time.
+		for si > anchor && ref > 0 && src[si-1] == src[ref-1] {
+			si--
+			ref--
+		}
+		m := si + lz4MinMatch
+		for m+8 <= end {
+			x := binary.LittleEndian.Uint64(src[m:]) ^ binary.LittleEndian.Uint64(src[m-(si-ref):])
+			if x != 0 {
+				m += bits.TrailingZeros64(x) >> 3
+				break
+			}
+			m += 8
+		}
+		for m < end && src[m] == src[m-(si-ref)] {
+			m++
+		}
+		m = min(m, end)
+		di = putSequence(out, di, src[anchor:si], si-ref, m-si)
+		si, anchor = m, m
+		if si < limit {
+			c.table[lz4Hash(binary.LittleEndian.Uint32(src[si-2:]))] = base + uint32(si-2)
+		}
+	}
+	return di, anchor
+}
+
+// putSequence writes one sequence, literals then a match of length
+// matchLen at offset, at out[di:] and returns the new end.
+func putSequence(out []byte, di int, lit []byte, offset, matchLen int) int {
+	ml := matchLen - lz4MinMatch
+	tok := byte(min(len(lit), 15)<<4) | byte(min(ml, 15))
+	out[di] = tok
+	di++
+	if len(lit) >= 15 {
+		di = putLength(out, di, len(lit)-15)
+	}
+	di += copy(out[di:], lit)
+	out[di], out[di+1] = byte(offset), byte(offset>>8)
+	di += 2
+	if ml >= 15 {
+		di = putLength(out, di, ml-15)
+	}
+	return di
+}
+
+// putLiterals writes the block's last sequence, literals only.
+func putLiterals(out []byte, di int, lit []byte) int {
+	out[di] = byte(min(len(lit), 15) << 4)
+	di++
+	if len(lit) >= 15 {
+		di = putLength(out, di, len(lit)-15)
+	}
+	return di + copy(out[di:], lit)
+}
+
+// putLength writes the extension bytes of a length: 255s, then the rest.
+func putLength(out []byte, di, l int) int {
+	for l >= 255 {
+		out[di] = 255
+		di++
+		l -= 255
+	}
+	out[di] = byte(l)
+	return di + 1
+}
