@@ -1,0 +1,268 @@
+//go:build cgo
+
+package cuda_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"h5ingest/gpu"
+	"h5ingest/gpu/cuda"
+	"h5ingest/gpu/kernels"
+	"h5ingest/ingest/frame"
+)
+
+// Throughput the detector asks for: one Pi-mega module at 1000 frames/s
+// (7,077,888 bytes a frame), and a 2 x 2 array of modules.
+const (
+	moduleGBs = 7.077888
+	array2x2  = 4 * moduleGBs
+)
+
+func formatName(f frame.Format) string {
+	s := fmt.Sprintf("%v%d", f.Encoding, f.BitDepth)
+	if f.Coding == frame.LFSR {
+		s += "lfsr"
+	}
+	return s
+}
+
+// copyBandwidth measures device-to-device copy speed on s: bytes copied
+// per second (the memory moves twice that, read and write).
+func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
+	const n = 1 << 30
+	src, err := ctx.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.Free(src)
+	dst, err := ctx.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.Free(dst)
+	start, _ := ctx.NewEvent()
+	end, _ := ctx.NewEvent()
+	defer start.Close()
+	defer end.Close()
+	s.CopyDtoD(dst, src, n) // warm up
+	start.Record(s)
+	for range 5 {
+		if err := s.CopyDtoD(dst, src, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	end.Record(s)
+	if err := end.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	d, err := cuda.Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return 5 * n / d.Seconds() / 1e9
+}
+
+// BenchmarkKernels times the three kernels on the device alone, on a batch
+// of 16 Pi-mega frames already in device memory, by events. It reports the
+// raw payload decoded and checksummed per second (GB/s), each kernel's
+// share, the kernels' memory traffic (payload read twice, image written
+// and read), and beside it the device-to-device copy traffic measured in
+// the same run.
+func BenchmarkKernels(b *testing.B) {
+	ctx := needGPU(b)
+	mod, err := ctx.LoadModule(kernels.PTX)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, t := range kernels.TableBytes() {
+		p, _, err := mod.Global(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ctx.CopyHtoD(p, t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fns := map[string]*cuda.Function{}
+	for _, k := range []string{kernels.Decode, kernels.CRCSub, kernels.CRCFold} {
+		if fns[k], err = mod.Function(k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	d2d := copyBandwidth(b, ctx, s)
+	name, _ := ctx.Device.Name()
+	b.Logf("%s: device-to-device copy %.0f GB/s (memory traffic %.0f GB/s)", name, d2d, 2*d2d)
+
+	var ev [4]*cuda.Event
+	for i := range ev {
+		if ev[i], err = ctx.NewEvent(); err != nil {
+			b.Fatal(err)
+		}
+		defer ev[i].Close()
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	const frames = 16
+	rot := make([]byte, frame.PiMega.Chips())
+	for k := range rot {
+		rot[k] = byte(k % 2)
+	}
+	for _, f := range formats(frame.PiMega) {
+		b.Run(formatName(f), func(b *testing.B) {
+			units, rs, is, rp, ip := kernels.Layout(f)
+			pay, img := align(f.PayloadSize()), align(f.ImageSize())
+			subs, pieces := align(4*(rs+is)), 4*(rp+ip)
+			descOff := align(len(rot))
+			var mem []cuda.DevicePtr
+			alloc := func(n int) cuda.DevicePtr {
+				p, err := ctx.Alloc(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mem = append(mem, p)
+				return p
+			}
+			defer func() {
+				for _, p := range mem {
+					ctx.Free(p)
+				}
+			}()
+			dPay, dImg := alloc(frames*pay), alloc(frames*img)
+			dSubs, dPieces, dDesc := alloc(frames*subs), alloc(frames*pieces), alloc(descOff+frames*kernels.FrameSize)
+			payload := make([]byte, f.PayloadSize())
+			for i := range payload {
+				payload[i] = byte(rng.Uint32())
+			}
+			descs := make([]byte, descOff+frames*kernels.FrameSize)
+			copy(descs, rot)
+			for n := range frames {
+				if err := ctx.CopyHtoD(dPay+cuda.DevicePtr(n*pay), payload); err != nil {
+					b.Fatal(err)
+				}
+				d := kernels.Frame{
+					Payload: uint64(dPay) + uint64(n*pay), Image: uint64(dImg) + uint64(n*img),
+					Rot: uint64(dDesc), Subs: uint64(dSubs) + uint64(n*subs), Pieces: uint64(dPieces) + uint64(n*pieces),
+					PayloadSize: uint32(f.PayloadSize()), ImageSize: uint32(f.ImageSize()),
+					Units: uint32(units), RawSubs: uint32(rs), ImgSubs: uint32(is), RawPieces: uint32(rp), ImgPieces: uint32(ip),
+					OpSub:     uint32(gpu.NewCRC32CCombiner(kernels.CRCSubSize)),
+					OpRawLast: uint32(gpu.NewCRC32CCombiner(int64(kernels.LastSub(f.PayloadSize())))),
+					OpImgLast: uint32(gpu.NewCRC32CCombiner(int64(kernels.LastSub(f.ImageSize())))),
+					Format:    f,
+				}
+				d.Put(descs[descOff+n*kernels.FrameSize:])
+			}
+			if err := ctx.CopyHtoD(dDesc, descs); err != nil {
+				b.Fatal(err)
+			}
+			args := []uint64{uint64(dDesc) + uint64(descOff), frames}
+			launches := []struct {
+				name string
+				work int
+			}{{kernels.Decode, units}, {kernels.CRCSub, rs + is}, {kernels.CRCFold, rp + ip}}
+			var per [3]time.Duration
+			b.SetBytes(int64(frames * f.PayloadSize()))
+			for b.Loop() {
+				ev[0].Record(s)
+				for i, l := range launches {
+					grid := cuda.Dim3{X: kernels.Grid(l.work), Y: frames}
+					if err := s.Launch(fns[l.name], grid, cuda.Dim3{X: kernels.BlockSize}, 0, args); err != nil {
+						b.Fatal(err)
+					}
+					ev[i+1].Record(s)
+				}
+				if err := ev[3].Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				for i := range per {
+					d, _ := cuda.Elapsed(ev[i], ev[i+1])
+					per[i] += d
+				}
+			}
+			total := per[0] + per[1] + per[2]
+			raw := float64(b.N) * frames * float64(f.PayloadSize())
+			imgBytes := float64(b.N) * frames * float64(f.ImageSize())
+			b.ReportMetric(raw/total.Seconds()/1e9, "GB/s")
+			b.ReportMetric(raw/per[0].Seconds()/1e9, "decode-GB/s")
+			b.ReportMetric((raw+imgBytes)/per[1].Seconds()/1e9, "crc-GB/s")
+			b.ReportMetric(float64(per[2].Microseconds())/float64(b.N), "fold-µs")
+			b.ReportMetric(2*(raw+imgBytes)/total.Seconds()/1e9, "traffic-GB/s")
+			b.ReportMetric(2*d2d, "d2d-traffic-GB/s")
+		})
+	}
+}
+
+func align(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels.Align }
+
+// BenchmarkEndToEnd measures the cuda backend as the pipeline uses it:
+// page-locked payloads copied in, decoded and checksummed, images copied
+// out, CRCs folded, from 4 goroutines each decoding batches of 4 Pi-mega
+// frames. GB/s is raw payload per second, beside what one module (7.08
+// GB/s) and a 2 x 2 array (28.3 GB/s) deliver at 1000 frames/s. The
+// pageable variant uses Go memory, which the driver stages itself.
+func BenchmarkEndToEnd(b *testing.B) {
+	needGPU(b)
+	o := orientations(frame.PiMega)["mixed"]
+	const goroutines, perBatch = 4, 4
+	for _, mem := range []string{"pinned", "pageable"} {
+		for _, f := range formats(frame.PiMega) {
+			b.Run(mem+"/"+formatName(f), func(b *testing.B) {
+				be := newBackend(b, "cuda", gpu.Options{Orientation: o, Streams: 4})
+				ha := be.(gpu.HostAllocator)
+				var pinned [][]byte
+				defer func() {
+					for _, p := range pinned {
+						ha.FreeHost(p)
+					}
+				}()
+				alloc := func(n int) []byte {
+					if mem == "pageable" {
+						return make([]byte, n)
+					}
+					p, err := ha.AllocHost(n)
+					if err != nil {
+						b.Fatal(err)
+					}
+					pinned = append(pinned, p)
+					return p
+				}
+				rng := rand.New(rand.NewPCG(2, 2))
+				batches := make([][]gpu.Job, goroutines)
+				for g := range batches {
+					for range perBatch {
+						batches[g] = append(batches[g], job(rng, f, len(batches[g]), alloc))
+					}
+				}
+				for _, batch := range batches { // warm up the lanes
+					if err := be.Decode(batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(goroutines * perBatch * f.PayloadSize()))
+				start := time.Now()
+				for b.Loop() {
+					var wg sync.WaitGroup
+					for _, batch := range batches {
+						wg.Go(func() {
+							if err := be.Decode(batch); err != nil {
+								b.Error(err)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				gbs := float64(b.N) * goroutines * perBatch * float64(f.PayloadSize()) / time.Since(start).Seconds() / 1e9
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(moduleGBs, "module-GB/s")
+				b.ReportMetric(array2x2, "2x2-GB/s")
+			})
+		}
+	}
+}
