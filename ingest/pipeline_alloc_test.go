@@ -1,0 +1,85 @@
+package ingest
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"h5ingest/compress"
+	"h5ingest/gpu"
+)
+
+// cycleSource hands out n frames built beforehand from a few distinct
+// payloads, without allocating.
+type cycleSource struct {
+	frames []Frame
+	next   int
+}
+
+func newCycleSource(distinct []*Frame, n int) *cycleSource {
+	s := &cycleSource{frames: make([]Frame, n)}
+	for i := range s.frames {
+		f := *distinct[i%len(distinct)]
+		f.Header.FrameNumber = uint64(i)
+		s.frames[i] = f
+	}
+	return s
+}
+
+func (s *cycleSource) Next(ctx context.Context) (*Frame, error) {
+	if s.next == len(s.frames) {
+		return nil, io.EOF
+	}
+	s.next++
+	return &s.frames[s.next-1], nil
+}
+
+func (s *cycleSource) Release(*Frame) {}
+
+// countSink counts what it is given and keeps nothing.
+type countSink struct{ chunks, records int }
+
+func (s *countSink) WriteChunk(int, []byte) error { s.chunks++; return nil }
+func (s *countSink) SetRecord(int, Record) error  { s.records++; return nil }
+
+// TestPipelineSteadyStateAllocs checks that a frame through decode,
+// compression and the sink allocates nothing once the pipeline runs: the
+// allocations of a run of 2n frames and of n frames differ by ~0 per frame.
+func TestPipelineSteadyStateAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline many times")
+	}
+	backend, err := gpu.New("cpu", gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	distinct := []*Frame{testFrame(t, testFormat, 0), testFrame(t, testFormat, 1), testFrame(t, testFormat, 2)}
+	allocs := func(n int) float64 {
+		return testing.AllocsPerRun(20, func() {
+			p, err := New(Config{
+				Format: testFormat, Frames: n, Backend: backend,
+				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := newCycleSource(distinct, n)
+			sink := &countSink{}
+			if _, err := p.Run(context.Background(), src, sink); err != nil {
+				t.Fatal(err)
+			}
+			if sink.chunks != n {
+				t.Fatalf("%d chunks written, want %d", sink.chunks, n)
+			}
+		})
+	}
+	const n = 200
+	// What a run allocates once (slots, channels, goroutines, the source's
+	// frame list) cancels out in the difference.
+	perFrame := (allocs(2*n) - allocs(n)) / n
+	t.Logf("%.3f allocations per frame", perFrame)
+	if perFrame > 0.05 {
+		t.Errorf("%.2f allocations per frame in the steady state, want ~0", perFrame)
+	}
+}
