@@ -75,3 +75,12 @@ ptx-check: deps
 		echo "gpu/kernels/decode.ptx is not what decode.cu compiles to: run go generate ./gpu/kernels"; \
 		diff "$$tmp/decode.ptx" gpu/kernels/decode.ptx | head -20; exit 1; \
 	fi; echo "ptx-check: gpu/kernels/decode.ptx is current"
+
+# h5ingest bench: replay to bitshuffle-LZ4 HDF5 against h5py + hdf5plugin and
+# the C bitshuffle library, on the same simulated Pi-mega frames, BENCH_FRAMES
+# per row, files on /dev/shm. tools/bench/profile.sh profiles the replay.
+BENCH_FRAMES ?= 1000
+
+.PHONY: bench
+bench: build
+	$(BIN) bench --frames $(BENCH_FRAMES)
