@@ -160,7 +160,7 @@ func newBackend(t testing.TB, name string, opts Options) Backend {
 // and against the device backend running the CUDA kernels on the host. The
 // cuda backend is skipped, with the reason, where no GPU answers.
 func TestBackends(t *testing.T) {
-	for _, name := range append(Names(), hostCUDA) {
+	for _, name := range append(Names(), hostBackends...) {
 		t.Run(name, func(t *testing.T) {
 			skipWithoutDevice(t, name)
 			t.Run("Parity", func(t *testing.T) { testParity(t, name) })
@@ -436,7 +436,7 @@ func TestCUDAWithoutDevice(t *testing.T) {
 // TestDecodeAllocs checks that Decode allocates nothing per frame once
 // warm, on the CPU and on the device backend.
 func TestDecodeAllocs(t *testing.T) {
-	for _, name := range []string{"cpu", hostCUDA, "cuda"} {
+	for _, name := range append([]string{"cpu", "cuda"}, hostBackends...) {
 		t.Run(name, func(t *testing.T) {
 			skipWithoutDevice(t, name)
 			testDecodeAllocs(t, name)

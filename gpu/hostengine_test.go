@@ -1,3 +1,5 @@
+//go:build cgo
+
 package gpu
 
 import (
@@ -13,6 +15,9 @@ import (
 // CUDA kernels compiled for the host (package hostgrid): every line of the
 // cuda backend but the driver calls, on any machine.
 const hostCUDA = "cuda-on-host"
+
+// hostBackends lists the backends that exist only in tests.
+var hostBackends = []string{hostCUDA}
 
 var uploadTables = sync.OnceValue(hostgrid.UploadTables)
 
@@ -96,4 +101,13 @@ func TestHostCUDAPiMega(t *testing.T) {
 	testPiMegaParity(t, newBackend(t, hostCUDA, Options{Orientation: piMegaOrientation, Streams: 2}))
 }
 
-func hostgridLayout() []int { return hostgrid.Layout() }
+// TestKernelLayout checks that the descriptor Go writes is the struct the
+// kernels' C compiler lays out, and that the constants agree.
+func TestKernelLayout(t *testing.T) {
+	want := []int{kernels.FrameSize, 0, 8, 16, 24, 32, 40, 44, 48, 52, 56, 60, 64, 68, 72, 76,
+		80, 82, 84, 86, 88, 89, 90, 91, 92, kernels.CRCSubSize, kernels.CRCRun}
+	got := hostgrid.Layout()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("struct h5_frame layout and constants %v, Go writes %v", got, want)
+	}
+}
