@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestBenchSmall runs the whole bench on a tiny geometry and checks that
+// every row is measured and the ratios printed.
+func TestBenchSmall(t *testing.T) {
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import h5py, hdf5plugin, bitshuffle, numpy").Run(); err != nil {
+		t.Skipf("%s lacks h5py, hdf5plugin, bitshuffle or numpy (Debian python3-h5py, python3-hdf5plugin, bitshuffle): %v", python, err)
+	}
+	t.Setenv("H5INGEST_TEST_AS_COMMAND", "1") // the rows run this test binary as h5ingest
+	dir := filepath.Join(t.TempDir(), "bench")
+	fl := benchFlags{frames: 6, unique: 3, dir: dir, python: python, backend: "cpu", threads: 2, chips: "3x2", chipSize: "32x16"}
+	if err := fl.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runBench(&out, io.Discard, &fl); err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()
+	for _, row := range []string{"h5ingest replay", "reference: h5py", "ceiling: C bitshuffle+LZ4, 2 threads", "1 thread", "writer alone"} {
+		line := lineWith(table, row)
+		if line == "" {
+			t.Fatalf("no row %q in\n%s", row, table)
+		}
+		f := strings.Fields(line)
+		// frames/s, GB/s, time, ratio, RSS: the last five columns.
+		for _, v := range f[len(f)-5:] {
+			if x, err := strconv.ParseFloat(v, 64); err != nil || x < 0 {
+				t.Errorf("row %q: column %q is not a measurement", row, v)
+			}
+		}
+		if rss, _ := strconv.ParseFloat(f[len(f)-1], 64); rss <= 0 {
+			t.Errorf("row %q: peak RSS %s MiB", row, f[len(f)-1])
+		}
+	}
+	if !regexp.MustCompile(`ours / reference  \d+\.\d\d`).MatchString(table) ||
+		!regexp.MustCompile(`ours / ceiling    \d+\.\d\d`).MatchString(table) {
+		t.Errorf("ratios missing from\n%s", table)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("bench left %s behind (err %v)", dir, err)
+	}
+}
+
+// lineWith returns the first line of s that contains sub.
+func lineWith(s, sub string) string {
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, args := range [][]string{{"--frames", "0"}, {"--unique", "0"}, {"--threads", "0"}} {
+		if code := run(append([]string{"bench"}, args...)); code != exitUsage {
+			t.Errorf("bench %v: exit status %d, want %d", args, code, exitUsage)
+		}
+	}
+}
