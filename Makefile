@@ -51,12 +51,13 @@ fuzz:
 
 test: deps vet fmt-check ptx-check unit fuzz
 
+# The simulated scan matches the plan of the built-in profile "default".
 DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180
 
 demo: build
 	@mkdir -p $(OUT)
 	$(BIN) simulate --scene tomo $(DEMO_PLAN) -o $(OUT)/demo.pmcap --overwrite
-	$(BIN) replay $(OUT)/demo.pmcap -o $(OUT)/demo.h5 $(DEMO_PLAN) --overwrite
+	$(BIN) replay $(OUT)/demo.pmcap --profile default -o $(OUT)/demo.h5 --overwrite
 	$(BIN) verify $(OUT)/demo.h5
 	$(BIN) inspect $(OUT)/demo.h5
 

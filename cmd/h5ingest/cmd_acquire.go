@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -21,16 +21,9 @@ import (
 
 // acquireFlags are the flags of acquire beyond the scan's.
 type acquireFlags struct {
-	scan           scanFlags
-	scanID         string
-	outputDir      string
-	nameTemplate   string
-	listen         string
-	provider       string
-	slots          int
-	connectTimeout time.Duration
-	idleTimeout    time.Duration
-	record         string
+	scan   scanFlags
+	listen string
+	record string
 }
 
 func newAcquireCmd() *cobra.Command {
@@ -45,57 +38,45 @@ func newAcquireCmd() *cobra.Command {
 	}
 	f.scan.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&f.scanID, "scan-id", "", "scan identifier, for the file name template")
-	fs.StringVar(&f.outputDir, "output-dir", "", "directory for the output file, named by --name (instead of -o)")
-	fs.StringVar(&f.nameTemplate, "name", "{scan}.h5", "output file name in --output-dir; {scan} is the scan id")
-	fs.StringVar(&f.listen, "listen", "0.0.0.0:4791", "address to listen on, ADDR:PORT")
-	fs.StringVar(&f.provider, "provider", "tcp", "libfabric provider: verbs (RoCE, InfiniBand) or tcp")
-	fs.IntVar(&f.slots, "slots", 16, "frame slots in the receive ring: frames the detector may have in flight")
-	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to wait for the detector to connect")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", 10*time.Second, "how long a silence mid-scan ends it")
+	d := config.Default()
+	fs.StringVar(&f.listen, "listen", "", fmt.Sprintf("address to listen on, ADDR:PORT (default: the profile's source.address and source.port, %s:%d)", d.Source.Address, d.Source.Port))
+	fs.String("provider", d.Source.Provider, "libfabric provider: verbs (RoCE, InfiniBand) or tcp")
+	f.scan.bindKey("provider", "source.provider")
+	fs.Int("slots", d.Source.RingSlots, "frame slots in the receive ring: frames the detector may have in flight")
+	f.scan.bindKey("slots", "source.ring_slots")
+	fs.Duration("connect-timeout", d.Source.ConnectTimeout, "how long to wait for the detector to connect")
+	f.scan.bindKey("connect-timeout", "source.connect_timeout")
+	fs.Duration("idle-timeout", d.Source.IdleTimeout, "how long a silence mid-scan ends it")
+	f.scan.bindKey("idle-timeout", "source.idle_timeout")
+	fs.String("output-dir", d.Output.Directory, "directory for the output file, named by --name (instead of -o)")
+	f.scan.bindKey("output-dir", "output.directory")
+	fs.String("name", d.Output.Template, "output file name template in --output-dir: {scan} scan id, {date} YYYYMMDD, {module} module id")
+	f.scan.bindKey("name", "output.template")
 	fs.StringVar(&f.record, "record", "", "also keep every frame as it arrived in this capture file (.pmcap)")
 	return cmd
 }
 
-// outputPath returns the output file the flags name.
-func (f *acquireFlags) outputPath() (string, error) {
-	if f.outputDir == "" {
-		if f.scan.output == "" {
-			return "", usageError(errors.New("no output file: give -o FILE.h5, or --output-dir DIR and --scan-id"))
-		}
-		return f.scan.output, nil
-	}
-	if f.scan.output != "" {
-		return "", usageError(errors.New("give -o or --output-dir, not both"))
-	}
-	if strings.Contains(f.nameTemplate, "{scan}") && f.scanID == "" {
-		return "", usageError(fmt.Errorf("--name %q needs --scan-id", f.nameTemplate))
-	}
-	name := strings.ReplaceAll(f.nameTemplate, "{scan}", f.scanID)
-	if name == "" || strings.ContainsRune(name, filepath.Separator) {
-		return "", usageError(fmt.Errorf("--name %q: want a file name", f.nameTemplate))
-	}
-	return filepath.Join(f.outputDir, name), nil
-}
-
 func acquire(ctx context.Context, f *acquireFlags) error {
 	s := &f.scan
-	out, err := f.outputPath()
+	if s.output != "" && s.fs.Changed("output-dir") {
+		return usageError(errors.New("give -o or --output-dir, not both"))
+	}
+	profile, plan, err := s.load()
 	if err != nil {
 		return err
 	}
-	s.output = out
-	profile, err := config.Load(s.profile)
-	if err != nil {
-		return usageError(err)
-	}
-	plan, err := s.plan()
+	out, err := s.outputPath(profile, profile.Detector.Modules[0].ID)
 	if err != nil {
 		return err
+	}
+	src := profile.Source
+	addr := f.listen
+	if addr == "" {
+		addr = net.JoinHostPort(src.Address, strconv.Itoa(src.Port))
 	}
 	cfg := fabric.Config{
-		Provider: f.provider, Addr: f.listen, Slots: f.slots,
-		ConnectTimeout: f.connectTimeout, IdleTimeout: f.idleTimeout,
+		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
+		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
@@ -113,7 +94,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	defer l.Close()
-	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", f.provider))
+	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
 	stream, err := l.Accept(ctx)
 	if err != nil {
 		return err
@@ -142,7 +123,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		stream.Record(rec)
 	}
 
-	scan, err := newScan(s, profile, plan, hello.Format, log)
+	scan, err := newScan(out, profile, plan, hello.Format, log)
 	if err != nil {
 		return err
 	}

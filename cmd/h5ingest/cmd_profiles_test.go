@@ -4,10 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"h5ingest/compress"
 	"h5ingest/config"
+	"h5ingest/writer"
 )
 
 func TestProfilesCommand(t *testing.T) {
@@ -55,5 +58,61 @@ func TestProfilesCommand(t *testing.T) {
 		if code, _ := runCaptured(t, args...); code != exitUsage {
 			t.Errorf("%v: exit status %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// TestReplayUsesProfile runs replay with settings from a profile, then with
+// flags over it.
+func TestReplayUsesProfile(t *testing.T) {
+	path, _ := simulate(t, "--frames", "7")
+	dir := t.TempDir()
+	profile := filepath.Join(t.TempDir(), "beamline.yaml")
+	text := `name: b
+detector:
+  chips_x: 3
+  chips_y: 2
+  chip_width: 32
+  chip_height: 16
+output:
+  directory: ` + dir + `
+  template: "{scan}_m{module}.h5"
+  compression: lz4
+plan:
+  sequence: "flats:1,darks:1,projections:4,flats:1"
+  angle_end: 90
+`
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args   []string
+		file   string
+		keys   []int8
+		filter int
+	}{
+		{[]string{"--scan-id", "s1"}, "s1_m0.h5", []int8{1, 2, 0, 0, 0, 0, 1}, compress.FilterLZ4},
+		{[]string{"--scan-id", "s2", "--projections", "7", "--compression", "bslz4"}, "s2_m0.h5", []int8{0, 0, 0, 0, 0, 0, 0}, compress.FilterBitshuffle},
+		{[]string{"-o", filepath.Join(dir, "named.h5"), "--sequence", "darks:2,projections:5"}, "named.h5", []int8{2, 2, 0, 0, 0, 0, 0}, compress.FilterLZ4},
+	}
+	for _, tt := range tests {
+		args := append([]string{"replay", path, "--profile", profile}, tt.args...)
+		if code, out := runCaptured(t, args...); code != exitOK {
+			t.Fatalf("%v: exit status %d\n%s", tt.args, code, out)
+		}
+		r, err := writer.Open(filepath.Join(dir, tt.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := r.ImageKey()
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(keys, tt.keys) || r.Filters[0].ID != tt.filter {
+			t.Errorf("%v: image keys %v, filter %d; want %v, %d", tt.args, keys, r.Filters[0].ID, tt.keys, tt.filter)
+		}
+	}
+	if code, _ := runCaptured(t, "replay", path, "--profile", profile); code != exitUsage {
+		t.Errorf("replay with neither -o nor --scan-id: exit status %d, want %d", code, exitUsage)
 	}
 }

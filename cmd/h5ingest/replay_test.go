@@ -197,7 +197,8 @@ func TestReplayFaultTable(t *testing.T) {
 	path, truth := simulate(t, "--darks", "2", "--flats", "2", "--projections", "12",
 		"--orientation", orient, "--missing", "3", "--duplicate", "5", "--reorder", "7", "--corrupt", "9")
 	profile := filepath.Join(t.TempDir(), "beamline.yaml")
-	if err := os.WriteFile(profile, []byte("detector:\n  chip_orientation: ["+orient+"]\n"), 0o644); err != nil {
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  chip_orientation: [" + orient + "]\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "scan.h5")

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"h5ingest/compress"
+	"h5ingest/config"
+	"h5ingest/gpu"
+	"h5ingest/ingest"
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+// scanFlags are the flags that every command writing a scan shares. Most
+// set a profile key: given on the command line they are the top layer over
+// the profile, the environment and the defaults.
+type scanFlags struct {
+	profile  string
+	output   string
+	scanID   string
+	logLevel string
+
+	fs   *pflag.FlagSet
+	keys map[string]string // flag name -> profile key
+}
+
+// register defines the scan flags on fs; their defaults are the built-in
+// profile defaults.
+func (s *scanFlags) register(fs *pflag.FlagSet) {
+	d := config.Default()
+	s.fs = fs
+	s.keys = map[string]string{}
+	key := func(flag, key string) { s.keys[flag] = key }
+	fs.StringVar(&s.profile, "profile", "", "beamline profile: a YAML file, or a built-in profile's name (see h5ingest profiles list)")
+	fs.StringVarP(&s.output, "output", "o", "", "HDF5 file to write (default: the profile's output.directory and output.template)")
+	fs.StringVar(&s.scanID, "scan-id", "", "scan id, for the profile's file name template")
+	fs.StringVar(&s.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.String("backend", d.Backend, "decode backend: auto, cpu or cuda")
+	key("backend", "backend")
+	fs.String("compression", d.Output.Compression, "chunk compression: bslz4, bszstd, lz4, deflate or none")
+	key("compression", "output.compression")
+	fs.Int("level", d.Output.Level, "compression level for bszstd and deflate (0: the codec's default)")
+	key("level", "output.level")
+	fs.String("layout", d.Output.Layout, "file layout: nxtomo or cxi")
+	key("layout", "output.layout")
+	fs.Bool("overwrite", d.Output.Overwrite, "replace an existing output file")
+	key("overwrite", "output.overwrite")
+	fs.Duration("flush", d.Output.FlushInterval, "how often readers following the file see new frames")
+	key("flush", "output.flush_interval")
+	fs.Int("darks", d.Plan.Darks, "dark fields at the start of the scan")
+	key("darks", "plan.darks")
+	fs.Int("flats", d.Plan.Flats, "flat fields after the darks")
+	key("flats", "plan.flats")
+	fs.Int("projections", d.Plan.Projections, "projections after the flats (no plan at all: every frame is a projection)")
+	key("projections", "plan.projections")
+	fs.String("sequence", d.Plan.Sequence, `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"`)
+	key("sequence", "plan.sequence")
+	fs.Float64("angle-start", d.Plan.AngleStart, "rotation angle of the first projection, degrees")
+	key("angle-start", "plan.angle_start")
+	fs.Float64("angle-end", d.Plan.AngleEnd, "rotation angle the projections stop short of, degrees")
+	key("angle-end", "plan.angle_end")
+}
+
+// bindKey makes a command's own flag set a profile key too.
+func (s *scanFlags) bindKey(flag, key string) { s.keys[flag] = key }
+
+// load returns the profile layered with the flags given on the command
+// line, and the scan plan it holds. Errors are usage errors.
+func (s *scanFlags) load() (config.Profile, config.Plan, error) {
+	flags := map[string]config.FlagValue{}
+	var err error
+	s.fs.Visit(func(f *pflag.Flag) {
+		key, ok := s.keys[f.Name]
+		if !ok || err != nil {
+			return
+		}
+		var v any
+		if v, err = typedValue(s.fs, f); err == nil {
+			flags[key] = config.FlagValue{Flag: "--" + f.Name, Value: v}
+		}
+	})
+	if err != nil {
+		return config.Profile{}, config.Plan{}, usageError(err)
+	}
+	// Counts on the command line replace a profile's sequence.
+	for _, name := range []string{"darks", "flats", "projections"} {
+		if _, given := flags["plan."+name]; given {
+			if _, seq := flags["plan.sequence"]; !seq {
+				flags["plan.sequence"] = config.FlagValue{Flag: "--" + name, Value: ""}
+			}
+		}
+	}
+	p, _, err := config.LoadLayers(config.Layers{Profile: s.profile, Flags: flags})
+	if err != nil {
+		return config.Profile{}, config.Plan{}, usageError(err)
+	}
+	plan, err := p.Plan.Plan()
+	if err != nil {
+		return config.Profile{}, config.Plan{}, usageError(err)
+	}
+	return p, plan, nil
+}
+
+// typedValue returns a flag's value with its Go type.
+func typedValue(fs *pflag.FlagSet, f *pflag.Flag) (any, error) {
+	switch f.Value.Type() {
+	case "string":
+		return fs.GetString(f.Name)
+	case "int":
+		return fs.GetInt(f.Name)
+	case "bool":
+		return fs.GetBool(f.Name)
+	case "duration":
+		return fs.GetDuration(f.Name)
+	case "float64":
+		return fs.GetFloat64(f.Name)
+	}
+	return nil, fmt.Errorf("--%s: flags of type %s cannot set a profile key", f.Name, f.Value.Type())
+}
+
+// outputPath returns the file a scan of module writes: -o, or the profile's
+// directory and template.
+func (s *scanFlags) outputPath(p config.Profile, module int) (string, error) {
+	if s.output != "" {
+		return s.output, nil
+	}
+	if s.scanID == "" {
+		return "", usageError(errors.New("no output file: give -o FILE.h5, or --scan-id ID for the profile's output.template"))
+	}
+	return p.Output.FileName(s.scanID, module, time.Now()), nil
+}
+
+// scanRun is one scan being written: the pipeline and its file.
+type scanRun struct {
+	output   string
+	planned  int
+	file     *writer.Writer
+	pipeline *ingest.Pipeline
+	backend  gpu.Backend
+	log      *zap.Logger
+	progress ingest.Progress
+	closed   bool
+}
+
+// electronVolt is one eV in joules, for CXI's photon energy.
+const electronVolt = 1.602176634e-19
+
+// newScan creates the output file at path and the pipeline for a scan of
+// format, as the profile says.
+func newScan(path string, profile config.Profile, plan config.Plan, format frame.Format, log *zap.Logger) (*scanRun, error) {
+	orient := profile.Detector.Orientation()
+	if err := orient.Validate(format.Chips()); err != nil {
+		return nil, usageError(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
+	}
+	out := profile.Output
+	newCodec := func() (compress.Codec, error) { return compress.New(out.Compression, format.PixelSize(), out.Level) }
+	codec, err := newCodec()
+	if err != nil {
+		return nil, usageError(fmt.Errorf("key output.compression: %w", err))
+	}
+	backend, err := gpu.New(profile.Backend, gpu.Options{Orientation: orient})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("key backend: %w", err))
+	}
+	opts := writer.Options{
+		Path:          path,
+		Overwrite:     out.Overwrite,
+		Layout:        out.Layout,
+		Frames:        plan.Frames(),
+		Height:        format.Height(),
+		Width:         format.Width(),
+		ElemSize:      format.PixelSize(),
+		Filters:       codec.Filters(),
+		FlushInterval: out.FlushInterval,
+		Title:         profile.Description,
+		SourceName:    profile.Detector.Model,
+		PixelSize:     profile.Detector.PixelSize,
+		Distance:      profile.Detector.Distance,
+		Energy:        profile.Detector.Energy * electronVolt,
+	}
+	if plan.Frames() > 0 {
+		opts.ImageKey = plan.ImageKeys()
+		opts.RotationAngle = plan.Angles()
+	}
+	file, err := writer.Create(opts)
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
+	p, err := ingest.New(ingest.Config{
+		Format:   format,
+		Frames:   plan.Frames(),
+		Backend:  backend,
+		NewCodec: newCodec,
+		Log:      log,
+	})
+	if err != nil {
+		file.Close()
+		backend.Close()
+		return nil, err
+	}
+	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
+		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression))
+	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log}, nil
+}
+
+// run moves the frames of src into the file, reporting progress.
+func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
+	rep := startProgress(r.pipeline, r.planned)
+	progress, err := r.pipeline.Run(ctx, src, fileSink{r.file})
+	rep.Stop()
+	r.progress = progress
+	return err
+}
+
+// finish closes the file under its final name and turns the outcome into
+// the command's result: nil when every planned frame is good, exit status 3
+// when some are not, a failure when the file could not be finished.
+func (r *scanRun) finish(srcErr error) error {
+	r.closed = true
+	closeErr := r.file.Close()
+	r.backend.Close()
+	printSummary(os.Stdout, r.output, r.progress, r.pipeline.Frames())
+	if closeErr != nil {
+		return fmt.Errorf("finish %s: %w", r.output, closeErr)
+	}
+	if srcErr != nil && !errors.Is(srcErr, capture.ErrTruncated) && !errors.Is(srcErr, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "h5ingest: source stopped early: %v\n", srcErr)
+		return &exitError{code: exitIncomplete}
+	}
+	if srcErr != nil || r.progress.Problems() > 0 {
+		if srcErr != nil {
+			fmt.Fprintf(os.Stderr, "h5ingest: %v\n", srcErr)
+		}
+		return &exitError{code: exitIncomplete}
+	}
+	return nil
+}
+
+// abort finishes a scan that finish did not: the file keeps what it has.
+func (r *scanRun) abort() {
+	if !r.closed {
+		r.file.Close()
+		r.backend.Close()
+	}
+}
+
+// fileSink adapts the HDF5 writer to the pipeline's Sink.
+type fileSink struct{ w *writer.Writer }
+
+func (s fileSink) WriteChunk(n int, chunk []byte) error { return s.w.WriteChunk(n, 0, chunk) }
+
+func (s fileSink) SetRecord(n int, r ingest.Record) error {
+	return s.w.SetRecord(n, writer.Record(r))
+}
+
+// printSummary prints the table a person reads at the end of a scan.
+func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
+	secs := p.Elapsed.Seconds()
+	rate := func(v float64) float64 {
+		if secs == 0 {
+			return 0
+		}
+		return v / secs
+	}
+	fmt.Fprintf(w, "%s\n", path)
+	fmt.Fprintf(w, "  frames          %d in the scan, %d written\n", frames, p.Written)
+	fmt.Fprintf(w, "  ok              %d\n", p.OK)
+	fmt.Fprintf(w, "  missing         %d\n", p.Missing)
+	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
+	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
+	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
+	fmt.Fprintf(w, "  out of range    %d dropped\n", p.OutOfRange)
+	fmt.Fprintf(w, "  time            %.2f s, %.1f frames/s\n", secs, rate(float64(p.Written)))
+	fmt.Fprintf(w, "  throughput      %.0f MB/s raw in, %.0f MB/s decoded, %.0f MB/s stored\n",
+		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
+	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())
+}
