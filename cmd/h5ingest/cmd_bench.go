@@ -81,7 +81,7 @@ scans need no long simulation. Files go to --dir, by default on /dev/shm
 	f.IntVar(&fl.threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
 	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")
 	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WxH (Medipix3RX: 256x256)")
-	cmd.AddCommand(newBenchWriteCmd())
+	cmd.AddCommand(newBenchWriteCmd(), newBenchCycleCmd())
 	return cmd
 }
 
@@ -166,7 +166,13 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 		"--chips", fl.chips, "--chip-size", fl.chipSize, "-o", files.unique, "--overwrite"); err != nil {
 		return err
 	}
-	format, err := cycleCapture(files.unique, files.capture, fl.frames)
+	// A process of its own: this one must stay small, as a child's peak
+	// RSS starts from its parent's (the exec records the parent's
+	// high-water mark, the address space being shared until then).
+	if _, err := benchRun(self, nil, "bench", "cycle", files.unique, files.capture, strconv.Itoa(fl.frames)); err != nil {
+		return err
+	}
+	format, err := captureFormat(files.capture)
 	if err != nil {
 		return err
 	}
@@ -387,6 +393,24 @@ func cycleCapture(src, dst string, n int) (frame.Format, error) {
 		return frame.Format{}, fmt.Errorf("bench: %w", err)
 	}
 	return recs[0].h.Format, nil
+}
+
+// newBenchCycleCmd is the hidden process that writes the bench's capture.
+func newBenchCycleCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "cycle FROM.pmcap TO.pmcap FRAMES",
+		Short:  "Write a capture of FRAMES frames cycling through those of another",
+		Hidden: true,
+		Args:   usageArgs(cobra.ExactArgs(3)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[2])
+			if err != nil || n < 1 {
+				return usageError(fmt.Errorf("FRAMES %q: want a count of at least 1", args[2]))
+			}
+			_, err = cycleCapture(args[0], args[1], n)
+			return err
+		},
+	}
 }
 
 // newBenchWriteCmd is the hidden process behind the writer row: it reads
