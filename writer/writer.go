@@ -367,10 +367,10 @@ func (w *Writer) Close() error {
 	if w.file <= 0 {
 		return w.err
 	}
-	if w.err == nil {
-		if err := w.writeColumns(); err != nil {
-			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
-		}
+	// The records go out even after a failure: they hold only frames whose
+	// chunks were written, so the file keeps every whole frame it has.
+	if err := w.writeColumns(); err != nil {
+		w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 	}
 	if w.err == nil {
 		end := fixedString(time.Now().Format(timeFormat), timeSize)
