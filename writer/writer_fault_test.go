@@ -1,0 +1,148 @@
+package writer
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkKept opens the file at path and checks that frames below kept hold
+// their chunk and record, and that every later frame is recorded missing.
+func checkKept(t *testing.T, path string, o Options, kept int) {
+	t.Helper()
+	r, err := Open(path)
+	if err != nil {
+		t.Fatalf("the file of a failed scan does not open: %v", err)
+	}
+	defer r.Close()
+	recs, err := r.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != o.Frames {
+		t.Fatalf("%d records, want %d", len(recs), o.Frames)
+	}
+	for i, rec := range recs {
+		if i >= kept {
+			if rec.Status != StatusMissing {
+				t.Errorf("frame %d after the failure: status %d, want missing", i, rec.Status)
+			}
+			continue
+		}
+		if want := testRecord(i); rec != want {
+			t.Errorf("frame %d written before the failure: record %+v, want %+v", i, rec, want)
+		}
+		chunk, _, err := r.ReadChunk(i, nil)
+		if err != nil {
+			t.Errorf("frame %d written before the failure: %v", i, err)
+		} else if !bytes.Equal(chunk, pattern(i, o.Height, o.Width, o.ElemSize)) {
+			t.Errorf("frame %d written before the failure: chunk differs", i)
+		}
+	}
+}
+
+// TestWriteChunkFailureKeepsWrittenFrames makes H5Dwrite_chunk fail after
+// three frames, before any flush: the error sticks, and Close still writes
+// the records of the three frames, so the finished file holds them.
+func TestWriteChunkFailureKeepsWrittenFrames(t *testing.T) {
+	o := testOptions(t.TempDir(), LayoutNXtomo, pipeNone) // flushes hourly: only Close writes records
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const kept = 3
+	for i := range kept {
+		if err := w.WriteChunk(i, 0, pattern(i, o.Height, o.Width, o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := w.WriteChunk(kept, 0, nil) // libhdf5 refuses an empty chunk
+	if first == nil {
+		t.Fatal("an empty chunk was written")
+	}
+	for name, err := range map[string]error{
+		"WriteChunk": w.WriteChunk(kept+1, 0, pattern(kept+1, o.Height, o.Width, o.ElemSize)),
+		"SetRecord":  w.SetRecord(kept+1, testRecord(kept+1)),
+		"Flush":      w.Flush(),
+		"Close":      w.Close(),
+	} {
+		if err != first {
+			t.Errorf("%s after the failure returned %v, want the first error %v", name, err, first)
+		}
+	}
+	if n := openObjectsAll(); n != 0 {
+		t.Errorf("%d HDF5 objects open after Close", n)
+	}
+	checkKept(t, o.Path, o, kept)
+}
+
+// tmpfs mounts a file system of size bytes on a new directory and returns
+// it, or skips the test where mounting is not allowed.
+func tmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// TestDiskFull writes frames of 1 MiB to a tmpfs of 4 MiB until the disk is
+// full: the error says so and sticks, and the closed file holds every frame
+// written before it, the rest recorded missing.
+func TestDiskFull(t *testing.T) {
+	dir := tmpfs(t, "4m")
+	o := testOptions(dir, LayoutNXtomo, pipeNone)
+	o.Frames, o.Height, o.Width, o.ElemSize = 16, 512, 512, 4
+	o.ImageKey, o.RotationAngle = nil, nil
+	o.FlushInterval = time.Hour
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	var first error
+	for i := range o.Frames {
+		if first = w.WriteChunk(i, 0, pattern(i, o.Height, o.Width, o.ElemSize)); first != nil {
+			break
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+		kept++
+	}
+	if first == nil {
+		t.Fatal("16 MiB of frames fit a 4 MiB file system")
+	}
+	if !strings.Contains(first.Error(), "No space left on device") {
+		t.Errorf("disk-full error does not say so: %v", first)
+	}
+	if kept == 0 {
+		t.Fatal("not even one frame fit")
+	}
+	if err := w.Close(); err != first {
+		t.Errorf("Close returned %v, want the first error", err)
+	}
+	if n := openObjectsAll(); n != 0 {
+		t.Errorf("%d HDF5 objects open after Close", n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "."+filepath.Base(o.Path)+".part")); err == nil {
+		t.Error("the temporary name is left")
+	}
+	checkKept(t, o.Path, o, kept)
+}
