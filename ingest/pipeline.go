@@ -15,6 +15,7 @@ import (
 	"h5ingest/compress"
 	"h5ingest/gpu"
 	"h5ingest/ingest/frame"
+	"h5ingest/logagg"
 )
 
 // Frame is one frame handed out by a Source: its parsed header and its
@@ -63,7 +64,7 @@ type Config struct {
 	Workers  int // compression workers; 0 means one per core
 	Batch    int // frames per decode call; 0 means 2
 	Slots    int // frames in flight, bounding memory; 0 means 2*Workers + 2*Batch
-	Log      *zap.Logger
+	Log      *zap.Logger // per-frame events are aggregated, one line a second (package logagg)
 }
 
 // Progress is a snapshot of a running pipeline.
@@ -132,6 +133,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	log = logagg.Wrap(log, 0)
 	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames)}, nil
 }
 
@@ -170,6 +172,7 @@ func (p *Pipeline) Frames() int {
 // finishes the records.
 func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, error) {
 	p.start = time.Now()
+	defer p.log.Sync() // the last second's per-frame events
 	cfg := p.cfg
 	codecs := make([]compress.Codec, cfg.Workers)
 	for i := range codecs {
