@@ -404,18 +404,26 @@ func (p dcpl) setFilters(filters []compress.Filter) error {
 // whose extent is sDims/sMax. A block dimension of unlimited makes the
 // mapping follow the source as it grows.
 func (p dcpl) setVirtual(vDims, vMax, vStart []uint64, file, dset string, sDims, sMax, sStart, block []uint64) error {
+	return p.setVirtualBlocks(vDims, vMax, vStart, block, file, dset, sDims, sMax, sStart, block)
+}
+
+// setVirtualBlocks is setVirtual with a block of its own on each side, so
+// that a source of one rank can fill a slab of a virtual dataset of
+// another (a module's (N) records as column k of an (N, M) view); both
+// blocks must hold as many elements.
+func (p dcpl) setVirtualBlocks(vDims, vMax, vStart, vBlock []uint64, file, dset string, sDims, sMax, sStart, sBlock []uint64) error {
 	cfile, cdset := C.CString(file), C.CString(dset)
 	defer C.free(unsafe.Pointer(cfile))
 	defer C.free(unsafe.Pointer(cdset))
-	op := fmt.Sprintf("map %s:%s%v+%v to virtual %v", file, dset, sStart, block, vStart)
+	op := fmt.Sprintf("map %s:%s%v+%v to virtual %v+%v", file, dset, sStart, sBlock, vStart, vBlock)
 	lock()
 	defer unlock()
-	vs, err := selection(vDims, vMax, vStart, block)
+	vs, err := selection(vDims, vMax, vStart, vBlock)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer C.H5Sclose(vs)
-	ss, err := selection(sDims, sMax, sStart, block)
+	ss, err := selection(sDims, sMax, sStart, sBlock)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -194,6 +194,10 @@ func (b *builder) cxi() {
 
 // records creates the five per-frame record datasets in det.
 func (b *builder) records(det hid) {
+	if b.w.master != nil {
+		b.masterRecords(det)
+		return
+	}
 	w := b.w
 	b.column(det, "frame_number", kindU64, 1, false, "", func() (unsafe.Pointer, int) { return ptr(w.frameNumber), len(w.frameNumber) })
 	b.column(det, "timestamp", kindU64, 1, false, "ns", func() (unsafe.Pointer, int) { return ptr(w.timestamp), len(w.timestamp) })
@@ -232,6 +236,10 @@ func (w *Writer) stackDims() (dims, max []uint64) {
 // stored.
 func (b *builder) stack(det hid, path string) {
 	if b.err != nil {
+		return
+	}
+	if b.w.master != nil {
+		b.virtualStack(det, path)
 		return
 	}
 	w, o := b.w, &b.w.opts

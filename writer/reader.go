@@ -22,6 +22,9 @@ type Reader struct {
 	ElemSize      int               // bytes per pixel
 	Filters       []compress.Filter // pipeline as stored
 	SWMR          bool              // opened as a SWMR reader
+	// Modules are the modules of a master file (see CreateMaster), in
+	// the order of its combined records; nil for a module's own file.
+	Modules []MasterModule
 
 	path  string
 	det   string // detector group
@@ -69,6 +72,11 @@ func (r *Reader) init() error {
 	if r.Filters, err = filters(d, "frame stack"); err != nil {
 		return err
 	}
+	if exists(r.file, r.det+"/module_ids") {
+		if err := r.readModules(); err != nil {
+			return err
+		}
+	}
 	return r.readShape()
 }
 
@@ -96,6 +104,9 @@ func (r *Reader) Refresh() error {
 // ReadChunk appends the stored bytes of frame's chunk to dst and returns
 // them with the chunk's filter mask, or ErrNoChunk.
 func (r *Reader) ReadChunk(frame int, dst []byte) (data []byte, mask uint32, err error) {
+	if r.Modules != nil {
+		return dst, 0, r.masterError(fmt.Sprintf("read chunk of frame %d from", frame))
+	}
 	if frame < 0 || frame >= r.Frames {
 		return dst, 0, fmt.Errorf("read chunk of frame %d from %s: frame outside 0 to %d", frame, r.path, r.Frames-1)
 	}
@@ -110,21 +121,30 @@ func (r *Reader) ReadChunk(frame int, dst []byte) (data []byte, mask uint32, err
 	return data, mask, nil
 }
 
-// Records returns the per-frame records as last flushed.
+// Records returns the per-frame records as last flushed. A master file
+// has records per module: Records returns an error wrapping ErrMaster.
 func (r *Reader) Records() ([]Record, error) {
-	status, err := readColumn[uint8](r, r.det+"/frame_status", kindU8, 1)
+	if r.Modules != nil {
+		return nil, r.masterError("records of")
+	}
+	return r.records(r.det)
+}
+
+// records reads the per-frame records in group g.
+func (r *Reader) records(g string) ([]Record, error) {
+	status, err := readColumn[uint8](r, g+"/frame_status", kindU8, 1)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := readColumn[uint64](r, r.det+"/timestamp", kindU64, 1)
+	ts, err := readColumn[uint64](r, g+"/timestamp", kindU64, 1)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := readColumn[uint32](r, r.det+"/raw_crc32c", kindU32, 1)
+	raw, err := readColumn[uint32](r, g+"/raw_crc32c", kindU32, 1)
 	if err != nil {
 		return nil, err
 	}
-	data, err := readColumn[uint32](r, r.det+"/data_crc32c", kindU32, 1)
+	data, err := readColumn[uint32](r, g+"/data_crc32c", kindU32, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +160,9 @@ func (r *Reader) Records() ([]Record, error) {
 
 // FrameNumbers returns the frame_number record.
 func (r *Reader) FrameNumbers() ([]uint64, error) {
+	if r.Modules != nil {
+		return nil, r.masterError("frame numbers of")
+	}
 	return readColumn[uint64](r, r.det+"/frame_number", kindU64, 1)
 }
 

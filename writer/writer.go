@@ -167,10 +167,11 @@ type Writer struct {
 	temp string // name while writing
 
 	file, stack, endTime hid
-	timeType             hid       // fixed-length string type of the times
-	cols                 []*column // per-frame datasets written at flushes
-	extendible           bool      // per-frame datasets grow
-	frames               int       // current extent of the stack
+	timeType             hid            // fixed-length string type of the times
+	cols                 []*column      // per-frame datasets written at flushes
+	extendible           bool           // per-frame datasets grow
+	frames               int            // current extent of the stack
+	master               []MasterModule // modules of a master file; nil for a module's own file
 
 	off       chunkOffset
 	lastFlush time.Time

@@ -1,0 +1,160 @@
+package writer
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// masterOptions returns a master of three testH x testW modules in a
+// 2 x 2 array with its bottom right corner empty: modules 0 and 1 on the
+// top row, module 7 bottom left.
+func masterOptions(dir, layout string) MasterOptions {
+	o := MasterOptions{Options: testOptions(dir, layout, pipeNone)}
+	o.Path = filepath.Join(dir, "scan_master.h5")
+	o.Height, o.Width = 2*testH, 2*testW
+	for _, m := range []struct{ id, x, y int }{{0, 0, 0}, {1, testW, 0}, {7, 0, testH}} {
+		o.Modules = append(o.Modules, MasterModule{ID: m.id, File: "scan_m" + string(rune('0'+m.id)) + ".h5",
+			X: m.x, Y: m.y, Height: testH, Width: testW})
+	}
+	return o
+}
+
+// TestMaster writes a master ahead of its module files, writes two of the
+// three, and reads the array and the records through the master, with
+// this package's Reader and with h5py.
+func TestMaster(t *testing.T) {
+	for _, layout := range []string{LayoutNXtomo, LayoutCXI} {
+		t.Run(layout, func(t *testing.T) {
+			dir := t.TempDir()
+			mo := masterOptions(dir, layout)
+			if err := CreateMaster(mo); err != nil {
+				t.Fatal(err)
+			}
+			// Module 7's file never appears; module 1 misses frame 3.
+			for i, skip := range [][]int{nil, {3}} {
+				o := testOptions(dir, layout, pipeDeflate)
+				o.Path = filepath.Join(dir, mo.Modules[i].File)
+				writeTestFile(t, o, pipeDeflate, skip...)
+			}
+			r, err := Open(mo.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if r.Layout != layout || r.Frames != testFrames || r.Height != 2*testH || r.Width != 2*testW {
+				t.Errorf("master %s %dx%dx%d, want %s %dx%dx%d", r.Layout, r.Frames, r.Height, r.Width,
+					layout, testFrames, 2*testH, 2*testW)
+			}
+			if !slices.Equal(r.Modules, mo.Modules) {
+				t.Errorf("modules %+v, want %+v", r.Modules, mo.Modules)
+			}
+			if p := r.MissingPaths(); len(p) != 0 {
+				t.Errorf("master lacks %v", p)
+			}
+			if _, err := r.Records(); !errors.Is(err, ErrMaster) || !strings.Contains(err.Error(), "7 (scan_m7.h5)") {
+				t.Errorf("Records of a master: %v, want ErrMaster naming the modules", err)
+			}
+			if _, _, err := r.ReadChunk(0, nil); !errors.Is(err, ErrMaster) {
+				t.Errorf("ReadChunk of a master: %v, want ErrMaster", err)
+			}
+			for _, tt := range []struct {
+				id   int
+				want []Record
+			}{
+				{0, wantRecords(testFrames)},
+				{1, wantRecords(testFrames, 3)},
+				{7, wantRecords(testFrames, 0, 1, 2, 3, 4, 5)},
+			} {
+				got, err := r.ModuleRecords(tt.id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("module %d records %v, want %v", tt.id, got, tt.want)
+				}
+			}
+			if _, err := r.ModuleRecords(2); err == nil {
+				t.Error("records of module 2, which the master does not have: no error")
+			}
+			pyCheckMaster(t, mo.Path, layout)
+		})
+	}
+}
+
+// pyCheckMaster has h5py read the master written by TestMaster.
+func pyCheckMaster(t *testing.T, master, layout string) {
+	t.Helper()
+	python := pythonWith(t, "h5py", "numpy")
+	script := `
+import sys, os, h5py, numpy as np
+master, layout, h, w = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+d = os.path.dirname(master)
+det = "/entry/instrument/detector" if layout == "nxtomo" else "/entry_1/instrument_1/detector_1"
+with h5py.File(master, "r") as m, h5py.File(d + "/scan_m0.h5", "r") as a, h5py.File(d + "/scan_m1.h5", "r") as b:
+    v = m[det + "/data"][...]
+    assert v.shape == (6, 2 * h, 2 * w), v.shape
+    assert np.array_equal(v[:, :h, :w], a[det + "/data"][...])
+    assert np.array_equal(v[:, :h, w:], b[det + "/data"][...])
+    assert v[:, :h, :w].any() and v[2, :h, w:].any() and not v[3, :h, w:].any()
+    assert not v[:, h:, :].any(), "the absent module and the gap read as the fill value 0"
+    st = m[det + "/frame_status"][...]
+    assert st.shape == (6, 3), st.shape
+    assert list(m[det + "/module_ids"][...]) == [0, 1, 7]
+    assert st[:, 0].tolist() == [0, 0, 0, 0, 2, 0], st
+    assert st[:, 1].tolist() == [0, 0, 0, 1, 2, 0], st
+    assert st[:, 2].tolist() == [1] * 6, st
+    assert m[det + "/module_1/frame_status"][...].tolist() == [0, 0, 0, 1, 2, 0]
+    assert np.array_equal(m[det + "/module_0/data_crc32c"][...], a[det + "/data_crc32c"][...])
+    if layout == "nxtomo":
+        assert np.array_equal(m["/exchange/data"][...], v[2:]), "exchange view of the master's stack"
+        assert np.array_equal(m["/exchange/data_dark"][...], v[:1])
+        assert np.array_equal(m["/entry/data/data"][...], v)
+print("ok")
+`
+	out, err := exec.Command(python, "-c", script, master, layout, "16", "24").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Errorf("h5py reading the master: %v\n%s", err, out)
+	}
+}
+
+func TestMasterOptionErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		edit func(*MasterOptions)
+		want string
+	}{
+		{"no frames", func(o *MasterOptions) { o.Frames, o.ImageKey, o.RotationAngle = 0, nil, nil }, "needs the scan's length"},
+		{"no modules", func(o *MasterOptions) { o.Modules = nil }, "no modules"},
+		{"twice", func(o *MasterOptions) { o.Modules[1].ID = 0 }, "module 0 listed twice"},
+		{"no file", func(o *MasterOptions) { o.Modules[2].File = "" }, "module 7 has no file name"},
+		{"outside", func(o *MasterOptions) { o.Modules[1].X++ }, "module 1 at (x 25, y 0) of 16x24 pixels is outside the 32x48 array"},
+		{"size", func(o *MasterOptions) { o.Modules[0].Height = 0 }, "module 0: size 0x24 is not positive"},
+		{"layout", func(o *MasterOptions) { o.Layout = "nexus" }, `unknown layout "nexus"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := masterOptions(dir, LayoutNXtomo)
+			tt.edit(&o)
+			err := CreateMaster(o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CreateMaster: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	o := masterOptions(dir, LayoutNXtomo)
+	if err := CreateMaster(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateMaster(o); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("second CreateMaster without Overwrite: %v, want an error saying the file exists", err)
+	}
+	o.Overwrite = true
+	if err := CreateMaster(o); err != nil {
+		t.Errorf("CreateMaster with Overwrite: %v", err)
+	}
+}
