@@ -64,7 +64,9 @@ type Config struct {
 	Workers  int // compression workers; 0 means one per core
 	Batch    int // frames per decode call; 0 means 2
 	Slots    int // frames in flight, bounding memory; 0 means 2*Workers + 2*Batch
-	Log      *zap.Logger // per-frame events are aggregated, one line a second (package logagg)
+	// Log gets the pipeline's messages; per-frame problems are aggregated
+	// into one line a second with counts (package logagg).
+	Log *zap.Logger
 }
 
 // Progress is a snapshot of a running pipeline.
