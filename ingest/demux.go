@@ -1,0 +1,120 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// Demux splits a source of several modules' interleaved frames (a capture
+// of a multi-module detector) into one Source per module, by the
+// module_id of each frame's header. Run reads the source; each module's
+// pipeline reads its own ModuleSource. Frames of modules not asked for are
+// released and counted.
+type Demux struct {
+	src     Source
+	modules map[uint16]*ModuleSource
+	unknown atomic.Int64
+}
+
+// ModuleSource is the Source of one module's frames from a Demux. Frames
+// go back to the underlying source on Release, which must therefore be
+// safe to call from several goroutines (CaptureSource's is).
+type ModuleSource struct {
+	d      *Demux
+	frames chan *Frame
+	quit   chan struct{} // closed by Close: frames of this module are dropped
+	once   sync.Once
+	err    error // the underlying source's end, set before frames closes
+}
+
+// NewDemux returns a demultiplexer of src into the given modules, each
+// with a queue of depth frames (at least 1).
+func NewDemux(src Source, modules []uint16, depth int) *Demux {
+	d := &Demux{src: src, modules: make(map[uint16]*ModuleSource, len(modules))}
+	for _, id := range modules {
+		d.modules[id] = &ModuleSource{d: d, frames: make(chan *Frame, max(depth, 1)), quit: make(chan struct{})}
+	}
+	return d
+}
+
+// Module returns the source of module id's frames, or nil for a module
+// the Demux was not made with.
+func (d *Demux) Module(id uint16) *ModuleSource { return d.modules[id] }
+
+// Unknown returns how many frames of other modules Run dropped.
+func (d *Demux) Unknown() int64 { return d.unknown.Load() }
+
+// Run hands every frame of the source to its module's source until the
+// source ends, then ends every module's source the same way: io.EOF, or
+// the source's error. A module whose queue is full holds the others up
+// until its pipeline takes a frame or its source is closed. Run returns
+// the source's error (nil at io.EOF), or ctx's when ctx is done first.
+func (d *Demux) Run(ctx context.Context) error {
+	err := d.pump(ctx)
+	for _, m := range d.modules {
+		m.err = err
+		close(m.frames)
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func (d *Demux) pump(ctx context.Context) error {
+	for {
+		f, err := d.src.Next(ctx)
+		if err != nil {
+			return err
+		}
+		m := d.modules[f.Header.ModuleID]
+		if m == nil {
+			d.unknown.Add(1)
+			d.src.Release(f)
+			continue
+		}
+		select {
+		case m.frames <- f:
+		case <-m.quit:
+			d.src.Release(f)
+		case <-ctx.Done():
+			d.src.Release(f)
+			return ctx.Err()
+		}
+	}
+}
+
+// Next returns the module's next frame; after the last one it returns
+// what ended the underlying source (io.EOF at its clean end).
+func (m *ModuleSource) Next(ctx context.Context) (*Frame, error) {
+	select {
+	case f, ok := <-m.frames:
+		if !ok {
+			return nil, m.err
+		}
+		return f, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Release gives f back to the underlying source.
+func (m *ModuleSource) Release(f *Frame) { m.d.src.Release(f) }
+
+// Close tells the Demux that this module's frames are no longer read:
+// those queued and those still to come are released. Call it when the
+// module's pipeline stops, so that a pipeline that failed does not hold
+// the other modules up.
+func (m *ModuleSource) Close() {
+	m.once.Do(func() {
+		close(m.quit)
+		go func() {
+			for f := range m.frames {
+				m.d.src.Release(f)
+			}
+		}()
+	})
+}
