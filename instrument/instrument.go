@@ -1,0 +1,216 @@
+// Package instrument wraps the stages of an ingest pipeline (its Source,
+// decode Backend, chunk Codec and Sink) in types that implement the same
+// interfaces and count and time what passes through them, into a metrics
+// registry. The stage code itself knows nothing of metrics.
+//
+// The wrappers allocate nothing per frame: counters and fixed-bucket
+// histograms are updated with atomic operations. The Backend wrapper also
+// keeps a copy of a recently decoded image, at most one every
+// PreviewInterval, for a live preview; it never waits for a reader of it.
+package instrument
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/gpu"
+	"h5ingest/ingest"
+	"h5ingest/ingest/frame"
+	"h5ingest/metrics"
+)
+
+// Stages holds the metrics of one module's pipeline and makes the wrappers
+// that update them. Every field is set by New.
+type Stages struct {
+	SourceFrames   *metrics.Counter   // frames the source handed out
+	SourceBytes    *metrics.Counter   // their payload bytes
+	SourceWait     *metrics.Histogram // seconds per Next call
+	SourceInFlight *metrics.Gauge     // frames handed out, not yet released
+
+	DecodeFrames  *metrics.Counter   // frames decoded
+	DecodeErrors  *metrics.Counter   // frames the backend could not decode
+	DecodeBytes   *metrics.Counter   // payload bytes given to the backend
+	DecodeSeconds *metrics.Histogram // seconds per Decode call (one batch)
+
+	CompressFrames  *metrics.Counter   // chunks encoded
+	CompressIn      *metrics.Counter   // image bytes encoded
+	CompressOut     *metrics.Counter   // chunk bytes out
+	CompressSeconds *metrics.Histogram // seconds per Encode call
+
+	WriteFrames  *metrics.Counter    // chunks written
+	WriteBytes   *metrics.Counter    // chunk bytes written
+	WriteSeconds *metrics.Histogram  // seconds per WriteChunk call
+	Records      [4]*metrics.Counter // records stored, by frame status 0..3
+
+	// Preview keeps a recent decoded image.
+	Preview *Preview
+}
+
+// statusNames are the record status label values, by frame status.
+var statusNames = [4]string{
+	frame.StatusOK:          "ok",
+	frame.StatusMissing:     "missing",
+	frame.StatusCRCMismatch: "crc_mismatch",
+	frame.StatusRejected:    "rejected",
+}
+
+// New registers the stage metrics of a module in reg, each with the label
+// module, and returns them.
+func New(reg *metrics.Registry, module int) *Stages {
+	m := metrics.Label{Name: "module", Value: strconv.Itoa(module)}
+	lat := metrics.LatencyBuckets
+	s := &Stages{
+		SourceFrames:   reg.Counter("h5ingest_source_frames_total", "Frames the source handed to the pipeline.", m),
+		SourceBytes:    reg.Counter("h5ingest_source_bytes_total", "Payload bytes of the frames the source handed to the pipeline.", m),
+		SourceWait:     reg.Histogram("h5ingest_source_next_seconds", "Time the pipeline waited for each frame from the source.", lat, m),
+		SourceInFlight: reg.Gauge("h5ingest_source_frames_in_flight", "Frames the source handed out and the pipeline has not released: ring slots in use for a fabric stream.", m),
+
+		DecodeFrames:  reg.Counter("h5ingest_decode_frames_total", "Frames decoded.", m),
+		DecodeErrors:  reg.Counter("h5ingest_decode_errors_total", "Frames the backend could not decode (recorded as rejected).", m),
+		DecodeBytes:   reg.Counter("h5ingest_decode_bytes_total", "Payload bytes given to the decode backend.", m),
+		DecodeSeconds: reg.Histogram("h5ingest_decode_batch_seconds", "Time to decode and checksum one batch of frames.", lat, m),
+
+		CompressFrames:  reg.Counter("h5ingest_compress_frames_total", "Chunks compressed.", m),
+		CompressIn:      reg.Counter("h5ingest_compress_bytes_in_total", "Image bytes compressed.", m),
+		CompressOut:     reg.Counter("h5ingest_compress_bytes_out_total", "Compressed chunk bytes.", m),
+		CompressSeconds: reg.Histogram("h5ingest_compress_frame_seconds", "Time to compress one frame.", lat, m),
+
+		WriteFrames:  reg.Counter("h5ingest_write_frames_total", "Chunks written to the file.", m),
+		WriteBytes:   reg.Counter("h5ingest_write_bytes_total", "Chunk bytes written to the file.", m),
+		WriteSeconds: reg.Histogram("h5ingest_write_frame_seconds", "Time to write one chunk to the file.", lat, m),
+		Preview:      NewPreview(PreviewInterval),
+	}
+	for st, name := range statusNames {
+		s.Records[st] = reg.Counter("h5ingest_records_total", "Frame records stored in the file, by status.", m, metrics.Label{Name: "status", Value: name})
+	}
+	reg.GaugeFunc("h5ingest_compress_ratio", "Image bytes over compressed bytes so far.", func() float64 {
+		if out := s.CompressOut.Value(); out > 0 {
+			return float64(s.CompressIn.Value()) / float64(out)
+		}
+		return 0
+	}, m)
+	return s
+}
+
+// Source returns src, counted.
+func (s *Stages) Source(src ingest.Source) ingest.Source { return &source{src, s} }
+
+type source struct {
+	ingest.Source
+	s *Stages
+}
+
+func (w *source) Next(ctx context.Context) (*ingest.Frame, error) {
+	start := time.Now()
+	f, err := w.Source.Next(ctx)
+	w.s.SourceWait.ObserveDuration(time.Since(start))
+	if err == nil {
+		w.s.SourceFrames.Inc()
+		w.s.SourceBytes.Add(uint64(len(f.Payload)))
+		w.s.SourceInFlight.Add(1)
+	}
+	return f, err
+}
+
+func (w *source) Release(f *ingest.Frame) {
+	w.s.SourceInFlight.Add(-1)
+	w.Source.Release(f)
+}
+
+// Backend returns b, timed, keeping preview images. The result implements
+// gpu.HostAllocator where b does.
+func (s *Stages) Backend(b gpu.Backend) gpu.Backend {
+	w := &backend{b, s}
+	if a, ok := b.(gpu.HostAllocator); ok {
+		return struct {
+			*backend
+			gpu.HostAllocator
+		}{w, a}
+	}
+	return w
+}
+
+type backend struct {
+	gpu.Backend
+	s *Stages
+}
+
+func (w *backend) Decode(batch []gpu.Job) error {
+	start := time.Now()
+	err := w.Backend.Decode(batch)
+	end := time.Now()
+	w.s.DecodeSeconds.ObserveDuration(end.Sub(start))
+	if err != nil {
+		return err
+	}
+	var ok, bytes uint64
+	for i := range batch {
+		bytes += uint64(len(batch[i].Payload))
+		if batch[i].Err == nil {
+			ok++
+		}
+	}
+	w.s.DecodeFrames.Add(ok)
+	w.s.DecodeErrors.Add(uint64(len(batch)) - ok)
+	w.s.DecodeBytes.Add(bytes)
+	w.s.Preview.offer(batch, end)
+	return nil
+}
+
+// NewCodec returns a codec maker whose codecs are newCodec's, counted.
+func (s *Stages) NewCodec(newCodec func() (compress.Codec, error)) func() (compress.Codec, error) {
+	return func() (compress.Codec, error) {
+		c, err := newCodec()
+		if err != nil {
+			return nil, err
+		}
+		return &codec{c, s}, nil
+	}
+}
+
+type codec struct {
+	compress.Codec
+	s *Stages
+}
+
+func (w *codec) Encode(dst, src []byte) ([]byte, error) {
+	start := time.Now()
+	n := len(dst)
+	out, err := w.Codec.Encode(dst, src)
+	w.s.CompressSeconds.ObserveDuration(time.Since(start))
+	if err == nil {
+		w.s.CompressFrames.Inc()
+		w.s.CompressIn.Add(uint64(len(src)))
+		w.s.CompressOut.Add(uint64(len(out) - n))
+	}
+	return out, err
+}
+
+// Sink returns sink, counted.
+func (s *Stages) Sink(sink ingest.Sink) ingest.Sink { return &sinkWrapper{sink, s} }
+
+type sinkWrapper struct {
+	ingest.Sink
+	s *Stages
+}
+
+func (w *sinkWrapper) WriteChunk(n int, chunk []byte) error {
+	start := time.Now()
+	err := w.Sink.WriteChunk(n, chunk)
+	w.s.WriteSeconds.ObserveDuration(time.Since(start))
+	if err == nil {
+		w.s.WriteFrames.Inc()
+		w.s.WriteBytes.Add(uint64(len(chunk)))
+	}
+	return err
+}
+
+func (w *sinkWrapper) SetRecord(n int, r ingest.Record) error {
+	err := w.Sink.SetRecord(n, r)
+	if err == nil && int(r.Status) < len(w.s.Records) {
+		w.s.Records[r.Status].Inc()
+	}
+	return err
+}

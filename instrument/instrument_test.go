@@ -1,0 +1,214 @@
+package instrument
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/gpu"
+	"h5ingest/ingest"
+	"h5ingest/ingest/frame"
+	"h5ingest/metrics"
+)
+
+var testFormat = frame.Format{
+	Geometry: frame.Geometry{ChipsX: 1, ChipsY: 1, ChipWidth: 8, ChipHeight: 4},
+	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+}
+
+// fakeSource hands out n frames of a fixed payload, then io.EOF.
+type fakeSource struct {
+	f        ingest.Frame
+	n        int
+	released int
+}
+
+func (s *fakeSource) Next(context.Context) (*ingest.Frame, error) {
+	if s.n == 0 {
+		return nil, io.EOF
+	}
+	s.n--
+	return &s.f, nil
+}
+
+func (s *fakeSource) Release(*ingest.Frame) { s.released++ }
+
+// fakeBackend fills each image with its frame number; frames whose number
+// is odd fail.
+type fakeBackend struct{ calls int }
+
+func (b *fakeBackend) Name() string { return "fake" }
+func (b *fakeBackend) Close() error { return nil }
+func (b *fakeBackend) Decode(batch []gpu.Job) error {
+	b.calls++
+	for i := range batch {
+		j := &batch[i]
+		if j.Header.FrameNumber%2 == 1 {
+			j.Err = errors.New("odd")
+			continue
+		}
+		for k := range j.Image {
+			j.Image[k] = byte(j.Header.FrameNumber)
+		}
+	}
+	return nil
+}
+
+// allocBackend is a fakeBackend with a host allocator.
+type allocBackend struct{ fakeBackend }
+
+func (allocBackend) AllocHost(n int) ([]byte, error) { return make([]byte, n), nil }
+func (allocBackend) FreeHost([]byte) error           { return nil }
+
+// countSink counts what it is given.
+type countSink struct{ chunks, records int }
+
+func (s *countSink) WriteChunk(int, []byte) error       { s.chunks++; return nil }
+func (s *countSink) SetRecord(int, ingest.Record) error { s.records++; return nil }
+
+func TestStagesCount(t *testing.T) {
+	reg := metrics.NewRegistry()
+	st := New(reg, 3)
+
+	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 5}
+	src := st.Source(fs)
+	var held []*ingest.Frame
+	for {
+		f, err := src.Next(context.Background())
+		if err != nil {
+			break
+		}
+		held = append(held, f)
+	}
+	src.Release(held[0])
+	if st.SourceFrames.Value() != 5 || st.SourceBytes.Value() != 500 || st.SourceInFlight.Value() != 4 || fs.released != 1 {
+		t.Errorf("source: frames %d bytes %d in flight %d released %d; want 5, 500, 4, 1",
+			st.SourceFrames.Value(), st.SourceBytes.Value(), st.SourceInFlight.Value(), fs.released)
+	}
+	if n := st.SourceWait.Snapshot().Count; n != 6 {
+		t.Errorf("%d Next calls timed, want 6", n)
+	}
+
+	b := st.Backend(&fakeBackend{})
+	if _, ok := b.(gpu.HostAllocator); ok {
+		t.Error("the wrapper claims a host allocator its backend lacks")
+	}
+	if _, ok := st.Backend(&allocBackend{}).(gpu.HostAllocator); !ok {
+		t.Error("the wrapper hides its backend's host allocator")
+	}
+	jobs := make([]gpu.Job, 3)
+	for i := range jobs {
+		jobs[i] = gpu.Job{Header: frame.Header{FrameNumber: uint64(i), Format: testFormat}, Payload: make([]byte, 10), Image: make([]byte, testFormat.ImageSize())}
+	}
+	if err := b.Decode(jobs); err != nil {
+		t.Fatal(err)
+	}
+	if st.DecodeFrames.Value() != 2 || st.DecodeErrors.Value() != 1 || st.DecodeBytes.Value() != 30 || st.DecodeSeconds.Snapshot().Count != 1 {
+		t.Errorf("decode: frames %d errors %d bytes %d; want 2, 1, 30", st.DecodeFrames.Value(), st.DecodeErrors.Value(), st.DecodeBytes.Value())
+	}
+
+	newCodec := st.NewCodec(func() (compress.Codec, error) { return compress.New("none", 2, 0) })
+	c, err := newCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := []byte("prefix")
+	out, err := c.Encode(dst, make([]byte, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CompressIn.Value() != 64 || st.CompressOut.Value() != uint64(len(out)-len(dst)) {
+		t.Errorf("compress: in %d out %d, want 64 and %d", st.CompressIn.Value(), st.CompressOut.Value(), len(out)-len(dst))
+	}
+
+	cs := &countSink{}
+	sink := st.Sink(cs)
+	sink.WriteChunk(0, make([]byte, 7))
+	sink.SetRecord(0, ingest.Record{Status: frame.StatusOK})
+	sink.SetRecord(1, ingest.Record{Status: frame.StatusMissing})
+	sink.SetRecord(2, ingest.Record{Status: frame.StatusMissing})
+	sink.SetRecord(3, ingest.Record{Status: frame.StatusRejected})
+	if cs.chunks != 1 || cs.records != 4 || st.WriteBytes.Value() != 7 {
+		t.Errorf("sink: %d chunks, %d records, %d bytes counted", cs.chunks, cs.records, st.WriteBytes.Value())
+	}
+
+	var sb strings.Builder
+	reg.WriteText(&sb)
+	for _, want := range []string{
+		`h5ingest_records_total{module="3",status="ok"} 1`,
+		`h5ingest_records_total{module="3",status="missing"} 2`,
+		`h5ingest_records_total{module="3",status="crc_mismatch"} 0`,
+		`h5ingest_records_total{module="3",status="rejected"} 1`,
+		`h5ingest_source_frames_in_flight{module="3"} 4`,
+		`h5ingest_decode_batch_seconds_count{module="3"} 1`,
+		`h5ingest_write_frames_total{module="3"} 1`,
+	} {
+		if !strings.Contains(sb.String(), want+"\n") {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
+
+func TestWrappersAllocateNothing(t *testing.T) {
+	st := New(metrics.NewRegistry(), 0)
+	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 1 << 30}
+	src := st.Source(fs)
+	b := st.Backend(&fakeBackend{})
+	c, _ := st.NewCodec(func() (compress.Codec, error) { return compress.New("none", 2, 0) })()
+	sink := st.Sink(&countSink{})
+	jobs := []gpu.Job{{Header: frame.Header{Format: testFormat}, Payload: make([]byte, 10), Image: make([]byte, testFormat.ImageSize())}}
+	chunk := make([]byte, 0, 1024)
+	b.Decode(jobs) // the preview's first copy allocates its buffer
+	n := testing.AllocsPerRun(1000, func() {
+		f, _ := src.Next(context.Background())
+		b.Decode(jobs)
+		chunk, _ = c.Encode(chunk[:0], jobs[0].Image)
+		sink.WriteChunk(0, chunk)
+		sink.SetRecord(0, ingest.Record{})
+		src.Release(f)
+	})
+	if n != 0 {
+		t.Errorf("%g allocations per frame through the wrappers", n)
+	}
+}
+
+func TestPreview(t *testing.T) {
+	p := NewPreview(time.Hour)
+	job := func(n uint64, err error) gpu.Job {
+		img := make([]byte, testFormat.ImageSize())
+		for i := range img {
+			img[i] = byte(n)
+		}
+		return gpu.Job{Header: frame.Header{FrameNumber: n, Format: testFormat}, Image: img, Err: err}
+	}
+	if got := p.Latest(nil); got.Seq != 0 || len(got.Image) != 0 {
+		t.Fatalf("an empty preview gives %+v", got)
+	}
+	now := time.Now()
+	p.offer([]gpu.Job{job(1, errors.New("bad")), job(2, nil)}, now)
+	got := p.Latest(nil)
+	if got.Seq != 1 || got.Number != 2 || got.Format != testFormat || len(got.Image) != testFormat.ImageSize() || got.Image[0] != 2 {
+		t.Fatalf("after the first batch: seq %d frame %d, %d bytes", got.Seq, got.Number, len(got.Image))
+	}
+	p.offer([]gpu.Job{job(4, nil)}, now.Add(time.Minute)) // not due yet
+	if got := p.Latest(nil); got.Number != 2 {
+		t.Errorf("kept frame %d before the interval passed", got.Number)
+	}
+	p.mu.Lock() // a reader holds the image: the decoder must not wait
+	done := make(chan struct{})
+	go func() { p.offer([]gpu.Job{job(6, nil)}, now.Add(2*time.Hour)); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("offer waited for a reader")
+	}
+	p.mu.Unlock()
+	p.offer([]gpu.Job{job(8, nil)}, now.Add(4*time.Hour))
+	if got := p.Latest(nil); got.Number != 8 || got.Seq != 2 {
+		t.Errorf("frame %d seq %d, want 8 and 2", got.Number, got.Seq)
+	}
+}

@@ -1,0 +1,83 @@
+package instrument
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"h5ingest/gpu"
+	"h5ingest/ingest/frame"
+)
+
+// PreviewInterval is how often the Backend wrapper keeps a decoded image by
+// default: at most four a second.
+const PreviewInterval = 250 * time.Millisecond
+
+// Preview keeps a copy of a recently decoded image. The decode stage offers
+// images; it copies one at most every interval, and skips it rather than
+// wait while a reader holds the copy. Its methods are safe for concurrent
+// use.
+type Preview struct {
+	interval time.Duration
+	due      atomic.Int64 // unix ns when the next copy is due
+
+	mu     sync.Mutex
+	image  []byte
+	format frame.Format
+	number uint64    // frame number of the image
+	at     time.Time // when it was decoded
+	seq    uint64    // images kept so far
+}
+
+// NewPreview returns a preview keeping at most one image every interval.
+func NewPreview(interval time.Duration) *Preview { return &Preview{interval: interval} }
+
+// offer keeps the first decoded image of batch if one is due.
+func (p *Preview) offer(batch []gpu.Job, now time.Time) {
+	due := p.due.Load()
+	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.Add(p.interval).UnixNano()) {
+		return
+	}
+	for i := range batch {
+		j := &batch[i]
+		if j.Err != nil {
+			continue
+		}
+		if !p.mu.TryLock() {
+			return // a reader holds the last image: skip this one
+		}
+		size := j.Header.Format.ImageSize()
+		if cap(p.image) < size {
+			p.image = make([]byte, size) // once per scan format
+		}
+		p.image = append(p.image[:0], j.Image[:size]...)
+		p.format, p.number, p.at = j.Header.Format, j.Header.FrameNumber, now
+		p.seq++
+		p.mu.Unlock()
+		return
+	}
+}
+
+// PreviewImage is the image a Preview holds.
+type PreviewImage struct {
+	Format frame.Format // of the frame: height, width, pixel size
+	Number uint64       // frame number
+	At     time.Time    // when it was decoded
+	Seq    uint64       // how many images the preview kept up to this one; 0: none yet
+	Image  []byte       // row-major little-endian pixels
+}
+
+// Latest returns the latest image, copied into dst's storage.
+func (p *Preview) Latest(dst []byte) PreviewImage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PreviewImage{Format: p.format, Number: p.number, At: p.at, Seq: p.seq, Image: append(dst[:0], p.image...)}
+}
+
+// Seq returns how many images the preview has kept: a reader that saw this
+// count already has the latest.
+func (p *Preview) Seq() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
