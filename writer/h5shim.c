@@ -76,7 +76,12 @@ hid_t h5i_create_file(const char *name, int truncate) {
 	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST) >= 0) {
 		f = H5Fcreate(name, truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	}
+	// H5Pclose clears the error stack: keep the failure's for the caller.
+	hid_t stack = f < 0 ? H5Eget_current_stack() : -1;
 	H5Pclose(fapl);
+	if (stack >= 0) {
+		H5Eset_current_stack(stack);
+	}
 	return f;
 }
 
