@@ -49,7 +49,7 @@ unit:
 fuzz:
 	@tools/fuzz.sh $(FUZZTIME)
 
-test: deps vet fmt-check ptx-check unit fuzz
+test: deps vet fmt-check ptx-check fuzz unit
 
 # The simulated scan matches the plan of the built-in profile "default".
 DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180
