@@ -246,7 +246,11 @@ func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
 	return n, nil
 }
 
+// fail makes err the stream's sticky error. Release reads it from another
+// goroutine, so it is set under mu.
 func (s *Stream) fail(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err == nil {
 		s.err = err
 	}
