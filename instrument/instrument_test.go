@@ -72,7 +72,8 @@ func (s *countSink) SetRecord(int, ingest.Record) error { s.records++; return ni
 
 func TestStagesCount(t *testing.T) {
 	reg := metrics.NewRegistry()
-	st := New(reg, 3)
+	st := New()
+	st.Register(reg, 3)
 
 	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 5}
 	src := st.Source(fs)
@@ -154,7 +155,8 @@ func TestStagesCount(t *testing.T) {
 }
 
 func TestWrappersAllocateNothing(t *testing.T) {
-	st := New(metrics.NewRegistry(), 0)
+	st := New()
+	st.Preview.Enable(PreviewInterval)
 	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 1 << 30}
 	src := st.Source(fs)
 	b := st.Backend(&fakeBackend{})
@@ -189,6 +191,11 @@ func TestPreview(t *testing.T) {
 		t.Fatalf("an empty preview gives %+v", got)
 	}
 	now := time.Now()
+	off := NewPreview(0)
+	off.offer([]gpu.Job{job(2, nil)}, now)
+	if seq, _ := off.Seq(); seq != 0 {
+		t.Error("a preview not enabled kept an image")
+	}
 	p.offer([]gpu.Job{job(1, errors.New("bad")), job(2, nil)}, now)
 	got := p.Latest(nil)
 	if got.Seq != 1 || got.Number != 2 || got.Format != testFormat || len(got.Image) != testFormat.ImageSize() || got.Image[0] != 2 {

@@ -18,7 +18,7 @@ const PreviewInterval = 250 * time.Millisecond
 // wait while a reader holds the copy. Its methods are safe for concurrent
 // use.
 type Preview struct {
-	interval time.Duration
+	interval atomic.Int64 // ns; 0: keep nothing
 	due      atomic.Int64 // unix ns when the next copy is due
 
 	mu     sync.Mutex
@@ -29,13 +29,26 @@ type Preview struct {
 	seq    uint64    // images kept so far
 }
 
-// NewPreview returns a preview keeping at most one image every interval.
-func NewPreview(interval time.Duration) *Preview { return &Preview{interval: interval} }
+// NewPreview returns a preview keeping at most one image every interval;
+// 0 keeps none until Enable.
+func NewPreview(interval time.Duration) *Preview {
+	p := new(Preview)
+	p.Enable(interval)
+	return p
+}
+
+// Enable makes the preview keep at most one image every interval; 0 stops
+// it keeping any.
+func (p *Preview) Enable(interval time.Duration) { p.interval.Store(int64(interval)) }
 
 // offer keeps the first decoded image of batch if one is due.
 func (p *Preview) offer(batch []gpu.Job, now time.Time) {
+	interval := p.interval.Load()
+	if interval <= 0 {
+		return
+	}
 	due := p.due.Load()
-	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.Add(p.interval).UnixNano()) {
+	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.UnixNano()+interval) {
 		return
 	}
 	for i := range batch {
@@ -74,10 +87,10 @@ func (p *Preview) Latest(dst []byte) PreviewImage {
 	return PreviewImage{Format: p.format, Number: p.number, At: p.at, Seq: p.seq, Image: append(dst[:0], p.image...)}
 }
 
-// Seq returns how many images the preview has kept: a reader that saw this
-// count already has the latest.
-func (p *Preview) Seq() uint64 {
+// Seq returns how many images the preview has kept (a reader that saw this
+// count already has the latest) and the frame number of the latest.
+func (p *Preview) Seq() (seq, number uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.seq
+	return p.seq, p.number
 }

@@ -46,11 +46,12 @@ type family struct {
 // series is one set of label values of a family and the metric behind it.
 type series struct {
 	labels string // rendered: {a="1",b="2"}, or empty
-	m      metric
+	m      Metric
 }
 
-// metric writes its sample lines.
-type metric interface {
+// Metric is a Counter, Gauge or Histogram, to Register.
+type Metric interface {
+	kind() string
 	write(w *bufio.Writer, name, labels string)
 }
 
@@ -66,6 +67,8 @@ func (c *Counter) Inc() { c.v.Add(1) }
 
 // Value returns the counter's value.
 func (c *Counter) Value() uint64 { return c.v.Load() }
+
+func (*Counter) kind() string { return "counter" }
 
 func (c *Counter) write(w *bufio.Writer, name, labels string) {
 	sample(w, name, labels, float64(c.v.Load()))
@@ -84,14 +87,21 @@ func (g *Gauge) Set(v int64) { g.v.Store(v) }
 // Value returns the gauge's value.
 func (g *Gauge) Value() int64 { return g.v.Load() }
 
+func (*Gauge) kind() string { return "gauge" }
+
 func (g *Gauge) write(w *bufio.Writer, name, labels string) {
 	sample(w, name, labels, float64(g.v.Load()))
 }
 
 // funcMetric is a value read at scrape time.
-type funcMetric func() float64
+type funcMetric struct {
+	k string
+	f func() float64
+}
 
-func (f funcMetric) write(w *bufio.Writer, name, labels string) { sample(w, name, labels, f()) }
+func (m funcMetric) kind() string { return m.k }
+
+func (m funcMetric) write(w *bufio.Writer, name, labels string) { sample(w, name, labels, m.f()) }
 
 // Histogram counts observations in fixed buckets and sums them. Its methods
 // are safe for concurrent use and allocate nothing.
@@ -100,6 +110,17 @@ type Histogram struct {
 	counts []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
 	sum    atomic.Uint64   // float64 bits
 }
+
+// NewHistogram returns a histogram with the given bucket upper bounds,
+// which must ascend.
+func NewHistogram(bounds []float64) *Histogram {
+	if !sort.Float64sAreSorted(bounds) {
+		panic("metrics: histogram bucket bounds do not ascend")
+	}
+	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+func (*Histogram) kind() string { return "histogram" }
 
 // Observe records one observation of v.
 func (h *Histogram) Observe(v float64) {
@@ -188,45 +209,45 @@ func ExponentialBuckets(start, factor float64, n int) []float64 {
 var LatencyBuckets = ExponentialBuckets(10e-6, 2, 21)
 
 // Counter returns a new counter, registered under name with the labels.
-// It panics on an invalid name, a name registered with another type, or a
+// It and the other methods that register panic on an invalid name, a name registered with another type, or a
 // series registered twice: those are programming errors.
 func (r *Registry) Counter(name, help string, labels ...Label) *Counter {
 	c := new(Counter)
-	r.add(name, help, "counter", labels, c)
+	r.Register(name, help, c, labels...)
 	return c
 }
 
 // CounterFunc registers a counter whose value f returns at scrape time. f
 // must be safe to call from any goroutine.
 func (r *Registry) CounterFunc(name, help string, f func() float64, labels ...Label) {
-	r.add(name, help, "counter", labels, funcMetric(f))
+	r.Register(name, help, funcMetric{"counter", f}, labels...)
 }
 
 // Gauge returns a new gauge, registered under name with the labels.
 func (r *Registry) Gauge(name, help string, labels ...Label) *Gauge {
 	g := new(Gauge)
-	r.add(name, help, "gauge", labels, g)
+	r.Register(name, help, g, labels...)
 	return g
 }
 
 // GaugeFunc registers a gauge whose value f returns at scrape time. f must
 // be safe to call from any goroutine.
 func (r *Registry) GaugeFunc(name, help string, f func() float64, labels ...Label) {
-	r.add(name, help, "gauge", labels, funcMetric(f))
+	r.Register(name, help, funcMetric{"gauge", f}, labels...)
 }
 
 // Histogram returns a new histogram with the given bucket upper bounds,
 // which must ascend, registered under name with the labels.
 func (r *Registry) Histogram(name, help string, bounds []float64, labels ...Label) *Histogram {
-	if !sort.Float64sAreSorted(bounds) {
-		panic(fmt.Sprintf("metrics: histogram %s: bucket bounds do not ascend", name))
-	}
-	h := &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
-	r.add(name, help, "histogram", labels, h)
+	h := NewHistogram(bounds)
+	r.Register(name, help, h, labels...)
 	return h
 }
 
-func (r *Registry) add(name, help, kind string, labels []Label, m metric) {
+// Register adds m, made before, under name with the labels: a metric kept
+// by code that does not know the registry. A metric is registered once.
+func (r *Registry) Register(name, help string, m Metric, labels ...Label) {
+	kind := m.kind()
 	if !validName(name, true) {
 		panic(fmt.Sprintf("metrics: invalid metric name %q", name))
 	}
