@@ -128,6 +128,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	defer scan.abort()
+	if err := scan.observe(&s.observe, s.scanID, int(hello.Module)); err != nil {
+		return err
+	}
 	srcErr := scan.run(ctx, stream)
 	st := stream.Stats()
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),

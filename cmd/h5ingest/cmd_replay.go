@@ -96,6 +96,9 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 		return err
 	}
 	defer scan.abort()
+	if err := scan.observe(&s.observe, s.scanID, profile.Detector.Modules[0].ID); err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

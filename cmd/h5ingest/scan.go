@@ -28,6 +28,7 @@ type scanFlags struct {
 	output   string
 	scanID   string
 	logLevel string
+	observe  observeFlags // --metrics, --report
 
 	fs   *pflag.FlagSet
 	keys map[string]string // flag name -> profile key
@@ -44,6 +45,7 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&s.output, "output", "o", "", "HDF5 file to write (default: the profile's output.directory and output.template)")
 	fs.StringVar(&s.scanID, "scan-id", "", "scan id, for the profile's file name template")
 	fs.StringVar(&s.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	s.observe.register(fs)
 	fs.String("backend", d.Backend, "decode backend: auto, cpu or cuda")
 	key("backend", "backend")
 	fs.String("compression", d.Output.Compression, "chunk compression: bslz4, bszstd, lz4, deflate or none")
@@ -149,6 +151,9 @@ type scanRun struct {
 	log      *zap.Logger
 	progress ingest.Progress
 	closed   bool
+
+	// watch holds the counters of every stage, shown by observe.
+	watch *scanWatch
 }
 
 // electronVolt is one eV in joules, for CXI's photon energy.
@@ -196,6 +201,8 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 		backend.Close()
 		return nil, err
 	}
+	watch := newScanWatch()
+	backend, newCodec = watch.wrap(backend, newCodec)
 	p, err := ingest.New(ingest.Config{
 		Format:   format,
 		Frames:   plan.Frames(),
@@ -208,15 +215,18 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 		backend.Close()
 		return nil, err
 	}
+	watch.describe(p, path, plan, format, backend.Name(), out.Compression)
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression))
-	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log}, nil
+	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log, watch: watch}, nil
 }
 
 // run moves the frames of src into the file, reporting progress.
 func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
+	src, sink := r.watch.start(src, fileSink{r.file})
+	defer r.watch.stop()
 	rep := startProgress(r.pipeline, r.planned)
-	progress, err := r.pipeline.Run(ctx, src, fileSink{r.file})
+	progress, err := r.pipeline.Run(ctx, src, sink)
 	rep.Stop()
 	r.progress = progress
 	return err
@@ -230,6 +240,9 @@ func (r *scanRun) finish(srcErr error) error {
 	closeErr := r.file.Close()
 	r.backend.Close()
 	printSummary(os.Stdout, r.output, r.progress, r.pipeline.Frames())
+	if err := r.watch.finish(os.Stdout, outcome(srcErr, r.progress)); err != nil {
+		fmt.Fprintf(os.Stderr, "h5ingest: %v\n", err)
+	}
 	if closeErr != nil {
 		return fmt.Errorf("finish %s: %w", r.output, closeErr)
 	}
@@ -249,6 +262,7 @@ func (r *scanRun) finish(srcErr error) error {
 // abort finishes a scan that finish did not: the file keeps what it has.
 func (r *scanRun) abort() {
 	if !r.closed {
+		r.watch.close()
 		r.file.Close()
 		r.backend.Close()
 	}

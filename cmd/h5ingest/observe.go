@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"h5ingest/compress"
+	"h5ingest/config"
+	"h5ingest/gpu"
+	"h5ingest/ingest"
+	"h5ingest/ingest/fabric"
+	"h5ingest/ingest/frame"
+	"h5ingest/instrument"
+	"h5ingest/metrics"
+	"h5ingest/status"
+)
+
+// observeFlags are the flags that let people and programs watch the scans
+// of a command while they run (--metrics) and read about them after
+// (--report). It also holds the command's observer once a scan starts.
+type observeFlags struct {
+	metrics string
+	report  string
+	linger  time.Duration
+
+	mu  sync.Mutex
+	obs *observer // made by the first scan
+}
+
+// register defines the flags on fs.
+func (o *observeFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.metrics, "metrics", "", "serve the status page, /status.json, /preview.png and Prometheus /metrics on ADDR (:9100 or 9100: loopback; 0.0.0.0:9100: every interface)")
+	fs.StringVar(&o.report, "report", "", "after the scan, write a report page (HTML, with the throughput over time) to this file")
+	fs.DurationVar(&o.linger, "metrics-linger", 0, "after the scan, keep serving --metrics this long, so that a scraper sees the final figures")
+}
+
+// listenAddr returns the address --metrics names: a lone port, with or
+// without its colon, is on loopback.
+func listenAddr(s string) (string, error) {
+	if _, err := strconv.ParseUint(s, 10, 16); err == nil {
+		s = ":" + s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("--metrics %q: want [HOST]:PORT or PORT", s)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// observer is what a command shows of its scans: one metrics registry, the
+// HTTP server (with --metrics) and the report (with --report).
+type observer struct {
+	flags    *observeFlags
+	log      *zap.Logger
+	reg      *metrics.Registry
+	srv      *status.Server // nil without --metrics
+	started  time.Time
+	monitors []*status.Monitor
+	open     int // scans not finished
+}
+
+// start returns the command's observer, making it (and starting its
+// server) on the first call; nil when neither flag is given.
+func (o *observeFlags) start(log *zap.Logger) (*observer, error) {
+	if o.metrics == "" && o.report == "" {
+		return nil, nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.obs != nil {
+		return o.obs, nil
+	}
+	if o.report != "" {
+		if fi, err := os.Stat(filepath.Dir(o.report)); err != nil || !fi.IsDir() {
+			return nil, usageError(fmt.Errorf("--report %s: no such directory", o.report))
+		}
+	}
+	obs := &observer{flags: o, log: log, reg: metrics.NewRegistry(), started: time.Now()}
+	if o.metrics != "" {
+		addr, err := listenAddr(o.metrics)
+		if err != nil {
+			return nil, usageError(err)
+		}
+		if obs.srv, err = status.Listen(addr, obs.reg); err != nil {
+			return nil, err
+		}
+		log.Info("status page", zap.String("url", "http://"+obs.srv.Addr().String()+"/"))
+	}
+	o.obs = obs
+	return obs, nil
+}
+
+// scanWatch instruments one scan. newScan wraps every scan's stages (the
+// counters cost nothing to speak of); scanRun.observe shows them, when the
+// command's flags ask for it.
+type scanWatch struct {
+	stages   *instrument.Stages
+	scan     status.Scan
+	pipeline *ingest.Pipeline
+
+	obs      *observer // nil: nobody watches
+	module   int
+	monitor  *status.Monitor
+	progress progressCache
+}
+
+// newScanWatch returns the instruments of a scan, not shown anywhere yet.
+func newScanWatch() *scanWatch { return &scanWatch{stages: instrument.New()} }
+
+// wrap returns the backend and codec maker, counted and timed.
+func (w *scanWatch) wrap(b gpu.Backend, newCodec func() (compress.Codec, error)) (gpu.Backend, func() (compress.Codec, error)) {
+	return w.stages.Backend(b), w.stages.NewCodec(newCodec)
+}
+
+// describe notes what the scan is, for the page and the report.
+func (w *scanWatch) describe(p *ingest.Pipeline, path string, plan config.Plan, format frame.Format, backend, compression string) {
+	w.pipeline = p
+	w.scan = status.Scan{Output: path, Planned: plan.Frames(), Format: format.String(), Backend: backend, Compression: compression}
+	if plan.Frames() > 0 {
+		w.scan.Plan = plan.String()
+	}
+}
+
+// observe shows the scan of module as the command's flags ask: on the
+// status server with --metrics, in the report with --report. Call it
+// before run.
+func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
+	obs, err := o.start(r.log)
+	if obs == nil || err != nil {
+		return err
+	}
+	w := r.watch
+	o.mu.Lock()
+	obs.open++
+	o.mu.Unlock()
+	w.obs, w.module = obs, module
+	scan := w.scan
+	scan.ID, scan.Module = scanID, module
+	if scan.ID == "" {
+		scan.ID = strings.TrimSuffix(filepath.Base(scan.Output), filepath.Ext(scan.Output))
+	}
+	p := w.pipeline
+	w.progress.p = p
+	w.monitor = status.NewMonitor(scan, p.Progress, w.stages)
+	reg, m := obs.reg, metrics.Label{Name: "module", Value: strconv.Itoa(module)}
+	w.stages.Register(reg, module)
+	if obs.srv != nil {
+		w.stages.Preview.Enable(instrument.PreviewInterval)
+	}
+	reg.GaugeFunc("h5ingest_scan_info", "The scan a module writes: always 1, its labels say which.",
+		func() float64 { return 1 }, m, metrics.Label{Name: "scan", Value: scan.ID}, metrics.Label{Name: "output", Value: scan.Output})
+	prog := func(f func(ingest.Progress) int) func() float64 {
+		return func() float64 { return float64(f(w.progress.get())) }
+	}
+	reg.GaugeFunc("h5ingest_scan_frames", "Frames in the scan: the plan's count, or the frames seen so far when it has none.",
+		func() float64 { return float64(p.Frames()) }, m)
+	reg.GaugeFunc("h5ingest_scan_elapsed_seconds", "Time since the scan started.",
+		func() float64 { return w.progress.get().Elapsed.Seconds() }, m)
+	reg.CounterFunc("h5ingest_frames_received_total", "Frames with a good header, whatever came of them.",
+		prog(func(p ingest.Progress) int { return p.Received }), m)
+	reg.CounterFunc("h5ingest_frames_written_total", "Frames written to the file (ok or with a CRC mismatch).",
+		prog(func(p ingest.Progress) int { return p.Written }), m)
+	reg.GaugeFunc("h5ingest_frames_missing", "Frames of the scan not written nor rejected yet; at the end of the scan, the frames missing.",
+		prog(func(p ingest.Progress) int { return p.Missing }), m)
+	for _, pr := range []struct {
+		name string
+		f    func(ingest.Progress) int
+	}{
+		{"crc_mismatch", func(p ingest.Progress) int { return p.CRCMismatch }},
+		{"rejected", func(p ingest.Progress) int { return p.Rejected }},
+		{"duplicate", func(p ingest.Progress) int { return p.Duplicate }},
+		{"out_of_range", func(p ingest.Progress) int { return p.OutOfRange }},
+		{"not_frame", func(p ingest.Progress) int { return p.NotFrame }},
+	} {
+		reg.CounterFunc("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected, dropped as duplicate or out of range, bytes that were not a frame.",
+			prog(pr.f), m, metrics.Label{Name: "problem", Value: pr.name})
+	}
+	dir := filepath.Dir(scan.Output)
+	reg.GaugeFunc("h5ingest_output_free_bytes", "Free bytes on the file system of the output file.", func() float64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return -1
+		}
+		return float64(st.Bavail) * float64(st.Bsize)
+	}, m)
+	if obs.srv != nil {
+		obs.srv.Add(w.monitor)
+	}
+	obs.monitors = append(obs.monitors, w.monitor)
+	return nil
+}
+
+// statser is a source that counts what it received: a fabric stream.
+type statser interface{ Stats() fabric.Stats }
+
+// start wraps the source and sink and, when the scan is watched, starts
+// sampling it.
+func (w *scanWatch) start(src ingest.Source, sink ingest.Sink) (ingest.Source, ingest.Sink) {
+	if w.obs == nil {
+		return w.stages.Source(src), w.stages.Sink(sink)
+	}
+	if st, ok := src.(statser); ok {
+		m := metrics.Label{Name: "module", Value: strconv.Itoa(w.module)}
+		reg := w.obs.reg
+		reg.CounterFunc("h5ingest_fabric_frames_total", "Frames the fabric stream received.",
+			func() float64 { return float64(st.Stats().Frames) }, m)
+		reg.CounterFunc("h5ingest_fabric_bytes_total", "Bytes the fabric stream received, headers included.",
+			func() float64 { return float64(st.Stats().Bytes) }, m)
+		reg.CounterFunc("h5ingest_fabric_held_back_seconds_total", "Time every ring slot was in use, so that the sender was held back.",
+			func() float64 { return st.Stats().HeldBack.Seconds() }, m)
+		w.monitor.SetHeldBack(func() time.Duration { return st.Stats().HeldBack })
+	}
+	w.monitor.Start()
+	return w.stages.Source(src), w.stages.Sink(sink)
+}
+
+// stop ends the scan's sampling.
+func (w *scanWatch) stop() {
+	if w.obs != nil {
+		w.monitor.Stop()
+	}
+}
+
+// finish prints the scan's stage timings under the summary and, once the
+// command's last scan is done, writes the report, lingers and stops the
+// server.
+func (w *scanWatch) finish(out io.Writer, outcome string) error {
+	if w.obs == nil {
+		return nil
+	}
+	w.monitor.Stop()
+	st := w.stages
+	fmt.Fprintf(out, "  stages          decode %.2f ms/batch, compress %.2f ms/frame, write %.2f ms/frame\n",
+		st.DecodeSeconds.Snapshot().Mean()*1e3, st.CompressSeconds.Snapshot().Mean()*1e3, st.WriteSeconds.Snapshot().Mean()*1e3)
+	return w.obs.scanDone(out, outcome)
+}
+
+// close ends a scan that finish did not.
+func (w *scanWatch) close() {
+	if w.obs != nil {
+		w.monitor.Stop()
+		w.obs.scanDone(io.Discard, "aborted")
+	}
+}
+
+// scanDone notes the end of one scan; after the last, it writes the report
+// and stops the server.
+func (o *observer) scanDone(out io.Writer, outcome string) error {
+	o.flags.mu.Lock()
+	o.open--
+	last := o.open == 0
+	o.flags.mu.Unlock()
+	if !last {
+		return nil
+	}
+	var err error
+	if path := o.flags.report; path != "" {
+		if err = o.writeReport(path, outcome); err == nil {
+			fmt.Fprintf(out, "  report          %s\n", path)
+		}
+	}
+	if o.srv != nil {
+		if o.flags.linger > 0 {
+			o.log.Info("serving the final figures", zap.Duration("for", o.flags.linger))
+			time.Sleep(o.flags.linger)
+		}
+		o.srv.Close()
+	}
+	return err
+}
+
+func (o *observer) writeReport(path, outcome string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	r := status.Report{
+		Command: "h5ingest " + strings.Join(os.Args[1:], " "), Started: o.started, Ended: time.Now(),
+		Outcome: outcome, Monitors: o.monitors,
+	}
+	if err := r.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	return nil
+}
+
+// outcome says in a line how a scan ended, for the report.
+func outcome(srcErr error, p ingest.Progress) string {
+	switch {
+	case srcErr != nil && !errors.Is(srcErr, context.Canceled):
+		return "incomplete: the source stopped early: " + srcErr.Error()
+	case errors.Is(srcErr, context.Canceled):
+		return "incomplete: interrupted"
+	case p.Problems() > 0:
+		return fmt.Sprintf("incomplete: %d missing, %d with a CRC mismatch, %d rejected", p.Missing, p.CRCMismatch, p.Rejected)
+	}
+	return "complete: every planned frame is good"
+}
+
+// progressCache reads a pipeline's progress at most every 100 ms, so that
+// a scrape reading many figures takes its lock once.
+type progressCache struct {
+	p    *ingest.Pipeline
+	mu   sync.Mutex
+	at   time.Time
+	last ingest.Progress
+}
+
+func (c *progressCache) get() ingest.Progress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.Sub(c.at) > 100*time.Millisecond {
+		c.last, c.at = c.p.Progress(), now
+	}
+	return c.last
+}
