@@ -402,6 +402,9 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
 	for _, name := range Names() {
 		for _, es := range []int{2, 4} {
 			c := mustNew(t, name, es)
