@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
+	"h5ingest/ingest/frame"
 )
 
 // acquireFlags are the flags of acquire beyond the scan's.
@@ -24,6 +28,7 @@ type acquireFlags struct {
 	scan   scanFlags
 	listen string
 	record string
+	module int // --module: the one module to take; -1 for every module
 }
 
 func newAcquireCmd() *cobra.Command {
@@ -53,6 +58,7 @@ func newAcquireCmd() *cobra.Command {
 	fs.String("name", d.Output.Template, "output file name template in --output-dir: {scan} scan id, {date} YYYYMMDD, {module} module id")
 	f.scan.bindKey("name", "output.template")
 	fs.StringVar(&f.record, "record", "", "also keep every frame as it arrived in this capture file (.pmcap)")
+	fs.IntVar(&f.module, "module", -1, "take this module's stream only (a receiver per module); default: every module of the profile")
 	return cmd
 }
 
@@ -65,9 +71,14 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.outputPath(profile, profile.Detector.Modules[0].ID)
+	files, err := s.scanFiles(profile, time.Now())
 	if err != nil {
 		return err
+	}
+	if s.fs.Changed("module") {
+		if files, err = files.only(f.module); err != nil {
+			return err
+		}
 	}
 	src := profile.Source
 	addr := f.listen
@@ -81,11 +92,18 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
+	if err := acquireChecks(files, profile, plan, src.Provider, addr).run(); err != nil {
+		return err
+	}
 	log, err := newLogger(s.logLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
+	if len(profile.Detector.Modules) > 1 {
+		return acquireModules(ctx, f, profile, plan, files, cfg, log)
+	}
+	out := files.modules[0].path
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -107,19 +125,12 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	var rec *capture.Writer
-	if f.record != "" {
-		file, err := os.Create(f.record)
-		if err != nil {
-			return fmt.Errorf("record: %w", err)
-		}
-		defer file.Close()
-		rec, err = capture.NewWriter(file, capture.Metadata{
-			Profile: s.profile, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
-		})
-		if err != nil {
-			return fmt.Errorf("record %s: %w", f.record, err)
-		}
+	rec, closeRec, err := openRecord(f)
+	if err != nil {
+		return err
+	}
+	defer closeRec()
+	if rec != nil {
 		stream.Record(rec)
 	}
 
@@ -144,4 +155,188 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	fmt.Fprintf(os.Stdout, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
 		st.Frames, st.Bytes, st.HeldBack.Round(time.Microsecond))
 	return err
+}
+
+// openRecord opens the --record capture, if one is asked for; its
+// writer is safe to share between the streams of several modules.
+func openRecord(f *acquireFlags) (*lockedRecorder, func(), error) {
+	if f.record == "" {
+		return nil, func() {}, nil
+	}
+	file, err := os.Create(f.record)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
+	w, err := capture.NewWriter(file, capture.Metadata{
+		Profile: f.scan.profile, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
+	})
+	if err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
+	}
+	return &lockedRecorder{w: w}, func() { file.Close() }, nil
+}
+
+// lockedRecorder is a capture writer that several streams record into,
+// interleaving their frames as they arrive.
+type lockedRecorder struct {
+	mu sync.Mutex
+	w  *capture.Writer
+}
+
+// WriteRecord appends one frame as it arrived.
+func (r *lockedRecorder) WriteRecord(rec []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.w.WriteRecord(rec)
+}
+
+// Close flushes the capture.
+func (r *lockedRecorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.w.Close()
+}
+
+// acquireChecks returns the pre-scan checks of an acquire writing files.
+func acquireChecks(files scanFiles, profile config.Profile, plan config.Plan, provider, addr string) preScan {
+	pre := preScan{frames: plan.Frames(), provider: provider, addr: addr, profile: profile}
+	if format, err := profile.Detector.Format(); err == nil {
+		pre.frameBytes = format.ImageSize()
+	}
+	if files.master != "" {
+		pre.files = append(pre.files, files.master)
+	}
+	for _, m := range files.modules {
+		pre.files = append(pre.files, m.path)
+	}
+	return pre
+}
+
+// acquireModules receives the modules of files at once, one connection
+// each on one listener, into a pipeline and a file per module, and writes
+// the master file (when files has one) once the first module says the
+// frame format. A module that never connects gets a file with every frame
+// missing.
+func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile, plan config.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
+	want := map[uint16]bool{}
+	for _, m := range files.modules {
+		want[uint16(m.module.ID)] = true
+	}
+	cfg.Check = func(h fabric.Hello) error {
+		if !want[h.Module] {
+			return fmt.Errorf("module %d is not one this receiver takes", h.Module)
+		}
+		return nil
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l, err := fabric.Listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	rec, closeRec, err := openRecord(f)
+	if err != nil {
+		return err
+	}
+	defer closeRec()
+
+	m := &moduleRuns{scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
+	defer m.abort()
+	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.modules)))
+	var format frame.Format
+	for connected := 0; connected < len(files.modules); {
+		stream, err := l.Accept(ctx)
+		if errors.Is(err, fabric.ErrProtocol) {
+			log.Warn("sender refused", zap.Error(err))
+			continue
+		}
+		if err != nil {
+			if connected == 0 {
+				return err
+			}
+			log.Warn("not every module connected", zap.Error(err))
+			break
+		}
+		defer stream.Close()
+		hello := stream.Hello()
+		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
+		if connected == 0 {
+			format = hello.Format
+			if files.master != "" && plan.Frames() > 0 {
+				if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
+					cancel()
+					return err
+				}
+			}
+		}
+		if rec != nil {
+			stream.Record(rec)
+		}
+		if err := m.start(ctx, files, int(hello.Module), profile, plan, hello.Format, stream, log); err != nil {
+			cancel()
+			return err
+		}
+		connected++
+	}
+	for i, fm := range files.modules {
+		if m.scans[i] == nil {
+			fmt.Fprintf(os.Stderr, "h5ingest: module %d never connected: its frames are recorded missing\n", fm.module.ID)
+			if err := m.start(ctx, files, fm.module.ID, profile, plan, format, emptySource{}, log); err != nil {
+				cancel()
+				return err
+			}
+		}
+	}
+	m.wg.Wait()
+	if rec != nil {
+		if err := rec.Close(); err != nil {
+			log.Error("record failed", zap.String("file", f.record), zap.Error(err))
+		}
+	}
+	m.finished = true
+	return finishModules(files, profile, plan, format, m.scans, m.errs)
+}
+
+// moduleRuns are the scans of the modules of an acquire, running.
+type moduleRuns struct {
+	wg       sync.WaitGroup
+	scans    []*scanRun // by the module's place in the scan's files
+	errs     []error    // what stopped each scan's source
+	finished bool
+}
+
+// start creates module id's scan and runs it from src in the background.
+func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan config.Plan,
+	format frame.Format, src ingest.Source, log *zap.Logger) error {
+	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
+	scan, err := newScan(files.modules[i].path, profile, plan, format, log.With(zap.Int("module", id)))
+	if err != nil {
+		return err
+	}
+	scan.quiet = slices.ContainsFunc(m.scans, func(s *scanRun) bool { return s != nil })
+	m.scans[i] = scan
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.errs[i] = scan.run(ctx, src)
+	}()
+	return nil
+}
+
+// abort waits for the scans still running (their context is cancelled
+// first) and closes the files that finish did not.
+func (m *moduleRuns) abort() {
+	m.wg.Wait()
+	if m.finished {
+		return
+	}
+	for _, s := range m.scans {
+		if s != nil {
+			s.abort()
+		}
+	}
 }

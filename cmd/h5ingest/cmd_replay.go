@@ -9,12 +9,14 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"h5ingest/config"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
@@ -70,6 +72,9 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if err != nil {
 		return err
 	}
+	if len(profile.Detector.Modules) > 1 {
+		return replayModules(ctx, path, s, fps, profile, plan)
+	}
 	out, err := s.outputPath(profile, profile.Detector.Modules[0].ID)
 	if err != nil {
 		return err
@@ -90,6 +95,13 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	}
 	defer r.Close()
 	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
+	pre := preScan{files: []string{out}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
+	if pre.frames == 0 {
+		pre.frames = captureFrames(path, format)
+	}
+	if err := pre.run(); err != nil {
+		return err
+	}
 
 	scan, err := newScan(out, profile, plan, format, log)
 	if err != nil {
@@ -111,6 +123,96 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 		log.Warn("capture cut short", zap.Error(srcErr))
 	}
 	return scan.finish(srcErr)
+}
+
+// replayModules replays a capture of several modules' interleaved frames:
+// each module's frames go through a pipeline of their own into the
+// module's file, and the master file shows the array.
+func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, profile config.Profile, plan config.Plan) error {
+	files, err := s.scanFiles(profile, time.Now())
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(s.logLevel)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	format, err := captureFormat(path)
+	if err != nil {
+		return err
+	}
+	pre := preScan{files: []string{files.master}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
+	if pre.frames == 0 {
+		pre.frames = captureFrames(path, format) / len(files.modules)
+	}
+	ids := make([]uint16, len(files.modules))
+	for i, m := range files.modules {
+		pre.files = append(pre.files, m.path)
+		ids[i] = uint16(m.module.ID)
+	}
+	if err := pre.run(); err != nil {
+		return err
+	}
+	r, err := capture.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
+	if plan.Frames() > 0 {
+		if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
+			return err
+		}
+	}
+	scans, err := newModuleScans(files, profile, plan, format, log)
+	if err != nil {
+		return err
+	}
+	for _, scan := range scans {
+		defer scan.abort()
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	src := ingest.NewCaptureSource(r, format.PayloadSize())
+	if fps > 0 {
+		src.Interval = time.Duration(float64(time.Second) / fps)
+	}
+	d := ingest.NewDemux(src, ids, demuxDepth)
+	srcErrs := make([]error, len(scans))
+	var wg sync.WaitGroup
+	for i, scan := range scans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := d.Module(ids[i])
+			srcErrs[i] = scan.run(ctx, m)
+			m.Close()
+		}()
+	}
+	if err := d.Run(ctx); errors.Is(err, capture.ErrTruncated) {
+		log.Warn("capture cut short", zap.Error(err))
+	}
+	wg.Wait()
+	if n := d.Unknown(); n > 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
+	}
+	return finishModules(files, profile, plan, format, scans, srcErrs)
+}
+
+// demuxDepth is how many frames of one module may wait for its pipeline
+// while the capture is read on for the others.
+const demuxDepth = 8
+
+// captureFrames estimates the frames in a capture of format from its
+// size; 0 when it cannot be read.
+func captureFrames(path string, format frame.Format) int {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return int(info.Size() / (frame.HeaderSize + int64(format.PayloadSize())))
 }
 
 // captureFormat returns the frame format of the scan in a capture: that of

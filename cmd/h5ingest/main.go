@@ -67,6 +67,7 @@ func newRootCmd() *cobra.Command {
 		newProfilesCmd(),
 		newBenchCmd(),
 		newSendCmd(), newAcquireCmd(),
+		newMasterCmd(),
 	)
 	return root
 }

@@ -151,6 +151,7 @@ type scanRun struct {
 	log      *zap.Logger
 	progress ingest.Progress
 	closed   bool
+	quiet    bool // no progress report
 
 	// watch holds the counters of every stage, shown by observe.
 	watch *scanWatch
@@ -176,26 +177,9 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 	if err != nil {
 		return nil, usageError(fmt.Errorf("key backend: %w", err))
 	}
-	opts := writer.Options{
-		Path:          path,
-		Overwrite:     out.Overwrite,
-		Layout:        out.Layout,
-		Frames:        plan.Frames(),
-		Height:        format.Height(),
-		Width:         format.Width(),
-		ElemSize:      format.PixelSize(),
-		Filters:       codec.Filters(),
-		FlushInterval: out.FlushInterval,
-		Title:         profile.Description,
-		SourceName:    profile.Detector.Model,
-		PixelSize:     profile.Detector.PixelSize,
-		Distance:      profile.Detector.Distance,
-		Energy:        profile.Detector.Energy * electronVolt,
-	}
-	if plan.Frames() > 0 {
-		opts.ImageKey = plan.ImageKeys()
-		opts.RotationAngle = plan.Angles()
-	}
+	opts := fileOptions(path, profile, plan, format)
+	opts.Filters = codec.Filters()
+	opts.FlushInterval = out.FlushInterval
 	file, err := writer.Create(opts)
 	if err != nil {
 		backend.Close()
@@ -221,10 +205,40 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log, watch: watch}, nil
 }
 
-// run moves the frames of src into the file, reporting progress.
+// fileOptions returns the options of a scan's file at path (or of its
+// master file) from the profile and the plan, without the compression.
+func fileOptions(path string, profile config.Profile, plan config.Plan, format frame.Format) writer.Options {
+	opts := writer.Options{
+		Path:       path,
+		Overwrite:  profile.Output.Overwrite,
+		Layout:     profile.Output.Layout,
+		Frames:     plan.Frames(),
+		Height:     format.Height(),
+		Width:      format.Width(),
+		ElemSize:   format.PixelSize(),
+		Title:      profile.Description,
+		SourceName: profile.Detector.Model,
+		PixelSize:  profile.Detector.PixelSize,
+		Distance:   profile.Detector.Distance,
+		Energy:     profile.Detector.Energy * electronVolt,
+	}
+	if plan.Frames() > 0 {
+		opts.ImageKey = plan.ImageKeys()
+		opts.RotationAngle = plan.Angles()
+	}
+	return opts
+}
+
+// run moves the frames of src into the file, reporting progress unless
+// the scan is quiet (a module's scan beside others).
 func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
 	src, sink := r.watch.start(src, fileSink{r.file})
 	defer r.watch.stop()
+	if r.quiet {
+		progress, err := r.pipeline.Run(ctx, src, sink)
+		r.progress = progress
+		return err
+	}
 	rep := startProgress(r.pipeline, r.planned)
 	progress, err := r.pipeline.Run(ctx, src, sink)
 	rep.Stop()
@@ -299,3 +313,82 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
 	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())
 }
+
+// newModuleScans creates the scan of every module in files, each with its
+// own file and pipeline; only the first reports progress.
+func newModuleScans(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, log *zap.Logger) ([]*scanRun, error) {
+	var scans []*scanRun
+	for i, m := range files.modules {
+		scan, err := newScan(m.path, profile, plan, format, log.With(zap.Int("module", m.module.ID)))
+		if err != nil {
+			for _, s := range scans {
+				s.abort()
+			}
+			return nil, err
+		}
+		scan.quiet = i > 0
+		scans = append(scans, scan)
+	}
+	return scans, nil
+}
+
+// finishModules finishes the scans of a multi-module scan (scans[i] of
+// files.modules[i]; nil for a module that has no file), given what
+// stopped each one's source, and writes the master file if the scan's
+// length was not known before. It returns the worst of the results:
+// a failure, exit status 3 when any module misses frames, or nil.
+func finishModules(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, scans []*scanRun, srcErrs []error) error {
+	var worst error
+	frames := plan.Frames()
+	for i, scan := range scans {
+		worst = worse(worst, scan.finish(srcErrs[i]))
+		frames = max(frames, scan.pipeline.Frames())
+	}
+	if files.master == "" {
+		return worst
+	}
+	if plan.Frames() == 0 {
+		if frames == 0 {
+			return worse(worst, errors.New("no frame of any module arrived: no master file written"))
+		}
+		for i, scan := range scans {
+			if n := scan.pipeline.Frames(); n < frames {
+				fmt.Fprintf(os.Stderr, "h5ingest: module %d has %d of the scan's %d frames; the master shows the rest missing\n",
+					files.modules[i].module.ID, n, frames)
+				worst = worse(worst, &exitError{code: exitIncomplete})
+			}
+		}
+		if err := writeMaster(files, profile, plan, format, frames); err != nil {
+			return worse(worst, err)
+		}
+	}
+	fmt.Fprintf(os.Stdout, "%s\n  master          %d modules, %d frames of %d x %d\n", files.master, len(files.modules), frames,
+		arrayHeight(profile, format), arrayWidth(profile, format))
+	return worst
+}
+
+// worse returns the worse of two command results: any failure outranks
+// exit status 3 (frames missing), which outranks nil.
+func worse(a, b error) error {
+	rank := func(err error) int {
+		var ee *exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ee) && ee.code == exitIncomplete:
+			return 1
+		}
+		return 2
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+// emptySource is the source of a module that never sent: it ends at once,
+// so that the module's file records every planned frame missing.
+type emptySource struct{}
+
+func (emptySource) Next(context.Context) (*ingest.Frame, error) { return nil, io.EOF }
+func (emptySource) Release(*ingest.Frame)                       {}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/config"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+func newMasterCmd() *cobra.Command {
+	var s scanFlags
+	var date string
+	cmd := &cobra.Command{
+		Use:   "master --profile PROFILE (-o MASTER.h5 | --scan-id ID)",
+		Short: "Write the master file of a multi-module scan, before or after its module files",
+		Long: `Write the master file that shows a multi-module scan as one detector: the
+frame stack of the whole array and each module's records, as virtual datasets
+of the module files. The profile gives the modules and their positions, the
+plan the scan's length (without a plan, the longest module file present), and
+the file names follow the same rules as replay and acquire: -o NAME.h5 names
+the master and the module files are NAME_m<K>.h5 beside it; without -o the
+profile's output.template names the module files, with {module} replaced by
+"master" for the master.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			now := time.Now()
+			if date != "" {
+				var err error
+				if now, err = time.ParseInLocation("20060102", date, time.Local); err != nil {
+					return usageError(fmt.Errorf("--date %q: want YYYYMMDD", date))
+				}
+			}
+			return master(&s, now)
+		},
+	}
+	s.register(cmd.Flags())
+	cmd.Flags().StringVar(&date, "date", "", "date of the scan, YYYYMMDD, for {date} in the file name template (default: today)")
+	return cmd
+}
+
+// master writes the master file of a scan as the profile and the flags say.
+func master(s *scanFlags, now time.Time) error {
+	profile, plan, err := s.load()
+	if err != nil {
+		return err
+	}
+	files, err := s.scanFiles(profile, now)
+	if err != nil {
+		return err
+	}
+	if files.master == "" {
+		return usageError(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
+	}
+	format, err := profile.Detector.Format()
+	if err != nil {
+		return usageError(err)
+	}
+	frames, err := moduleFrames(files, format, plan.Frames())
+	if err != nil {
+		return err
+	}
+	if err := writeMaster(files, profile, plan, format, frames); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "%s: master of %d modules, %d frames of %d x %d\n", files.master, len(files.modules), frames,
+		arrayHeight(profile, format), arrayWidth(profile, format))
+	return nil
+}
+
+// moduleFrames returns the master's frame count: the plan's, else the
+// longest module file present. Module files present must have the
+// profile's frame size.
+func moduleFrames(files scanFiles, format frame.Format, planned int) (int, error) {
+	longest := 0
+	for _, m := range files.modules {
+		if _, err := os.Stat(m.path); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		r, err := writer.Open(m.path)
+		if err != nil {
+			return 0, err
+		}
+		h, w, es, n := r.Height, r.Width, r.ElemSize, r.Frames
+		r.Close()
+		if h != format.Height() || w != format.Width() || es != format.PixelSize() {
+			return 0, fmt.Errorf("module file %s holds %d x %d frames of %d bytes a pixel, the profile's detector %d x %d of %d",
+				m.path, h, w, es, format.Height(), format.Width(), format.PixelSize())
+		}
+		longest = max(longest, n)
+	}
+	if planned > 0 {
+		return planned, nil
+	}
+	if longest == 0 {
+		return 0, usageError(errors.New("no plan and no module file to take the scan's length from: give the plan (e.g. --projections N)"))
+	}
+	return longest, nil
+}
+
+// scanFile is the file of one module of a scan.
+type scanFile struct {
+	module config.Module
+	path   string
+}
+
+// scanFiles are the files of a scan: one per module, and the master file
+// when the detector has several modules ("" otherwise).
+type scanFiles struct {
+	master  string
+	modules []scanFile
+}
+
+// path returns the file of module id, or "".
+func (f scanFiles) path(id int) string {
+	for _, m := range f.modules {
+		if m.module.ID == id {
+			return m.path
+		}
+	}
+	return ""
+}
+
+// scanFiles returns the files of a scan of every module of the profile.
+// With one module, the file is -o, or the profile's template. With
+// several, -o NAME.h5 names the master and module K's file is
+// NAME_m<K>.h5 beside it; without -o, the template names module K's file
+// with {module} replaced by K and the master's with {module} replaced by
+// "master" (a template without {module} names the master, and the module
+// files take the _m<K> suffix as with -o).
+func (s *scanFlags) scanFiles(p config.Profile, now time.Time) (scanFiles, error) {
+	mods := p.Detector.Modules
+	if len(mods) == 1 {
+		out, err := s.outputPath(p, mods[0].ID)
+		return scanFiles{modules: []scanFile{{mods[0], out}}}, err
+	}
+	if s.output == "" && s.scanID == "" {
+		return scanFiles{}, usageError(errors.New("no output file: give -o MASTER.h5, or --scan-id ID for the profile's output.template"))
+	}
+	var files scanFiles
+	if s.output == "" && strings.Contains(p.Output.Template, "{module}") {
+		o := p.Output
+		o.Template = strings.ReplaceAll(o.Template, "{module}", "master")
+		files.master = o.FileName(s.scanID, 0, now)
+		for _, m := range mods {
+			files.modules = append(files.modules, scanFile{m, p.Output.FileName(s.scanID, m.ID, now)})
+		}
+		return files, nil
+	}
+	files.master = s.output
+	if files.master == "" {
+		files.master = p.Output.FileName(s.scanID, 0, now)
+	}
+	if !strings.HasSuffix(files.master, ".h5") {
+		return scanFiles{}, usageError(fmt.Errorf("-o %s: the master file's name must end in .h5", files.master))
+	}
+	stem := strings.TrimSuffix(files.master, ".h5")
+	for _, m := range mods {
+		files.modules = append(files.modules, scanFile{m, stem + "_m" + strconv.Itoa(m.ID) + ".h5"})
+	}
+	return files, nil
+}
+
+// arrayHeight and arrayWidth return the size of the array image: the
+// bounding box of the modules at their offsets.
+func arrayHeight(p config.Profile, f frame.Format) int {
+	h := 0
+	for _, m := range p.Detector.Modules {
+		h = max(h, m.Y+f.Height())
+	}
+	return h
+}
+
+func arrayWidth(p config.Profile, f frame.Format) int {
+	w := 0
+	for _, m := range p.Detector.Modules {
+		w = max(w, m.X+f.Width())
+	}
+	return w
+}
+
+// sameMaster reports whether path is already the master file of files
+// and frames (one written ahead by h5ingest master), which a scan keeps.
+func sameMaster(path, dir string, files scanFiles, frames int) bool {
+	r, err := writer.Open(path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	if r.Frames != frames || len(r.Modules) != len(files.modules) {
+		return false
+	}
+	for i, m := range r.Modules {
+		if m.ID != files.modules[i].module.ID || filepath.Join(dir, m.File) != filepath.Clean(files.modules[i].path) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeMaster writes the master file of a scan of frames frames of format
+// per module, unless the master is there already (and Overwrite is not
+// set) for the same modules and frames. Module files are named relative to the master's directory,
+// so that a scan's files can move together.
+func writeMaster(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, frames int) error {
+	opts := writer.MasterOptions{Options: fileOptions(files.master, profile, plan, format)}
+	opts.Frames = frames
+	opts.Height, opts.Width = arrayHeight(profile, format), arrayWidth(profile, format)
+	if plan.Frames() != frames {
+		opts.ImageKey, opts.RotationAngle = nil, nil
+	}
+	dir := filepath.Dir(files.master)
+	if !opts.Overwrite && sameMaster(files.master, dir, files, frames) {
+		return nil
+	}
+	for _, m := range files.modules {
+		rel, err := filepath.Rel(dir, m.path)
+		if err != nil {
+			rel = m.path
+		}
+		opts.Modules = append(opts.Modules, writer.MasterModule{ID: m.module.ID, File: rel,
+			X: m.module.X, Y: m.module.Y, Height: format.Height(), Width: format.Width()})
+	}
+	return writer.CreateMaster(opts)
+}
+
+// only returns the files of module id alone, without a master: what a
+// receiver of one module writes.
+func (f scanFiles) only(id int) (scanFiles, error) {
+	for _, m := range f.modules {
+		if m.module.ID == id {
+			return scanFiles{modules: []scanFile{m}}, nil
+		}
+	}
+	var ids []string
+	for _, m := range f.modules {
+		ids = append(ids, strconv.Itoa(m.module.ID))
+	}
+	return scanFiles{}, usageError(fmt.Errorf("--module %d: the profile's detector.modules has modules %s", id, strings.Join(ids, ", ")))
+}

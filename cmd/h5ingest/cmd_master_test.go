@@ -1,0 +1,331 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
+	"h5ingest/ingest/sim"
+	"h5ingest/writer"
+)
+
+// arrayPlan is the plan of the multi-module tests: 5 frames.
+var arrayPlan = []string{"--darks", "1", "--flats", "1", "--projections", "3"}
+
+// arrayModules are the modules of the test array: 2 x 2 modules of the
+// smallScan geometry (96 x 32 pixels), with gaps of 4 columns and 8 rows,
+// numbered clockwise from the top left as on a Pi-mega 540D.
+var arrayModules = []struct{ id, x, y int }{{0, 0, 0}, {1, 100, 0}, {2, 100, 40}, {3, 0, 40}}
+
+// arrayProfile writes the profile of the test array and returns its path.
+func arrayProfile(t *testing.T) string {
+	t.Helper()
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n"
+	for _, m := range arrayModules {
+		text += fmt.Sprintf("    - {id: %d, x: %d, y: %d}\n", m.id, m.x, m.y)
+	}
+	text += "output:\n  template: \"{scan}_mod{module}.h5\"\n"
+	path := filepath.Join(t.TempDir(), "array.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// simulateModules simulates one capture per module of the test array
+// (module id and seed of their own) and returns them with their truths.
+func simulateModules(t *testing.T) ([]string, []*sim.Truth) {
+	t.Helper()
+	var paths []string
+	var truths []*sim.Truth
+	for _, m := range arrayModules {
+		p, truth := simulate(t, append([]string{"--module", fmt.Sprint(m.id), "--seed", fmt.Sprint(100 + m.id)}, arrayPlan...)...)
+		paths = append(paths, p)
+		truths = append(truths, truth)
+	}
+	return paths, truths
+}
+
+// interleave writes the records of the captures, one of each in turn, to
+// a capture of its own, leaving out the modules in skip.
+func interleave(t *testing.T, paths []string, skip ...int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "array.pmcap")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var readers []*capture.Reader
+	for _, p := range paths {
+		r, err := capture.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		readers = append(readers, r)
+	}
+	w, err := capture.NewWriter(f, readers[0].Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for live := len(readers); live > 0; {
+		live = 0
+		for i, r := range readers {
+			h, payload, err := r.Next(buf)
+			if errors.Is(err, io.EOF) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			live++
+			if !slices.Contains(skip, arrayModules[i].id) {
+				if err := w.WriteFrame(&h, payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkArray has h5py + hdf5plugin read the master file and compare the
+// array, module by module, with the simulator's images; modules in absent
+// must read as the fill value with every frame missing, and so must the
+// gaps between modules.
+func checkArray(t *testing.T, master string, truths []*sim.Truth, absent ...int) {
+	t.Helper()
+	py := python(t, "h5py", "hdf5plugin", "numpy")
+	type module struct {
+		ID     int        `json:"id"`
+		X      int        `json:"x"`
+		Y      int        `json:"y"`
+		Absent bool       `json:"absent"`
+		Images [][]uint32 `json:"images"`
+	}
+	exp := struct {
+		Height  int      `json:"height"`
+		Width   int      `json:"width"`
+		Frames  int      `json:"frames"`
+		Modules []module `json:"modules"`
+	}{Height: 72, Width: 196, Frames: truths[0].Frames}
+	for i, m := range arrayModules {
+		mod := module{ID: m.id, X: m.x, Y: m.y, Absent: slices.Contains(absent, m.id)}
+		scan, err := sim.New(simConfig(t, truths[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range truths[i].Frames {
+			img, _ := scan.Image(n, nil)
+			mod.Images = append(mod.Images, img)
+		}
+		exp.Modules = append(exp.Modules, mod)
+	}
+	js, err := json.Marshal(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expPath := filepath.Join(t.TempDir(), "expect.json")
+	if err := os.WriteFile(expPath, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import json, sys, h5py, hdf5plugin, numpy as np
+exp = json.load(open(sys.argv[2]))
+det = "/entry/instrument/detector"
+with h5py.File(sys.argv[1], "r") as f:
+    data = f[det + "/data"][...]
+    n = exp["frames"]
+    assert data.shape == (n, exp["height"], exp["width"]), data.shape
+    covered = np.zeros(data.shape[1:], bool)
+    ids = list(f[det + "/module_ids"][...])
+    status = f[det + "/frame_status"][...]
+    assert status.shape == (n, len(ids)), status.shape
+    for m in exp["modules"]:
+        region = data[:, m["y"]:m["y"] + 32, m["x"]:m["x"] + 96]
+        covered[m["y"]:m["y"] + 32, m["x"]:m["x"] + 96] = True
+        want_status = [1] * n if m["absent"] else [0] * n
+        got = f[det + "/module_%d/frame_status" % m["id"]][...].tolist()
+        assert got == want_status, (m["id"], got)
+        assert status[:, ids.index(m["id"])].tolist() == want_status
+        if m["absent"]:
+            assert not region.any(), "absent module %d does not read as 0" % m["id"]
+            continue
+        want = np.array(m["images"], dtype=np.uint32).reshape(n, 32, 96)
+        assert np.array_equal(region, want), "module %d differs from the simulator" % m["id"]
+    assert not data[:, ~covered].any(), "gaps between modules do not read as 0"
+    assert np.array_equal(f["/exchange/data"][...], data[2:]), "exchange view"
+print("ok")
+`
+	out, err := exec.Command(py, "-c", script, master, expPath).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("h5py reading the master %s: %v\n%s", master, err, out)
+	}
+}
+
+// TestReplayModules replays an interleaved capture of a 2 x 2 array, and
+// one with a module absent, and reads each through its master file.
+func TestReplayModules(t *testing.T) {
+	paths, truths := simulateModules(t)
+	profile := arrayProfile(t)
+	tests := []struct {
+		name   string
+		absent []int
+		code   int
+	}{
+		{"all modules", nil, exitOK},
+		{"module 3 absent", []int{3}, exitIncomplete},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			capturePath := interleave(t, paths, tt.absent...)
+			dir := t.TempDir()
+			master := filepath.Join(dir, "scan.h5")
+			code, stdout := runCaptured(t, append([]string{"replay", capturePath, "--profile", profile, "-o", master}, arrayPlan...)...)
+			if code != tt.code {
+				t.Fatalf("replay exit status %d, want %d\n%s", code, tt.code, stdout)
+			}
+			for i, m := range arrayModules {
+				recs, _ := readFile(t, filepath.Join(dir, fmt.Sprintf("scan_m%d.h5", m.id)))
+				for n, rec := range recs {
+					want := uint8(frame.StatusOK)
+					if slices.Contains(tt.absent, m.id) {
+						want = frame.StatusMissing
+					}
+					if rec.Status != want || (want == frame.StatusOK && rec.DataCRC != truths[i].DataCRC[n]) {
+						t.Errorf("module %d frame %d: status %d crc %08x, want status %d crc %08x",
+							m.id, n, rec.Status, rec.DataCRC, want, truths[i].DataCRC[n])
+					}
+				}
+			}
+			if code, _ := runCaptured(t, "inspect", master); code != exitFailure {
+				t.Errorf("inspect of a master: exit status %d, want %d (it names the modules)", code, exitFailure)
+			}
+			checkArray(t, master, truths, tt.absent...)
+		})
+	}
+}
+
+// TestMasterAhead writes the master with h5ingest master before the
+// module files exist (template names, {module} = master), then replays
+// the scan and reads it through that master.
+func TestMasterAhead(t *testing.T) {
+	paths, truths := simulateModules(t)
+	profile := arrayProfile(t)
+	dir := t.TempDir()
+	flags := append([]string{"--profile", profile, "--scan-id", "s7"}, arrayPlan...)
+	t.Setenv("H5INGEST_OUTPUT_DIRECTORY", dir)
+	code, stdout := runCaptured(t, append([]string{"master"}, flags...)...)
+	if code != exitOK {
+		t.Fatalf("master exit status %d\n%s", code, stdout)
+	}
+	master := filepath.Join(dir, "s7_modmaster.h5")
+	r, err := writer.Open(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, m := range r.Modules {
+		files = append(files, m.File)
+	}
+	r.Close()
+	if want := []string{"s7_mod0.h5", "s7_mod1.h5", "s7_mod2.h5", "s7_mod3.h5"}; !slices.Equal(files, want) {
+		t.Errorf("master maps %v, want %v", files, want)
+	}
+	capturePath := interleave(t, paths)
+	if code, stdout := runCaptured(t, append([]string{"replay", capturePath}, flags...)...); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	checkArray(t, master, truths)
+}
+
+// TestAcquireModules receives the four modules of the test array at once
+// over the tcp provider, one sender per module, and reads the scan
+// through its master file.
+func TestAcquireModules(t *testing.T) {
+	paths, truths := simulateModules(t)
+	profile := arrayProfile(t)
+	addr := freeAddr(t)
+	master := filepath.Join(t.TempDir(), "acq.h5")
+	done := startAcquire(append([]string{"--profile", profile, "--listen", addr, "-o", master,
+		"--connect-timeout", "20s", "--slots", "4"}, arrayPlan...)...)
+	sent := make(chan int, len(paths))
+	for i, p := range paths {
+		go func() {
+			sent <- run([]string{"send", p, "--to", addr, "--module", fmt.Sprint(arrayModules[i].id), "--timeout", "20s"})
+		}()
+	}
+	for range paths {
+		if code := <-sent; code != exitOK {
+			t.Errorf("send exit status %d", code)
+		}
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("acquire exit status %d", code)
+	}
+	checkArray(t, master, truths)
+}
+
+func TestScanFiles(t *testing.T) {
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	array := config.Default()
+	array.Detector.Modules = []config.Module{{ID: 0}, {ID: 1, X: 1536}}
+	array.Output.Directory = "/data"
+	tests := []struct {
+		name         string
+		output, scan string
+		template     string
+		profile      config.Profile
+		master       string
+		modules      []string
+	}{
+		{"one module -o", "/d/s.h5", "", "{scan}.h5", config.Default(), "", []string{"/d/s.h5"}},
+		{"-o", "/d/s.h5", "", "{scan}_m{module}.h5", array, "/d/s.h5", []string{"/d/s_m0.h5", "/d/s_m1.h5"}},
+		{"template", "", "x", "{scan}_{date}_m{module}.h5", array, "/data/x_20261122_mmaster.h5",
+			[]string{"/data/x_20261122_m0.h5", "/data/x_20261122_m1.h5"}},
+		{"template without {module}", "", "x", "{scan}.h5", array, "/data/x.h5", []string{"/data/x_m0.h5", "/data/x_m1.h5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.profile
+			p.Output.Template = tt.template
+			files, err := (&scanFlags{output: tt.output, scanID: tt.scan}).scanFiles(p, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range files.modules {
+				got = append(got, m.path)
+			}
+			if files.master != tt.master || !slices.Equal(got, tt.modules) {
+				t.Errorf("master %q modules %v, want %q %v", files.master, got, tt.master, tt.modules)
+			}
+		})
+	}
+	if _, err := (&scanFlags{}).scanFiles(array, now); err == nil {
+		t.Error("no -o and no --scan-id: no error")
+	}
+	files, _ := (&scanFlags{output: "/d/s.h5"}).scanFiles(array, now)
+	if one, err := files.only(1); err != nil || one.master != "" || len(one.modules) != 1 || one.modules[0].path != "/d/s_m1.h5" {
+		t.Errorf("only(1) = %+v, %v", one, err)
+	}
+	if _, err := files.only(5); err == nil || !strings.Contains(err.Error(), "modules 0, 1") {
+		t.Errorf("only(5): %v, want an error listing the modules", err)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"h5ingest/config"
+	"h5ingest/gpu"
+)
+
+// Pre-scan checks run before a scan takes its first frame, so that what
+// would fail mid-scan fails before the detector sends: each failure is one
+// line on standard error, and the command exits with status 1. A replay
+// only warns about free space: its frames stay in the capture.
+
+// assumedRatio is the compression ratio the free-space check counts on:
+// Pi-mega frames compress 3 to 10 times with bitshuffle-LZ4; 2 is safe.
+const assumedRatio = 2
+
+// spaceMargin is the margin on top of the expected size, in percent.
+const spaceMargin = 10
+
+// expectedBytes returns the space a scan of frames frames of frameBytes
+// decoded bytes each is expected to need: at assumedRatio (1 without
+// compression), plus the margin.
+func expectedBytes(frames, frameBytes int, compression string) uint64 {
+	b := uint64(frames) * uint64(frameBytes)
+	if compression != "none" {
+		b /= assumedRatio
+	}
+	return b + b*spaceMargin/100
+}
+
+// checkFreeSpace reports whether the file system holding dir has need
+// bytes free for an unprivileged writer.
+func checkFreeSpace(dir string, need uint64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("free space on %s: %w", dir, err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	if free < need {
+		return fmt.Errorf("free space on %s: %s free, the scan needs about %s (frames x frame size / compression ratio %d, +%d%%)",
+			dir, byteSize(int64(min(free, 1<<62))), byteSize(int64(min(need, 1<<62))), assumedRatio, spaceMargin)
+	}
+	return nil
+}
+
+// checkWritable reports whether dir is a directory a file can be created
+// in, by creating and removing one.
+func checkWritable(dir string) error {
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("output directory %s does not exist", dir)
+	case err != nil:
+		return fmt.Errorf("output directory %s: %w", dir, err)
+	case !info.IsDir():
+		return fmt.Errorf("output directory %s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".h5ingest-check-*")
+	if err != nil {
+		return fmt.Errorf("output directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("output directory %s: remove test file: %w", dir, err)
+	}
+	return nil
+}
+
+// checkPortFree reports whether addr (host:port) can be listened on. It
+// tries TCP, which is what the tcp and sockets providers listen with;
+// verbs listens through the RDMA connection manager, whose ports this
+// check cannot see.
+func checkPortFree(provider, addr string) error {
+	if provider != "tcp" && provider != "sockets" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen address %s is not free: %w", addr, err)
+	}
+	l.Close()
+	return nil
+}
+
+// checkBackend reports whether the profile's decode backend can start.
+func checkBackend(p config.Profile) error {
+	b, err := gpu.New(p.Backend, gpu.Options{Orientation: p.Detector.Orientation()})
+	if err != nil {
+		return fmt.Errorf("decode backend %s: %w", p.Backend, err)
+	}
+	b.Close()
+	return nil
+}
+
+// preScan is what a scan is checked for before it starts.
+type preScan struct {
+	files      []string // output files
+	frames     int      // frames per file; 0 when not known (no space check)
+	frameBytes int      // decoded bytes per frame
+	provider   string   // listen: provider and address; "" for none
+	addr       string
+	profile    config.Profile
+	// spaceWarns makes too little free space a warning, not a failure:
+	// for a replay, whose frames stay in the capture.
+	spaceWarns bool
+}
+
+// run runs every check, prints each failure as one line on standard
+// error, and returns an exit error (status 1) if any failed.
+func (c preScan) run() error {
+	var failed []error
+	var dirs []string
+	for _, f := range c.files {
+		if d := filepath.Dir(f); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, d := range dirs {
+		if err := checkWritable(d); err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		if c.frames > 0 {
+			n := 0 // files on this file system's directory
+			for _, f := range c.files {
+				if filepath.Dir(f) == d {
+					n++
+				}
+			}
+			need := uint64(n) * expectedBytes(c.frames, c.frameBytes, c.profile.Output.Compression)
+			if err := checkFreeSpace(d, need); err != nil && c.spaceWarns {
+				fmt.Fprintf(os.Stderr, "h5ingest: warning: %v\n", err)
+			} else if err != nil {
+				failed = append(failed, err)
+			}
+		}
+	}
+	if c.addr != "" {
+		if err := checkPortFree(c.provider, c.addr); err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if err := checkBackend(c.profile); err != nil {
+		failed = append(failed, err)
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	for _, err := range failed {
+		fmt.Fprintf(os.Stderr, "h5ingest: pre-scan check: %v\n", err)
+	}
+	return &exitError{code: exitFailure}
+}

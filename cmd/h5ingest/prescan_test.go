@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/config"
+)
+
+func TestExpectedBytes(t *testing.T) {
+	tests := []struct {
+		frames, frameBytes int
+		compression        string
+		want               uint64
+	}{
+		{100, 1000, "bslz4", 55000},
+		{100, 1000, "none", 110000},
+		{0, 1000, "bslz4", 0},
+		{2040, 1536 * 1536 * 4, "bslz4", 2040 * 1536 * 1536 * 2 * 11 / 10},
+	}
+	for _, tt := range tests {
+		if got := expectedBytes(tt.frames, tt.frameBytes, tt.compression); got != tt.want {
+			t.Errorf("expectedBytes(%d, %d, %s) = %d, want %d", tt.frames, tt.frameBytes, tt.compression, got, tt.want)
+		}
+	}
+}
+
+func TestPreScanChecks(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cpu, cuda := config.Default(), config.Default()
+	cpu.Backend, cuda.Backend = "cpu", "cuda"
+	tests := []struct {
+		name  string
+		check func() error
+		want  string // "" for no error
+	}{
+		{"space", func() error { return checkFreeSpace(dir, 1) }, ""},
+		{"too little space", func() error { return checkFreeSpace(dir, 1<<62) }, "free space on " + dir},
+		{"no such file system", func() error { return checkFreeSpace(filepath.Join(dir, "none"), 1) }, "no such file"},
+		{"writable", func() error { return checkWritable(dir) }, ""},
+		{"no directory", func() error { return checkWritable(filepath.Join(dir, "none")) }, "does not exist"},
+		{"a file", func() error { return checkWritable(file) }, "is not a directory"},
+		{"port free", func() error { return checkPortFree("tcp", freeAddr(t)) }, ""},
+		{"port busy", func() error { return checkPortFree("tcp", busy.Addr().String()) }, "is not free"},
+		{"verbs port not checked", func() error { return checkPortFree("verbs", busy.Addr().String()) }, ""},
+		{"cpu backend", func() error { return checkBackend(cpu) }, ""},
+		{"cuda backend", func() error { return checkBackend(cuda) }, "decode backend cuda"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.check()
+			if tt.name == "cuda backend" && err == nil {
+				t.Skip("this machine has a CUDA device")
+			}
+			if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the writable check left %d files in %s", len(entries)-1, dir)
+	}
+}
+
+// TestAcquirePreScanFails checks that acquire stops before listening
+// when a check fails: exit status 1, each failure on a line of its own.
+func TestAcquirePreScanFails(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	out := filepath.Join(t.TempDir(), "none", "scan.h5")
+	start := time.Now()
+	cmd := command("acquire", "--listen", busy.Addr().String(), "-o", out, "--backend", "cpu",
+		"--projections", "10", "--connect-timeout", "20s")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	code, stderr := cmd.ProcessState.ExitCode(), errOut.String()
+	if code != exitFailure {
+		t.Fatalf("exit status %d, want %d\n%s", code, exitFailure, stderr)
+	}
+	for _, want := range []string{"pre-scan check: output directory " + filepath.Dir(out) + " does not exist\n",
+		"pre-scan check: listen address " + busy.Addr().String() + " is not free"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("acquire took %v to fail its checks", d)
+	}
+}
