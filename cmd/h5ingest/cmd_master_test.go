@@ -329,3 +329,31 @@ func TestScanFiles(t *testing.T) {
 		t.Errorf("only(5): %v, want an error listing the modules", err)
 	}
 }
+
+// TestAcquireOneModule receives module 1 of the test array alone, as a
+// receiver node per module does: its file only, no master.
+func TestAcquireOneModule(t *testing.T) {
+	path, truth := simulate(t, append([]string{"--module", "1"}, arrayPlan...)...)
+	addr := freeAddr(t)
+	dir := t.TempDir()
+	done := startAcquire(append([]string{"--profile", arrayProfile(t), "--module", "1", "--listen", addr,
+		"-o", filepath.Join(dir, "node.h5"), "--connect-timeout", "20s"}, arrayPlan...)...)
+	if code := run([]string{"send", path, "--to", addr, "--module", "1", "--timeout", "20s"}); code != exitOK {
+		t.Errorf("send exit status %d", code)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("acquire exit status %d", code)
+	}
+	recs, _ := readFile(t, filepath.Join(dir, "node_m1.h5"))
+	for n, rec := range recs {
+		if rec.Status != frame.StatusOK || rec.DataCRC != truth.DataCRC[n] {
+			t.Errorf("frame %d: status %d crc %08x, want ok %08x", n, rec.Status, rec.DataCRC, truth.DataCRC[n])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node.h5")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a one-module receiver wrote a master file: %v", err)
+	}
+	if code := run([]string{"acquire", "--profile", arrayProfile(t), "--module", "9", "-o", "x.h5"}); code != exitUsage {
+		t.Errorf("acquire --module 9 of a profile without it: exit status %d, want %d", code, exitUsage)
+	}
+}
