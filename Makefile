@@ -12,10 +12,10 @@ OUT      ?= out
 
 # Debian packages: C libraries for cgo, and the independent readers the
 # tests compare against (h5py + hdf5plugin, the C bitshuffle library,
-# dxchange, h5dump).
+# dxchange, h5dump), and headless chromium for the status page test.
 DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-16 \
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
-	python3-dxchange python3-tifffile python3-pandas
+	python3-dxchange python3-tifffile python3-pandas chromium
 
 .PHONY: all build deps test vet fmt-check unit fuzz ptx-check demo bench-codecs clean
 

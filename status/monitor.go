@@ -183,8 +183,10 @@ func (m *Monitor) Status() Status {
 		last = m.samples[n-1]
 		prev = last
 	}
-	if n > 1 {
-		prev = m.samples[n-2]
+	for i := n - 2; i >= 0; i-- { // the last interval of at least half a sample
+		if prev = m.samples[i]; last.At-prev.At >= SampleInterval/2 {
+			break
+		}
 	}
 	state := "starting"
 	switch {
