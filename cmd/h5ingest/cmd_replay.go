@@ -85,16 +85,11 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	}
 	defer log.Sync()
 
-	format, err := captureFormat(path)
-	if err != nil {
-		return err
-	}
-	r, err := capture.Open(path)
+	r, format, err := openCapture(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
 	pre := preScan{files: []string{out}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
 	if pre.frames == 0 {
 		pre.frames = captureFrames(path, format)
@@ -138,10 +133,11 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 		return err
 	}
 	defer log.Sync()
-	format, err := captureFormat(path)
+	r, format, err := openCapture(path)
 	if err != nil {
 		return err
 	}
+	defer r.Close()
 	pre := preScan{files: []string{files.master}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
 	if pre.frames == 0 {
 		pre.frames = captureFrames(path, format) / len(files.modules)
@@ -154,12 +150,6 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 	if err := pre.run(); err != nil {
 		return err
 	}
-	r, err := capture.Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
 	if plan.Frames() > 0 {
 		if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
 			return err
@@ -213,6 +203,21 @@ func captureFrames(path string, format frame.Format) int {
 		return 0
 	}
 	return int(info.Size() / (frame.HeaderSize + int64(format.PayloadSize())))
+}
+
+// openCapture opens a capture for replay and returns it with the format of
+// its scan; the reader accepts payloads as large as the format's.
+func openCapture(path string) (*capture.Reader, frame.Format, error) {
+	format, err := captureFormat(path)
+	if err != nil {
+		return nil, frame.Format{}, err
+	}
+	r, err := capture.Open(path)
+	if err != nil {
+		return nil, frame.Format{}, err
+	}
+	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
+	return r, format, nil
 }
 
 // captureFormat returns the frame format of the scan in a capture: that of

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
 )
 
@@ -60,16 +59,11 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	if f.module < 0 || f.module > 0xFFFF {
 		return usageError(fmt.Errorf("--module %d: want 0 to 65535", f.module))
 	}
-	format, err := captureFormat(path)
-	if err != nil {
-		return err
-	}
-	r, err := capture.Open(path)
+	r, format, err := openCapture(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	r.SetMaxPayload(max(capture.DefaultMaxPayload, int64(format.PayloadSize())))
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

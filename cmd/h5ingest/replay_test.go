@@ -437,8 +437,17 @@ deadline = time.time() + 30
 while not os.path.exists(part):
     if time.time() > deadline: sys.exit("no file appeared")
     time.sleep(0.02)
+# The file exists before its layout is complete and SWMR writing starts:
+# until then it does not open as a SWMR file.
+while True:
+    try:
+        f = h5py.File(part, "r", swmr=True)
+        break
+    except OSError:
+        if time.time() > deadline: raise
+        time.sleep(0.02)
 seen = []
-with h5py.File(part, "r", swmr=True) as f:
+with f:
     st = f["/entry/instrument/detector/frame_status"]
     while time.time() < deadline:
         st.refresh()
