@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -93,7 +94,8 @@ func checkPortFree(provider, addr string) error {
 
 // checkBackend reports whether the profile's decode backend can start.
 func checkBackend(p config.Profile) error {
-	b, err := gpu.New(p.Backend, gpu.Options{Orientation: p.Detector.Orientation()})
+	// The scan's own backend logs the choice "auto" makes; this one is quiet.
+	b, err := gpu.New(p.Backend, gpu.Options{Orientation: p.Detector.Orientation(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return fmt.Errorf("decode backend %s: %w", p.Backend, err)
 	}

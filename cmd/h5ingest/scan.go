@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
 
 	"h5ingest/compress"
 	"h5ingest/config"
@@ -173,7 +175,7 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 	if err != nil {
 		return nil, usageError(fmt.Errorf("key output.compression: %w", err))
 	}
-	backend, err := gpu.New(profile.Backend, gpu.Options{Orientation: orient})
+	backend, err := gpu.New(profile.Backend, gpu.Options{Orientation: orient, Logger: slog.New(zapslog.NewHandler(log.Core()))})
 	if err != nil {
 		return nil, usageError(fmt.Errorf("key backend: %w", err))
 	}
