@@ -20,6 +20,7 @@ const PreviewInterval = 250 * time.Millisecond
 type Preview struct {
 	interval atomic.Int64 // ns; 0: keep nothing
 	due      atomic.Int64 // unix ns when the next copy is due
+	wanted   atomic.Int64 // unix ns until which someone watches; 0: always
 
 	mu     sync.Mutex
 	image  []byte
@@ -41,11 +42,27 @@ func NewPreview(interval time.Duration) *Preview {
 // it keeping any.
 func (p *Preview) Enable(interval time.Duration) { p.interval.Store(int64(interval)) }
 
+// WantUntil makes the preview keep images only until t, when someone
+// looks at them; a reader calls it on each look. Until the first call it
+// keeps images whenever enabled.
+func (p *Preview) WantUntil(t time.Time) { p.wanted.Store(t.UnixNano()) }
+
+// View calls f with the latest image, which f must not keep or change,
+// while the decode stage keeps no other (it skips its offers meanwhile).
+func (p *Preview) View(f func(PreviewImage)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(PreviewImage{Format: p.format, Number: p.number, At: p.at, Seq: p.seq, Image: p.image})
+}
+
 // offer keeps the first decoded image of batch if one is due.
 func (p *Preview) offer(batch []gpu.Job, now time.Time) {
 	interval := p.interval.Load()
 	if interval <= 0 {
 		return
+	}
+	if w := p.wanted.Load(); w != 0 && now.UnixNano() > w {
+		return // nobody looks
 	}
 	due := p.due.Load()
 	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.UnixNano()+interval) {

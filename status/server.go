@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"h5ingest/instrument"
 	"h5ingest/metrics"
 	"h5ingest/preview"
 )
@@ -21,8 +23,13 @@ import (
 //go:embed page.html
 var page embed.FS
 
-// PreviewSide is the longer side, in pixels, of the frame in the preview.
-const PreviewSide = 384
+// PreviewSide bounds the longer side, in pixels, of the frame in the
+// preview.
+const PreviewSide = 320
+
+// previewWanted is how long after a look at the page or the preview the
+// decode stage keeps copying images for the preview.
+const previewWanted = 5 * time.Second
 
 // Server serves the status of running scans over HTTP:
 //
@@ -45,10 +52,12 @@ type Server struct {
 
 // renderedPreview is a monitor's last rendered preview.
 type renderedPreview struct {
-	mu  sync.Mutex // held while rendering
-	seq uint64
-	png []byte
-	buf []byte // the image copied out of the preview
+	mu    sync.Mutex // held while rendering
+	seq   uint64
+	png   []byte
+	buf   []byte    // the image copied out of the preview
+	small []byte    // its block means, uint32
+	when  time.Time // of the last rendering
 }
 
 // Listen starts serving on addr (host:port; port 0 picks one) with the
@@ -111,6 +120,9 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	out.Scans = []Status{}
 	for _, m := range s.list() {
 		out.Scans = append(out.Scans, m.Status())
+		if m.stages != nil {
+			m.stages.Preview.WantUntil(time.Now().Add(previewWanted))
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -138,6 +150,7 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such scan", http.StatusNotFound)
 		return
 	}
+	m.stages.Preview.WantUntil(time.Now().Add(previewWanted))
 	s.mu.Lock()
 	rp := s.previews[m]
 	s.mu.Unlock()
@@ -161,14 +174,25 @@ func (rp *renderedPreview) render(m *Monitor) ([]byte, error) {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	p := m.stages.Preview
-	if seq, _ := p.Seq(); seq == rp.seq {
+	if seq, _ := p.Seq(); seq == rp.seq || time.Since(rp.when) < minRenderInterval {
 		return rp.png, nil
 	}
-	img := p.Latest(rp.buf)
-	rp.buf = img.Image
+	var img instrument.PreviewImage
+	p.View(func(latest instrument.PreviewImage) {
+		img = latest
+		f := img.Format
+		if img.Seq > 0 {
+			rp.small = shrink(rp.small[:0], img.Image, f.Height(), f.Width(), f.PixelSize(), PreviewSide)
+		}
+	})
+	if img.Seq == 0 {
+		return nil, nil
+	}
 	f := img.Format
-	pic, err := preview.Render(preview.Frame{Data: img.Image, Height: f.Height(), Width: f.Width(), ElemSize: f.PixelSize()},
-		preview.Options{MaxSide: PreviewSide, ColorBar: true})
+	step := (max(f.Height(), f.Width()) + PreviewSide - 1) / PreviewSide
+	h, w := (f.Height()+step-1)/step, (f.Width()+step-1)/step
+	pic, err := preview.Render(preview.Frame{Data: rp.small, Height: h, Width: w, ElemSize: 4},
+		preview.Options{ColorBar: true})
 	if err != nil {
 		return nil, fmt.Errorf("preview of frame %d: %w", img.Number, err)
 	}
@@ -177,6 +201,41 @@ func (rp *renderedPreview) render(m *Monitor) ([]byte, error) {
 	if err := enc.Encode(&b, pic); err != nil {
 		return nil, fmt.Errorf("preview of frame %d: %w", img.Number, err)
 	}
-	rp.seq, rp.png = img.Seq, b.Bytes()
+	rp.seq, rp.png, rp.when = img.Seq, b.Bytes(), time.Now()
 	return rp.png, nil
+}
+
+// minRenderInterval bounds how often a preview is rendered, however many
+// pages ask for it.
+const minRenderInterval = 2 * time.Second
+
+// shrink appends to dst the means of step x step blocks of a frame of
+// h x w pixels of elem bytes, step chosen so that the longer side fits
+// maxSide, as little-endian uint32 counts. It is the costly part of a
+// preview, done here in integers so that rendering stays cheap.
+func shrink(dst, data []byte, h, w, elem, maxSide int) []byte {
+	step := (max(h, w) + maxSide - 1) / maxSide
+	sh, sw := (h+step-1)/step, (w+step-1)/step
+	sums := make([]uint64, sw)
+	for by := range sh {
+		clear(sums)
+		y1 := min((by+1)*step, h)
+		for y := by * step; y < y1; y++ {
+			row := data[y*w*elem : (y+1)*w*elem]
+			if elem == 2 {
+				for x := range w {
+					sums[x/step] += uint64(binary.LittleEndian.Uint16(row[2*x:]))
+				}
+			} else {
+				for x := range w {
+					sums[x/step] += uint64(binary.LittleEndian.Uint32(row[4*x:]))
+				}
+			}
+		}
+		for bx := range sw {
+			n := uint64((y1 - by*step) * (min((bx+1)*step, w) - bx*step))
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(sums[bx]/n))
+		}
+	}
+	return dst
 }
