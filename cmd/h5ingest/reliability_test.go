@@ -635,7 +635,7 @@ func TestReplayOutputDirFaults(t *testing.T) {
 	t.Run("missing before", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "gone", "scan.h5")
 		code, _, stderr := runProcess(t, "replay", path, "-o", out)
-		if code != exitFailure || !strings.Contains(strings.ToLower(stderr), "no such file or directory") {
+		if code != exitFailure || !strings.Contains(stderr, "pre-scan check: output directory "+filepath.Dir(out)+" does not exist") {
 			t.Errorf("exit status %d, want %d saying the directory is missing:\n%s", code, exitFailure, stderr)
 		}
 	})
