@@ -61,6 +61,10 @@ type Stream struct {
 	head, tail int
 	ended      bool // the end of scan is queued
 	endMsg     endMsg
+	// byeSent is set once the sender's end of scan was answered: Close
+	// then lets the sender close first, so the bye is not lost with a
+	// connection closed under it.
+	byeSent bool
 
 	mu     sync.Mutex
 	inUse  []bool
@@ -353,10 +357,25 @@ func (s *Stream) end() error {
 	if err := s.c.inject(putBye(s.c.scratch(1, byeSize), byeMsg{Frames: frames, HeldBack: uint64(held)})); err != nil {
 		return fmt.Errorf("answer the end of scan: %w", err)
 	}
+	s.byeSent = true
 	if m.Frames != frames {
 		return fmt.Errorf("%w: the sender sent %d frames, %d arrived", ErrProtocol, m.Frames, frames)
 	}
 	return io.EOF
+}
+
+// byeLinger bounds how long Close waits for a sender that was told bye to
+// close its side.
+const byeLinger = time.Second
+
+// awaitPeerClose waits up to d for the sender to shut the connection down,
+// driving the provider's progress so that the bye goes out meanwhile.
+func (s *Stream) awaitPeerClose(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for !s.c.shutDown() && time.Now().Before(deadline) {
+		var comp [1]Completion
+		s.c.tx.Read(comp[:], 10*time.Millisecond)
+	}
 }
 
 // Release gives f's slot back to the sender.
@@ -406,6 +425,9 @@ func (s *Stream) Close() error {
 	s.mu.Unlock()
 	var errs []error
 	if s.c.ep != nil {
+		if s.byeSent {
+			s.awaitPeerClose(byeLinger)
+		}
 		s.c.ep.Shutdown()
 		errs = append(errs, s.c.ep.Close())
 	}
