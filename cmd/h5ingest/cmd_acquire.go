@@ -244,7 +244,7 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 	}
 	defer closeRec()
 
-	m := &moduleRuns{scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
+	m := &moduleRuns{flags: &f.scan, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
 	defer m.abort()
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.modules)))
 	var format frame.Format
@@ -303,6 +303,7 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 
 // moduleRuns are the scans of the modules of an acquire, running.
 type moduleRuns struct {
+	flags    *scanFlags // --metrics and --report show every module
 	wg       sync.WaitGroup
 	scans    []*scanRun // by the module's place in the scan's files
 	errs     []error    // what stopped each scan's source
@@ -319,6 +320,9 @@ func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile
 	}
 	scan.quiet = slices.ContainsFunc(m.scans, func(s *scanRun) bool { return s != nil })
 	m.scans[i] = scan
+	if err := scan.observe(&m.flags.observe, m.flags.scanID, id); err != nil {
+		return err
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

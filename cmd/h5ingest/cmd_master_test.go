@@ -197,9 +197,20 @@ func TestReplayModules(t *testing.T) {
 			capturePath := interleave(t, paths, tt.absent...)
 			dir := t.TempDir()
 			master := filepath.Join(dir, "scan.h5")
-			code, stdout := runCaptured(t, append([]string{"replay", capturePath, "--profile", profile, "-o", master}, arrayPlan...)...)
+			report := filepath.Join(dir, "report.html")
+			code, stdout := runCaptured(t, append([]string{"replay", capturePath, "--profile", profile, "-o", master, "--report", report}, arrayPlan...)...)
 			if code != tt.code {
 				t.Fatalf("replay exit status %d, want %d\n%s", code, tt.code, stdout)
+			}
+			// The report shows every module's scan.
+			page, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range arrayModules {
+				if want := fmt.Sprintf(", module %d</h2>", m.id); !strings.Contains(string(page), want) {
+					t.Errorf("report lacks %q", want)
+				}
 			}
 			for i, m := range arrayModules {
 				recs, _ := readFile(t, filepath.Join(dir, fmt.Sprintf("scan_m%d.h5", m.id)))

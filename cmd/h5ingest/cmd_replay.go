@@ -159,8 +159,11 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 	if err != nil {
 		return err
 	}
-	for _, scan := range scans {
+	for i, scan := range scans {
 		defer scan.abort()
+		if err := scan.observe(&s.observe, s.scanID, files.modules[i].module.ID); err != nil {
+			return err
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
