@@ -36,6 +36,14 @@ type Profile struct {
 	Backend     string   `mapstructure:"backend"`
 	Output      Output   `mapstructure:"output"`
 	Plan        PlanKeys `mapstructure:"plan"`
+	Status      Status   `mapstructure:"status"`
+}
+
+// Status is how people and programs watch a scan while it runs.
+type Status struct {
+	// Address serves the status page and Prometheus metrics: [HOST]:PORT,
+	// or PORT alone for loopback; empty means off.
+	Address string `mapstructure:"address"`
 }
 
 // Detector is what the profile says about the detector.
@@ -238,7 +246,7 @@ func suggest(key string) string {
 	if len(same) > 0 {
 		return " (known keys in " + section + ": " + strings.Join(same, ", ") + ")"
 	}
-	return " (known sections and keys: name, description, backend, detector, source, output, plan)"
+	return " (known sections and keys: name, description, backend, detector, source, output, plan, status)"
 }
 
 // mergeEnv applies H5INGEST_SECTION_KEY variables. Values are YAML scalars

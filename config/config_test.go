@@ -104,7 +104,8 @@ func TestErrors(t *testing.T) {
 	}{
 		{"unknown key", "detector:\n  pixel_sise_m: 1e-4\n", nil, nil, "",
 			`unknown key "detector.pixel_sise_m" (known keys in detector: detector.model, detector.modules,`},
-		{"unknown section", "writer:\n  x: 1\n", nil, nil, "", `unknown key "writer.x" (known sections and keys: name, description, backend, detector, source, output, plan)`},
+		{"unknown section", "writer:\n  x: 1\n", nil, nil, "", `unknown key "writer.x" (known sections and keys: name, description, backend, detector, source, output, plan, status)`},
+		{"status address", "status:\n  address: \"localhost:http\"\n", nil, nil, "", `key status.address: "localhost:http", want [HOST]:PORT or PORT with a port of 0 to 65535`},
 		{"wrong type", "detector:\n  distance_m: far\n", nil, nil, "", "key detector.distance_m: "},
 		{"wrong list type", "detector:\n  chip_orientation: flipped\n", nil, nil, "", "key detector.chip_orientation"},
 		{"unknown module field", "detector:\n  modules: [{id: 0, xx: 4}]\n", nil, nil, "", "key detector.modules[0]: "},

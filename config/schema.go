@@ -3,8 +3,10 @@ package config
 import (
 	"embed"
 	"fmt"
+	"net"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,6 +104,7 @@ var Keys = []Key{
 	{"plan.angle_start", "rotation angle of the first projection, degrees"},
 	{"plan.angle_end", "rotation angle the projections stop short of, degrees"},
 	{"plan.sequence", `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"; replaces darks, flats and projections`},
+	{"status.address", "serve the status page and Prometheus metrics while a scan runs: [HOST]:PORT, or PORT alone for loopback; empty: off"},
 }
 
 // findKey returns the key named name, or nil.
@@ -126,7 +129,7 @@ var (
 // Validate reports the first value that is out of range, as an error naming
 // the key and what is allowed.
 func (p *Profile) Validate() error {
-	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan} {
+	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan, p.validateStatus} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -270,6 +273,24 @@ func (p *Profile) validateOutput() error {
 		return bad("output.level", "%d with deflate, want 0 (default) to 9", o.Level)
 	case o.FlushInterval <= 0:
 		return bad("output.flush_interval", "%v, want a duration above 0 such as 1s", o.FlushInterval)
+	}
+	return nil
+}
+
+func (p *Profile) validateStatus() error {
+	a := p.Status.Address
+	if a == "" {
+		return nil
+	}
+	port := a
+	if strings.Contains(a, ":") {
+		var err error
+		if _, port, err = net.SplitHostPort(a); err != nil {
+			return bad("status.address", "%q, want [HOST]:PORT or PORT", a)
+		}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return bad("status.address", "%q, want [HOST]:PORT or PORT with a port of 0 to 65535", a)
 	}
 	return nil
 }

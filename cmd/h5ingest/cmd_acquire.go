@@ -100,6 +100,10 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	defer log.Sync()
+	// The status page is up while the detector is awaited.
+	if _, err := s.observe.start(log); err != nil {
+		return err
+	}
 	if len(profile.Detector.Modules) > 1 {
 		return acquireModules(ctx, f, profile, plan, files, cfg, log)
 	}

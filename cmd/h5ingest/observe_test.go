@@ -285,3 +285,33 @@ func TestListenAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusPageWhileWaiting takes the status address from the profile and
+// checks the page answers while acquire still waits for the detector.
+func TestStatusPageWhileWaiting(t *testing.T) {
+	statusAddr := freeAddr(t)
+	profile := filepath.Join(t.TempDir(), "watch.yaml")
+	if err := os.WriteFile(profile, []byte("status:\n  address: "+statusAddr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	done := startAcquire("--profile", profile, "--listen", freeAddr(t), "-o", out, "--connect-timeout", "3s")
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		resp, err := http.Get("http://" + statusAddr + "/status.json")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("status.json: %s", resp.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := waitExit(t, done, 10*time.Second); code != exitFailure {
+		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
+	}
+}

@@ -48,6 +48,7 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.scanID, "scan-id", "", "scan id, for the profile's file name template")
 	fs.StringVar(&s.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	s.observe.register(fs)
+	key("metrics", "status.address")
 	fs.String("backend", d.Backend, "decode backend: auto, cpu or cuda")
 	key("backend", "backend")
 	fs.String("compression", d.Output.Compression, "chunk compression: bslz4, bszstd, lz4, deflate or none")
@@ -111,6 +112,7 @@ func (s *scanFlags) load() (config.Profile, config.Plan, error) {
 	if err != nil {
 		return config.Profile{}, config.Plan{}, usageError(err)
 	}
+	s.observe.metrics = p.Status.Address
 	return p, plan, nil
 }
 
