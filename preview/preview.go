@@ -143,7 +143,7 @@ func drawColorBar(img *image.RGBA, x0, h int, s scale) {
 		for x := x0 + pad + barW; x < x0+pad+barW+3; x++ {
 			img.SetRGBA(x, y, color.RGBA{A: 255})
 		}
-		d.Dot = fixed.P(x0+pad+barW+5, y+4)
+		d.Dot = fixed.P(x0+pad+barW+7, y+4) // a gap after the tick, so it does not read as a minus sign
 		d.DrawString(text)
 	}
 	label(s.lo, countLabel(math.Round(s.lo)))
