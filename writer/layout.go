@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"h5ingest/compress"
+	"h5ingest/ingest/frame"
 )
 
 // Paths of the frame stack in each layout.
@@ -507,7 +508,7 @@ func (b *builder) column(loc hid, name string, k kind, width uint64, static bool
 	if w.extendible {
 		fill := uint64(0)
 		if name == "frame_status" {
-			fill = StatusMissing
+			fill = frame.StatusMissing
 		}
 		chunk := []uint64{extendibleChunk}
 		dims[0], max[0] = 0, unlimited

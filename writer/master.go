@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"unsafe"
+
+	"h5ingest/ingest/frame"
 )
 
 // A master file shows the modules of a multi-module detector as one
@@ -191,7 +193,7 @@ func (b *builder) masterRecords(det hid) {
 // module read as missing.
 func recordFill(name string) uint64 {
 	if name == "frame_status" {
-		return StatusMissing
+		return frame.StatusMissing
 	}
 	return 0
 }

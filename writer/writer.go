@@ -20,20 +20,13 @@ import (
 	"unsafe"
 
 	"h5ingest/compress"
+	"h5ingest/ingest/frame"
 )
 
 // Layout names.
 const (
 	LayoutNXtomo = "nxtomo" // NeXus NXtomo with a Data Exchange view
 	LayoutCXI    = "cxi"    // CXI 1.5
-)
-
-// Frame status codes of the frame_status record.
-const (
-	StatusOK       = 0 // written
-	StatusMissing  = 1 // never arrived (the default)
-	StatusCRC      = 2 // payload CRC mismatch
-	StatusRejected = 3 // rejected
 )
 
 // Image keys of the NXtomo image_key dataset.
@@ -95,7 +88,7 @@ type Record struct {
 	Timestamp uint64 // detector timestamp, ns
 	RawCRC    uint32 // CRC-32C of the payload as received
 	DataCRC   uint32 // CRC-32C of the decoded image's little-endian bytes
-	Status    uint8  // StatusOK, StatusMissing, StatusCRC or StatusRejected
+	Status    uint8  // frame.StatusOK, frame.StatusMissing, frame.StatusCRCMismatch or frame.StatusRejected
 }
 
 // timeFormat is ISO 8601 with microseconds and the zone.
@@ -255,7 +248,7 @@ func (w *Writer) grow(n int) {
 		w.timestamp = append(w.timestamp, 0)
 		w.rawCRC = append(w.rawCRC, 0)
 		w.dataCRC = append(w.dataCRC, 0)
-		w.status = append(w.status, StatusMissing)
+		w.status = append(w.status, frame.StatusMissing)
 		key, angle, mon, tr := int8(KeyProjection), 0.0, 1.0, [3]float64{}
 		if i < len(o.ImageKey) {
 			key = o.ImageKey[i]
@@ -319,7 +312,7 @@ func (w *Writer) extend(n int) error {
 }
 
 // SetRecord keeps r as the record of frame index frame; records reach the
-// file at the next flush. Frames without a record stay StatusMissing. In an
+// file at the next flush. Frames without a record stay frame.StatusMissing. In an
 // extendible file a record may come before its frame's chunk.
 func (w *Writer) SetRecord(frame int, r Record) error {
 	if w.err != nil {

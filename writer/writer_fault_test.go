@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"h5ingest/ingest/frame"
 )
 
 // checkKept opens the file at path and checks that frames below kept hold
@@ -28,7 +30,7 @@ func checkKept(t *testing.T, path string, o Options, kept int) {
 	}
 	for i, rec := range recs {
 		if i >= kept {
-			if rec.Status != StatusMissing {
+			if rec.Status != frame.StatusMissing {
 				t.Errorf("frame %d after the failure: status %d, want missing", i, rec.Status)
 			}
 			continue

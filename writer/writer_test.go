@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"h5ingest/compress"
+	"h5ingest/ingest/frame"
 )
 
 const (
@@ -121,7 +122,7 @@ func testOptions(dir, layout string, p pipeline) Options {
 func testRecord(i int) Record {
 	r := Record{Timestamp: 1_000_000 * uint64(i+1), RawCRC: 0x1000 + uint32(i), DataCRC: 0x2000 + uint32(i)}
 	if i == 4 {
-		r.Status = StatusCRC
+		r.Status = frame.StatusCRCMismatch
 	}
 	return r
 }
@@ -160,7 +161,7 @@ func wantRecords(n int, skip ...int) []Record {
 	for i := range out {
 		out[i] = testRecord(i)
 		if slices.Contains(skip, i) {
-			out[i] = Record{Status: StatusMissing}
+			out[i] = Record{Status: frame.StatusMissing}
 		}
 	}
 	return out
