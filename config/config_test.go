@@ -129,6 +129,7 @@ func TestErrors(t *testing.T) {
 		{"deflate level", "output:\n  compression: deflate\n  level: 12\n", nil, nil, "", "key output.level: 12 with deflate, want 0 (default) to 9"},
 		{"plan", "plan:\n  darks: 3\n", nil, nil, "", "key plan.projections: 0 with darks or flats, want the projections too"},
 		{"sequence", "plan:\n  sequence: \"darks:3,whites:4\"\n", nil, nil, "", `key plan.sequence: "whites:4": want kind:count`},
+		{"angles", "plan:\n  angle_end: .inf\n", nil, nil, "", "key plan.angle_start: angles 0 to +Inf: must be finite (with plan.angle_end)"},
 		{"not yaml", "detector: [unclosed\n", nil, nil, "", "not valid YAML"},
 		{"bad environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE_M": "near"}, nil,
 			"environment H5INGEST_DETECTOR_DISTANCE_M", "key detector.distance_m: "},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // Default returns the built-in defaults: one Pi-mega module, 24-bit LFSR
@@ -302,42 +303,31 @@ func (p *Profile) validatePlan() error {
 
 // Plan returns the scan plan the keys give: the sequence where one is set,
 // else darks, flats and projections in that order.
-func (k PlanKeys) Plan() (Plan, error) {
+func (k PlanKeys) Plan() (plan.Plan, error) {
 	for _, c := range []struct {
 		key string
 		n   int
 	}{{"plan.darks", k.Darks}, {"plan.flats", k.Flats}, {"plan.projections", k.Projections}} {
 		if c.n < 0 {
-			return Plan{}, bad(c.key, "%d, want 0 or more frames", c.n)
+			return plan.Plan{}, bad(c.key, "%d, want 0 or more frames", c.n)
 		}
 	}
+	p := plan.Tomo(k.Darks, k.Flats, k.Projections, k.AngleStart, k.AngleEnd)
 	if k.Sequence == "" {
 		if (k.Darks > 0 || k.Flats > 0) && k.Projections == 0 {
-			return Plan{}, bad("plan.projections", "0 with darks or flats, want the projections too")
+			return plan.Plan{}, bad("plan.projections", "0 with darks or flats, want the projections too")
 		}
-		return TomoPlan(k.Darks, k.Flats, k.Projections, k.AngleStart, k.AngleEnd), nil
-	}
-	steps, err := ParseSequence(k.Sequence)
-	if err != nil {
-		return Plan{}, bad("plan.sequence", "%v", err)
-	}
-	return Plan{Steps: steps, AngleStart: k.AngleStart, AngleEnd: k.AngleEnd}, nil
-}
-
-// ParseSequence reads a plan sequence such as "flats:20,projections:1800".
-func ParseSequence(s string) ([]Step, error) {
-	kinds := map[string]int8{"darks": DarkField, "flats": FlatField, "projections": Projection}
-	var steps []Step
-	for _, part := range strings.Split(s, ",") {
-		kind, count, ok := strings.Cut(strings.TrimSpace(part), ":")
-		key, known := kinds[kind]
-		var n int
-		if _, err := fmt.Sscanf(count, "%d", &n); !ok || !known || err != nil || n < 0 || fmt.Sprint(n) != count {
-			return nil, fmt.Errorf("%q: want kind:count with kind darks, flats or projections and a count of 0 or more", part)
+	} else {
+		steps, err := plan.ParseSequence(k.Sequence)
+		if err != nil {
+			return plan.Plan{}, bad("plan.sequence", "%v", err)
 		}
-		steps = append(steps, Step{Key: key, Count: n})
+		p.Steps = steps
 	}
-	return steps, nil
+	if err := p.Validate(); err != nil {
+		return plan.Plan{}, bad("plan.angle_start", "%v (with plan.angle_end)", err)
+	}
+	return p, nil
 }
 
 // FileName returns the output file name for a scan from the template.

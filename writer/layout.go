@@ -8,6 +8,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // Paths of the frame stack in each layout.
@@ -314,9 +315,9 @@ const (
 func (b *builder) exchange() {
 	w := b.w
 	ex := b.group(w.file, "exchange", "NXcollection")
-	b.virtual(ex, "data", KeyProjection)
-	b.virtual(ex, "data_white", KeyFlat)
-	b.virtual(ex, "data_dark", KeyDark)
+	b.virtual(ex, "data", plan.Projection)
+	b.virtual(ex, "data_white", plan.FlatField)
+	b.virtual(ex, "data_dark", plan.DarkField)
 	b.column(ex, "theta", kindF64, 1, true, "degree", func() (unsafe.Pointer, int) { return ptr(w.theta), len(w.theta) })
 }
 
@@ -358,7 +359,7 @@ func (b *builder) virtual(ex hid, name string, k int8) {
 		total += r.n
 	}
 	h, wd := uint64(o.Height), uint64(o.Width)
-	tail := w.extendible && k == KeyProjection
+	tail := w.extendible && k == plan.Projection
 	vDims := []uint64{uint64(total), h, wd}
 	vMax := slices.Clone(vDims)
 	if tail {

@@ -21,20 +21,13 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // Layout names.
 const (
 	LayoutNXtomo = "nxtomo" // NeXus NXtomo with a Data Exchange view
 	LayoutCXI    = "cxi"    // CXI 1.5
-)
-
-// Image keys of the NXtomo image_key dataset.
-const (
-	KeyProjection = 0
-	KeyFlat       = 1
-	KeyDark       = 2
-	KeyInvalid    = 3
 )
 
 // DefaultFlushInterval is the SWMR flush cadence used when
@@ -145,7 +138,7 @@ func (o *Options) validate() error {
 		}
 	}
 	for i, k := range o.ImageKey {
-		if k < KeyProjection || k > KeyInvalid {
+		if k < plan.Projection || k > plan.Invalid {
 			return fmt.Errorf("image key %d of frame %d is not 0 to 3", k, i)
 		}
 	}
@@ -249,7 +242,7 @@ func (w *Writer) grow(n int) {
 		w.rawCRC = append(w.rawCRC, 0)
 		w.dataCRC = append(w.dataCRC, 0)
 		w.status = append(w.status, frame.StatusMissing)
-		key, angle, mon, tr := int8(KeyProjection), 0.0, 1.0, [3]float64{}
+		key, angle, mon, tr := int8(plan.Projection), 0.0, 1.0, [3]float64{}
 		if i < len(o.ImageKey) {
 			key = o.ImageKey[i]
 		}
@@ -266,7 +259,7 @@ func (w *Writer) grow(n int) {
 		w.angle = append(w.angle, angle)
 		w.monitor = append(w.monitor, mon)
 		w.translation = append(w.translation, tr)
-		if key == KeyProjection {
+		if key == plan.Projection {
 			w.theta = append(w.theta, angle)
 		}
 	}

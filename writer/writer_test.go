@@ -16,6 +16,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 const (
@@ -24,7 +25,7 @@ const (
 	testW      = 24
 )
 
-var testKeys = []int8{KeyDark, KeyFlat, KeyProjection, KeyProjection, KeyProjection, KeyProjection}
+var testKeys = []int8{plan.DarkField, plan.FlatField, plan.Projection, plan.Projection, plan.Projection, plan.Projection}
 
 // pattern returns frame's test image as little-endian bytes (the same
 // formula as testdata/crosscheck.py).

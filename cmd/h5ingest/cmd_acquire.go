@@ -21,6 +21,7 @@ import (
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // acquireFlags are the flags of acquire beyond the scan's.
@@ -203,7 +204,7 @@ func (r *lockedRecorder) Close() error {
 }
 
 // acquireChecks returns the pre-scan checks of an acquire writing files.
-func acquireChecks(files scanFiles, profile config.Profile, plan config.Plan, provider, addr string) preScan {
+func acquireChecks(files scanFiles, profile config.Profile, plan plan.Plan, provider, addr string) preScan {
 	pre := preScan{frames: plan.Frames(), provider: provider, addr: addr, profile: profile}
 	if format, err := profile.Detector.Format(); err == nil {
 		pre.frameBytes = format.ImageSize()
@@ -222,7 +223,7 @@ func acquireChecks(files scanFiles, profile config.Profile, plan config.Plan, pr
 // the master file (when files has one) once the first module says the
 // frame format. A module that never connects gets a file with every frame
 // missing.
-func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile, plan config.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
+func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile, plan plan.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
 	want := map[uint16]bool{}
 	for _, m := range files.modules {
 		want[uint16(m.module.ID)] = true
@@ -315,7 +316,7 @@ type moduleRuns struct {
 }
 
 // start creates module id's scan and runs it from src in the background.
-func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan config.Plan,
+func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan plan.Plan,
 	format frame.Format, src ingest.Source, log *zap.Logger) error {
 	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
 	scan, err := newScan(files.modules[i].path, profile, plan, format, log.With(zap.Int("module", id)))

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/compress"
-	"h5ingest/config"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 	"h5ingest/preview"
 	"h5ingest/writer"
 )
@@ -158,7 +158,7 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 		if k >= 0 && int(k) < len(count) {
 			count[k]++
 		}
-		if k == config.Projection && i < len(angles) {
+		if k == plan.Projection && i < len(angles) {
 			if first || angles[i] < lo {
 				lo = angles[i]
 			}
@@ -169,7 +169,7 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 		}
 	}
 	fmt.Fprintf(out, "  plan          %d darks, %d flats, %d projections at %g to %g degrees\n",
-		count[config.DarkField], count[config.FlatField], count[config.Projection], lo, hi)
+		count[plan.DarkField], count[plan.FlatField], count[plan.Projection], lo, hi)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 	"h5ingest/writer"
 )
 
@@ -210,7 +211,7 @@ func sameMaster(path, dir string, files scanFiles, frames int) bool {
 // per module, unless the master is there already (and Overwrite is not
 // set) for the same modules and frames. Module files are named relative to the master's directory,
 // so that a scan's files can move together.
-func writeMaster(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, frames int) error {
+func writeMaster(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, frames int) error {
 	opts := writer.MasterOptions{Options: fileOptions(files.master, profile, plan, format)}
 	opts.Frames = frames
 	opts.Height, opts.Width = arrayHeight(profile, format), arrayWidth(profile, format)

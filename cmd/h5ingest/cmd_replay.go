@@ -20,6 +20,7 @@ import (
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 func newReplayCmd() *cobra.Command {
@@ -123,7 +124,7 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 // replayModules replays a capture of several modules' interleaved frames:
 // each module's frames go through a pipeline of their own into the
 // module's file, and the master file shows the array.
-func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, profile config.Profile, plan config.Plan) error {
+func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, profile config.Profile, plan plan.Plan) error {
 	files, err := s.scanFiles(profile, time.Now())
 	if err != nil {
 		return err

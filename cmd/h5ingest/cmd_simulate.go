@@ -13,6 +13,7 @@ import (
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
+	"h5ingest/plan"
 )
 
 // simulateFlags holds the command line of h5ingest simulate.
@@ -20,6 +21,7 @@ type simulateFlags struct {
 	scene, output                        string
 	frames                               int
 	darks, flats, projections            int
+	sequence                             string
 	angleStart, angleEnd                 float64
 	chips, chipSize                      string
 	encoding, coding, orientation        string
@@ -58,11 +60,12 @@ Faults take a comma list of frame numbers or a rate such as 0.01.`,
 	f.StringVar(&fl.scene, "scene", string(def.Scene), "what the detector sees: tomo or cdi")
 	f.StringVarP(&fl.output, "output", "o", "", "capture file to write (required)")
 	f.IntVar(&fl.frames, "frames", 0, "projections (tomo) or frames (cdi); default 100 unless the plan flags are given")
-	f.IntVar(&fl.darks, "darks", def.Plan.Darks, "tomo: dark fields before the flats")
-	f.IntVar(&fl.flats, "flats", def.Plan.Flats, "tomo: flat fields before the projections")
-	f.IntVar(&fl.projections, "projections", def.Plan.Projections, "tomo: projections")
+	f.IntVar(&fl.darks, "darks", def.Plan.Count(plan.DarkField), "tomo: dark fields before the flats")
+	f.IntVar(&fl.flats, "flats", def.Plan.Count(plan.FlatField), "tomo: flat fields before the projections")
+	f.IntVar(&fl.projections, "projections", def.Plan.Count(plan.Projection), "tomo: projections")
 	f.Float64Var(&fl.angleStart, "angle-start", def.Plan.AngleStart, "tomo: angle of the first projection, degrees")
 	f.Float64Var(&fl.angleEnd, "angle-end", def.Plan.AngleEnd, "tomo: end of the angle range, degrees (not reached)")
+	f.StringVar(&fl.sequence, "sequence", "", `tomo: frames in order as kind:count, e.g. "flats:5,darks:5,projections:90,flats:5" (instead of --darks, --flats, --projections)`)
 	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, COLUMNSxROWS")
 	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WIDTHxHEIGHT")
 	f.StringVar(&fl.encoding, "encoding", def.Format.Encoding.String(), "payload encoding: bitplane, packed12, packed24, u16le or u32le")
@@ -102,14 +105,24 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 			return cfg, fmt.Errorf("--%s %d: must not be negative", n.name, n.v)
 		}
 	}
-	plan := changed("darks") || changed("flats") || changed("projections")
-	cfg.Plan = sim.Plan{Darks: fl.darks, Flats: fl.flats, Projections: fl.projections, AngleStart: fl.angleStart, AngleEnd: fl.angleEnd}
+	givenPlan := changed("darks") || changed("flats") || changed("projections") || changed("sequence")
+	cfg.Plan = plan.Tomo(fl.darks, fl.flats, fl.projections, fl.angleStart, fl.angleEnd)
+	if changed("sequence") {
+		if changed("darks") || changed("flats") || changed("projections") {
+			return cfg, errors.New("--sequence with --darks, --flats or --projections: give one or the other")
+		}
+		steps, err := plan.ParseSequence(fl.sequence)
+		if err != nil {
+			return cfg, fmt.Errorf("--sequence: %w", err)
+		}
+		cfg.Plan.Steps = steps
+	}
 	switch {
-	case cfg.Scene == sim.Tomo && changed("frames") && plan:
+	case cfg.Scene == sim.Tomo && changed("frames") && givenPlan:
 		return cfg, errors.New("--frames with --darks, --flats or --projections: give the plan or --frames, not both")
 	case cfg.Scene == sim.Tomo && changed("frames"):
-		cfg.Plan.Darks, cfg.Plan.Flats, cfg.Plan.Projections = 0, 0, fl.frames
-	case cfg.Scene == sim.CDI && plan:
+		cfg.Plan = plan.Tomo(0, 0, fl.frames, fl.angleStart, fl.angleEnd)
+	case cfg.Scene == sim.CDI && givenPlan:
 		return cfg, errors.New("--darks, --flats and --projections are for --scene tomo; give --frames for cdi")
 	case cfg.Scene == sim.CDI && changed("frames"):
 		cfg.Frames = fl.frames

@@ -5,12 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
+	"h5ingest/plan"
 )
 
 // readSimulated returns the truth and the frame numbers, in order, of a
@@ -55,7 +57,7 @@ func TestSimulateTomo(t *testing.T) {
 		t.Fatalf("simulate exit status %d", code)
 	}
 	truth, hs := readSimulated(t, out)
-	if truth.Frames != 10 || truth.Plan == nil || *truth.Plan != (sim.Plan{Darks: 2, Flats: 3, Projections: 5, AngleEnd: 90}) {
+	if truth.Frames != 10 || truth.Plan == nil || !reflect.DeepEqual(*truth.Plan, plan.Tomo(2, 3, 5, 0, 90)) {
 		t.Errorf("truth: %d frames, plan %+v", truth.Frames, truth.Plan)
 	}
 	if truth.Seed != 7 || truth.Module != 2 || !slices.Equal(truth.Orientation, []int{0, 180}) || truth.RotationAngle[7] != 36 {
@@ -155,5 +157,24 @@ func TestSimulateUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused command left %s behind", out)
+	}
+}
+
+// TestSimulateSequence simulates flats before and after the projections
+// and replays the capture with the same sequence.
+func TestSimulateSequence(t *testing.T) {
+	path, truth := simulate(t, "--sequence", "flats:2,darks:1,projections:4,flats:2")
+	if want := []int{1, 1, 2, 0, 0, 0, 0, 1, 1}; !slices.Equal(truth.ImageKey, want) {
+		t.Errorf("image keys %v, want %v", truth.ImageKey, want)
+	}
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--sequence", "flats:2,darks:1,projections:4,flats:2"); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	crossCheck(t, out, "nxtomo", truth, expectedStatus(truth), true)
+	for _, bad := range [][]string{{"--sequence", "flats:x"}, {"--sequence", "darks:1", "--darks", "2"}} {
+		if code := run(append([]string{"simulate", "-o", filepath.Join(t.TempDir(), "x.pmcap")}, bad...)); code != exitUsage {
+			t.Errorf("simulate %v: exit status %d, want %d", bad, code, exitUsage)
+		}
 	}
 }

@@ -18,13 +18,13 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/compress"
-	"h5ingest/config"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
 	"h5ingest/metrics"
+	"h5ingest/plan"
 	"h5ingest/status"
 )
 
@@ -129,7 +129,7 @@ func (w *scanWatch) wrap(b gpu.Backend, newCodec func() (compress.Codec, error))
 }
 
 // describe notes what the scan is, for the page and the report.
-func (w *scanWatch) describe(p *ingest.Pipeline, path string, plan config.Plan, format frame.Format, backend, compression string) {
+func (w *scanWatch) describe(p *ingest.Pipeline, path string, plan plan.Plan, format frame.Format, backend, compression string) {
 	w.pipeline = p
 	w.scan = status.Scan{Output: path, Planned: plan.Frames(), Format: format.String(), Backend: backend, Compression: compression}
 	if plan.Frames() > 0 {

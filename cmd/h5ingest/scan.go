@@ -19,6 +19,7 @@ import (
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 	"h5ingest/writer"
 )
 
@@ -80,7 +81,7 @@ func (s *scanFlags) bindKey(flag, key string) { s.keys[flag] = key }
 
 // load returns the profile layered with the flags given on the command
 // line, and the scan plan it holds. Errors are usage errors.
-func (s *scanFlags) load() (config.Profile, config.Plan, error) {
+func (s *scanFlags) load() (config.Profile, plan.Plan, error) {
 	flags := map[string]config.FlagValue{}
 	var err error
 	s.fs.Visit(func(f *pflag.Flag) {
@@ -94,7 +95,7 @@ func (s *scanFlags) load() (config.Profile, config.Plan, error) {
 		}
 	})
 	if err != nil {
-		return config.Profile{}, config.Plan{}, usageError(err)
+		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
 	// Counts on the command line replace a profile's sequence.
 	for _, name := range []string{"darks", "flats", "projections"} {
@@ -106,14 +107,14 @@ func (s *scanFlags) load() (config.Profile, config.Plan, error) {
 	}
 	p, _, err := config.LoadLayers(config.Layers{Profile: s.profile, Flags: flags})
 	if err != nil {
-		return config.Profile{}, config.Plan{}, usageError(err)
+		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
-	plan, err := p.Plan.Plan()
+	pl, err := p.Plan.Plan()
 	if err != nil {
-		return config.Profile{}, config.Plan{}, usageError(err)
+		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
 	s.observe.metrics = p.Status.Address
-	return p, plan, nil
+	return p, pl, nil
 }
 
 // typedValue returns a flag's value with its Go type.
@@ -166,7 +167,7 @@ const electronVolt = 1.602176634e-19
 
 // newScan creates the output file at path and the pipeline for a scan of
 // format, as the profile says.
-func newScan(path string, profile config.Profile, plan config.Plan, format frame.Format, log *zap.Logger) (*scanRun, error) {
+func newScan(path string, profile config.Profile, plan plan.Plan, format frame.Format, log *zap.Logger) (*scanRun, error) {
 	orient := profile.Detector.Orientation()
 	if err := orient.Validate(format.Chips()); err != nil {
 		return nil, usageError(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
@@ -211,7 +212,7 @@ func newScan(path string, profile config.Profile, plan config.Plan, format frame
 
 // fileOptions returns the options of a scan's file at path (or of its
 // master file) from the profile and the plan, without the compression.
-func fileOptions(path string, profile config.Profile, plan config.Plan, format frame.Format) writer.Options {
+func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format) writer.Options {
 	opts := writer.Options{
 		Path:       path,
 		Overwrite:  profile.Output.Overwrite,
@@ -320,7 +321,7 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 
 // newModuleScans creates the scan of every module in files, each with its
 // own file and pipeline; only the first reports progress.
-func newModuleScans(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, log *zap.Logger) ([]*scanRun, error) {
+func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, log *zap.Logger) ([]*scanRun, error) {
 	var scans []*scanRun
 	for i, m := range files.modules {
 		scan, err := newScan(m.path, profile, plan, format, log.With(zap.Int("module", m.module.ID)))
@@ -341,7 +342,7 @@ func newModuleScans(files scanFiles, profile config.Profile, plan config.Plan, f
 // stopped each one's source, and writes the master file if the scan's
 // length was not known before. It returns the worst of the results:
 // a failure, exit status 3 when any module misses frames, or nil.
-func finishModules(files scanFiles, profile config.Profile, plan config.Plan, format frame.Format, scans []*scanRun, srcErrs []error) error {
+func finishModules(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, scans []*scanRun, srcErrs []error) error {
 	var worst error
 	frames := plan.Frames()
 	for i, scan := range scans {

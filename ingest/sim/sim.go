@@ -19,6 +19,7 @@ import (
 	"slices"
 
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // Scene is what the simulated detector looks at.
@@ -29,19 +30,6 @@ const (
 	Tomo Scene = "tomo" // dark fields, flat fields, then projections of a rotating phantom
 	CDI  Scene = "cdi"  // far-field diffraction (speckle) of a small object
 )
-
-// Plan is a tomography scan: darks, then flats, then projections; the
-// rotation angle of projection i is AngleStart + i*(AngleEnd-AngleStart)/Projections.
-type Plan struct {
-	Darks       int     `json:"darks"`
-	Flats       int     `json:"flats"`
-	Projections int     `json:"projections"`
-	AngleStart  float64 `json:"angle_start"` // degrees
-	AngleEnd    float64 `json:"angle_end"`   // degrees
-}
-
-// Frames returns the number of frames of the plan.
-func (p Plan) Frames() int { return p.Darks + p.Flats + p.Projections }
 
 // FaultSpec chooses the frames a fault hits: those listed, plus each
 // other frame with probability Rate (drawn from the scan's seed).
@@ -64,7 +52,7 @@ type Config struct {
 	Format      frame.Format
 	Orientation frame.Orientation // nil: every chip at 0 degrees
 	Module      uint16            // module_id of every frame
-	Plan        Plan              // the frames of a tomography scan
+	Plan        plan.Plan         // the frames of a tomography scan
 	Frames      int               // the frames of a CDI scan; tomography uses Plan
 	FPS         float64           // frame rate: frame i is stamped StartNS + i*1e9/FPS
 	StartNS     uint64            // timestamp of frame 0
@@ -84,7 +72,7 @@ func DefaultConfig() Config {
 	return Config{
 		Scene:   Tomo,
 		Format:  frame.Format{Geometry: frame.PiMega, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR},
-		Plan:    Plan{Darks: 10, Flats: 10, Projections: 100, AngleStart: 0, AngleEnd: 180},
+		Plan:    plan.Tomo(10, 10, 100, 0, 180),
 		Frames:  100,
 		FPS:     1000,
 		Seed:    1,
@@ -111,12 +99,8 @@ func (c *Config) Validate() error {
 	}
 	switch c.Scene {
 	case Tomo:
-		p := c.Plan
-		if p.Darks < 0 || p.Flats < 0 || p.Projections < 0 {
-			return fmt.Errorf("plan of %d darks, %d flats, %d projections: counts must not be negative", p.Darks, p.Flats, p.Projections)
-		}
-		if math.IsNaN(p.AngleStart) || math.IsInf(p.AngleStart, 0) || math.IsNaN(p.AngleEnd) || math.IsInf(p.AngleEnd, 0) {
-			return fmt.Errorf("angles %v to %v: must be finite", p.AngleStart, p.AngleEnd)
+		if err := c.Plan.Validate(); err != nil {
+			return err
 		}
 	case CDI:
 		if c.Frames < 0 {
@@ -160,6 +144,8 @@ type Scan struct {
 	faults Faults
 	order  []job // frames in the order they are written
 	scene  scene
+	keys   []int8    // image key of every frame
+	angles []float64 // rotation angle of every frame, degrees
 }
 
 // scene computes the expected (noise-free) counts of a frame.
@@ -187,7 +173,8 @@ func New(cfg Config) (*Scan, error) {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
 	cfg.Orientation = slices.Clone(cfg.Orientation)
-	s := &Scan{cfg: cfg, n: cfg.NumFrames(), period: 1e9 / cfg.FPS}
+	s := &Scan{cfg: cfg, n: cfg.NumFrames(), period: 1e9 / cfg.FPS,
+		keys: cfg.Plan.ImageKeys(), angles: cfg.Plan.Angles()}
 	s.faults = resolveFaults(&cfg, s.n)
 	s.order = writeOrder(s.n, s.faults)
 	switch cfg.Scene {
@@ -216,27 +203,19 @@ func (s *Scan) Timestamp(i int) uint64 {
 // Angle returns the rotation angle of frame i in degrees: the projection's
 // angle, or the start angle for darks and flats (and every CDI frame).
 func (s *Scan) Angle(i int) float64 {
-	p := s.cfg.Plan
-	if s.cfg.Scene != Tomo || i < p.Darks+p.Flats {
-		return p.AngleStart
+	if s.cfg.Scene != Tomo {
+		return s.cfg.Plan.AngleStart
 	}
-	j := i - p.Darks - p.Flats
-	return p.AngleStart + float64(j)*(p.AngleEnd-p.AngleStart)/float64(p.Projections)
+	return s.angles[i]
 }
 
 // ImageKey returns frame i's NXtomo image key: 2 dark, 1 flat, 0 projection
 // (and 0 for every CDI frame).
 func (s *Scan) ImageKey(i int) int {
-	p := s.cfg.Plan
-	switch {
-	case s.cfg.Scene != Tomo:
-		return 0
-	case i < p.Darks:
-		return 2
-	case i < p.Darks+p.Flats:
-		return 1
+	if s.cfg.Scene != Tomo {
+		return int(plan.Projection)
 	}
-	return 0
+	return int(s.keys[i])
 }
 
 // Image returns the counts of frame i (row-major, Height x Width), in dst

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 var testMeta = capture.Metadata{Profile: "test", Created: "2025-01-02T03:04:05Z", Software: "h5ingest test"}
@@ -27,7 +29,7 @@ func smallConfig(scene Scene) Config {
 	c := DefaultConfig()
 	c.Scene = scene
 	c.Format.Geometry = frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 32, ChipHeight: 32}
-	c.Plan = Plan{Darks: 3, Flats: 4, Projections: 9, AngleStart: 10, AngleEnd: 190}
+	c.Plan = plan.Tomo(3, 4, 9, 10, 190)
 	c.Frames = 12
 	c.StartNS = 5_000_000
 	return c
@@ -129,7 +131,7 @@ func TestEncodePiMegaFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, _ := s.Image(c.Plan.Darks+c.Plan.Flats+30, nil)
+	counts, _ := s.Image(c.Plan.Count(plan.DarkField)+c.Plan.Count(plan.FlatField)+30, nil)
 	want, err := c.Format.AppendPayload(nil, counts, c.Orientation)
 	if err != nil {
 		t.Fatal(err)
@@ -325,18 +327,19 @@ func TestTomoScene(t *testing.T) {
 	data, _ := writeToBuffer(t, c)
 	truth, _ := readCapture(t, bytes.NewReader(data))
 	p := c.Plan
-	if truth.Plan == nil || *truth.Plan != p {
+	if truth.Plan == nil || !reflect.DeepEqual(*truth.Plan, p) {
 		t.Errorf("truth plan %+v, want %+v", truth.Plan, p)
 	}
+	darks, flats, projections := p.Count(plan.DarkField), p.Count(plan.FlatField), p.Count(plan.Projection)
 	for i := range truth.Frames {
 		key, angle := 0, p.AngleStart
 		switch {
-		case i < p.Darks:
+		case i < darks:
 			key = 2
-		case i < p.Darks+p.Flats:
+		case i < darks+flats:
 			key = 1
 		default:
-			angle = p.AngleStart + float64(i-p.Darks-p.Flats)*(p.AngleEnd-p.AngleStart)/float64(p.Projections)
+			angle = p.AngleStart + float64(i-darks-flats)*(p.AngleEnd-p.AngleStart)/float64(projections)
 		}
 		if truth.ImageKey[i] != key || math.Abs(truth.RotationAngle[i]-angle) > 1e-9 {
 			t.Errorf("frame %d: image key %d angle %v, want %d %v", i, truth.ImageKey[i], truth.RotationAngle[i], key, angle)
@@ -345,8 +348,8 @@ func TestTomoScene(t *testing.T) {
 	s, _ := New(c)
 	w := c.Format.Width()
 	dark, _ := s.Image(0, nil)
-	flat, _ := s.Image(p.Darks, nil)
-	proj, _ := s.Image(p.Darks+p.Flats+p.Projections/2, nil)
+	flat, _ := s.Image(darks, nil)
+	proj, _ := s.Image(darks+flats+projections/2, nil)
 	if md, mf := meanOf(dark), meanOf(flat); md > 5 || mf < 100*md || mf < 1000 {
 		t.Errorf("dark mean %v, flat mean %v: want darks of a few counts, flats much brighter", md, mf)
 	}
@@ -476,8 +479,8 @@ func TestValidate(t *testing.T) {
 		{"scene", func(c *Config) { c.Scene = "xray" }, "unknown scene"},
 		{"format", func(c *Config) { c.Format.BitDepth = 7 }, "bit depth"},
 		{"orientation", func(c *Config) { c.Orientation = frame.Orientation{0} }, "orientation"},
-		{"no frames", func(c *Config) { c.Plan = Plan{} }, "at least one frame"},
-		{"negative", func(c *Config) { c.Plan.Darks = -1 }, "negative"},
+		{"no frames", func(c *Config) { c.Plan = plan.Plan{} }, "at least one frame"},
+		{"negative", func(c *Config) { c.Plan.Steps[0].Count = -1 }, "negative"},
 		{"fps", func(c *Config) { c.FPS = 0 }, "frame rate"},
 		{"rate", func(c *Config) { c.Corrupt.Rate = 2 }, "corrupt rate"},
 		{"frame", func(c *Config) { c.Missing.Frames = []int{16} }, "missing frame 16"},

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // BenchmarkWriteCapture simulates full Pi-mega frames (24-bit LFSR
@@ -15,7 +16,7 @@ func BenchmarkWriteCapture(b *testing.B) {
 		b.Run(string(scene), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Scene = scene
-			cfg.Plan = Plan{Darks: 2, Flats: 2, Projections: b.N, AngleEnd: 180}
+			cfg.Plan = plan.Tomo(2, 2, b.N, 0, 180)
 			cfg.Frames = b.N + 4
 			s, err := New(cfg)
 			if err != nil {

@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"math/rand/v2"
+
+	"h5ingest/plan"
 )
 
 // ellipsoid is one part of the phantom, turned about the vertical axis by
@@ -32,11 +34,12 @@ var phantom = []ellipsoid{
 // tomo is the tomography scene: a fixed dark map, a flat field with a
 // gentle beam profile, and the phantom's Beer-Lambert transmission.
 type tomo struct {
-	w, h  int
-	plan  Plan
-	dark  []float32 // mean dark counts per pixel
-	flat  []float32 // mean flat counts per pixel at flux 1
-	scale float64   // pixels per phantom unit
+	w, h   int
+	keys   []int8    // image key of every frame
+	angles []float64 // rotation angle of every frame, degrees
+	dark   []float32 // mean dark counts per pixel
+	flat   []float32 // mean flat counts per pixel at flux 1
+	scale  float64   // pixels per phantom unit
 }
 
 func newTomo(c *Config) *tomo {
@@ -44,7 +47,7 @@ func newTomo(c *Config) *tomo {
 	max := float64(c.Format.MaxCount())
 	flatLevel := math.Min(3000, 0.5*max)
 	darkLevel := math.Min(2, 0.02*max)
-	t := &tomo{w: w, h: h, plan: c.Plan, scale: float64(w) / 2,
+	t := &tomo{w: w, h: h, keys: c.Plan.ImageKeys(), angles: c.Plan.Angles(), scale: float64(w) / 2,
 		dark: make([]float32, w*h), flat: make([]float32, w*h)}
 	r := rand.New(rand.NewPCG(c.Seed^streamScene, 1))
 	for y := range h {
@@ -63,19 +66,16 @@ func newTomo(c *Config) *tomo {
 func (t *tomo) flux(z float64) float64 { return 1 + 0.003*z }
 
 func (t *tomo) expected(i int, flux float64, mean []float32) {
-	p := t.plan
-	switch {
-	case i < p.Darks:
+	switch t.keys[i] {
+	case plan.DarkField:
 		copy(mean, t.dark)
 		return
-	case i < p.Darks+p.Flats:
+	case plan.FlatField:
 		scaleInto(mean, t.flat, flux)
 		return
 	}
-	j := i - p.Darks - p.Flats
-	deg := p.AngleStart + float64(j)*(p.AngleEnd-p.AngleStart)/float64(p.Projections)
 	scaleInto(mean, t.flat, flux)
-	t.project(deg*math.Pi/180, mean)
+	t.project(t.angles[i]*math.Pi/180, mean)
 }
 
 func scaleInto(dst, src []float32, k float64) {

@@ -8,6 +8,7 @@ import (
 
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
+	"h5ingest/plan"
 )
 
 // TruthKey is the capture metadata field that holds a simulated scan's Truth.
@@ -53,7 +54,7 @@ type Truth struct {
 	FPS         float64    `json:"fps"`
 	StartNS     uint64     `json:"start_ns"`
 	Frames      int        `json:"frames"`
-	Plan        *Plan      `json:"plan,omitempty"` // tomography only
+	Plan        *plan.Plan `json:"plan,omitempty"` // tomography only
 	Faults      Faults     `json:"faults"`
 	Records     int        `json:"records"` // records in the capture, duplicates included
 
@@ -100,8 +101,8 @@ func (s *Scan) truth(crc, flags []uint32) Truth {
 		Flags:       flags,
 	}
 	if c.Scene == Tomo {
-		plan := c.Plan
-		t.Plan = &plan
+		p := c.Plan
+		t.Plan = &p
 		t.ImageKey = make([]int, s.n)
 		t.RotationAngle = make([]float64, s.n)
 		for i := range s.n {

@@ -1,7 +1,14 @@
-package config
+// Package plan describes what a scan records frame by frame: which frames
+// are dark fields, flat fields and projections, in which order, and the
+// rotation angle of each. Profiles, flags and the simulator all give plans
+// in these terms, and the output files record them as NXtomo image keys and
+// angles.
+package plan
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -15,23 +22,24 @@ const (
 
 // Step is a run of frames of one kind in a scan plan.
 type Step struct {
-	Key   int8 // Projection, FlatField or DarkField
-	Count int
+	Key   int8 `json:"key"` // Projection, FlatField or DarkField
+	Count int  `json:"count"`
 }
 
 // Plan is what a scan records, frame by frame: which frames are darks,
 // flats and projections, and the rotation angle of each projection.
 type Plan struct {
-	Steps []Step
+	Steps []Step `json:"steps"`
 	// Projections are taken at AngleStart + i*(AngleEnd-AngleStart)/n for
 	// the n projections of the plan, the end excluded; darks and flats are
 	// recorded at AngleStart. Degrees.
-	AngleStart, AngleEnd float64
+	AngleStart float64 `json:"angle_start"`
+	AngleEnd   float64 `json:"angle_end"`
 }
 
-// TomoPlan returns the usual tomography plan: darks, then flats, then
+// Tomo returns the usual tomography plan: darks, then flats, then
 // projections over [start, end) degrees.
-func TomoPlan(darks, flats, projections int, start, end float64) Plan {
+func Tomo(darks, flats, projections int, start, end float64) Plan {
 	var steps []Step
 	for _, s := range []Step{{DarkField, darks}, {FlatField, flats}, {Projection, projections}} {
 		if s.Count > 0 {
@@ -50,8 +58,8 @@ func (p Plan) Frames() int {
 	return n
 }
 
-// count returns the number of frames of the plan with the given key.
-func (p Plan) count(key int8) int {
+// Count returns the number of frames of the plan with the given key.
+func (p Plan) Count(key int8) int {
 	n := 0
 	for _, s := range p.Steps {
 		if s.Key == key {
@@ -63,9 +71,12 @@ func (p Plan) count(key int8) int {
 
 // Validate reports a plan that cannot be recorded.
 func (p Plan) Validate() error {
+	if math.IsNaN(p.AngleStart) || math.IsInf(p.AngleStart, 0) || math.IsNaN(p.AngleEnd) || math.IsInf(p.AngleEnd, 0) {
+		return fmt.Errorf("angles %v to %v: must be finite", p.AngleStart, p.AngleEnd)
+	}
 	for i, s := range p.Steps {
 		if s.Count < 0 {
-			return fmt.Errorf("plan step %d: %d frames", i+1, s.Count)
+			return fmt.Errorf("plan step %d: %d frames: counts must not be negative", i+1, s.Count)
 		}
 		if s.Key != Projection && s.Key != FlatField && s.Key != DarkField {
 			return fmt.Errorf("plan step %d: image key %d, want 0 projection, 1 flat or 2 dark", i+1, s.Key)
@@ -87,7 +98,7 @@ func (p Plan) ImageKeys() []int8 {
 
 // Angles returns the rotation angle of every frame of the plan, in degrees.
 func (p Plan) Angles() []float64 {
-	n := p.count(Projection)
+	n := p.Count(Projection)
 	angles := make([]float64, 0, p.Frames())
 	i := 0
 	for _, s := range p.Steps {
@@ -115,4 +126,20 @@ func (p Plan) String() string {
 		return "no frames"
 	}
 	return fmt.Sprintf("%s over %g..%g degrees", strings.Join(parts, ", "), p.AngleStart, p.AngleEnd)
+}
+
+// ParseSequence reads a plan sequence such as "flats:20,projections:1800".
+func ParseSequence(s string) ([]Step, error) {
+	kinds := map[string]int8{"darks": DarkField, "flats": FlatField, "projections": Projection}
+	var steps []Step
+	for _, part := range strings.Split(s, ",") {
+		kind, count, ok := strings.Cut(strings.TrimSpace(part), ":")
+		key, known := kinds[kind]
+		n, err := strconv.Atoi(count)
+		if !ok || !known || err != nil || n < 0 || strconv.Itoa(n) != count {
+			return nil, fmt.Errorf("%q: want kind:count with kind darks, flats or projections and a count of 0 or more", part)
+		}
+		steps = append(steps, Step{Key: key, Count: n})
+	}
+	return steps, nil
 }

@@ -1,27 +1,27 @@
-package config
+package plan
 
 import (
 	"slices"
 	"testing"
 )
 
-func TestTomoPlan(t *testing.T) {
+func TestTomo(t *testing.T) {
 	tests := []struct {
 		name   string
 		plan   Plan
 		keys   []int8
 		angles []float64
 	}{
-		{"darks flats projections", TomoPlan(2, 1, 4, 0, 180),
+		{"darks flats projections", Tomo(2, 1, 4, 0, 180),
 			[]int8{2, 2, 1, 0, 0, 0, 0},
 			[]float64{0, 0, 0, 0, 45, 90, 135}},
-		{"projections only", TomoPlan(0, 0, 3, 10, 40),
+		{"projections only", Tomo(0, 0, 3, 10, 40),
 			[]int8{0, 0, 0},
 			[]float64{10, 20, 30}},
 		{"flats before and after", Plan{Steps: []Step{{FlatField, 1}, {Projection, 2}, {FlatField, 1}}, AngleStart: -90, AngleEnd: 90},
 			[]int8{1, 0, 0, 1},
 			[]float64{-90, -90, 0, -90}},
-		{"empty", TomoPlan(0, 0, 0, 0, 180), []int8{}, []float64{}},
+		{"empty", Tomo(0, 0, 0, 0, 180), []int8{}, []float64{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,12 +39,28 @@ func TestTomoPlan(t *testing.T) {
 			}
 		})
 	}
-	if got, want := TomoPlan(10, 5, 180, 0, 180).String(), "10 darks, 5 flats, 180 projections over 0..180 degrees"; got != want {
+	if got, want := Tomo(10, 5, 180, 0, 180).String(), "10 darks, 5 flats, 180 projections over 0..180 degrees"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 	for _, bad := range []Plan{{Steps: []Step{{Projection, -1}}}, {Steps: []Step{{Invalid, 3}}}} {
 		if bad.Validate() == nil {
 			t.Errorf("plan %+v accepted", bad)
+		}
+	}
+}
+
+func TestParseSequence(t *testing.T) {
+	steps, err := ParseSequence("flats:2, darks:1,projections:30,flats:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Step{{FlatField, 2}, {DarkField, 1}, {Projection, 30}, {FlatField, 0}}
+	if !slices.Equal(steps, want) {
+		t.Errorf("steps %v, want %v", steps, want)
+	}
+	for _, bad := range []string{"", "whites:3", "darks", "darks:-1", "darks:1.5", "darks:01", "projections:3,"} {
+		if _, err := ParseSequence(bad); err == nil {
+			t.Errorf("ParseSequence(%q) succeeded", bad)
 		}
 	}
 }
