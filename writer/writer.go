@@ -8,7 +8,12 @@
 // by Close. A Reader opens such a file and gives the stack's geometry, the
 // filter pipeline, the per-frame metadata and the stored chunks.
 //
-// The package calls the HDF5 C library (1.10.3 or newer) through cgo.
+// The package calls the HDF5 C library (1.10.3 or newer) through a cgo
+// layer of its own (h5.go, h5shim.c). The gonum.org/v1/hdf5 binding was
+// tried first and left: it cannot pass a file access property list, so
+// files it creates keep a superblock older than SWMR needs (version 3), and
+// it lacks direct chunk writes, filters by id, extents and virtual datasets,
+// which are most of what this package does.
 package writer
 
 import (
