@@ -48,6 +48,9 @@ func inspect(out io.Writer, path string) error {
 		return err
 	}
 	defer r.Close()
+	if r.Modules != nil {
+		return inspectMaster(out, path, r)
+	}
 	records, err := r.Records()
 	if err != nil {
 		return fmt.Errorf("inspect %s: %w", path, err)
@@ -85,6 +88,30 @@ func inspect(out io.Writer, path string) error {
 		}
 	}
 	printTimeSpan(out, records)
+	return nil
+}
+
+// inspectMaster summarises a master file: the array, and for each module
+// its place, its file and its frames' statuses as the master sees them.
+func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
+	fmt.Fprintf(out, "%s\n", path)
+	fmt.Fprintf(out, "  layout        %s, master of %d modules\n", r.Layout, len(r.Modules))
+	fmt.Fprintf(out, "  stack         %d x %d x %d uint%d (virtual)\n", r.Frames, r.Height, r.Width, 8*r.ElemSize)
+	for _, m := range r.Modules {
+		recs, err := r.ModuleRecords(m.ID)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", path, err)
+		}
+		var byStatus [4]int
+		for _, rec := range recs {
+			if int(rec.Status) < len(byStatus) {
+				byStatus[rec.Status]++
+			}
+		}
+		fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: ok %d, missing %d, crc mismatch %d, rejected %d\n",
+			m.ID, m.Y, m.X, m.Height, m.Width, m.File, byStatus[frame.StatusOK], byStatus[frame.StatusMissing],
+			byStatus[frame.StatusCRCMismatch], byStatus[frame.StatusRejected])
+	}
 	return nil
 }
 

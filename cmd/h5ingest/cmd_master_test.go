@@ -225,10 +225,29 @@ func TestReplayModules(t *testing.T) {
 					}
 				}
 			}
-			if code, _ := runCaptured(t, "inspect", master); code != exitFailure {
-				t.Errorf("inspect of a master: exit status %d, want %d (it names the modules)", code, exitFailure)
+			code, stdout = runCaptured(t, "inspect", master)
+			if code != exitOK || !strings.Contains(stdout, "master of 4 modules") {
+				t.Errorf("inspect of a master: exit status %d\n%s", code, stdout)
+			}
+			for _, m := range arrayModules {
+				want := fmt.Sprintf("module %-6d at (%d, %d)", m.id, m.y, m.x)
+				if !strings.Contains(stdout, want) {
+					t.Errorf("inspect of the master lacks %q:\n%s", want, stdout)
+				}
+			}
+			// verify checks every module's file through the master.
+			code, stdout = runCaptured(t, "verify", master)
+			if code != tt.code || strings.Count(stdout, "chunks verified") != len(arrayModules) {
+				t.Errorf("verify of the master: exit status %d, want %d, one line per module:\n%s", code, tt.code, stdout)
 			}
 			checkArray(t, master, truths, tt.absent...)
+			// A module file gone is a failure of the whole scan.
+			if err := os.Remove(filepath.Join(dir, "scan_m2.h5")); err != nil {
+				t.Fatal(err)
+			}
+			if code, stdout := runCaptured(t, "verify", master); code != exitFailure || !strings.Contains(stdout, "BAD module 2") {
+				t.Errorf("verify of a master without module 2's file: exit status %d, want %d naming it:\n%s", code, exitFailure, stdout)
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -56,6 +57,9 @@ func verify(out io.Writer, path string) error {
 		return err
 	}
 	defer r.Close()
+	if r.Modules != nil {
+		return verifyMaster(out, path, r.Modules)
+	}
 	res, err := verifyFile(r)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", path, err)
@@ -78,6 +82,26 @@ func verify(out io.Writer, path string) error {
 		return &exitError{code: exitIncomplete}
 	}
 	return nil
+}
+
+// verifyMaster verifies every module file of a master and returns the worst
+// outcome: a module file that is missing or bad fails the master.
+func verifyMaster(out io.Writer, path string, modules []writer.MasterModule) error {
+	var worst error
+	for _, m := range modules {
+		file := m.File
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(filepath.Dir(path), file)
+		}
+		err := verify(out, file)
+		if err != nil && !errors.As(err, new(*exitError)) {
+			fmt.Fprintf(out, "BAD module %d: %v\n", m.ID, err)
+			err = &exitError{code: exitFailure, err: fmt.Errorf("module %d: %w", m.ID, err)}
+		}
+		worst = worse(worst, err)
+	}
+	fmt.Fprintf(out, "%s: master of %d modules\n", path, len(modules))
+	return worst
 }
 
 // problem is something verify found wrong with frame n (-1: the layout).
