@@ -62,8 +62,8 @@ type Config struct {
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
 	Workers  int // compression workers; 0 means one per core
-	Batch    int // frames per decode call; 0 means 2
-	Slots    int // frames in flight, bounding memory; 0 means 2*Workers + 2*Batch
+	Batch    int // frames per decode call; 0 means 1 (a GPU backend wants more)
+	Slots    int // frames in flight, bounding memory; 0 means Workers + 2*Batch
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
@@ -123,10 +123,13 @@ func New(cfg Config) (*Pipeline, error) {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 2
+		cfg.Batch = 1
 	}
 	if cfg.Slots <= 0 {
-		cfg.Slots = 2*cfg.Workers + 2*cfg.Batch
+		// Few frames in flight keep their buffers in the processor's
+		// cache: on the 2-core machine, 4 slots replayed Pi-mega frames
+		// about 15% faster than 8 (h5ingest bench).
+		cfg.Slots = cfg.Workers + 2*cfg.Batch
 	}
 	if cfg.Slots < cfg.Batch {
 		cfg.Slots = cfg.Batch
