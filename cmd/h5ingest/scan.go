@@ -162,6 +162,10 @@ type scanRun struct {
 	watch *scanWatch
 }
 
+// gpuBatch is the frames per decode call on a GPU, which overlaps one
+// call's copies with another's kernels; to be tuned on the hardware.
+const gpuBatch = 4
+
 // electronVolt is one eV in joules, for CXI's photon energy.
 const electronVolt = 1.602176634e-19
 
@@ -192,11 +196,16 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	}
 	watch := newScanWatch()
 	backend, newCodec = watch.wrap(backend, newCodec)
+	batch := 1 // the CPU backend splits each frame over every core
+	if backend.Name() == "cuda" {
+		batch = gpuBatch
+	}
 	p, err := ingest.New(ingest.Config{
 		Format:   format,
 		Frames:   plan.Frames(),
 		Backend:  backend,
 		NewCodec: newCodec,
+		Batch:    batch,
 		Log:      log,
 	})
 	if err != nil {
