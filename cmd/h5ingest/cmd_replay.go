@@ -73,33 +73,62 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if err != nil {
 		return err
 	}
-	if len(profile.Detector.Modules) > 1 {
-		return replayModules(ctx, path, s, fps, profile, plan)
-	}
-	out, err := s.outputPath(profile, profile.Detector.Modules[0].ID)
-	if err != nil {
-		return err
-	}
 	log, err := newLogger(s.logLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-
 	r, format, err := openCapture(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	pre := preScan{files: []string{out}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
-	if pre.frames == 0 {
-		pre.frames = captureFrames(path, format)
+	src := ingest.NewCaptureSource(r, format.PayloadSize())
+	if fps > 0 {
+		src.Interval = time.Duration(float64(time.Second) / fps)
 	}
-	if err := pre.run(); err != nil {
+	rp := &replayRun{s: s, path: path, profile: profile, plan: plan, format: format, src: src, log: log}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(profile.Detector.Modules) > 1 {
+		return rp.modules(ctx)
+	}
+	return rp.module(ctx)
+}
+
+// replayRun is one replay: a capture, and the profile and plan it is
+// written with.
+type replayRun struct {
+	s       *scanFlags
+	path    string
+	profile config.Profile
+	plan    plan.Plan
+	format  frame.Format
+	src     *ingest.CaptureSource
+	log     *zap.Logger
+}
+
+// preScan returns the checks before a replay into files; frames are the
+// plan's, or the capture's (per module) when there is no plan.
+func (rp *replayRun) preScan(files []string, modules int) preScan {
+	pre := preScan{files: files, frames: rp.plan.Frames(), frameBytes: rp.format.ImageSize(), profile: rp.profile, spaceWarns: true}
+	if pre.frames == 0 {
+		pre.frames = captureFrames(rp.path, rp.format) / modules
+	}
+	return pre
+}
+
+// module replays a capture of one module into its file.
+func (rp *replayRun) module(ctx context.Context) error {
+	s, profile := rp.s, rp.profile
+	out, err := s.outputPath(profile, profile.Detector.Modules[0].ID)
+	if err != nil {
 		return err
 	}
-
-	scan, err := newScan(out, profile, plan, format, log)
+	if err := rp.preScan([]string{out}, 1).run(); err != nil {
+		return err
+	}
+	scan, err := newScan(out, profile, rp.plan, rp.format, rp.log)
 	if err != nil {
 		return err
 	}
@@ -107,42 +136,23 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if err := scan.observe(&s.observe, s.scanID, profile.Detector.Modules[0].ID); err != nil {
 		return err
 	}
-
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	src := ingest.NewCaptureSource(r, format.PayloadSize())
-	if fps > 0 {
-		src.Interval = time.Duration(float64(time.Second) / fps)
-	}
-	srcErr := scan.run(ctx, src)
+	srcErr := scan.run(ctx, rp.src)
 	if errors.Is(srcErr, capture.ErrTruncated) {
-		log.Warn("capture cut short", zap.Error(srcErr))
+		rp.log.Warn("capture cut short", zap.Error(srcErr))
 	}
 	return scan.finish(srcErr)
 }
 
-// replayModules replays a capture of several modules' interleaved frames:
-// each module's frames go through a pipeline of their own into the
-// module's file, and the master file shows the array.
-func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, profile config.Profile, plan plan.Plan) error {
+// modules replays a capture of several modules' interleaved frames: each
+// module's frames go through a pipeline of their own into the module's
+// file, and the master file shows the array.
+func (rp *replayRun) modules(ctx context.Context) error {
+	s, profile, plan, format := rp.s, rp.profile, rp.plan, rp.format
 	files, err := s.scanFiles(profile, time.Now())
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(s.logLevel)
-	if err != nil {
-		return err
-	}
-	defer log.Sync()
-	r, format, err := openCapture(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	pre := preScan{files: []string{files.master}, frames: plan.Frames(), frameBytes: format.ImageSize(), profile: profile, spaceWarns: true}
-	if pre.frames == 0 {
-		pre.frames = captureFrames(path, format) / len(files.modules)
-	}
+	pre := rp.preScan([]string{files.master}, len(files.modules))
 	ids := make([]uint16, len(files.modules))
 	for i, m := range files.modules {
 		pre.files = append(pre.files, m.path)
@@ -156,7 +166,7 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 			return err
 		}
 	}
-	scans, err := newModuleScans(files, profile, plan, format, log)
+	scans, err := newModuleScans(files, profile, plan, format, rp.log)
 	if err != nil {
 		return err
 	}
@@ -166,14 +176,7 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 			return err
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	src := ingest.NewCaptureSource(r, format.PayloadSize())
-	if fps > 0 {
-		src.Interval = time.Duration(float64(time.Second) / fps)
-	}
-	d := ingest.NewDemux(src, ids, demuxDepth)
+	d := ingest.NewDemux(rp.src, ids, demuxDepth)
 	srcErrs := make([]error, len(scans))
 	var wg sync.WaitGroup
 	for i, scan := range scans {
@@ -186,7 +189,7 @@ func replayModules(ctx context.Context, path string, s *scanFlags, fps float64, 
 		}()
 	}
 	if err := d.Run(ctx); errors.Is(err, capture.ErrTruncated) {
-		log.Warn("capture cut short", zap.Error(err))
+		rp.log.Warn("capture cut short", zap.Error(err))
 	}
 	wg.Wait()
 	if n := d.Unknown(); n > 0 {
