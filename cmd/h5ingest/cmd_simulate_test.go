@@ -19,15 +19,12 @@ import (
 // simulated capture.
 func readSimulated(t *testing.T, path string) (*sim.Truth, []frame.Header) {
 	t.Helper()
+	truth := readTruth(t, path)
 	r, err := capture.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	truth, err := sim.ReadTruth(r.Metadata())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var hs []frame.Header
 	buf := make([]byte, 1<<20)
 	for {

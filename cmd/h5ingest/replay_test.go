@@ -51,6 +51,12 @@ func simulate(t *testing.T, args ...string) (string, *sim.Truth) {
 	if code := run(append(all, args...)); code != exitOK {
 		t.Fatalf("simulate %v: exit status %d", args, code)
 	}
+	return path, readTruth(t, path)
+}
+
+// readTruth returns the ground truth a simulated capture holds.
+func readTruth(t *testing.T, path string) *sim.Truth {
+	t.Helper()
 	r, err := capture.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +66,7 @@ func simulate(t *testing.T, args ...string) (string, *sim.Truth) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path, truth
+	return truth
 }
 
 // runCaptured runs h5ingest in-process and returns its exit status and what
