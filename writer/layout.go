@@ -11,6 +11,9 @@ import (
 	"h5ingest/plan"
 )
 
+// kiloElectronVolt is one keV in joules.
+const kiloElectronVolt = 1.602176634e-16
+
 // Paths of the frame stack in each layout.
 const (
 	nxtomoStack = "/entry/instrument/detector/data"
@@ -131,6 +134,11 @@ func (b *builder) nxtomo() {
 	b.str(src, "type", o.SourceType)
 	b.str(src, "name", o.SourceName)
 	b.str(src, "probe", "x-ray")
+	if o.Energy > 0 {
+		// The photon energy, where NeXus keeps it: the monochromator's.
+		mono := b.group(inst, "monochromator", "NXmonochromator")
+		b.scalarF64(mono, "energy", o.Energy/kiloElectronVolt, "keV")
+	}
 
 	det := b.group(inst, "detector", "NXdetector")
 	b.stack(det, nxtomoStack)

@@ -77,7 +77,7 @@ type Options struct {
 	SampleName string    // nxtomo
 	PixelSize  float64   // metres, both axes
 	Distance   float64   // sample to detector, metres
-	Energy     float64   // cxi photon energy, joules
+	Energy     float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)
 	StartTime  time.Time // zero means now
 }
 

@@ -300,6 +300,8 @@ func TestNXtomoLayout(t *testing.T) {
 		{"/entry/instrument/source/type", "", nil},
 		{"/entry/instrument/source/name", "", nil},
 		{"/entry/instrument/source/probe", "", nil},
+		{"/entry/instrument/monochromator", "NX_class", one("NXmonochromator")},
+		{"/entry/instrument/monochromator/energy", "units", one("keV")},
 		{det, "NX_class", one("NXdetector")},
 		{det + "/data", "target", one(det + "/data")},
 		{det + "/image_key", "target", one(det + "/image_key")},

@@ -223,18 +223,17 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 // master file) from the profile and the plan, without the compression.
 func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format) writer.Options {
 	opts := writer.Options{
-		Path:       path,
-		Overwrite:  profile.Output.Overwrite,
-		Layout:     profile.Output.Layout,
-		Frames:     plan.Frames(),
-		Height:     format.Height(),
-		Width:      format.Width(),
-		ElemSize:   format.PixelSize(),
-		Title:      profile.Description,
-		SourceName: profile.Detector.Model,
-		PixelSize:  profile.Detector.PixelSize,
-		Distance:   profile.Detector.Distance,
-		Energy:     profile.Detector.Energy * electronVolt,
+		Path:      path,
+		Overwrite: profile.Output.Overwrite,
+		Layout:    profile.Output.Layout,
+		Frames:    plan.Frames(),
+		Height:    format.Height(),
+		Width:     format.Width(),
+		ElemSize:  format.PixelSize(),
+		Title:     profile.Description,
+		PixelSize: profile.Detector.PixelSize,
+		Distance:  profile.Detector.Distance,
+		Energy:    profile.Detector.Energy * electronVolt,
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()

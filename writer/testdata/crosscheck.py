@@ -58,6 +58,9 @@ def check_nxtomo(f, path, e):
     expect_equal("rotation_angle", f["/entry/sample/rotation_angle"][...], angles)
     expect_equal("rotation_angle units", text(f["/entry/sample/rotation_angle"].attrs["units"]), "degree")
     expect_equal("definition", text(f["/entry/definition"][()]), "NXtomo")
+    mono = f["/entry/instrument/monochromator/energy"]
+    if abs(mono[()] - e["energy"] / 1.602176634e-16) > 1e-9 or text(mono.attrs["units"]) != "keV":
+        raise AssertionError(f"monochromator energy {mono[()]} {mono.attrs['units']}, want {e['energy']} J in keV")
     expect_equal("root default", text(f.attrs["default"]), "entry")
     nxdata = f["/entry/data"]
     expect_equal("NXdata class", text(nxdata.attrs["NX_class"]), "NXdata")
