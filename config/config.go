@@ -107,6 +107,9 @@ type PlanKeys struct {
 	// "flats:20,darks:10,projections:1800,flats:20"; it replaces darks,
 	// flats and projections.
 	Sequence string `mapstructure:"sequence"`
+	// Positions names a CSV file of the sample's scan positions (x, y[, z]
+	// in metres, one line per frame) for ptychography; empty: none.
+	Positions string `mapstructure:"positions"`
 }
 
 // Source names of a value, as Sources reports them.

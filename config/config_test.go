@@ -238,3 +238,30 @@ func TestDocsListEveryKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanPositions(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "pos.csv")
+	if err := os.WriteFile(csv, []byte("x,y\n0,0\n1e-6,0\n2e-6,1e-6\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(writeProfile(t, "plan:\n  positions: "+csv+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := p.Plan.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Frames() != 3 || len(pl.Positions) != 3 || pl.Positions[2] != [3]float64{2e-6, 1e-6, 0} {
+		t.Errorf("plan %+v: want 3 frames at the positions", pl)
+	}
+	for _, tt := range []struct{ text, want string }{
+		{"plan:\n  positions: " + csv + "\n  projections: 5\n", "key plan.positions: 3 positions in " + csv + " for a plan of 5 frames"},
+		{"plan:\n  positions: " + filepath.Join(dir, "none.csv") + "\n", "key plan.positions: open " + filepath.Join(dir, "none.csv")},
+	} {
+		if _, err := Load(writeProfile(t, tt.text)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("error %v, want %q", err, tt.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"net"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -105,6 +106,7 @@ var Keys = []Key{
 	{"plan.angle_start", "rotation angle of the first projection, degrees"},
 	{"plan.angle_end", "rotation angle the projections stop short of, degrees"},
 	{"plan.sequence", `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"; replaces darks, flats and projections`},
+	{"plan.positions", "CSV file of the sample's scan positions for ptychography, x,y[,z] in metres, one line per frame; CXI files record them as translations; empty: none"},
 	{"status.address", "serve the status page and Prometheus metrics while a scan runs: [HOST]:PORT, or PORT alone for loopback; empty: off"},
 }
 
@@ -327,7 +329,35 @@ func (k PlanKeys) Plan() (plan.Plan, error) {
 	if err := p.Validate(); err != nil {
 		return plan.Plan{}, bad("plan.angle_start", "%v (with plan.angle_end)", err)
 	}
+	if k.Positions != "" {
+		pos, err := readPositions(k.Positions)
+		if err != nil {
+			return plan.Plan{}, bad("plan.positions", "%v", err)
+		}
+		switch n := p.Frames(); {
+		case n == 0:
+			// A ptychography scan: one frame per position.
+			p.Steps = []plan.Step{{Key: plan.Projection, Count: len(pos)}}
+		case n != len(pos):
+			return plan.Plan{}, bad("plan.positions", "%d positions in %s for a plan of %d frames", len(pos), k.Positions, n)
+		}
+		p.Positions = pos
+	}
 	return p, nil
+}
+
+// readPositions reads the positions file at path.
+func readPositions(path string) ([][3]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	pos, err := plan.ReadPositions(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return pos, nil
 }
 
 // FileName returns the output file name for a scan from the template.

@@ -6,7 +6,10 @@
 package plan
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -35,6 +38,9 @@ type Plan struct {
 	// recorded at AngleStart. Degrees.
 	AngleStart float64 `json:"angle_start"`
 	AngleEnd   float64 `json:"angle_end"`
+	// Positions are the sample's scan positions, x, y, z in metres, one
+	// per frame (ptychography); nil where the sample does not move.
+	Positions [][3]float64 `json:"positions,omitempty"`
 }
 
 // Tomo returns the usual tomography plan: darks, then flats, then
@@ -142,4 +148,46 @@ func ParseSequence(s string) ([]Step, error) {
 		steps = append(steps, Step{Key: key, Count: n})
 	}
 	return steps, nil
+}
+
+// ReadPositions reads scan positions, one frame a line, as "x,y" or
+// "x,y,z" in metres (z is 0 where absent). Blank lines and lines starting
+// with # are skipped, and so is a first line that is a header (x,y,z).
+func ReadPositions(r io.Reader) ([][3]float64, error) {
+	var pos [][3]float64
+	sc := bufio.NewScanner(r)
+	first := true // the first line that is not blank or a comment
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		header := first
+		first = false
+		fields := strings.Split(text, ",")
+		if len(fields) < 2 || len(fields) > 3 {
+			return nil, fmt.Errorf("line %d: %d fields, want x,y or x,y,z in metres", line, len(fields))
+		}
+		var p [3]float64
+		for i, f := range fields {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+				if header && i == 0 && err != nil {
+					break
+				}
+				return nil, fmt.Errorf("line %d: %q is not a position in metres", line, strings.TrimSpace(f))
+			}
+			p[i] = v
+			if i == len(fields)-1 {
+				pos = append(pos, p)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(pos) == 0 {
+		return nil, errors.New("no positions")
+	}
+	return pos, nil
 }

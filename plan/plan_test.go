@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -61,6 +62,32 @@ func TestParseSequence(t *testing.T) {
 	for _, bad := range []string{"", "whites:3", "darks", "darks:-1", "darks:1.5", "darks:01", "projections:3,"} {
 		if _, err := ParseSequence(bad); err == nil {
 			t.Errorf("ParseSequence(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestReadPositions(t *testing.T) {
+	text := "# scan 42\nx,y,z\n1e-6, 2e-6\n\n3e-6,4e-6,5e-6\n"
+	pos, err := ReadPositions(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][3]float64{{1e-6, 2e-6, 0}, {3e-6, 4e-6, 5e-6}}
+	if !slices.Equal(pos, want) {
+		t.Errorf("positions %v, want %v", pos, want)
+	}
+	bad := []struct{ text, want string }{
+		{"1,2\n3\n", "line 2: 1 fields, want x,y or x,y,z in metres"},
+		{"1,2\nx,y\n", `line 2: "x" is not a position in metres`},
+		{"1,2,3,4\n", "line 1: 4 fields"},
+		{"1,NaN\n", `line 1: "NaN" is not a position in metres`},
+		{"x,y\nx,y\n", `line 2: "x" is not a position in metres`},
+		{"# nothing\n", "no positions"},
+	}
+	for _, tt := range bad {
+		_, err := ReadPositions(strings.NewReader(tt.text))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ReadPositions(%q): error %v, want %q", tt.text, err, tt.want)
 		}
 	}
 }

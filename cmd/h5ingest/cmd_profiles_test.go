@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,5 +115,37 @@ plan:
 	}
 	if code, _ := runCaptured(t, "replay", path, "--profile", profile); code != exitUsage {
 		t.Errorf("replay with neither -o nor --scan-id: exit status %d, want %d", code, exitUsage)
+	}
+}
+
+// TestReplayPositions writes a CDI scan's positions into the CXI
+// translations, read back by h5py.
+func TestReplayPositions(t *testing.T) {
+	path, truth := simulate(t, "--scene", "cdi", "--frames", "4")
+	csv := filepath.Join(t.TempDir(), "positions.csv")
+	positions := [][3]float64{{0, 0, 0}, {1e-6, 0, 0}, {1e-6, 1e-6, 0}, {0, 1e-6, 2e-7}}
+	text := "x,y,z\n"
+	for _, p := range positions {
+		text += fmt.Sprintf("%g,%g,%g\n", p[0], p[1], p[2])
+	}
+	if err := os.WriteFile(csv, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "cdi.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--layout", "cxi", "--positions", csv); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	r, err := writer.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Translation()
+	r.Close()
+	if err != nil || !slices.Equal(got, positions) {
+		t.Errorf("translations %v, %v; want %v", got, err, positions)
+	}
+	crossCheckWith(t, out, writer.LayoutCXI, truth, expectedStatus(truth), false, map[string]any{"translation": positions})
+	if code, _ := runCaptured(t, "replay", path, "-o", out, "--overwrite", "--layout", "cxi", "--positions", csv, "--projections", "3"); code != exitUsage {
+		t.Errorf("replay with 4 positions for 3 frames: exit status %d, want %d", code, exitUsage)
 	}
 }

@@ -119,6 +119,13 @@ func python(t *testing.T, modules ...string) string {
 // compare it with the truth.
 func crossCheck(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool) {
 	t.Helper()
+	crossCheckWith(t, file, layout, truth, status, dxchange, nil)
+}
+
+// crossCheckWith is crossCheck with more expectations for check_scan.py
+// (such as "translation").
+func crossCheckWith(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool, more map[string]any) {
+	t.Helper()
 	py := python(t, "h5py", "hdf5plugin", "crcmod", "numpy")
 	if dxchange {
 		python(t, "dxchange")
@@ -154,6 +161,9 @@ func crossCheck(t *testing.T, file, layout string, truth *sim.Truth, status []ui
 		}
 	}
 	exp["pixels"] = pixels
+	for k, v := range more {
+		exp[k] = v
+	}
 	js, err := json.Marshal(exp)
 	if err != nil {
 		t.Fatal(err)

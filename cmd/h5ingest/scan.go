@@ -70,6 +70,8 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("projections", "plan.projections")
 	fs.String("sequence", d.Plan.Sequence, `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"`)
 	key("sequence", "plan.sequence")
+	fs.String("positions", d.Plan.Positions, "CSV file of scan positions, x,y[,z] in metres, one line per frame (ptychography; CXI translations)")
+	key("positions", "plan.positions")
 	fs.Float64("angle-start", d.Plan.AngleStart, "rotation angle of the first projection, degrees")
 	key("angle-start", "plan.angle_start")
 	fs.Float64("angle-end", d.Plan.AngleEnd, "rotation angle the projections stop short of, degrees")
@@ -238,6 +240,7 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
 		opts.RotationAngle = plan.Angles()
+		opts.Translation = plan.Positions
 	}
 	return opts
 }

@@ -54,7 +54,7 @@ def main(path, expect_path):
             expect("rotation_angle", f["/entry/sample/rotation_angle"][:], exp["rotation_angle"])
             expect("linked data", f["/entry/data/data"][exp["status"].index(0)], data[exp["status"].index(0)])
         else:
-            expect("translation", f["/entry_1/sample_1/geometry_1/translation"][:], np.zeros((n, 3)))
+            expect("translation", f["/entry_1/sample_1/geometry_1/translation"][:], exp.get("translation", np.zeros((n, 3))))
             expect("data_1 link", f["/entry_1/data_1/data"].shape, data.shape)
     if exp["layout"] == "nxtomo" and exp.get("dxchange"):
         import dxchange
