@@ -96,7 +96,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := acquireChecks(files, profile, plan, src.Provider, addr).run(); err != nil {
 		return err
 	}
-	log, err := newLogger(s.logLevel)
+	log, err := s.logger()
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(s.logLevel)
+	log, err := s.logger()
 	if err != nil {
 		return err
 	}

@@ -565,3 +565,27 @@ func okRecords(path string) int {
 	}
 	return n
 }
+
+// TestLogsNameTheScan checks that with --scan-id every log line says which
+// scan it is about.
+func TestLogsNameTheScan(t *testing.T) {
+	path, _ := simulate(t, "--frames", "3", "--corrupt", "1")
+	cmd := command("replay", path, "-o", filepath.Join(t.TempDir(), "s9.h5"), "--scan-id", "s9", "--log-level", "info")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	n := 0
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "{") {
+			continue // the command's own closing message
+		}
+		n++
+		if !strings.Contains(line, `"scan":"s9"`) {
+			t.Errorf("log line without the scan: %s", line)
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d log lines, want at least the start and the CRC mismatch:\n%s", n, stderr.String())
+	}
+}

@@ -78,6 +78,16 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("angle-end", "plan.angle_end")
 }
 
+// logger returns the command's logger; with --scan-id every line names
+// the scan.
+func (s *scanFlags) logger() (*zap.Logger, error) {
+	log, err := newLogger(s.logLevel)
+	if err != nil || s.scanID == "" {
+		return log, err
+	}
+	return log.With(zap.String("scan", s.scanID)), nil
+}
+
 // bindKey makes a command's own flag set a profile key too.
 func (s *scanFlags) bindKey(flag, key string) { s.keys[flag] = key }
 
