@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -137,14 +136,7 @@ func checkArray(t *testing.T, master string, truths []*sim.Truth, absent ...int)
 		}
 		exp.Modules = append(exp.Modules, mod)
 	}
-	js, err := json.Marshal(exp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expPath := filepath.Join(t.TempDir(), "expect.json")
-	if err := os.WriteFile(expPath, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	expPath := writeExpect(t, exp)
 	script := `
 import json, sys, h5py, hdf5plugin, numpy as np
 exp = json.load(open(sys.argv[2]))

@@ -164,15 +164,7 @@ func crossCheckWith(t *testing.T, file, layout string, truth *sim.Truth, status 
 	for k, v := range more {
 		exp[k] = v
 	}
-	js, err := json.Marshal(exp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expPath := filepath.Join(t.TempDir(), "expect.json")
-	if err := os.WriteFile(expPath, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(py, "testdata/check_scan.py", file, expPath).CombinedOutput()
+	out, err := exec.Command(py, "testdata/check_scan.py", file, writeExpect(t, exp)).CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 		t.Fatalf("h5py cross-check of %s: %v\n%s", file, err, out)
 	}
@@ -186,6 +178,21 @@ func truthFormat(t *testing.T, truth *sim.Truth) frame.Format {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// writeExpect writes what a Python check expects as JSON and returns the
+// file's path.
+func writeExpect(t *testing.T, exp any) string {
+	t.Helper()
+	js, err := json.Marshal(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "expect.json")
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // simConfig rebuilds the simulator's configuration from a capture's truth.
