@@ -16,6 +16,7 @@ const (
 	OutOfRange                // its number is beyond the scan's frame count: drop it
 )
 
+// String names the verdict for log lines.
 func (v Verdict) String() string {
 	switch v {
 	case Accept:

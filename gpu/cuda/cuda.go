@@ -25,6 +25,7 @@ type Error struct {
 	Log  string // the JIT error log, if any
 }
 
+// Error returns the driver call, the error's name and its description.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("%s: %s: %s", e.Func, e.Name, e.Desc)
 	if e.Log != "" {

@@ -30,6 +30,7 @@ type Error struct {
 	Text string        // fi_strerror, or the provider's own text
 }
 
+// Error returns the operation and libfabric's text for the error.
 func (e *Error) Error() string { return e.Op + ": " + e.Text }
 
 // Unwrap returns the errno, so that errors.Is(err, syscall.ECONNREFUSED)
@@ -294,6 +295,7 @@ type CompletionError struct {
 	Err     *Error
 }
 
+// Error returns the error the completion carries.
 func (e *CompletionError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the libfabric error.

@@ -62,6 +62,7 @@ const (
 	ModeSend  Mode = 2 // send into the receiver's posted receive buffers
 )
 
+// String returns the mode's name, as flags spell it.
 func (m Mode) String() string {
 	switch m {
 	case ModeWrite:
@@ -126,6 +127,7 @@ type RefusedError struct {
 	Reason string
 }
 
+// Error says that the receiver refused, with its code and reason.
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("receiver refused the connection (code %d): %s", e.Code, e.Reason)
 }
