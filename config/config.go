@@ -83,6 +83,10 @@ type Source struct {
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	IdleTimeout    time.Duration `mapstructure:"idle_timeout"`
 	RingSlots      int           `mapstructure:"ring_slots"`
+	// DropWhenFull is for a detector that cannot wait: frames arriving
+	// while the pipeline is full are dropped, counted and recorded missing,
+	// instead of holding the detector back.
+	DropWhenFull bool `mapstructure:"drop_when_full"`
 }
 
 // Output is where and how scans are written.

@@ -92,6 +92,7 @@ var Keys = []Key{
 	{"source.connect_timeout", "how long to wait for the detector to connect, e.g. 60s"},
 	{"source.idle_timeout", "silence mid-scan after which the scan ends, e.g. 10s"},
 	{"source.ring_slots", "frame slots in the receiver's registered ring, 2 or more"},
+	{"source.drop_when_full", "for a detector that cannot wait: drop (count, record missing) the frames that arrive while the pipeline is full, instead of holding the detector back: true or false"},
 	{"backend", "decode backend: auto, cpu or cuda"},
 	{"output.directory", "directory the scan files go to"},
 	{"output.template", "file name of a scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id; ends in .h5"},

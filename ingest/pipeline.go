@@ -64,6 +64,11 @@ type Config struct {
 	Workers  int // compression workers; 0 means one per core
 	Batch    int // frames per decode call; 0 means 1 (a GPU backend wants more)
 	Slots    int // frames in flight, bounding memory; 0 means Workers + 2*Batch
+	// DropWhenFull never holds the source back, for a detector that cannot
+	// wait: a frame that arrives while every slot is busy is dropped,
+	// counted (Counts.Overflow) and recorded missing. Without it the source
+	// waits for a free slot (back-pressure) and nothing is dropped.
+	DropWhenFull bool
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
@@ -251,16 +256,20 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, decodeCh, writeCh chan<- *slot) error {
 	for {
 		var s *slot
-		select {
-		case s = <-free:
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		if !p.cfg.DropWhenFull {
+			select {
+			case s = <-free:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
 		}
 		f, err := src.Next(ctx)
 		if err != nil {
-			// The slot goes back through the writer, which owns the pool.
-			s.write, s.n = false, -1
-			writeCh <- s
+			if s != nil {
+				// The slot goes back through the writer, which owns the pool.
+				s.write, s.n = false, -1
+				writeCh <- s
+			}
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -270,6 +279,14 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 				p.mu.Unlock()
 			}
 			return err
+		}
+		if s == nil {
+			select {
+			case s = <-free:
+			default:
+				p.overflow(src, f)
+				continue
+			}
 		}
 		h := &f.Header
 		p.mu.Lock()
@@ -294,6 +311,25 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 		s.f, s.write = f, true
 		decodeCh <- s
 	}
+}
+
+// overflow drops a frame that found every slot busy, keeping the tracker's
+// rules: a duplicate or out-of-range frame is counted as such, any other is
+// recorded missing and counted as an overflow.
+func (p *Pipeline) overflow(src Source, f *Frame) {
+	h := &f.Header
+	p.mu.Lock()
+	verdict := p.tracker.Admit(h)
+	if verdict == Accept {
+		p.tracker.Overflow(h.FrameNumber)
+	}
+	p.mu.Unlock()
+	reason := "pipeline full"
+	if verdict != Accept {
+		reason = verdict.String()
+	}
+	p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.String("reason", reason))
+	src.Release(f)
 }
 
 // check reports a frame the scan cannot decode: a header inconsistent with

@@ -326,3 +326,49 @@ func TestPipelineUnknownLength(t *testing.T) {
 	}
 	checkOutput(t, sink, "none", 4, map[int]uint8{2: frame.StatusMissing})
 }
+
+// TestPipelineDropWhenFull feeds a slow pipeline faster than it writes,
+// without back-pressure: the frames that find no slot are dropped, counted
+// and recorded missing; every other frame arrives intact.
+func TestPipelineDropWhenFull(t *testing.T) {
+	const n = 40
+	src := &sliceSource{}
+	for i := range uint64(n) {
+		src.frames = append(src.frames, testFrame(t, testFormat, i))
+	}
+	src.frames = append(src.frames, testFrame(t, testFormat, 3)) // a duplicate stays a duplicate
+	backend, err := gpu.New("cpu", gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	p, err := New(Config{
+		Format: testFormat, Frames: n, Backend: backend, Batch: 1, Slots: 2, DropWhenFull: true,
+		NewCodec: func() (compress.Codec, error) { return compress.New("none", testFormat.PixelSize(), 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := slowSink{newMemSink(), 5 * time.Millisecond}
+	progress, err := p.Run(context.Background(), src, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := progress.Counts
+	if c.Overflow == 0 || c.OK == 0 || c.OK+c.Overflow != n || c.Missing != c.Overflow || c.Received != n+1 {
+		t.Fatalf("counts %+v: want some frames ok and the rest dropped as overflow, recorded missing", c)
+	}
+	status := map[int]uint8{}
+	for i := range n {
+		if _, ok := sink.chunks[i]; !ok {
+			status[i] = frame.StatusMissing
+		}
+	}
+	if len(status) != c.Overflow {
+		t.Errorf("%d frames without a chunk, %d counted as overflow", len(status), c.Overflow)
+	}
+	checkOutput(t, sink.memSink, "none", n, status)
+	if src.released != n+1 {
+		t.Errorf("%d frames released of %d", src.released, n+1)
+	}
+}

@@ -40,6 +40,7 @@ type Counts struct {
 	OutOfRange  int // frame numbers beyond the plan, dropped
 	Missing     int // never seen by the end, status 1
 	NotFrame    int // bytes that were not a frame header
+	Overflow    int // dropped because the pipeline was full (never held back), status 1
 }
 
 // Problems returns the number of planned frames that are not good:
@@ -112,6 +113,13 @@ func (t *Tracker) Done(n uint64, status uint8) {
 	} else {
 		t.counts.OK++
 	}
+}
+
+// Overflow records that frame n, already admitted, was dropped because the
+// pipeline had no room for it: it stays missing (status 1), and is counted.
+func (t *Tracker) Overflow(n uint64) {
+	t.status[n] = frame.StatusMissing
+	t.counts.Overflow++
 }
 
 // NotFrame counts bytes that were not a frame header.

@@ -82,7 +82,7 @@ func (r *progressReporter) line(p ingest.Progress) string {
 			frames = bar(p.Written, r.planned, 20) + " " + frames
 		}
 	}
-	problems := p.CRCMismatch + p.Rejected + p.Duplicate + p.OutOfRange + p.NotFrame
+	problems := p.CRCMismatch + p.Rejected + p.Duplicate + p.OutOfRange + p.NotFrame + p.Overflow
 	return fmt.Sprintf("frames %s  %.0f frames/s  %.0f MB/s  ratio %.2f  problems %d",
 		frames, fps, mbps, p.Ratio(), problems)
 }

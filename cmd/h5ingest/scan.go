@@ -72,6 +72,8 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("sequence", "plan.sequence")
 	fs.String("positions", d.Plan.Positions, "CSV file of scan positions, x,y[,z] in metres, one line per frame (ptychography; CXI translations)")
 	key("positions", "plan.positions")
+	fs.Bool("drop-when-full", d.Source.DropWhenFull, "never hold the detector back: frames arriving while the pipeline is full are dropped, counted and recorded missing")
+	key("drop-when-full", "source.drop_when_full")
 	fs.Float64("angle-start", d.Plan.AngleStart, "rotation angle of the first projection, degrees")
 	key("angle-start", "plan.angle_start")
 	fs.Float64("angle-end", d.Plan.AngleEnd, "rotation angle the projections stop short of, degrees")
@@ -213,12 +215,13 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		batch = gpuBatch
 	}
 	p, err := ingest.New(ingest.Config{
-		Format:   format,
-		Frames:   plan.Frames(),
-		Backend:  backend,
-		NewCodec: newCodec,
-		Batch:    batch,
-		Log:      log,
+		Format:       format,
+		Frames:       plan.Frames(),
+		Backend:      backend,
+		NewCodec:     newCodec,
+		Batch:        batch,
+		DropWhenFull: profile.Source.DropWhenFull,
+		Log:          log,
 	})
 	if err != nil {
 		file.Close()
@@ -334,6 +337,9 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
 	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
 	fmt.Fprintf(w, "  out of range    %d dropped\n", p.OutOfRange)
+	if p.Overflow > 0 {
+		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
+	}
 	fmt.Fprintf(w, "  time            %.2f s, %.1f frames/s\n", secs, rate(float64(p.Written)))
 	fmt.Fprintf(w, "  throughput      %.0f MB/s raw in, %.0f MB/s decoded, %.0f MB/s stored\n",
 		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
