@@ -156,6 +156,7 @@ type Status struct {
 	Duplicate   int `json:"duplicate"`
 	OutOfRange  int `json:"out_of_range"`
 	NotFrame    int `json:"not_frame"`
+	Overflow    int `json:"pipeline_full"` // dropped because the pipeline was full (--drop-when-full)
 
 	FrameRate     float64 `json:"frame_rate"`      // frames written per second, over the last second
 	MeanFrameRate float64 `json:"mean_frame_rate"` // frames written per second since the start
@@ -229,7 +230,7 @@ func (m *Monitor) Status() Status {
 		Scan: m.scan, State: state, Elapsed: elapsed, Frames: frames,
 		Received: p.Received, Written: p.Written, OK: p.OK, Missing: p.Missing,
 		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected, Duplicate: p.Duplicate,
-		OutOfRange: p.OutOfRange, NotFrame: p.NotFrame,
+		OutOfRange: p.OutOfRange, NotFrame: p.NotFrame, Overflow: p.Overflow,
 		Ratio: finite(p.Ratio()), StoredBytes: p.StoredBytes, HeldBack: heldBack.Seconds(),
 		SamplesPerSec: 1 / SampleInterval.Seconds(),
 	}
