@@ -34,6 +34,27 @@ func startAcquire(args ...string) <-chan int {
 	return done
 }
 
+// fileRecords returns the per-frame records of the file at path.
+func fileRecords(t *testing.T, path string) []writer.Record {
+	t.Helper()
+	r, err := writer.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	return readRecords(t, r)
+}
+
+// readRecords returns the per-frame records r holds.
+func readRecords(t *testing.T, r *writer.Reader) []writer.Record {
+	t.Helper()
+	recs, err := r.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 // readFile returns a file's records and chunks.
 func readFile(t *testing.T, path string) ([]writer.Record, [][]byte) {
 	t.Helper()
@@ -42,10 +63,7 @@ func readFile(t *testing.T, path string) ([]writer.Record, [][]byte) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	recs, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readRecords(t, r)
 	var chunks [][]byte
 	for i := range recs {
 		c, _, err := r.ReadChunk(i, nil)

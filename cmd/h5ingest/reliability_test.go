@@ -59,11 +59,7 @@ func statuses(t *testing.T, path string, truth *sim.Truth) (status []uint8, ok i
 		t.Fatal(err)
 	}
 	defer r.Close()
-	recs, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n, rec := range recs {
+	for n, rec := range readRecords(t, r) {
 		status = append(status, rec.Status)
 		if rec.Status != frame.StatusOK {
 			continue

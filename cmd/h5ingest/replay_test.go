@@ -236,15 +236,7 @@ func TestReplayFaultTable(t *testing.T) {
 		}
 	}
 	status := expectedStatus(truth)
-	r, err := writer.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records, err := r.Records()
-	r.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	records := fileRecords(t, out)
 	for n, rec := range records {
 		if rec.Status != status[n] {
 			t.Errorf("frame %d: status %d, want %d", n, rec.Status, status[n])
@@ -423,15 +415,7 @@ func TestReplayTruncatedCapture(t *testing.T) {
 	if code != exitIncomplete {
 		t.Fatalf("replay exit status %d, want %d\n%s", code, exitIncomplete, stdout)
 	}
-	r, err := writer.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	records, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
+	records := fileRecords(t, out)
 	var got []uint8
 	for _, rec := range records {
 		got = append(got, rec.Status)
@@ -529,15 +513,7 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 	if code != exitIncomplete || strings.Contains(stdout, "BAD") {
 		t.Fatalf("verify of the killed scan: exit status %d, want %d with no bad chunk\n%s", code, exitIncomplete, stdout)
 	}
-	r, err := writer.Open(part)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	records, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
+	records := fileRecords(t, part)
 	ok := 0
 	for n, rec := range records {
 		if rec.Status == frame.StatusOK {
@@ -612,15 +588,7 @@ func TestReplayDropWhenFull(t *testing.T) {
 	if code != exitIncomplete || dropped == 0 {
 		t.Fatalf("replay exit status %d with %d dropped, want %d with some dropped:\n%s", code, dropped, exitIncomplete, stdout)
 	}
-	r, err := writer.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records, err := r.Records()
-	r.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	records := fileRecords(t, out)
 	missing := 0
 	for n, rec := range records {
 		switch rec.Status {
