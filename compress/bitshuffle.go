@@ -96,8 +96,23 @@ func (c *bitshuffleCodec) Bound(n int) int {
 	return size
 }
 
+// BlockElems returns the block size in elements.
+func (c *bitshuffleCodec) BlockElems() int { return c.block() }
+
 // Encode appends the stored form of the chunk src to dst.
 func (c *bitshuffleCodec) Encode(dst, src []byte) ([]byte, error) {
+	return c.encode(dst, src, false)
+}
+
+// EncodeShuffled appends the stored form of the chunk that shuffled is the
+// transposed form of, without transposing it again.
+func (c *bitshuffleCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) {
+	return c.encode(dst, shuffled, true)
+}
+
+// encode appends the stored form of a chunk given as src, already
+// transposed block by block when shuffled is set.
+func (c *bitshuffleCodec) encode(dst, src []byte, shuffled bool) ([]byte, error) {
 	es := c.elemSize
 	if len(src)%es != 0 {
 		return dst, fmt.Errorf("%s: chunk of %d bytes is not a whole number of %d-byte elements", c.name, len(src), es)
@@ -111,15 +126,20 @@ func (c *bitshuffleCodec) Encode(dst, src []byte) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(len(src)))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(blockBytes))
 	full, partial, _ := bitshuffle.Split(len(src)/es, c.block())
-	c.scratch = growLen(c.scratch, blockBytes)
+	if !shuffled {
+		c.scratch = growLen(c.scratch, blockBytes)
+	}
 	off := 0
 	for i := range full + min(partial, 1) {
 		size := blockBytes
 		if i == full {
 			size = partial * es
 		}
-		blk := c.scratch[:size]
-		bitshuffle.ShuffleBlock(blk, src[off:off+size], es)
+		blk := src[off : off+size]
+		if !shuffled {
+			blk = c.scratch[:size]
+			bitshuffle.ShuffleBlock(blk, src[off:off+size], es)
+		}
 		at := len(dst)
 		var err error
 		dst, err = c.blocks.compress(append(dst, 0, 0, 0, 0), blk)

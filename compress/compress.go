@@ -30,3 +30,19 @@ type Codec interface {
 	// callers can size pooled buffers once.
 	Bound(n int) int
 }
+
+// Preshuffled is implemented by the codecs whose first stage is the
+// bitshuffle transpose: bslz4 and bszstd. EncodeShuffled takes a chunk whose
+// blocks are already transposed, as bitshuffle.AppendShuffle transposes
+// them with BlockElems elements a block, and appends exactly the bytes
+// Encode appends for the chunk before the transpose. A decode backend that
+// transposes the image itself (gpu.Job.ShuffleBlock) so leaves only the
+// block compression to the CPU, and the files do not change.
+type Preshuffled interface {
+	Codec
+	// BlockElems returns the bitshuffle block size in elements.
+	BlockElems() int
+	// EncodeShuffled appends the stored form of the chunk whose transposed
+	// form is shuffled to dst and returns the extended buffer.
+	EncodeShuffled(dst, shuffled []byte) ([]byte, error)
+}

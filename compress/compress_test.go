@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/pierrec/lz4/v4"
+
+	"h5ingest/compress/bitshuffle"
 )
 
 // lowCounts returns n elements of elemSize bytes holding small photon
@@ -435,5 +437,78 @@ func TestFilterName(t *testing.T) {
 		if got := FilterName(id); got != want {
 			t.Errorf("FilterName(%d) = %q, want %q", id, got, want)
 		}
+	}
+}
+
+// TestEncodeShuffled checks that the bitshuffle codecs store a chunk given
+// already transposed exactly as they store it given plain, for every
+// element size, block size and chunk shape (full blocks, a partial block,
+// leftover elements), and that the other codecs do not claim to take one.
+func TestEncodeShuffled(t *testing.T) {
+	for _, name := range Names() {
+		c := mustNew(t, name, 4)
+		_, ok := c.(Preshuffled)
+		if want := strings.HasPrefix(name, "bs"); ok != want {
+			t.Errorf("%s: implements Preshuffled: %v, want %v", name, ok, want)
+		}
+	}
+	type codecCase struct {
+		name  string
+		codec func(es int) (Codec, error)
+	}
+	codecs := []codecCase{
+		{"bslz4", func(es int) (Codec, error) { return New("bslz4", es, 0) }},
+		{"bszstd", func(es int) (Codec, error) { return New("bszstd", es, 0) }},
+		{"bslz4/block64", func(es int) (Codec, error) {
+			return FromFilters([]Filter{{ID: FilterBitshuffle, Values: []uint32{0, 5, uint32(es), 64, bitshuffleLZ4}}}, es)
+		}},
+	}
+	for _, cc := range codecs {
+		for _, es := range []int{1, 2, 4, 8} {
+			for _, n := range []int{0, 7, 8, 2048 * 4, 5000, 5005} {
+				t.Run(fmt.Sprintf("%s/uint%d/%d", cc.name, 8*es, n), func(t *testing.T) {
+					c, err := cc.codec(es)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p := c.(Preshuffled)
+					src := lowCounts(n, es, uint64(n+es))
+					want, err := p.Encode([]byte("x"), src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					shuffled, err := bitshuffle.AppendShuffle(nil, src, es, p.BlockElems())
+					if err != nil {
+						t.Fatal(err)
+					}
+					before := slices.Clone(shuffled)
+					got, err := p.EncodeShuffled([]byte("x"), shuffled)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Errorf("EncodeShuffled gives %d bytes, Encode %d: they differ", len(got), len(want))
+					}
+					if !bytes.Equal(shuffled, before) {
+						t.Error("EncodeShuffled changed its input")
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestEncodeShuffledZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	p := mustNew(t, "bslz4", 4).(Preshuffled)
+	src, err := bitshuffle.AppendShuffle(nil, lowCounts(100_000+5, 4, 4), 4, p.BlockElems())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := make([]byte, 0, p.Bound(len(src)))
+	if allocs := testing.AllocsPerRun(5, func() { p.EncodeShuffled(enc, src) }); allocs != 0 {
+		t.Errorf("%v allocations per EncodeShuffled, want 0", allocs)
 	}
 }

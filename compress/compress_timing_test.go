@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"h5ingest/compress/bitshuffle"
 )
 
 // detectorFrame returns a 1536x1536 Pi-mega frame of elemSize-byte
@@ -74,6 +76,26 @@ func BenchmarkCodecs(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(len(src))/float64(len(stored)), "ratio")
+			})
+			b.Run(fmt.Sprintf("encode-shuffled/%s/uint%d", name, 8*es), func(b *testing.B) {
+				// What compression costs once a decode backend has done the
+				// transpose (gpu.Job.ShuffleBlock): the block compressor alone.
+				c, ok := mustNew(b, name, es).(Preshuffled)
+				if !ok {
+					b.Skipf("%s has no bitshuffle stage", name)
+				}
+				src, err := bitshuffle.AppendShuffle(nil, frame(es), es, c.BlockElems())
+				if err != nil {
+					b.Fatal(err)
+				}
+				enc := make([]byte, 0, c.Bound(len(src)))
+				b.SetBytes(int64(len(src)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := c.EncodeShuffled(enc, src); err != nil {
+						b.Fatal(err)
+					}
+				}
 			})
 			b.Run(fmt.Sprintf("decode/%s/uint%d", name, 8*es), func(b *testing.B) {
 				src := frame(es)
