@@ -9,6 +9,7 @@ package frame
 import (
 	"fmt"
 	"hash/crc32"
+	"math"
 	"strings"
 )
 
@@ -181,8 +182,15 @@ func (f Format) Validate() error {
 	default:
 		return fmt.Errorf("unknown counter coding %d", uint8(f.Coding))
 	}
+	if n := f.PayloadSize(); n > MaxPayloadSize {
+		return fmt.Errorf("%v: payload of %d bytes, more than a header's payload_size holds (%d)", f.Geometry, n, MaxPayloadSize)
+	}
 	return nil
 }
+
+// MaxPayloadSize is the largest payload a frame header can describe: its
+// payload_size field is 32 bits wide.
+const MaxPayloadSize = math.MaxUint32
 
 // ChipPayloadSize returns the payload bytes of one chip. The format must be valid.
 func (f Format) ChipPayloadSize() int {
