@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/ingest/frame"
 )
 
@@ -171,6 +172,7 @@ func TestBackends(t *testing.T) {
 					testRandomPayloads(t, name, workers)
 				})
 			}
+			t.Run("Shuffle", func(t *testing.T) { testShuffle(t, name) })
 			t.Run("BadJobs", func(t *testing.T) { testBadJobs(t, name) })
 			t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, name) })
 			t.Run("Closed", func(t *testing.T) { testClosed(t, name) })
@@ -274,8 +276,13 @@ func testBadJobs(t *testing.T, name string) {
 	shortPayload.Payload = shortPayload.Payload[1:]
 	badFormat := good(7)
 	badFormat.Header.Format.BitDepth = 13
+	badShuffle := good(9)
+	badShuffle.ShuffleBlock = 12
+	negativeShuffle := good(11)
+	negativeShuffle.ShuffleBlock = -8
 
-	batch := []Job{good(0), badOrientation, good(2), smallImage, good(4), shortPayload, good(6), badFormat}
+	batch := []Job{good(0), badOrientation, good(2), smallImage, good(4), shortPayload, good(6), badFormat,
+		good(8), badShuffle, good(10), negativeShuffle}
 	for i := range batch {
 		batch[i].RawCRC, batch[i].DataCRC = 1, 1 // stale results must not survive
 	}
@@ -300,9 +307,61 @@ func testBadJobs(t *testing.T, name string) {
 			t.Errorf("bad frame %d: CRCs %08x, %08x left set", i, j.RawCRC, j.DataCRC)
 		}
 	}
-	for i, want := range map[int]string{1: "orientation lists 2 chips", 3: "image buffer", 5: "payload of", 7: "bit depth 13"} {
+	for i, want := range map[int]string{1: "orientation lists 2 chips", 3: "image buffer", 5: "payload of", 7: "bit depth 13",
+		9: "block size 12", 11: "block size -8"} {
 		if err := batch[i].Err; err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("bad frame %d: error %q does not say %q", i, err, want)
+		}
+	}
+}
+
+// testShuffle asks for bit-transposed images, with block sizes that give
+// full blocks, a partial block and leftover pixels, frames that do and do
+// not ask in one batch, and holds every image to the reference decoder's
+// image transposed by package bitshuffle. DataCRC stays the CRC of the
+// image before the transpose.
+func testShuffle(t *testing.T, name string) {
+	rng := rand.New(rand.NewPCG(30, 31))
+	for gi, g := range parityGeometries {
+		o := testOrientations(g)["mixed"]
+		be := newBackend(t, name, Options{Orientation: o, Workers: 3, Streams: 2})
+		var batch []Job
+		for _, f := range testFormats() {
+			f.Geometry = g
+			if f.Validate() != nil {
+				continue
+			}
+			for _, block := range []int{0, 8, 24, bitshuffle.DefaultBlockSize(f.PixelSize())} {
+				j := newJob(f, len(batch), randomBytes(rng, f.PayloadSize()))
+				j.ShuffleBlock = block
+				batch = append(batch, j)
+			}
+		}
+		if err := be.Decode(batch); err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		for i := range batch {
+			j := &batch[i]
+			f := j.Header.Format
+			plain := refDecode(f, j.Payload, o)
+			want := plain
+			if j.ShuffleBlock != 0 {
+				var err error
+				if want, err = bitshuffle.AppendShuffle(nil, plain, f.PixelSize(), j.ShuffleBlock); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// checkJob holds DataCRC to the CRC of the image it is given;
+			// a transposed image keeps the CRC of the plain one.
+			what := fmt.Sprintf("geometry %d, %v, block %d", gi, f, j.ShuffleBlock)
+			dataCRC := j.DataCRC
+			if j.ShuffleBlock != 0 {
+				if want := frame.Checksum(plain); dataCRC != want {
+					t.Errorf("%s: DataCRC %08x, want %08x, the CRC of the image before the transpose", what, dataCRC, want)
+				}
+				j.DataCRC = frame.Checksum(want)
+			}
+			checkJob(t, what, j, want)
 		}
 	}
 }
@@ -449,9 +508,13 @@ func testDecodeAllocs(t *testing.T, name string) {
 	be := newBackend(t, name, Options{Orientation: testOrientations(g)["mixed"], Workers: 2})
 	rng := rand.New(rand.NewPCG(60, 61))
 	var batch []Job
-	for _, f := range testFormats() {
+	for i, f := range testFormats() {
 		f.Geometry = g
-		batch = append(batch, newJob(f, len(batch), randomBytes(rng, f.PayloadSize())))
+		j := newJob(f, len(batch), randomBytes(rng, f.PayloadSize()))
+		if i%2 == 1 {
+			j.ShuffleBlock = bitshuffle.DefaultBlockSize(f.PixelSize())
+		}
+		batch = append(batch, j)
 	}
 	for range 8 { // warm every lane of a device backend
 		if err := be.Decode(batch); err != nil {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"sync"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/ingest/frame"
 )
 
@@ -22,14 +23,19 @@ type cpu struct {
 	free   []*batch // batch states for reuse, so Decode allocates nothing
 }
 
-// task is one band of one chip row of one frame of a batch.
+// task is one band of one chip row of one frame of a batch, or, once the
+// batch is decoded, a run of bitshuffle blocks of one image.
 type task struct {
-	b    *batch
-	job  int32
-	cy   int32
-	band int32
-	_    int32
+	b       *batch
+	job     int32
+	cy      int32 // chip row; for a shuffle, the first block
+	band    int32 // band; for a shuffle, the block after the last
+	shuffle bool
 }
+
+// shuffleTasksPerWorker is how many runs of blocks each worker gets of an
+// image to transpose, so that workers finishing early take more.
+const shuffleTasksPerWorker = 4
 
 // batch is the state of one Decode call.
 type batch struct {
@@ -37,6 +43,7 @@ type batch struct {
 	plans []plan
 	ok    []bool
 	crcs  []uint32 // piece CRCs of every frame, at plan.crcs
+	runs  []int32  // runs of bitshuffle blocks per frame, 0 for none
 	wg    sync.WaitGroup
 }
 
@@ -93,8 +100,64 @@ func (c *cpu) Decode(jobs []Job) error {
 	}
 	b.wg.Wait()
 	b.finish()
+	c.shuffle(b)
 	c.putBatch(b)
 	return nil
+}
+
+// shuffle bit-transposes the decoded images whose jobs ask for it, in place
+// block by block, on the workers. The image CRCs are already taken.
+func (c *cpu) shuffle(b *batch) {
+	b.runs = grow(b.runs, len(b.jobs))
+	total := 0
+	for j := range b.jobs {
+		n := 0
+		if b.ok[j] && b.jobs[j].ShuffleBlock != 0 {
+			blocks := shuffleBlocks(&b.plans[j].f, b.jobs[j].ShuffleBlock)
+			n = min(blocks, shuffleTasksPerWorker*c.workers)
+		}
+		b.runs[j] = int32(n)
+		total += n
+	}
+	if total == 0 {
+		return
+	}
+	b.wg.Add(total)
+	for j, n := range b.runs {
+		if n == 0 {
+			continue
+		}
+		blocks := int32(shuffleBlocks(&b.plans[j].f, b.jobs[j].ShuffleBlock))
+		for i := range n {
+			c.tasks <- task{b: b, job: int32(j), cy: blocks * i / n, band: blocks * (i + 1) / n, shuffle: true}
+		}
+	}
+	b.wg.Wait()
+}
+
+// shuffleBlocks returns the number of bitshuffle blocks, the partial one
+// included, of an image of format f in blocks of blockElems pixels.
+func shuffleBlocks(f *frame.Format, blockElems int) int {
+	full, partial, _ := bitshuffle.Split(f.Pixels(), blockElems)
+	return full + min(partial, 1)
+}
+
+// shuffleRun transposes blocks [first, end) of job j's image in place
+// through scratch, which it returns grown to a block.
+func shuffleRun(j *Job, p *plan, first, end int, scratch []byte) []byte {
+	bs := j.ShuffleBlock
+	full, partial, _ := bitshuffle.Split(p.f.Pixels(), bs)
+	scratch = grow(scratch, bs*p.pix)
+	for k := first; k < end; k++ {
+		size := bs * p.pix
+		if k == full {
+			size = partial * p.pix
+		}
+		blk := j.Image[k*bs*p.pix : k*bs*p.pix+size]
+		copy(scratch, blk)
+		bitshuffle.ShuffleBlock(blk, scratch[:size], p.pix)
+	}
+	return scratch
 }
 
 func (c *cpu) getBatch() *batch {
@@ -158,15 +221,20 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// work runs tasks until the channel closes. Its scratch row of counts
-// lives as long as the worker.
+// work runs tasks until the channel closes. Its scratch row of counts and
+// block of pixels live as long as the worker.
 func (c *cpu) work() {
 	defer c.done.Done()
 	var counts []uint32
+	var scratch []byte
 	for t := range c.tasks {
 		p := &t.b.plans[t.job]
-		counts = grow(counts, p.f.ChipWidth)
-		p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs)
+		if t.shuffle {
+			scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), scratch)
+		} else {
+			counts = grow(counts, p.f.ChipWidth)
+			p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs)
+		}
 		t.b.wg.Done()
 	}
 }

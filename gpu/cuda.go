@@ -73,7 +73,7 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 		}
 	}
 	fns := make(map[string]*cuda.Function)
-	for _, name := range []string{kernels.Decode, kernels.CRCSub, kernels.CRCFold} {
+	for _, name := range kernels.Kernels {
 		if fns[name], err = mod.Function(name); err != nil {
 			return nil, err
 		}

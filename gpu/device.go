@@ -19,7 +19,7 @@ type region int
 
 const (
 	regPayload region = iota // the round's payloads, each at a multiple of kernels.Align
-	regImage                 // the round's images, likewise
+	regImage                 // the round's images, likewise, each followed by its transposed copy where asked
 	regSubs                  // sub-piece CRCs, 4 bytes each
 	regPieces                // piece CRCs, 4 bytes each
 	regDescs                 // the frame descriptors, then the chip orientation flags
@@ -95,13 +95,14 @@ func (c *opCache) get(n int) uint32 {
 func alignUp(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels.Align }
 
 // begin lays out a round of the valid jobs from jobs[start] on and gives
-// the engine all its work: copies in, the three kernels, copies out. It
+// the engine all its work: copies in, the kernels, copies out. A job that
+// asks for a transposed image gets it copied out in place of the image. It
 // returns where the next round starts.
 func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) {
 	l.jobs, l.idx, l.frames = jobs, l.idx[:0], l.frames[:0]
 	sizes := &l.sizes
 	*sizes = [nRegions]int{}
-	var units, subs, pieces, bytes int
+	var units, subs, pieces, groups, bytes int
 	i := start
 	for ; i < len(jobs); i++ {
 		j := &jobs[i]
@@ -110,6 +111,9 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 		}
 		f := j.Header.Format
 		n := f.PayloadSize() + f.ImageSize()
+		if j.ShuffleBlock != 0 {
+			n += f.ImageSize()
+		}
 		if len(l.idx) > 0 && (bytes+n > roundBytes || len(l.idx) == roundFrames) {
 			break
 		}
@@ -128,6 +132,12 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 		})
 		sizes[regPayload] += alignUp(f.PayloadSize())
 		sizes[regImage] += alignUp(f.ImageSize())
+		if j.ShuffleBlock != 0 {
+			d := &l.frames[len(l.frames)-1]
+			d.Block, d.Shuffled = uint32(j.ShuffleBlock), uint64(sizes[regImage])
+			sizes[regImage] += alignUp(f.ImageSize())
+			groups = max(groups, kernels.ShuffleUnits(f))
+		}
 		sizes[regSubs] += alignUp(4 * (rs + is))
 		sizes[regPieces] += 4 * (rp + ip)
 		units, subs, pieces = max(units, u), max(subs, rs+is), max(pieces, rp+ip)
@@ -153,6 +163,9 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 		d := &l.frames[n]
 		d.Payload += l.eng.addr(regPayload)
 		d.Image += l.eng.addr(regImage)
+		if d.Block != 0 {
+			d.Shuffled += l.eng.addr(regImage)
+		}
 		d.Subs += l.eng.addr(regSubs)
 		d.Pieces += l.eng.addr(regPieces)
 		d.Rot = rotAddr
@@ -168,14 +181,21 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 	for _, k := range [...]struct {
 		name string
 		work int
-	}{{kernels.Decode, units}, {kernels.CRCSub, subs}, {kernels.CRCFold, pieces}} {
+	}{{kernels.Decode, units}, {kernels.CRCSub, subs}, {kernels.CRCFold, pieces}, {kernels.Shuffle, groups}} {
+		if k.work == 0 {
+			continue // no frame of the round asks for a transpose
+		}
 		if err := l.eng.launch(k.name, kernels.Grid(k.work), n); err != nil {
 			return i, err
 		}
 	}
 	for n, d := range l.frames {
 		j := &jobs[l.idx[n]]
-		if err := l.eng.copyOut(j.Image[:d.ImageSize], regImage, int(d.Image-l.eng.addr(regImage))); err != nil {
+		from := d.Image
+		if d.Block != 0 {
+			from = d.Shuffled
+		}
+		if err := l.eng.copyOut(j.Image[:d.ImageSize], regImage, int(from-l.eng.addr(regImage))); err != nil {
 			return i, err
 		}
 	}

@@ -25,8 +25,13 @@
 //     height x width, little-endian uint16 pixels when the bit depth is at
 //     most 16, else uint32; counters are decoded to counts (LFSR codes by
 //     table), and each chip placed as the orientation says.
+//   - With Job.ShuffleBlock set, Image[:Header.Format.ImageSize()] holds
+//     that image bit-transposed block by block exactly as the bitshuffle
+//     filter transposes an HDF5 chunk before it compresses the blocks
+//     (bitshuffle.AppendShuffle), so that a bitshuffle codec only has the
+//     blocks left to compress (compress.Preshuffled).
 //   - RawCRC is the CRC-32C of Payload, DataCRC the CRC-32C of the image
-//     bytes. A RawCRC that differs from Header.PayloadCRC is a result for
+//     bytes (before any transpose). A RawCRC that differs from Header.PayloadCRC is a result for
 //     the caller to record, not an error.
 //   - A frame the backend cannot decode (a format that does not validate, a
 //     payload of the wrong size, an image buffer too small, an orientation
@@ -58,6 +63,12 @@ type Job struct {
 	Header  frame.Header // parsed and checked by the caller
 	Payload []byte       // len(Payload) == Header.PayloadSize
 	Image   []byte       // destination, len(Image) >= Header.Format.ImageSize()
+
+	// ShuffleBlock, when not 0, asks for the image bit-transposed in blocks
+	// of this many pixels, a multiple of 8, the way the bitshuffle filter
+	// lays out a chunk before compressing it: compress.Preshuffled's
+	// BlockElems.
+	ShuffleBlock int
 
 	// Results, set by Decode.
 	RawCRC  uint32 // CRC-32C of Payload as received

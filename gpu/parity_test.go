@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/ingest/frame"
 )
 
@@ -106,12 +107,16 @@ func testRounds(t *testing.T, name string) {
 }
 
 // testPiMegaParity holds be to the CPU backend on one Pi-mega frame of
-// every format, with mixed chip orientations.
+// every format, with mixed chip orientations, and on the same frame asked
+// for bit-transposed in the bitshuffle codecs' default blocks.
 func testPiMegaParity(t *testing.T, be Backend) {
 	cpu := newBackend(t, "cpu", Options{Orientation: piMegaOrientation})
 	rng := rand.New(rand.NewPCG(90, 91))
 	for _, f := range piMegaFormats() {
-		batch := []Job{newJob(f, 0, randomBytes(rng, f.PayloadSize()))}
+		payload := randomBytes(rng, f.PayloadSize())
+		shuffled := newJob(f, 1, payload)
+		shuffled.ShuffleBlock = bitshuffle.DefaultBlockSize(f.PixelSize())
+		batch := []Job{newJob(f, 0, payload), shuffled}
 		compareBatch(t, be, cpu, batch, "Pi-mega")
 	}
 }

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/ingest/frame"
 )
 
@@ -49,6 +50,11 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 	}
 	if err := rot.Validate(f.Chips()); err != nil {
 		return plan{}, fmt.Errorf("gpu: frame %d: %v", h.FrameNumber, err)
+	}
+	if j.ShuffleBlock != 0 {
+		if err := bitshuffle.CheckBlockSize(j.ShuffleBlock); err != nil {
+			return plan{}, fmt.Errorf("gpu: frame %d: %v", h.FrameNumber, err)
+		}
 	}
 	p := plan{f: f, rot: rot, chipBytes: f.ChipPayloadSize(), pix: f.PixelSize()}
 	rowBytes := f.Width() * p.pix

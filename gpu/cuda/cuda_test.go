@@ -138,7 +138,7 @@ func TestModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Unload()
-	for _, k := range []string{kernels.Decode, kernels.CRCSub, kernels.CRCFold} {
+	for _, k := range kernels.Kernels {
 		if _, err := m.Function(k); err != nil {
 			t.Error(err)
 		}

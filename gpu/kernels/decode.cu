@@ -18,7 +18,10 @@
  *   2. h5_crc_sub:  CRC-32C of every H5_CRC_SUB-byte sub-piece of the
  *                   payload and of the image;
  *   3. h5_crc_fold: the CRC of every run of H5_CRC_RUN sub-pieces (a
- *                   piece), folded with the CRC-32C combine operator.
+ *                   piece), folded with the CRC-32C combine operator;
+ *   4. h5_shuffle:  for the frames that ask for it, the image
+ *                   bit-transposed as the bitshuffle filter transposes a
+ *                   chunk, into a second buffer.
  * The host folds the pieces of each frame into its two CRCs.
  */
 
@@ -37,7 +40,7 @@
 /*
  * struct h5_frame describes one frame of a batch. Addresses are device
  * addresses. The host writes it byte by byte (package gpu), so its layout
- * is fixed: 96 bytes, no padding the compiler chooses.
+ * is fixed: 104 bytes, no padding the compiler chooses.
  */
 struct h5_frame {
 	unsigned long long payload; /*  0: payload_size bytes */
@@ -63,7 +66,8 @@ struct h5_frame {
 	unsigned char depth;        /* 89 */
 	unsigned char coding;       /* 90 */
 	unsigned char pix;          /* 91: image bytes per pixel, 2 or 4 */
-	unsigned int reserved;      /* 92 */
+	unsigned int block;         /* 92: bitshuffle block, pixels; 0 = no transpose */
+	unsigned long long shuffled; /* 96: image_size bytes, the transposed image */
 };
 
 /* Tables the host uploads when it loads the module. */
@@ -273,5 +277,78 @@ H5_KERNEL h5_crc_fold(const struct h5_frame *frames, unsigned int n)
 		for (unsigned int s = first; s < end; s++)
 			c = mulmod(s == last ? opLast : f->op_sub, c) ^ subs[s];
 		((unsigned int *)f->pieces)[j] = c;
+	}
+}
+
+/*
+ * transpose8 transposes the 8x8 bit matrix x whose row i is byte i (bit j
+ * of a byte is column j): bit 8i+j moves to bit 8j+i.
+ */
+H5_DEVICE unsigned long long transpose8(unsigned long long x)
+{
+	unsigned long long t;
+	t = (x ^ x >> 7) & 0x00AA00AA00AA00AAull;
+	x ^= t ^ t << 7;
+	t = (x ^ x >> 14) & 0x0000CCCC0000CCCCull;
+	x ^= t ^ t << 14;
+	t = (x ^ x >> 28) & 0x00000000F0F0F0F0ull;
+	x ^= t ^ t << 28;
+	return x;
+}
+
+/*
+ * h5_shuffle bit-transposes the image of every frame with a block into its
+ * shuffled buffer, in the layout of the bitshuffle filter (filter 32008)
+ * before compression: the image's n pixels of pix bytes go as blocks of
+ * `block` pixels, then one partial block of the largest multiple of 8
+ * pixels left, then the last n mod 8 pixels unchanged. Within a block of B
+ * pixels, bit r of pixel i (r counted from the least significant bit of
+ * the first byte) moves to bit r*B+i.
+ *
+ * One thread per group of 8 pixels: for each byte position of a pixel it
+ * gathers that byte of the 8 pixels, transposes the 8x8 bits and writes
+ * one byte into each of 8 bit-plane rows of the block. Neighbouring
+ * threads read neighbouring groups and write neighbouring bytes of a row.
+ */
+H5_KERNEL h5_shuffle(const struct h5_frame *frames, unsigned int n)
+{
+	if (blockIdx.y >= n)
+		return;
+	const struct h5_frame *f = &frames[blockIdx.y];
+	unsigned int bs = f->block;
+	if (bs == 0)
+		return;
+	unsigned int pix = f->pix, pixels = f->image_size / pix;
+	unsigned int full = pixels / bs, left = pixels % bs, partial = left - left % 8u;
+	unsigned int groups = (pixels + 7u) / 8u;
+	const unsigned char *in = (const unsigned char *)f->image;
+	unsigned char *out = (unsigned char *)f->shuffled;
+	unsigned int stride = blockDim.x * gridDim.x;
+	for (unsigned int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride) {
+		unsigned long long e = 8ull * g; /* first pixel of the group */
+		if (e + 8u > pixels) { /* the last pixels, fewer than 8: as they are */
+			for (unsigned long long i = e * pix; i < (unsigned long long)pixels * pix; i++)
+				out[i] = in[i];
+			continue;
+		}
+		unsigned long long base = (unsigned long long)full * bs; /* first pixel of the block */
+		unsigned int size = partial;                              /* pixels in the block */
+		if (e < base) {
+			base = e / bs * bs;
+			size = bs;
+		}
+		unsigned long long row = size / 8u; /* bytes of a bit-plane row */
+		unsigned char *dst = out + base * pix + (e - base) / 8u;
+		const unsigned char *src = in + e * pix;
+		for (unsigned int b = 0; b < pix; b++) {
+			unsigned long long x = 0;
+			H5_UNROLL
+			for (int i = 0; i < 8; i++)
+				x |= (unsigned long long)src[i * pix + b] << (8 * i);
+			x = transpose8(x);
+			H5_UNROLL
+			for (int r = 0; r < 8; r++)
+				dst[(8ull * b + r) * row] = (unsigned char)(x >> (8 * r));
+		}
 	}
 }

@@ -18,6 +18,7 @@
 //	Decode   image pixels from the payload
 //	CRCSub   CRC-32C of every CRCSub-byte sub-piece of payload and image
 //	CRCFold  the CRC of every run of CRCRun sub-pieces (a piece)
+//	Shuffle  for frames with a Block, the image bit-transposed into Shuffled
 //
 // and then folds each frame's piece CRCs, payload pieces first, into the
 // CRC-32C of the payload and of the image. Every piece but the last of each
@@ -46,7 +47,11 @@ const (
 	Decode  = "h5_decode"
 	CRCSub  = "h5_crc_sub"
 	CRCFold = "h5_crc_fold"
+	Shuffle = "h5_shuffle"
 )
+
+// Kernels lists the entry points, in launch order.
+var Kernels = []string{Decode, CRCSub, CRCFold, Shuffle}
 
 // Module globals the host fills after loading the module.
 const (
@@ -61,7 +66,7 @@ const (
 	CRCSubSize = 1024                // bytes per sub-piece (H5_CRC_SUB)
 	CRCRun     = 64                  // sub-pieces per piece (H5_CRC_RUN)
 	PieceBytes = CRCSubSize * CRCRun // bytes per piece but the last
-	FrameSize  = 96                  // bytes of a Frame descriptor
+	FrameSize  = 104                 // bytes of a Frame descriptor
 	Align      = 256                 // alignment the host gives every buffer a kernel reads
 )
 
@@ -75,7 +80,13 @@ type Frame struct {
 	RawPieces, ImgPieces              uint32
 	OpSub, OpRawLast, OpImgLast       uint32 // CRC-32C combine operators
 	Format                            frame.Format
+	Block                             uint32 // bitshuffle block in pixels; 0: no transpose
+	Shuffled                          uint64 // where Shuffle writes the transposed image
 }
+
+// ShuffleUnits returns Shuffle's work items for a frame of format f: its
+// groups of 8 pixels, the last one possibly short.
+func ShuffleUnits(f frame.Format) int { return ceilDiv(f.Pixels(), 8) }
 
 // Layout returns the work counts of a frame of format f: Decode's work
 // items, and the sub-pieces and pieces of its payload and image.
@@ -121,7 +132,8 @@ func (d *Frame) Put(b []byte) {
 	b[89] = byte(f.BitDepth)
 	b[90] = byte(f.Coding)
 	b[91] = byte(f.PixelSize())
-	le.PutUint32(b[92:], 0)
+	le.PutUint32(b[92:], d.Block)
+	le.PutUint64(b[96:], d.Shuffled)
 }
 
 // Grid returns the grid width for a launch over at most work items per

@@ -23,7 +23,7 @@ func TestPTX(t *testing.T) {
 			t.Errorf("PTX lacks %q", want)
 		}
 	}
-	for _, k := range []string{Decode, CRCSub, CRCFold} {
+	for _, k := range Kernels {
 		if !regexp.MustCompile(`\.visible \.entry ` + k + `\(\s*\.param \.u64 \w+,\s*\.param \.u32 \w+\s*\)`).MatchString(PTX) {
 			t.Errorf("PTX lacks kernel %s(u64, u32)", k)
 		}

@@ -13,7 +13,7 @@ _Thread_local h5_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 typedef void (*kernel_fn)(const struct h5_frame *, unsigned int);
 
-static kernel_fn kernels[] = {h5_decode, h5_crc_sub, h5_crc_fold};
+static kernel_fn kernels[] = {h5_decode, h5_crc_sub, h5_crc_fold, h5_shuffle};
 
 int hostgrid_launch(int kernel, unsigned int gx, unsigned int gy, unsigned int bx,
 		    unsigned long long frames, unsigned int n)
@@ -72,7 +72,8 @@ void hostgrid_layout(int *out)
 	out[i++] = (int)offsetof(struct h5_frame, depth);
 	out[i++] = (int)offsetof(struct h5_frame, coding);
 	out[i++] = (int)offsetof(struct h5_frame, pix);
-	out[i++] = (int)offsetof(struct h5_frame, reserved);
+	out[i++] = (int)offsetof(struct h5_frame, block);
+	out[i++] = (int)offsetof(struct h5_frame, shuffled);
 	out[i++] = H5_CRC_SUB;
 	out[i++] = H5_CRC_RUN;
 }

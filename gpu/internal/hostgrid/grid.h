@@ -1,6 +1,6 @@
 #include <stddef.h>
 
-#define HOSTGRID_LAYOUT_LEN 27
+#define HOSTGRID_LAYOUT_LEN 28
 
 int hostgrid_launch(int kernel, unsigned int gx, unsigned int gy, unsigned int bx,
 		    unsigned long long frames, unsigned int n);

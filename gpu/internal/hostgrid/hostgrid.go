@@ -55,7 +55,7 @@ func (m *Mem) Free() {
 	m.p, m.n = nil, 0
 }
 
-var kernelIDs = map[string]C.int{kernels.Decode: 0, kernels.CRCSub: 1, kernels.CRCFold: 2}
+var kernelIDs = map[string]C.int{kernels.Decode: 0, kernels.CRCSub: 1, kernels.CRCFold: 2, kernels.Shuffle: 3}
 
 var globalIDs = map[string]C.int{kernels.LFSR12Table: 0, kernels.LFSR6Table: 1, kernels.CRCTable: 2}
 
