@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/gpu"
 	"h5ingest/ingest/frame"
 )
@@ -158,6 +159,10 @@ func TestParity(t *testing.T) {
 				var batch []gpu.Job
 				for _, f := range formats(g) {
 					batch = append(batch, job(rng, f, len(batch), alloc))
+					// And one asked for bit-transposed on the device.
+					j := job(rng, f, len(batch), alloc)
+					j.ShuffleBlock = bitshuffle.DefaultBlockSize(f.PixelSize())
+					batch = append(batch, j)
 				}
 				compare(t, be, cpu, batch, fmt.Sprintf("%v, %s, %s memory", g, oname, aname))
 			}

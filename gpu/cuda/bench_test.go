@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/gpu"
 	"h5ingest/gpu/cuda"
 	"h5ingest/gpu/kernels"
@@ -66,12 +67,14 @@ func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
 	return 5 * n / d.Seconds() / 1e9
 }
 
-// BenchmarkKernels times the three kernels on the device alone, on a batch
-// of 16 Pi-mega frames already in device memory, by events. It reports the
-// raw payload decoded and checksummed per second (GB/s), each kernel's
-// share, the kernels' memory traffic (payload read twice, image written
-// and read), and beside it the device-to-device copy traffic measured in
-// the same run.
+// BenchmarkKernels times the kernels on the device alone, on a batch of 16
+// Pi-mega frames already in device memory, by events. It reports the raw
+// payload decoded and checksummed per second (GB/s), each kernel's share,
+// the kernels' memory traffic (payload read twice, image written and read),
+// and beside it the device-to-device copy traffic measured in the same
+// run. The bitshuffle transpose, which a scan asks for only with
+// output.backend_shuffle, is timed apart: shuffle-GB/s is image bytes
+// transposed per second.
 func BenchmarkKernels(b *testing.B) {
 	ctx := needGPU(b)
 	mod, err := ctx.LoadModule(kernels.PTX)
@@ -88,7 +91,7 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	fns := map[string]*cuda.Function{}
-	for _, k := range []string{kernels.Decode, kernels.CRCSub, kernels.CRCFold} {
+	for _, k := range kernels.Kernels {
 		if fns[k], err = mod.Function(k); err != nil {
 			b.Fatal(err)
 		}
@@ -102,7 +105,7 @@ func BenchmarkKernels(b *testing.B) {
 	name, _ := ctx.Device.Name()
 	b.Logf("%s: device-to-device copy %.0f GB/s (memory traffic %.0f GB/s)", name, d2d, 2*d2d)
 
-	var ev [4]*cuda.Event
+	var ev [5]*cuda.Event
 	for i := range ev {
 		if ev[i], err = ctx.NewEvent(); err != nil {
 			b.Fatal(err)
@@ -135,7 +138,7 @@ func BenchmarkKernels(b *testing.B) {
 					ctx.Free(p)
 				}
 			}()
-			dPay, dImg := alloc(frames*pay), alloc(frames*img)
+			dPay, dImg, dShuf := alloc(frames*pay), alloc(frames*img), alloc(frames*img)
 			dSubs, dPieces, dDesc := alloc(frames*subs), alloc(frames*pieces), alloc(descOff+frames*kernels.FrameSize)
 			payload := make([]byte, f.PayloadSize())
 			for i := range payload {
@@ -156,6 +159,8 @@ func BenchmarkKernels(b *testing.B) {
 					OpRawLast: uint32(gpu.NewCRC32CCombiner(int64(kernels.LastSub(f.PayloadSize())))),
 					OpImgLast: uint32(gpu.NewCRC32CCombiner(int64(kernels.LastSub(f.ImageSize())))),
 					Format:    f,
+					Block:     uint32(bitshuffle.DefaultBlockSize(f.PixelSize())),
+					Shuffled:  uint64(dShuf) + uint64(n*img),
 				}
 				d.Put(descs[descOff+n*kernels.FrameSize:])
 			}
@@ -166,8 +171,9 @@ func BenchmarkKernels(b *testing.B) {
 			launches := []struct {
 				name string
 				work int
-			}{{kernels.Decode, units}, {kernels.CRCSub, rs + is}, {kernels.CRCFold, rp + ip}}
-			var per [3]time.Duration
+			}{{kernels.Decode, units}, {kernels.CRCSub, rs + is}, {kernels.CRCFold, rp + ip},
+				{kernels.Shuffle, kernels.ShuffleUnits(f)}}
+			var per [4]time.Duration
 			b.SetBytes(int64(frames * f.PayloadSize()))
 			for b.Loop() {
 				ev[0].Record(s)
@@ -178,7 +184,7 @@ func BenchmarkKernels(b *testing.B) {
 					}
 					ev[i+1].Record(s)
 				}
-				if err := ev[3].Synchronize(); err != nil {
+				if err := ev[4].Synchronize(); err != nil {
 					b.Fatal(err)
 				}
 				for i := range per {
@@ -193,6 +199,7 @@ func BenchmarkKernels(b *testing.B) {
 			b.ReportMetric(raw/per[0].Seconds()/1e9, "decode-GB/s")
 			b.ReportMetric((raw+imgBytes)/per[1].Seconds()/1e9, "crc-GB/s")
 			b.ReportMetric(float64(per[2].Microseconds())/float64(b.N), "fold-µs")
+			b.ReportMetric(imgBytes/per[3].Seconds()/1e9, "shuffle-GB/s")
 			b.ReportMetric(2*(raw+imgBytes)/total.Seconds()/1e9, "traffic-GB/s")
 			b.ReportMetric(2*d2d, "d2d-traffic-GB/s")
 		})
@@ -206,12 +213,14 @@ func align(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels
 // out, CRCs folded, from 4 goroutines each decoding batches of 4 Pi-mega
 // frames. GB/s is raw payload per second, beside what one module (7.08
 // GB/s) and a 2 x 2 array (28.3 GB/s) deliver at 1000 frames/s. The
-// pageable variant uses Go memory, which the driver stages itself.
+// pageable variant uses Go memory, which the driver stages itself; the
+// shuffled one asks for images bit-transposed on the device
+// (output.backend_shuffle), what the CPU then compresses with only LZ4.
 func BenchmarkEndToEnd(b *testing.B) {
 	needGPU(b)
 	o := orientations(frame.PiMega)["mixed"]
 	const goroutines, perBatch = 4, 4
-	for _, mem := range []string{"pinned", "pageable"} {
+	for _, mem := range []string{"pinned", "pinned-shuffled", "pageable"} {
 		for _, f := range formats(frame.PiMega) {
 			b.Run(mem+"/"+formatName(f), func(b *testing.B) {
 				be := newBackend(b, "cuda", gpu.Options{Orientation: o, Streams: 4})
@@ -237,7 +246,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 				batches := make([][]gpu.Job, goroutines)
 				for g := range batches {
 					for range perBatch {
-						batches[g] = append(batches[g], job(rng, f, len(batches[g]), alloc))
+						j := job(rng, f, len(batches[g]), alloc)
+						if mem == "pinned-shuffled" {
+							j.ShuffleBlock = bitshuffle.DefaultBlockSize(f.PixelSize())
+						}
+						batches[g] = append(batches[g], j)
 					}
 				}
 				for _, batch := range batches { // warm up the lanes
