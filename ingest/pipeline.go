@@ -69,6 +69,11 @@ type Config struct {
 	// counted (Counts.Overflow) and recorded missing. Without it the source
 	// waits for a free slot (back-pressure) and nothing is dropped.
 	DropWhenFull bool
+	// BackendShuffle has the backend bit-transpose each image the way the
+	// codec's bitshuffle stage would (gpu.Job.ShuffleBlock), so that the
+	// compression workers only compress the blocks. The files do not
+	// change. The codec must be a compress.Preshuffled (bslz4, bszstd).
+	BackendShuffle bool
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
@@ -101,6 +106,7 @@ type Pipeline struct {
 	mu      sync.Mutex // guards tracker
 	tracker *Tracker
 	start   time.Time
+	shuffle int // bitshuffle block the backend transposes images in; 0: none
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 }
@@ -191,6 +197,13 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 			return p.Progress(), fmt.Errorf("make codec: %w", err)
 		}
 		codecs[i] = c
+	}
+	if cfg.BackendShuffle {
+		ps, ok := codecs[0].(compress.Preshuffled)
+		if !ok {
+			return p.Progress(), errors.New("backend shuffle needs a codec with a bitshuffle stage (bslz4 or bszstd)")
+		}
+		p.shuffle = ps.BlockElems()
 	}
 	imageSize := cfg.Format.ImageSize()
 	chunkSize := codecs[0].Bound(imageSize)
@@ -364,7 +377,7 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
 		}
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
-			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image}
+			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
@@ -405,11 +418,16 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
 	return nil
 }
 
-// compress encodes decoded images into chunks.
+// compress encodes decoded images into chunks; images the backend has
+// transposed go to the codec's block compressor alone.
 func (p *Pipeline) compress(codec compress.Codec, in <-chan *slot, out chan<- *slot) {
+	encode := codec.Encode
+	if p.shuffle != 0 {
+		encode = codec.(compress.Preshuffled).EncodeShuffled
+	}
 	for s := range in {
 		if s.write {
-			chunk, err := codec.Encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
+			chunk, err := encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
 			if err != nil {
 				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(err))
 				s.write = false

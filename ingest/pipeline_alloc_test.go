@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 
@@ -55,10 +56,18 @@ func TestPipelineSteadyStateAllocs(t *testing.T) {
 	}
 	defer backend.Close()
 	distinct := []*Frame{testFrame(t, testFormat, 0), testFrame(t, testFormat, 1), testFrame(t, testFormat, 2)}
+	for _, shuffle := range []bool{false, true} {
+		t.Run(fmt.Sprint("backend-shuffle=", shuffle), func(t *testing.T) {
+			testSteadyStateAllocs(t, backend, distinct, shuffle)
+		})
+	}
+}
+
+func testSteadyStateAllocs(t *testing.T, backend gpu.Backend, distinct []*Frame, shuffle bool) {
 	allocs := func(n int) float64 {
 		return testing.AllocsPerRun(20, func() {
 			p, err := New(Config{
-				Format: testFormat, Frames: n, Backend: backend,
+				Format: testFormat, Frames: n, Backend: backend, BackendShuffle: shuffle,
 				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
 			})
 			if err != nil {

@@ -1,13 +1,16 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -370,5 +373,66 @@ func TestPipelineDropWhenFull(t *testing.T) {
 	checkOutput(t, sink.memSink, "none", n, status)
 	if src.released != n+1 {
 		t.Errorf("%d frames released of %d", src.released, n+1)
+	}
+}
+
+// TestPipelineBackendShuffle checks that with the transpose moved to the
+// backend the sink gets the same chunks and records, byte for byte, for
+// every bitshuffle codec and for images of full blocks, a partial block and
+// leftover pixels; and that a codec without a bitshuffle stage is refused.
+func TestPipelineBackendShuffle(t *testing.T) {
+	formats := []frame.Format{
+		testFormat, // 512 pixels: one partial block
+		{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
+			Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}, // 8 full blocks
+		{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 1, ChipWidth: 5, ChipHeight: 3},
+			Encoding: frame.U16LE, BitDepth: 16}, // 45 pixels: a partial block and 5 left over
+	}
+	run := func(t *testing.T, f frame.Format, codec string, shuffle bool) (*memSink, error) {
+		backend, err := gpu.New("cpu", gpu.Options{Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer backend.Close()
+		p, err := New(Config{
+			Format: f, Frames: 6, Backend: backend, Batch: 2, BackendShuffle: shuffle,
+			NewCodec: func() (compress.Codec, error) { return compress.New(codec, f.PixelSize(), 0) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := &sliceSource{}
+		for n := range 6 {
+			src.frames = append(src.frames, testFrame(t, f, uint64(n)))
+		}
+		sink := newMemSink()
+		_, err = p.Run(context.Background(), src, sink)
+		return sink, err
+	}
+	for _, f := range formats {
+		for _, codec := range []string{"bslz4", "bszstd"} {
+			t.Run(fmt.Sprintf("%v/%s", f, codec), func(t *testing.T) {
+				want, err := run(t, f, codec, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := run(t, f, codec, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got.chunks) != 6 {
+					t.Fatalf("%d chunks, want 6", len(got.chunks))
+				}
+				if !maps.EqualFunc(got.chunks, want.chunks, bytes.Equal) {
+					t.Error("chunks differ from those of the codec's own transpose")
+				}
+				if !maps.Equal(got.records, want.records) {
+					t.Errorf("records %v, want %v", got.records, want.records)
+				}
+			})
+		}
+	}
+	if _, err := run(t, testFormat, "lz4", true); err == nil || !strings.Contains(err.Error(), "bitshuffle") {
+		t.Errorf("backend shuffle with lz4: error %v, want one naming the bitshuffle codecs", err)
 	}
 }

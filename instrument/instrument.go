@@ -182,13 +182,18 @@ func (w *backend) Decode(batch []gpu.Job) error {
 }
 
 // NewCodec returns a codec maker whose codecs are newCodec's, counted.
+// They implement compress.Preshuffled where newCodec's do.
 func (s *Stages) NewCodec(newCodec func() (compress.Codec, error)) func() (compress.Codec, error) {
 	return func() (compress.Codec, error) {
 		c, err := newCodec()
 		if err != nil {
 			return nil, err
 		}
-		return &codec{c, s}, nil
+		w := &codec{c, s}
+		if ps, ok := c.(compress.Preshuffled); ok {
+			return &preshuffledCodec{w, ps}, nil
+		}
+		return w, nil
 	}
 }
 
@@ -199,14 +204,33 @@ type codec struct {
 
 func (w *codec) Encode(dst, src []byte) ([]byte, error) {
 	start := time.Now()
-	n := len(dst)
 	out, err := w.Codec.Encode(dst, src)
+	w.count(start, len(src), len(out)-len(dst), err)
+	return out, err
+}
+
+// count counts one chunk encoded since start, in and out bytes.
+func (w *codec) count(start time.Time, in, out int, err error) {
 	w.s.CompressSeconds.ObserveDuration(time.Since(start))
 	if err == nil {
 		w.s.CompressFrames.Inc()
-		w.s.CompressIn.Add(uint64(len(src)))
-		w.s.CompressOut.Add(uint64(len(out) - n))
+		w.s.CompressIn.Add(uint64(in))
+		w.s.CompressOut.Add(uint64(out))
 	}
+}
+
+// preshuffledCodec is a counted compress.Preshuffled.
+type preshuffledCodec struct {
+	*codec
+	ps compress.Preshuffled
+}
+
+func (w *preshuffledCodec) BlockElems() int { return w.ps.BlockElems() }
+
+func (w *preshuffledCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) {
+	start := time.Now()
+	out, err := w.ps.EncodeShuffled(dst, shuffled)
+	w.count(start, len(shuffled), len(out)-len(dst), err)
 	return out, err
 }
 

@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"h5ingest/compress"
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/frame"
@@ -161,14 +163,20 @@ func TestWrappersAllocateNothing(t *testing.T) {
 	src := st.Source(fs)
 	b := st.Backend(&fakeBackend{})
 	c, _ := st.NewCodec(func() (compress.Codec, error) { return compress.New("none", 2, 0) })()
+	ps, _ := st.NewCodec(func() (compress.Codec, error) { return compress.New("bslz4", 2, 0) })()
 	sink := st.Sink(&countSink{})
-	jobs := []gpu.Job{{Header: frame.Header{Format: testFormat}, Payload: make([]byte, 10), Image: make([]byte, testFormat.ImageSize())}}
+	jobs := []gpu.Job{
+		// The preview keeps the first: a transposed image, which it undoes.
+		{Header: frame.Header{Format: testFormat}, Payload: make([]byte, 10), Image: make([]byte, testFormat.ImageSize()), ShuffleBlock: 8},
+		{Header: frame.Header{Format: testFormat}, Payload: make([]byte, 10), Image: make([]byte, testFormat.ImageSize())},
+	}
 	chunk := make([]byte, 0, 1024)
 	b.Decode(jobs) // the preview's first copy allocates its buffer
 	n := testing.AllocsPerRun(1000, func() {
 		f, _ := src.Next(context.Background())
 		b.Decode(jobs)
-		chunk, _ = c.Encode(chunk[:0], jobs[0].Image)
+		chunk, _ = ps.(compress.Preshuffled).EncodeShuffled(chunk[:0], jobs[0].Image)
+		chunk, _ = c.Encode(chunk[:0], jobs[1].Image)
 		sink.WriteChunk(0, chunk)
 		sink.SetRecord(0, ingest.Record{})
 		src.Release(f)
@@ -217,5 +225,65 @@ func TestPreview(t *testing.T) {
 	p.offer([]gpu.Job{job(8, nil)}, now.Add(4*time.Hour))
 	if got := p.Latest(nil); got.Number != 8 || got.Seq != 2 {
 		t.Errorf("frame %d seq %d, want 8 and 2", got.Number, got.Seq)
+	}
+}
+
+// TestCodecKeepsPreshuffled checks that a counted codec offers the
+// pre-transposed path exactly where the codec it wraps does, and counts
+// chunks encoded either way.
+func TestCodecKeepsPreshuffled(t *testing.T) {
+	for _, name := range compress.Names() {
+		st := New()
+		inner, err := compress.New(name, 4, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.NewCodec(func() (compress.Codec, error) { return compress.New(name, 4, 0) })()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want := inner.(compress.Preshuffled)
+		ps, got := c.(compress.Preshuffled)
+		if got != want {
+			t.Errorf("%s: counted codec implements Preshuffled: %v, the codec: %v", name, got, want)
+		}
+		if !got {
+			continue
+		}
+		if ps.BlockElems() != inner.(compress.Preshuffled).BlockElems() {
+			t.Errorf("%s: block %d, the codec's %d", name, ps.BlockElems(), inner.(compress.Preshuffled).BlockElems())
+		}
+		src := make([]byte, 4*4096)
+		if _, err := ps.EncodeShuffled(nil, src); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ps.Encode(nil, src); err != nil {
+			t.Fatal(err)
+		}
+		if n := st.CompressFrames.Value(); n != 2 {
+			t.Errorf("%s: %d chunks counted, want 2", name, n)
+		}
+		if n := st.CompressIn.Value(); n != 2*uint64(len(src)) {
+			t.Errorf("%s: %d bytes in counted, want %d", name, n, 2*len(src))
+		}
+	}
+}
+
+// TestPreviewUndoesShuffle checks that an image the backend transposed for
+// the codec is kept as pixels.
+func TestPreviewUndoesShuffle(t *testing.T) {
+	img := make([]byte, testFormat.ImageSize())
+	for i := range img {
+		img[i] = byte(i * 7)
+	}
+	const block = 16
+	shuffled, err := bitshuffle.AppendShuffle(nil, img, testFormat.PixelSize(), block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPreview(time.Hour)
+	p.offer([]gpu.Job{{Header: frame.Header{FrameNumber: 3, Format: testFormat}, Image: shuffled, ShuffleBlock: block}}, time.Now())
+	if got := p.Latest(nil); !bytes.Equal(got.Image, img) {
+		t.Error("preview of a transposed image differs from the image")
 	}
 }

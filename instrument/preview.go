@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"h5ingest/compress/bitshuffle"
 	"h5ingest/gpu"
 	"h5ingest/ingest/frame"
 )
@@ -55,7 +56,8 @@ func (p *Preview) View(f func(PreviewImage)) {
 	f(PreviewImage{Format: p.format, Number: p.number, At: p.at, Seq: p.seq, Image: p.image})
 }
 
-// offer keeps the first decoded image of batch if one is due.
+// offer keeps the first decoded image of batch if one is due, as pixels
+// even where the backend transposed it for the codec.
 func (p *Preview) offer(batch []gpu.Job, now time.Time) {
 	interval := p.interval.Load()
 	if interval <= 0 {
@@ -80,7 +82,11 @@ func (p *Preview) offer(batch []gpu.Job, now time.Time) {
 		if cap(p.image) < size {
 			p.image = make([]byte, size) // once per scan format
 		}
-		p.image = append(p.image[:0], j.Image[:size]...)
+		if j.ShuffleBlock != 0 { // transposed for the codec: undo it for people
+			p.image, _ = bitshuffle.AppendUnshuffle(p.image[:0], j.Image[:size], j.Header.Format.PixelSize(), j.ShuffleBlock)
+		} else {
+			p.image = append(p.image[:0], j.Image[:size]...)
+		}
 		p.format, p.number, p.at = j.Header.Format, j.Header.FrameNumber, now
 		p.seq++
 		p.mu.Unlock()
