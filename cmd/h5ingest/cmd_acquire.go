@@ -205,12 +205,9 @@ func (r *lockedRecorder) Close() error {
 
 // acquireChecks returns the pre-scan checks of an acquire writing files.
 func acquireChecks(files scanFiles, profile config.Profile, plan plan.Plan, provider, addr string) preScan {
-	pre := preScan{frames: plan.Frames(), provider: provider, addr: addr, profile: profile}
+	pre := preScan{master: files.master, frames: plan.Frames(), provider: provider, addr: addr, profile: profile}
 	if format, err := profile.Detector.Format(); err == nil {
 		pre.frameBytes = format.ImageSize()
-	}
-	if files.master != "" {
-		pre.files = append(pre.files, files.master)
 	}
 	for _, m := range files.modules {
 		pre.files = append(pre.files, m.path)

@@ -152,7 +152,8 @@ func (rp *replayRun) modules(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pre := rp.preScan([]string{files.master}, len(files.modules))
+	pre := rp.preScan(nil, len(files.modules))
+	pre.master = files.master
 	ids := make([]uint16, len(files.modules))
 	for i, m := range files.modules {
 		pre.files = append(pre.files, m.path)

@@ -12,6 +12,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
+	"h5ingest/writer"
 )
 
 // Pre-scan checks run before a scan takes its first frame, so that what
@@ -76,6 +77,26 @@ func checkWritable(dir string) error {
 	return nil
 }
 
+// checkNew reports whether path is free for a scan's file: neither the
+// file nor the temporary file of a scan to it that did not finish exists.
+// A scan replaces them only when asked to (--overwrite).
+func checkNew(path string) error {
+	if fileExists(path) {
+		return fmt.Errorf("output file %s exists (give --overwrite to replace it)", path)
+	}
+	if temp := writer.TempName(path); fileExists(temp) {
+		return fmt.Errorf("%s exists: the temporary file of a scan to %s that did not finish (verify it and rename it, or give --overwrite to replace it)",
+			temp, path)
+	}
+	return nil
+}
+
+// fileExists reports whether there is a file (of any kind) at path.
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
 // checkPortFree reports whether addr (host:port) can be listened on. It
 // tries TCP, which is what the tcp and sockets providers listen with;
 // verbs listens through the RDMA connection manager, whose ports this
@@ -105,7 +126,8 @@ func checkBackend(p config.Profile) error {
 
 // preScan is what a scan is checked for before it starts.
 type preScan struct {
-	files      []string // output files
+	files      []string // output files: none may exist unless the profile says overwrite
+	master     string   // the master file of several modules' files, or "": it may exist (a scan keeps one written ahead)
 	frames     int      // frames per file; 0 when not known (no space check)
 	frameBytes int      // decoded bytes per frame
 	provider   string   // listen: provider and address; "" for none
@@ -126,6 +148,9 @@ func (c preScan) run() error {
 			dirs = append(dirs, d)
 		}
 	}
+	if d := filepath.Dir(c.master); c.master != "" && !slices.Contains(dirs, d) {
+		dirs = append(dirs, d)
+	}
 	for _, d := range dirs {
 		if err := checkWritable(d); err != nil {
 			failed = append(failed, err)
@@ -142,6 +167,13 @@ func (c preScan) run() error {
 			if err := checkFreeSpace(d, need); err != nil && c.spaceWarns {
 				fmt.Fprintf(os.Stderr, "h5ingest: warning: %v\n", err)
 			} else if err != nil {
+				failed = append(failed, err)
+			}
+		}
+	}
+	if !c.profile.Output.Overwrite {
+		for _, f := range c.files {
+			if err := checkNew(f); err != nil {
 				failed = append(failed, err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"h5ingest/config"
+	"h5ingest/writer"
 )
 
 func TestExpectedBytes(t *testing.T) {
@@ -36,6 +37,10 @@ func TestPreScanChecks(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	left := filepath.Join(dir, "left.h5") // a scan to it was interrupted
+	if err := os.WriteFile(writer.TempName(left), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +59,9 @@ func TestPreScanChecks(t *testing.T) {
 		{"writable", func() error { return checkWritable(dir) }, ""},
 		{"no directory", func() error { return checkWritable(filepath.Join(dir, "none")) }, "does not exist"},
 		{"a file", func() error { return checkWritable(file) }, "is not a directory"},
+		{"new file", func() error { return checkNew(filepath.Join(dir, "new.h5")) }, ""},
+		{"file exists", func() error { return checkNew(file) }, "output file " + file + " exists (give --overwrite to replace it)"},
+		{"unfinished scan's file", func() error { return checkNew(left) }, writer.TempName(left) + " exists: the temporary file of a scan to " + left},
 		{"port free", func() error { return checkPortFree("tcp", freeAddr(t)) }, ""},
 		{"port busy", func() error { return checkPortFree("tcp", busy.Addr().String()) }, "is not free"},
 		{"verbs port not checked", func() error { return checkPortFree("verbs", busy.Addr().String()) }, ""},
@@ -71,8 +79,8 @@ func TestPreScanChecks(t *testing.T) {
 			}
 		})
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("the writable check left %d files in %s", len(entries)-1, dir)
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("the writable check left %d files in %s", len(entries)-2, dir)
 	}
 }
 
@@ -103,5 +111,48 @@ func TestAcquirePreScanFails(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("acquire took %v to fail its checks", d)
+	}
+}
+
+// TestPreScanRefusesExistingFiles checks that replay and acquire refuse an
+// existing output file (or a scan's leftover temporary file) before they
+// read a frame: acquire must not keep the detector waiting for a scan it
+// cannot write. With --overwrite the check passes.
+func TestPreScanRefusesExistingFiles(t *testing.T) {
+	path, _ := simulate(t, "--frames", "2")
+	dir := t.TempDir()
+	out, left := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "left.h5")
+	for _, f := range []string{out, writer.TempName(left)} {
+		if err := os.WriteFile(f, []byte("earlier scan"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string // on stderr
+	}{
+		{"replay", []string{"replay", path, "-o", out}, "pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
+		{"replay over an unfinished scan", []string{"replay", path, "-o", left}, "pre-scan check: " + writer.TempName(left) + " exists"},
+		{"acquire", []string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "20s"},
+			"pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			code, _, stderr := runProcess(t, tt.args...)
+			if code != exitFailure || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit status %d, stderr:\n%s\nwant status %d and %q", code, stderr, exitFailure, tt.want)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %v to refuse the existing file", d)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(out); string(b) != "earlier scan" {
+		t.Error("the existing file changed")
+	}
+	if code, _, stderr := runProcess(t, "replay", path, "-o", left, "--overwrite"); code != exitOK {
+		t.Errorf("replay --overwrite over an unfinished scan: exit status %d\n%s", code, stderr)
 	}
 }
