@@ -98,6 +98,10 @@ type Output struct {
 	Level         int           `mapstructure:"level"`
 	FlushInterval time.Duration `mapstructure:"flush_interval"`
 	Overwrite     bool          `mapstructure:"overwrite"`
+	// BackendShuffle moves the bit transpose of bslz4 and bszstd to the
+	// decode backend (on the GPU with cuda), leaving the CPU only the block
+	// compression. The files do not change.
+	BackendShuffle bool `mapstructure:"backend_shuffle"`
 }
 
 // PlanKeys are a profile's scan plan defaults.

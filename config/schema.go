@@ -101,6 +101,7 @@ var Keys = []Key{
 	{"output.level", "compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default"},
 	{"output.flush_interval", "how often readers following the file see new frames, e.g. 1s"},
 	{"output.overwrite", "replace an existing file of the same name: true or false"},
+	{"output.backend_shuffle", "do the bit transpose of bslz4 and bszstd on the decode backend (the GPU with cuda), leaving the CPU only LZ4 or zstd; the files do not change: true or false"},
 	{"plan.darks", "dark fields at the start of a scan"},
 	{"plan.flats", "flat fields after the darks"},
 	{"plan.projections", "projections after the flats; 0 with no darks or flats: every frame is a projection"},
@@ -277,6 +278,8 @@ func (p *Profile) validateOutput() error {
 		return bad("output.level", "%d with deflate, want 0 (default) to 9", o.Level)
 	case o.FlushInterval <= 0:
 		return bad("output.flush_interval", "%v, want a duration above 0 such as 1s", o.FlushInterval)
+	case o.BackendShuffle && o.Compression != "bslz4" && o.Compression != "bszstd":
+		return bad("output.backend_shuffle", "true with compression %s, which has no bit transpose: want bslz4 or bszstd, or false", o.Compression)
 	}
 	return nil
 }

@@ -268,19 +268,22 @@ func TestReplayCodecsAndLayouts(t *testing.T) {
 	status := expectedStatus(truth)
 	tests := []struct {
 		compression, layout string
-		filters             string // as h5dump -pH shows the first filter
+		filters             string   // as h5dump -pH shows the first filter
+		args                []string // more flags
 	}{
-		{"bslz4", writer.LayoutNXtomo, "FILTER_ID 32008"},
-		{"lz4", writer.LayoutNXtomo, "FILTER_ID 32004"},
-		{"deflate", writer.LayoutNXtomo, "SHUFFLE"},
-		{"none", writer.LayoutNXtomo, "NONE"},
-		{"bslz4", writer.LayoutCXI, "FILTER_ID 32008"},
+		{"bslz4", writer.LayoutNXtomo, "FILTER_ID 32008", nil},
+		{"bslz4", writer.LayoutNXtomo, "FILTER_ID 32008", []string{"--backend-shuffle"}},
+		{"lz4", writer.LayoutNXtomo, "FILTER_ID 32004", nil},
+		{"deflate", writer.LayoutNXtomo, "SHUFFLE", nil},
+		{"none", writer.LayoutNXtomo, "NONE", nil},
+		{"bslz4", writer.LayoutCXI, "FILTER_ID 32008", nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.compression+"/"+tt.layout, func(t *testing.T) {
+		t.Run(strings.Join(append([]string{tt.compression, tt.layout}, tt.args...), "/"), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "scan.h5")
-			code, stdout := runCaptured(t, "replay", path, "-o", out, "--compression", tt.compression,
-				"--layout", tt.layout, "--darks", "1", "--flats", "1", "--projections", "4")
+			args := append([]string{"replay", path, "-o", out, "--compression", tt.compression,
+				"--layout", tt.layout, "--darks", "1", "--flats", "1", "--projections", "4"}, tt.args...)
+			code, stdout := runCaptured(t, args...)
 			if code != exitOK {
 				t.Fatalf("replay exit status %d\n%s", code, stdout)
 			}

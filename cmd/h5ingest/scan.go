@@ -60,6 +60,8 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("layout", "output.layout")
 	fs.Bool("overwrite", d.Output.Overwrite, "replace an existing output file")
 	key("overwrite", "output.overwrite")
+	fs.Bool("backend-shuffle", d.Output.BackendShuffle, "do the bit transpose of bslz4 and bszstd on the decode backend (the GPU with cuda); the files do not change")
+	key("backend-shuffle", "output.backend_shuffle")
 	fs.Duration("flush", d.Output.FlushInterval, "how often readers following the file see new frames")
 	key("flush", "output.flush_interval")
 	fs.Int("darks", d.Plan.Darks, "dark fields at the start of the scan")
@@ -215,13 +217,14 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		batch = gpuBatch
 	}
 	p, err := ingest.New(ingest.Config{
-		Format:       format,
-		Frames:       plan.Frames(),
-		Backend:      backend,
-		NewCodec:     newCodec,
-		Batch:        batch,
-		DropWhenFull: profile.Source.DropWhenFull,
-		Log:          log,
+		Format:         format,
+		Frames:         plan.Frames(),
+		Backend:        backend,
+		NewCodec:       newCodec,
+		Batch:          batch,
+		DropWhenFull:   profile.Source.DropWhenFull,
+		BackendShuffle: out.BackendShuffle,
+		Log:            log,
 	})
 	if err != nil {
 		file.Close()
@@ -230,7 +233,8 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	}
 	watch.describe(p, path, plan, format, backend.Name(), out.Compression)
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
-		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression))
+		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
+		zap.Bool("backend_shuffle", out.BackendShuffle))
 	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log, watch: watch}, nil
 }
 
