@@ -52,7 +52,9 @@ func newBenchCmd() *cobra.Command {
 		Long: `bench simulates a Pi-mega tomography scan (24-bit LFSR bitplane frames) and
 times, on the same frames in one run:
 
-  - h5ingest replay of the scan's capture to a bitshuffle-LZ4 HDF5 file;
+  - h5ingest replay of the scan's capture to a bitshuffle-LZ4 HDF5 file,
+    and again with the bit transpose on the decode backend
+    (--backend-shuffle, profile key output.backend_shuffle);
   - the reference: h5py + hdf5plugin writing the decoded frames through the
     HDF5 filter pipeline, one chunk per frame;
   - the ceiling: the C bitshuffle + LZ4 library compressing the decoded
@@ -184,7 +186,7 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	os.Remove(files.unique)
 
 	n, image := fl.frames, int64(format.ImageSize())
-	rows := make([]benchRow, 0, 5)
+	rows := make([]benchRow, 0, 6)
 	measure := func(name string, timed func() (float64, int64, int64, error)) error {
 		fmt.Fprintf(logw, "bench: %s\n", name)
 		secs, stored, rss, err := timed()
@@ -211,15 +213,25 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	omp := func(t int) []string { return []string{"OMP_NUM_THREADS=" + strconv.Itoa(t)} }
 	nstr := strconv.Itoa(n)
 
-	err = measure("h5ingest replay -> HDF5 bslz4", func() (float64, int64, int64, error) {
-		res, err := benchRun(self, nil, "replay", files.capture, "-o", files.ours, "--backend", fl.backend,
-			"--compression", "bslz4", "--projections", nstr, "--overwrite")
-		if err != nil {
-			return 0, 0, 0, err
+	replay := func(more ...string) func() (float64, int64, int64, error) {
+		return func() (float64, int64, int64, error) {
+			args := append([]string{"replay", files.capture, "-o", files.ours, "--backend", fl.backend,
+				"--compression", "bslz4", "--projections", nstr, "--overwrite"}, more...)
+			res, err := benchRun(self, nil, args...)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			return res.seconds, fileSize(files.ours), res.maxRSS, nil
 		}
-		return res.seconds, fileSize(files.ours), res.maxRSS, nil
-	})
-	if err != nil {
+	}
+	// The transposed row runs first, so that the plain one leaves its file
+	// for the writer row; it is listed last.
+	if err := measure(benchShuffledRow, replay("--backend-shuffle")); err != nil {
+		return err
+	}
+	shuffled := rows[0]
+	rows = rows[:0]
+	if err := measure("h5ingest replay -> HDF5 bslz4", replay()); err != nil {
 		return err
 	}
 	os.Remove(files.capture)
@@ -249,9 +261,14 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 		os.Remove(files.reference)
 		os.Remove(files.written)
 	}
+	rows = append(rows, shuffled)
 	printBench(out, fl, format, files, rows)
 	return nil
 }
+
+// benchShuffledRow names the replay row with the bit transpose on the
+// decode backend.
+const benchShuffledRow = "h5ingest replay, transpose on the backend"
 
 // printBench prints the table and the ratios of the first row to the
 // reference and ceiling rows.
@@ -274,6 +291,9 @@ func printBench(out io.Writer, fl *benchFlags, format frame.Format, files benchF
 	if len(rows) >= 3 {
 		ours, ref, ceil := rows[0], rows[1], rows[2]
 		fmt.Fprintf(out, "\nours / reference  %.2f\nours / ceiling    %.2f\n", ours.gbps()/ref.gbps(), ours.gbps()/ceil.gbps())
+	}
+	if last := rows[len(rows)-1]; len(rows) >= 2 && last.name == benchShuffledRow {
+		fmt.Fprintf(out, "transpose on the backend / ours  %.2f\n", last.gbps()/rows[0].gbps())
 	}
 	fmt.Fprintln(out, "\nGB/s: decoded image bytes (1e9) per second. ratio: decoded over stored bytes.")
 	fmt.Fprintln(out, "Replay is timed as its whole process (capture read, decode, CRCs, compress, write, close);")

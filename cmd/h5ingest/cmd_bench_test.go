@@ -30,7 +30,8 @@ func TestBenchSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := out.String()
-	for _, row := range []string{"h5ingest replay", "reference: h5py", "ceiling: C bitshuffle+LZ4, 2 threads", "1 thread", "writer alone"} {
+	for _, row := range []string{"h5ingest replay -> HDF5", "reference: h5py", "ceiling: C bitshuffle+LZ4, 2 threads", "1 thread", "writer alone",
+		benchShuffledRow} {
 		line := lineWith(table, row)
 		if line == "" {
 			t.Fatalf("no row %q in\n%s", row, table)
@@ -47,7 +48,8 @@ func TestBenchSmall(t *testing.T) {
 		}
 	}
 	if !regexp.MustCompile(`ours / reference  \d+\.\d\d`).MatchString(table) ||
-		!regexp.MustCompile(`ours / ceiling    \d+\.\d\d`).MatchString(table) {
+		!regexp.MustCompile(`ours / ceiling    \d+\.\d\d`).MatchString(table) ||
+		!regexp.MustCompile(`transpose on the backend / ours  \d+\.\d\d`).MatchString(table) {
 		t.Errorf("ratios missing from\n%s", table)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
