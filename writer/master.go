@@ -69,7 +69,7 @@ func CreateMaster(o MasterOptions) error {
 	w := &Writer{opts: o.Options, temp: TempName(o.Path), frames: o.Frames, master: o.Modules}
 	for _, name := range []string{o.Path, w.temp} {
 		if _, err := os.Lstat(name); err == nil && !o.Overwrite {
-			return fmt.Errorf("create master %s: %s exists (set Overwrite to replace it)", o.Path, name)
+			return fmt.Errorf("create master %s: %s %w", o.Path, name, ErrExists)
 		}
 	}
 	w.initFrames()

@@ -150,8 +150,8 @@ func TestMasterOptionErrors(t *testing.T) {
 	if err := CreateMaster(o); err != nil {
 		t.Fatal(err)
 	}
-	if err := CreateMaster(o); err == nil || !strings.Contains(err.Error(), "exists") {
-		t.Errorf("second CreateMaster without Overwrite: %v, want an error saying the file exists", err)
+	if err := CreateMaster(o); !errors.Is(err, ErrExists) {
+		t.Errorf("second CreateMaster without Overwrite: %v, want ErrExists", err)
 	}
 	o.Overwrite = true
 	if err := CreateMaster(o); err != nil {

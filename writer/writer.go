@@ -182,6 +182,10 @@ type Writer struct {
 	theta       []float64 // angles of the projections
 }
 
+// ErrExists is returned, wrapped, by Create and CreateMaster when the file,
+// or the temporary file of a scan to it, exists and Overwrite is not set.
+var ErrExists = errors.New("exists")
+
 // TempName returns the name under which the file for path is written:
 // a hidden name beside it.
 func TempName(path string) string {
@@ -199,7 +203,7 @@ func Create(opts Options) (*Writer, error) {
 	w := &Writer{opts: opts, temp: TempName(opts.Path), extendible: opts.Frames == 0, frames: opts.Frames}
 	for _, name := range []string{opts.Path, w.temp} {
 		if _, err := os.Lstat(name); err == nil && !opts.Overwrite {
-			return nil, fmt.Errorf("create %s: %s exists (set Overwrite to replace it)", opts.Path, name)
+			return nil, fmt.Errorf("create %s: %s %w", opts.Path, name, ErrExists)
 		}
 	}
 	w.initFrames()

@@ -518,8 +518,8 @@ func TestOverwriteAndRename(t *testing.T) {
 	if _, err := os.Stat(o.Path); !os.IsNotExist(err) {
 		t.Errorf("final name exists while writing: %v", err)
 	}
-	if _, err := Create(o); err == nil || !strings.Contains(err.Error(), "exists") {
-		t.Errorf("Create beside a running scan's temporary file: got %v, want an 'exists' error", err)
+	if _, err := Create(o); !errors.Is(err, ErrExists) {
+		t.Errorf("Create beside a running scan's temporary file: got %v, want ErrExists", err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -530,8 +530,8 @@ func TestOverwriteAndRename(t *testing.T) {
 	if _, err := os.Stat(o.Path); err != nil {
 		t.Errorf("final file after Close: %v", err)
 	}
-	if _, err := Create(o); err == nil || !strings.Contains(err.Error(), "exists") {
-		t.Errorf("Create over an existing file: got %v, want an 'exists' error", err)
+	if _, err := Create(o); !errors.Is(err, ErrExists) {
+		t.Errorf("Create over an existing file: got %v, want ErrExists", err)
 	}
 	o.Overwrite = true
 	o.Frames = 2

@@ -379,3 +379,29 @@ func TestAcquireOneModule(t *testing.T) {
 		t.Errorf("acquire --module 9 of a profile without it: exit status %d, want %d", code, exitUsage)
 	}
 }
+
+// TestMasterRefusesOtherMaster checks that master keeps an existing master
+// file of the same scan, refuses one of another scan with a message saying
+// how to replace it, and replaces it with --overwrite.
+func TestMasterRefusesOtherMaster(t *testing.T) {
+	profile := arrayProfile(t)
+	master := filepath.Join(t.TempDir(), "scan.h5")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // on stderr
+	}{
+		{"first", []string{"--projections", "4"}, exitOK, ""},
+		{"same scan", []string{"--projections", "4"}, exitOK, ""},
+		{"another scan", []string{"--projections", "5"}, exitFailure,
+			"h5ingest: create master " + master + ": " + master + " exists (give --overwrite to replace it)\n"},
+		{"another scan, --overwrite", []string{"--projections", "5", "--overwrite"}, exitOK, ""},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runProcess(t, append([]string{"master", "--profile", profile, "-o", master}, tt.args...)...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%s: exit status %d, stderr:\n%s\nwant status %d and %q", tt.name, code, stderr, tt.code, tt.want)
+		}
+	}
+}

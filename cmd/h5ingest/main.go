@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"h5ingest/writer"
 )
 
 // Exit statuses shared by every subcommand.
@@ -92,6 +94,10 @@ func run(args []string) int {
 		if ee.err == nil {
 			return code
 		}
+	}
+	if errors.Is(err, writer.ErrExists) {
+		fmt.Fprintf(os.Stderr, "h5ingest: %v (give --overwrite to replace it)\n", err)
+		return code
 	}
 	fmt.Fprintf(os.Stderr, "h5ingest: %v\n", err)
 	return code
