@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"h5ingest/config"
 	"h5ingest/ingest/frame"
@@ -33,6 +35,11 @@ profile's output.template names the module files, with {module} replaced by
 "master" for the master.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range masterRefused {
+				if cmd.Flags().Changed(name) {
+					return usageError(fmt.Errorf("--%s: master writes no scan, only its master file: there is nothing to serve or report", name))
+				}
+			}
 			now := time.Now()
 			if date != "" {
 				var err error
@@ -44,9 +51,24 @@ profile's output.template names the module files, with {module} replaced by
 		},
 	}
 	s.register(cmd.Flags())
+	// The other scan flags do not change a master file: master takes them
+	// (those that set profile keys are checked as always) without showing
+	// them in its help.
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !slices.Contains(masterFlags, f.Name) {
+			f.Hidden = true
+		}
+	})
 	cmd.Flags().StringVar(&date, "date", "", "date of the scan, YYYYMMDD, for {date} in the file name template (default: today)")
 	return cmd
 }
+
+// masterFlags are the scan flags that shape a master file.
+var masterFlags = []string{"profile", "output", "scan-id", "layout", "overwrite",
+	"darks", "flats", "projections", "sequence", "angle-start", "angle-end", "positions"}
+
+// masterRefused are the scan flags that ask for what master does not do.
+var masterRefused = []string{"metrics", "metrics-linger", "report"}
 
 // master writes the master file of a scan as the profile and the flags say.
 func master(s *scanFlags, now time.Time) error {

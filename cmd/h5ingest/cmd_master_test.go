@@ -405,3 +405,35 @@ func TestMasterRefusesOtherMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestMasterFlags checks that master shows only the flags that shape a
+// master file, and refuses those that ask for a status page or a report,
+// which it never makes.
+func TestMasterFlags(t *testing.T) {
+	profile := arrayProfile(t)
+	master := filepath.Join(t.TempDir(), "scan.h5")
+	for _, args := range [][]string{
+		{"--report", filepath.Join(t.TempDir(), "report.html")},
+		{"--metrics", "0"},
+		{"--metrics-linger", "1s"},
+	} {
+		all := append([]string{"master", "--profile", profile, "-o", master, "--projections", "4"}, args...)
+		if code, _, stderr := runProcess(t, all...); code != exitUsage || !strings.Contains(stderr, args[0]+": master writes no scan") {
+			t.Errorf("master %v: exit status %d, stderr:\n%s\nwant status %d naming %s", args, code, stderr, exitUsage, args[0])
+		}
+	}
+	if _, err := os.Stat(master); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("master file after refused flags: %v", err)
+	}
+	_, help, _ := runProcess(t, "master", "--help")
+	for _, flag := range []string{"--backend", "--compression", "--level", "--flush", "--drop-when-full", "--log-level", "--metrics", "--report"} {
+		if strings.Contains(help, flag+" ") {
+			t.Errorf("master --help shows %s, which does not change a master file:\n%s", flag, help)
+		}
+	}
+	for _, flag := range []string{"--profile", "-o, --output", "--scan-id", "--layout", "--overwrite", "--projections", "--sequence", "--date"} {
+		if !strings.Contains(help, flag+" ") {
+			t.Errorf("master --help lacks %s:\n%s", flag, help)
+		}
+	}
+}
