@@ -161,10 +161,10 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error) {
 	var f frame.Format
 	var err error
-	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255); err != nil {
+	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255, "6x6"); err != nil {
 		return f, fmt.Errorf("--chips %q: %w", fl.chips, err)
 	}
-	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535); err != nil {
+	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535, "256x256"); err != nil {
 		return f, fmt.Errorf("--chip-size %q: %w", fl.chipSize, err)
 	}
 	if f.Encoding, err = frame.ParseEncoding(fl.encoding); err != nil {
@@ -190,13 +190,14 @@ func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error)
 	return f, nil
 }
 
-// parseSize parses "AxB" with both sides 1 to max.
-func parseSize(s string, max int) (int, int, error) {
+// parseSize parses "AxB" with both sides 1 to max; example is one for
+// messages.
+func parseSize(s string, max int, example string) (int, int, error) {
 	a, b, ok := strings.Cut(s, "x")
 	x, err1 := strconv.Atoi(a)
 	y, err2 := strconv.Atoi(b)
 	if !ok || err1 != nil || err2 != nil || x < 1 || y < 1 || x > max || y > max {
-		return 0, 0, fmt.Errorf("want two whole numbers from 1 to %d joined by x, such as 6x6", max)
+		return 0, 0, fmt.Errorf("want two whole numbers from 1 to %d joined by x, such as %s", max, example)
 	}
 	return x, y, nil
 }

@@ -139,6 +139,8 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{"--frames", "5", "--darks", "2"},        // both plan and frames
 		{"--scene", "cdi", "--projections", "3"}, // plan flags for cdi
 		{"--no-such-flag"},
+		// A payload no frame header can describe.
+		{"--chips", "255x255", "--chip-size", "65528x65528"},
 	}
 	for _, extra := range tests {
 		args := []string{"simulate", "--frames", "1", "--chips", "1x1", "--chip-size", "8x8"}
