@@ -207,9 +207,11 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	}
 	imageSize := cfg.Format.ImageSize()
 	chunkSize := codecs[0].Bound(imageSize)
+	images := p.allocImages(cfg.Slots, imageSize)
+	defer images.free()
 	free := make(chan *slot, cfg.Slots)
-	for range cfg.Slots {
-		free <- &slot{image: make([]byte, imageSize), chunk: make([]byte, 0, chunkSize)}
+	for _, image := range images.bufs {
+		free <- &slot{image: image, chunk: make([]byte, 0, chunkSize)}
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -261,6 +263,52 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		return p.Progress(), decodeErr
 	}
 	return p.Progress(), srcErr
+}
+
+// imageBufs are the slots' image buffers, page-locked by the backend where
+// it offers that (gpu.HostAllocator), so that a device copies images out
+// asynchronously and at full speed.
+type imageBufs struct {
+	bufs [][]byte
+	host gpu.HostAllocator // nil: Go memory
+	log  *zap.Logger
+}
+
+// allocImages returns n image buffers of size bytes, from the backend where
+// it allocates host memory, else, or where that fails, from Go.
+func (p *Pipeline) allocImages(n, size int) *imageBufs {
+	b := &imageBufs{bufs: make([][]byte, 0, n), log: p.log}
+	if host, ok := p.cfg.Backend.(gpu.HostAllocator); ok {
+		b.host = host
+		for range n {
+			buf, err := host.AllocHost(size)
+			if err != nil {
+				p.log.Warn("page-locked image buffers unavailable, using ordinary memory (slower device copies)",
+					zap.String("backend", p.cfg.Backend.Name()), zap.Error(err))
+				b.free()
+				b.host = nil
+				break
+			}
+			b.bufs = append(b.bufs, buf)
+		}
+	}
+	for len(b.bufs) < n {
+		b.bufs = append(b.bufs, make([]byte, size))
+	}
+	return b
+}
+
+// free gives page-locked buffers back to the backend. It is called when
+// every stage is done with them.
+func (b *imageBufs) free() {
+	if b.host != nil {
+		for _, buf := range b.bufs {
+			if err := b.host.FreeHost(buf); err != nil {
+				b.log.Warn("free page-locked image buffer", zap.Error(err))
+			}
+		}
+	}
+	b.bufs = b.bufs[:0]
 }
 
 // read takes frames from the source, applies the tracker's rules and hands

@@ -436,3 +436,101 @@ func TestPipelineBackendShuffle(t *testing.T) {
 		t.Errorf("backend shuffle with lz4: error %v, want one naming the bitshuffle codecs", err)
 	}
 }
+
+// hostBackend is the CPU backend offering host memory as a device backend
+// does, keeping count of what it hands out and gets back, and of the image
+// buffers Decode is given that are not its own.
+type hostBackend struct {
+	gpu.Backend
+	failAfter int // AllocHost fails once this many buffers are out; 0 never
+
+	mu      sync.Mutex
+	out     map[*byte]bool
+	allocs  int
+	foreign int
+}
+
+func (b *hostBackend) AllocHost(n int) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failAfter > 0 && b.allocs == b.failAfter {
+		return nil, errors.New("locked memory limit reached")
+	}
+	b.allocs++
+	buf := make([]byte, n)
+	b.out[&buf[0]] = true
+	return buf, nil
+}
+
+func (b *hostBackend) FreeHost(buf []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.out[&buf[0]] {
+		return errors.New("not allocated here")
+	}
+	delete(b.out, &buf[0])
+	return nil
+}
+
+func (b *hostBackend) Decode(jobs []gpu.Job) error {
+	b.mu.Lock()
+	for _, j := range jobs {
+		if !b.out[&j.Image[0]] {
+			b.foreign++
+		}
+	}
+	b.mu.Unlock()
+	return b.Backend.Decode(jobs)
+}
+
+// TestPipelineHostMemory checks that the slots' images come from a backend
+// that allocates host memory and all go back to it, and that a backend
+// refusing more memory part way leaves the pipeline on ordinary memory,
+// its buffers given back, the frames all written.
+func TestPipelineHostMemory(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		failAfter int
+		allocs    int  // buffers the backend hands out
+		foreign   bool // images in Go memory
+	}{
+		{"page-locked", 0, 4, false},
+		{"refused", 2, 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cpu, err := gpu.New("cpu", gpu.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			be := &hostBackend{Backend: cpu, failAfter: tt.failAfter, out: map[*byte]bool{}}
+			p, err := New(Config{
+				Format: testFormat, Frames: 8, Backend: be, Slots: 4,
+				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := &sliceSource{}
+			for n := range 8 {
+				src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
+			}
+			sink := newMemSink()
+			if _, err := p.Run(context.Background(), src, sink); err != nil {
+				t.Fatal(err)
+			}
+			if len(sink.chunks) != 8 {
+				t.Errorf("%d chunks written, want 8", len(sink.chunks))
+			}
+			if len(be.out) != 0 {
+				t.Errorf("%d page-locked buffers not given back", len(be.out))
+			}
+			if be.allocs != tt.allocs {
+				t.Errorf("%d buffers allocated, want %d", be.allocs, tt.allocs)
+			}
+			if (be.foreign > 0) != tt.foreign {
+				t.Errorf("%d decodes into Go memory; want some: %v", be.foreign, tt.foreign)
+			}
+		})
+	}
+}
