@@ -171,8 +171,10 @@ func (c preScan) run() error {
 			}
 		}
 	}
-	if !c.profile.Output.Overwrite {
-		for _, f := range c.files {
+	for _, f := range append(slices.Clip(c.files), c.master) {
+		if info, err := os.Stat(f); f != "" && err == nil && info.IsDir() {
+			failed = append(failed, fmt.Errorf("output file %s is a directory", f))
+		} else if f != c.master && !c.profile.Output.Overwrite {
 			if err := checkNew(f); err != nil {
 				failed = append(failed, err)
 			}

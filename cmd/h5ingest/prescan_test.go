@@ -117,7 +117,8 @@ func TestAcquirePreScanFails(t *testing.T) {
 // TestPreScanRefusesExistingFiles checks that replay and acquire refuse an
 // existing output file (or a scan's leftover temporary file) before they
 // read a frame: acquire must not keep the detector waiting for a scan it
-// cannot write. With --overwrite the check passes.
+// cannot write. With --overwrite the check passes, unless the output is a
+// directory, which no scan replaces.
 func TestPreScanRefusesExistingFiles(t *testing.T) {
 	path, _ := simulate(t, "--frames", "2")
 	dir := t.TempDir()
@@ -134,6 +135,7 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 	}{
 		{"replay", []string{"replay", path, "-o", out}, "pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
 		{"replay over an unfinished scan", []string{"replay", path, "-o", left}, "pre-scan check: " + writer.TempName(left) + " exists"},
+		{"replay over a directory", []string{"replay", path, "-o", dir, "--overwrite"}, "pre-scan check: output file " + dir + " is a directory\n"},
 		{"acquire", []string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "20s"},
 			"pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
 	}
