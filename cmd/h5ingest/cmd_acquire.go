@@ -105,6 +105,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if _, err := s.observe.start(log); err != nil {
 		return err
 	}
+	defer s.observe.stopUnused()
 	if len(profile.Detector.Modules) > 1 {
 		return acquireModules(ctx, f, profile, plan, files, cfg, log)
 	}

@@ -78,6 +78,12 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 		return err
 	}
 	defer log.Sync()
+	// The status server and the report directory are checked before any
+	// file is created.
+	if _, err := s.observe.start(log); err != nil {
+		return err
+	}
+	defer s.observe.stopUnused()
 	r, format, err := openCapture(path)
 	if err != nil {
 		return err

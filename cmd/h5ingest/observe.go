@@ -106,6 +106,21 @@ func (o *observeFlags) start(log *zap.Logger) (*observer, error) {
 	return obs, nil
 }
 
+// stopUnused stops the command's observer (its server) if no scan has
+// been shown on it: for a command that fails before its first scan. An
+// observer with scans stops when the last of them is done.
+func (o *observeFlags) stopUnused() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.obs == nil || o.obs.open > 0 || len(o.obs.monitors) > 0 {
+		return
+	}
+	if o.obs.srv != nil {
+		o.obs.srv.Close()
+	}
+	o.obs = nil
+}
+
 // scanWatch instruments one scan. newScan wraps every scan's stages (the
 // counters cost nothing to speak of); scanRun.observe shows them, when the
 // command's flags ask for it.

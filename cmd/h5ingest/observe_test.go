@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -314,4 +315,43 @@ func TestStatusPageWhileWaiting(t *testing.T) {
 	if code := waitExit(t, done, 10*time.Second); code != exitFailure {
 		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
 	}
+}
+
+// TestReplayObserveFlagsFailEarly checks that a --report or --metrics that
+// cannot work stops replay before it creates its file, and that a replay
+// failing before its scan stops the status server it started.
+func TestReplayObserveFlagsFailEarly(t *testing.T) {
+	path, _ := simulate(t, "--frames", "2")
+	dir := t.TempDir()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"report in a missing directory", []string{"--report", filepath.Join(dir, "none", "report.html")}, exitUsage},
+		{"status port in use", []string{"--metrics", busy.Addr().String()}, exitFailure},
+	}
+	for _, tt := range tests {
+		out := filepath.Join(dir, "scan.h5")
+		if code := run(append([]string{"replay", path, "-o", out}, tt.args...)); code != tt.code {
+			t.Errorf("%s: exit status %d, want %d", tt.name, code, tt.code)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: replay left %s (%v)", tt.name, out, err)
+		}
+	}
+	addr := freeAddr(t)
+	if code := run([]string{"replay", path, "-o", filepath.Join(dir, "none", "scan.h5"), "--metrics", addr}); code != exitFailure {
+		t.Errorf("replay into a missing directory: exit status %d, want %d", code, exitFailure)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the status server of a replay that failed before its scan still listens: %v", err)
+	}
+	l.Close()
 }
