@@ -40,7 +40,7 @@ func newSendCmd() *cobra.Command {
 	fs.StringVar(&f.provider, "provider", "tcp", "libfabric provider: tcp or verbs")
 	fs.StringVar(&f.mode, "mode", "write", "how frames travel: write (one-sided, into the receiver's slots) or send (two-sided)")
 	fs.Float64Var(&f.fps, "fps", 0, "frames per second, the detector's pace (0: as fast as the receiver takes them)")
-	fs.IntVar(&f.module, "module", 0, "detector module this sender is")
+	fs.IntVar(&f.module, "module", 0, "detector module this sender is: it sends that module's frames of the capture, and skips those of other modules")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to keep trying to connect, and to wait for the receiver's answers")
 	return cmd
 }
@@ -79,7 +79,10 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	if err != nil {
 		s.Abort()
 	}
-	printSendSummary(os.Stdout, f.to, st)
+	printSendSummary(os.Stdout, f.to, f.module, st)
+	if err == nil && st.Frames == 0 && st.Skipped > 0 {
+		return fmt.Errorf("%s holds no frame of module %d, only %d of other modules (see --module)", path, f.module, st.Skipped)
+	}
 	return err
 }
 
@@ -101,8 +104,8 @@ func dialRetry(ctx context.Context, cfg fabric.SenderConfig) (*fabric.Sender, er
 	}
 }
 
-// printSendSummary prints what a sender sent.
-func printSendSummary(w io.Writer, to string, st fabric.SendStats) {
+// printSendSummary prints what the sender of module sent.
+func printSendSummary(w io.Writer, to string, module int, st fabric.SendStats) {
 	secs := st.Elapsed.Seconds()
 	rate := 0.0
 	if secs > 0 {
@@ -113,4 +116,7 @@ func printSendSummary(w io.Writer, to string, st fabric.SendStats) {
 	fmt.Fprintf(w, "  bytes           %d\n", st.Bytes)
 	fmt.Fprintf(w, "  time            %.2f s, %.0f MB/s\n", secs, rate)
 	fmt.Fprintf(w, "  held back       %v waiting for credits\n", st.HeldBack.Round(time.Microsecond))
+	if st.Skipped > 0 {
+		fmt.Fprintf(w, "  other modules   %d frames not sent (this sender is module %d)\n", st.Skipped, module)
+	}
 }

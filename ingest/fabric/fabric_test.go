@@ -204,6 +204,54 @@ func TestSendReceive(t *testing.T) {
 	}
 }
 
+// TestSendCaptureOfSeveralModules sends a capture of two modules'
+// interleaved frames as module 1: only module 1's frames travel, and the
+// others are counted as skipped.
+func TestSendCaptureOfSeveralModules(t *testing.T) {
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 10
+	var buf bytes.Buffer
+	w, err := capture.NewWriter(&buf, testMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for m := range 2 {
+			if err := w.WriteRecord(testRecord(t, testFormat, m, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l := testListen(t, testConfig())
+	done := sendCapture(ctx, t, senderConfig(l.Addr().String(), ModeWrite, 1, n), buf.Bytes(), 0)
+	s, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs, err := receiveAll(ctx, s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(recs) != n || res.stats.Frames != n || res.stats.Skipped != n {
+		t.Fatalf("received %d frames; sender sent %d, skipped %d; want %d of each", len(recs), res.stats.Frames, res.stats.Skipped, n)
+	}
+	for i, r := range recs {
+		if !bytes.Equal(r, testRecord(t, testFormat, 1, i)) {
+			t.Fatalf("frame %d is not module 1's frame %d", i, i)
+		}
+	}
+}
+
 func TestModulesAtOnce(t *testing.T) {
 	checkNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

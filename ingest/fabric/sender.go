@@ -36,6 +36,9 @@ type SendStats struct {
 	// of the scan (frames received, time its ring was full).
 	Received         uint64
 	ReceiverHeldBack time.Duration
+	// Skipped are the frames of other modules that SendCapture found in
+	// its capture and did not send.
+	Skipped uint64
 }
 
 // Sender sends frames to a receiver the way a detector module does. Its
@@ -430,9 +433,11 @@ func (s *Sender) close() error {
 	return errors.Join(errs...)
 }
 
-// SendCapture sends every frame of r through s, fps frames a second (0:
-// as fast as the receiver takes them), and ends the scan. A frame larger
-// than the receiver's slots stops it with an error.
+// SendCapture sends every frame of r of the sender's module (its hello's)
+// through s, fps frames a second (0: as fast as the receiver takes them),
+// and ends the scan. Frames of other modules, in a capture of several
+// modules' interleaved frames, are skipped and counted (SendStats.Skipped).
+// A frame larger than the receiver's slots stops it with an error.
 func SendCapture(ctx context.Context, s *Sender, r *capture.Reader, fps float64) (SendStats, error) {
 	var period time.Duration
 	if fps > 0 {
@@ -454,6 +459,10 @@ func SendCapture(ctx context.Context, s *Sender, r *capture.Reader, fps float64)
 			return s.Stats(), err
 		}
 		h, payload, err := r.Next(buf[frame.HeaderSize:])
+		for err == nil && h.ModuleID != s.cfg.Hello.Module {
+			s.stats.Skipped++
+			h, payload, err = r.Next(buf[frame.HeaderSize:])
+		}
 		if errors.Is(err, io.EOF) {
 			s.cur, s.freeBuf = -1, append(s.freeBuf, s.cur)
 			return s.Close(ctx)
