@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -89,6 +90,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	cfg := fabric.Config{
 		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
 		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
+		Check: moduleCheck(files),
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
@@ -120,6 +122,10 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	defer l.Close()
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
 	stream, err := l.Accept(ctx)
+	for errors.Is(err, fabric.ErrProtocol) {
+		log.Warn("sender refused", zap.Error(err))
+		stream, err = l.Accept(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -222,16 +228,6 @@ func acquireChecks(files scanFiles, profile config.Profile, plan plan.Plan, prov
 // frame format. A module that never connects gets a file with every frame
 // missing.
 func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile, plan plan.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
-	want := map[uint16]bool{}
-	for _, m := range files.modules {
-		want[uint16(m.module.ID)] = true
-	}
-	cfg.Check = func(h fabric.Hello) error {
-		if !want[h.Module] {
-			return fmt.Errorf("module %d is not one this receiver takes", h.Module)
-		}
-		return nil
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithCancel(ctx)
@@ -302,6 +298,23 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 	}
 	m.finished = true
 	return finishModules(files, profile, plan, format, m.scans, m.errs)
+}
+
+// moduleCheck returns the check of a sender's hello for a receiver of
+// files: its module must be one of theirs.
+func moduleCheck(files scanFiles) func(fabric.Hello) error {
+	var ids []string
+	want := map[uint16]bool{}
+	for _, m := range files.modules {
+		want[uint16(m.module.ID)] = true
+		ids = append(ids, strconv.Itoa(m.module.ID))
+	}
+	return func(h fabric.Hello) error {
+		if !want[h.Module] {
+			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", h.Module, strings.Join(ids, ", "))
+		}
+		return nil
+	}
 }
 
 // moduleRuns are the scans of the modules of an acquire, running.

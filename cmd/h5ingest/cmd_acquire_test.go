@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,5 +193,31 @@ func TestAcquireUsageAndTimeout(t *testing.T) {
 	}
 	if code := run([]string{"send", "x.pmcap"}); code != exitUsage {
 		t.Errorf("send without --to: exit status %d", code)
+	}
+}
+
+// TestAcquireRefusesOtherModule checks that a receiver of one module
+// refuses a sender that says it is another module, and goes on waiting
+// for its own: the frames of another module never go into its file.
+func TestAcquireRefusesOtherModule(t *testing.T) {
+	other, _ := simulate(t, "--frames", "4", "--module", "1")
+	own, _ := simulate(t, "--frames", "4")
+	addr := freeAddr(t)
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	done := startAcquire("--listen", addr, "-o", out, "--connect-timeout", "20s")
+	code, _, stderr := runProcess(t, "send", other, "--to", addr, "--module", "1", "--timeout", "20s")
+	if code != exitFailure || !strings.Contains(stderr, "module 1 is not one this receiver takes (modules 0)") {
+		t.Errorf("send as module 1 to a receiver of module 0: exit status %d\n%s", code, stderr)
+	}
+	if code := run([]string{"send", own, "--to", addr, "--timeout", "20s"}); code != exitOK {
+		t.Errorf("send as module 0: exit status %d", code)
+	}
+	if code := waitExit(t, done, 20*time.Second); code != exitOK {
+		t.Fatalf("acquire exit status %d", code)
+	}
+	for i, rec := range fileRecords(t, out) {
+		if rec.Status != frame.StatusOK {
+			t.Errorf("frame %d: status %d, want ok", i, rec.Status)
+		}
 	}
 }
