@@ -96,6 +96,18 @@ func (fl *benchFlags) validate() error {
 	case fl.threads < 1:
 		return fmt.Errorf("--threads %d: want at least 1", fl.threads)
 	}
+	// The frames are 24-bit LFSR bitplane frames of the geometry.
+	f := frame.Format{Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	var err error
+	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255, "6x6"); err != nil {
+		return fmt.Errorf("--chips %q: %w", fl.chips, err)
+	}
+	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535, "256x256"); err != nil {
+		return fmt.Errorf("--chip-size %q: %w", fl.chipSize, err)
+	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("--chips %s --chip-size %s: %w", fl.chips, fl.chipSize, err)
+	}
 	fl.unique = min(fl.unique, fl.frames)
 	return nil
 }
