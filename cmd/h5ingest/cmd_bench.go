@@ -63,8 +63,9 @@ times, on the same frames in one run:
 
 Every row runs as a process of its own, so that its peak RSS can be read.
 The scan cycles through --unique simulated frames, renumbered, so that long
-scans need no long simulation. Files go to --dir, by default on /dev/shm
-(memory), so that no disk is measured.`,
+scans need no long simulation. Files go to a new folder in --dir, by default
+on /dev/shm (memory), so that no disk is measured; the folder is removed at
+the end unless --keep, and nothing else in --dir is touched.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := fl.validate(); err != nil {
@@ -76,8 +77,8 @@ scans need no long simulation. Files go to --dir, by default on /dev/shm
 	f := cmd.Flags()
 	f.IntVar(&fl.frames, "frames", 1000, "frames each row processes")
 	f.IntVar(&fl.unique, "unique", 50, "distinct simulated frames the scan cycles through")
-	f.StringVar(&fl.dir, "dir", defaultBenchDir(), "directory for the capture and the output files")
-	f.BoolVar(&fl.keep, "keep", false, "keep the files in --dir afterwards")
+	f.StringVar(&fl.dir, "dir", defaultBenchDir(), "directory in which a new folder holds the capture and the output files")
+	f.BoolVar(&fl.keep, "keep", false, "keep that folder afterwards")
 	f.StringVar(&fl.python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
 	f.StringVar(&fl.backend, "backend", "cpu", "decode backend of the replay row: auto, cpu or cuda")
 	f.IntVar(&fl.threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
@@ -112,13 +113,13 @@ func (fl *benchFlags) validate() error {
 	return nil
 }
 
-// defaultBenchDir returns a directory on /dev/shm where there is one, so
-// that the files live in memory.
+// defaultBenchDir returns /dev/shm where there is one, so that the files
+// live in memory, else the temporary directory.
 func defaultBenchDir() string {
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm/h5ingest-bench"
+		return "/dev/shm"
 	}
-	return filepath.Join(os.TempDir(), "h5ingest-bench")
+	return os.TempDir()
 }
 
 // benchRow is one measured row of the table.
@@ -160,20 +161,25 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	if err := os.MkdirAll(fl.dir, 0o755); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if !fl.keep {
-		defer os.RemoveAll(fl.dir)
+	// A folder of its own: --dir may hold other files, or another bench.
+	dir, err := os.MkdirTemp(fl.dir, "h5ingest-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	files := newBenchFiles(fl.dir)
+	if !fl.keep {
+		defer os.RemoveAll(dir)
+	}
+	files := newBenchFiles(dir)
 	for _, name := range []string{"reference.py", "ceiling.py"} {
 		b, err := benchScripts.ReadFile("bench/" + name)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(fl.dir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	fmt.Fprintf(logw, "bench: files in %s (%s)\n", fl.dir, describeFS(fl.dir))
+	fmt.Fprintf(logw, "bench: files in %s (%s)\n", dir, describeFS(dir))
 
 	fmt.Fprintf(logw, "bench: simulating %d frames\n", fl.unique)
 	if _, err := benchRun(self, nil, "simulate", "--scene", "tomo", "--projections", strconv.Itoa(fl.unique),
@@ -221,7 +227,7 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 			return r.Seconds, int64(r.Stored), res.maxRSS, nil
 		}
 	}
-	script := func(name string) string { return filepath.Join(fl.dir, name) }
+	script := func(name string) string { return filepath.Join(dir, name) }
 	omp := func(t int) []string { return []string{"OMP_NUM_THREADS=" + strconv.Itoa(t)} }
 	nstr := strconv.Itoa(n)
 

@@ -20,7 +20,12 @@ func TestBenchSmall(t *testing.T) {
 		t.Skipf("%s lacks h5py, hdf5plugin, bitshuffle or numpy (Debian python3-h5py, python3-hdf5plugin, bitshuffle): %v", python, err)
 	}
 	t.Setenv("H5INGEST_TEST_AS_COMMAND", "1") // the rows run this test binary as h5ingest
-	dir := filepath.Join(t.TempDir(), "bench")
+	dir := t.TempDir()
+	// Something of the user's in --dir, which the bench must leave alone.
+	mine := filepath.Join(dir, "scan-0001.h5")
+	if err := os.WriteFile(mine, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	fl := benchFlags{frames: 6, unique: 3, dir: dir, python: python, backend: "cpu", threads: 2, chips: "3x2", chipSize: "32x16"}
 	if err := fl.validate(); err != nil {
 		t.Fatal(err)
@@ -52,8 +57,11 @@ func TestBenchSmall(t *testing.T) {
 		!regexp.MustCompile(`transpose on the backend / ours  \d+\.\d\d`).MatchString(table) {
 		t.Errorf("ratios missing from\n%s", table)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("bench left %s behind (err %v)", dir, err)
+	if b, err := os.ReadFile(mine); err != nil || string(b) != "data" {
+		t.Errorf("bench touched a file of --dir: %q, %v", b, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 1 {
+		t.Errorf("bench left %v in --dir, want only %s", left, mine)
 	}
 }
 
