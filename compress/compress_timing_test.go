@@ -43,11 +43,11 @@ func poisson(rng *rand.Rand, mean float64) uint64 {
 }
 
 // TestWriteBenchFrame writes the benchmark frame for tools/bench-codecs
-// when H5INGEST_BENCH_FRAME names a file.
+// when H5INGEST_TEST_BENCH_FRAME names a file.
 func TestWriteBenchFrame(t *testing.T) {
-	name := os.Getenv("H5INGEST_BENCH_FRAME")
+	name := os.Getenv("H5INGEST_TEST_BENCH_FRAME")
 	if name == "" {
-		t.Skip("H5INGEST_BENCH_FRAME not set; tools/bench-codecs/run.sh sets it")
+		t.Skip("H5INGEST_TEST_BENCH_FRAME not set; tools/bench-codecs/run.sh sets it")
 	}
 	writeFile(t, name, detectorFrame(4))
 }

@@ -13,6 +13,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -260,9 +261,21 @@ func suggest(key string) string {
 	return " (known sections and keys: name, description, backend, detector, source, output, plan, status)"
 }
 
+// testEnvPrefix starts the variables of h5ingest's own test suite, which
+// are not profile keys.
+const testEnvPrefix = EnvPrefix + "_TEST_"
+
 // mergeEnv applies H5INGEST_SECTION_KEY variables. Values are YAML scalars
-// or flow sequences ("[0, 180, 0]").
+// or flow sequences ("[0, 180, 0]"). A variable with the prefix that names
+// no key is an error: a misspelt setting must not be ignored.
 func mergeEnv(values map[string]any, sources Sources) error {
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix+"_") || strings.HasPrefix(name, testEnvPrefix) || envKey(name) != "" {
+			continue
+		}
+		return fmt.Errorf("environment %s: no such key%s", name, suggestEnv(name))
+	}
 	for _, k := range Keys {
 		name := EnvName(k.Name)
 		s, ok := os.LookupEnv(name)
@@ -278,6 +291,33 @@ func mergeEnv(values map[string]any, sources Sources) error {
 		}
 	}
 	return nil
+}
+
+// envKey returns the key the environment variable name overrides, or "".
+func envKey(name string) string {
+	for _, k := range Keys {
+		if EnvName(k.Name) == name {
+			return k.Name
+		}
+	}
+	return ""
+}
+
+// suggestEnv names the variables of the unknown variable's section, or the
+// sections.
+func suggestEnv(name string) string {
+	rest := strings.TrimPrefix(name, EnvPrefix+"_")
+	var same []string
+	for _, k := range Keys {
+		section, _, nested := strings.Cut(k.Name, ".")
+		if nested && strings.HasPrefix(rest, strings.ToUpper(section)+"_") {
+			same = append(same, EnvName(k.Name))
+		}
+	}
+	if len(same) > 0 {
+		return " (known in its section: " + strings.Join(same, ", ") + ")"
+	}
+	return " (known sections: NAME, DESCRIPTION, BACKEND, DETECTOR, SOURCE, OUTPUT, PLAN, STATUS)"
 }
 
 // EnvName returns the environment variable that overrides key.
@@ -332,7 +372,7 @@ func decode(values map[string]any) (Profile, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:      &p,
 		ErrorUnused: true,
-		DecodeHook:  mapstructure.StringToTimeDurationHookFunc(),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), wholeNumbers),
 	})
 	if err != nil {
 		return p, err
@@ -345,6 +385,21 @@ func decode(values map[string]any) (Profile, error) {
 		return p, err
 	}
 	return p, nil
+}
+
+// wholeNumbers refuses a number with a fraction for an integer key, which
+// the decoder would otherwise cut ("darks: 1.5" is no count of frames).
+func wholeNumbers(from, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	if f, ok := data.(float64); ok && (f != math.Trunc(f) || math.IsInf(f, 0)) {
+		return nil, fmt.Errorf("%v, want a whole number", f)
+	}
+	return data, nil
 }
 
 // flatten turns a nested map into dotted keys; lists are values.

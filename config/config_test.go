@@ -117,6 +117,10 @@ func TestErrors(t *testing.T) {
 		{"distance", "detector:\n  distance_m: -1\n", nil, nil, "", "key detector.distance_m: -1, want metres from 0 to 1000"},
 		{"encoding", "detector:\n  encoding: gray\n", nil, nil, "", `key detector.encoding: unknown encoding "gray"`},
 		{"depth", "detector:\n  bit_depth: 16\n", nil, nil, "", "key detector.bit_depth: bitplane bit depth 16: want 1, 6, 12 or 24"},
+		{"overlapping modules", "detector:\n  modules: [{id: 0, x: 0, y: 0}, {id: 1, x: 10, y: 0}]\n", nil, nil, "",
+			"key detector.modules[1]: at (10, 0) overlaps detector.modules[0] at (0, 0): a module is 1536 x 1536 pixels"},
+		{"frame too large", "detector:\n  chips_x: 255\n  chips_y: 255\n  chip_width: 65528\n  chip_height: 65528\n", nil, nil, "",
+			"key detector.chips_x: 255x255 chips of 65528x65528: payload of"},
 		{"duplicate module", "detector:\n  modules: [{id: 1}, {id: 1, x: 1536}]\n", nil, nil, "", "key detector.modules[1]: id 1 listed twice"},
 		{"port", "source:\n  port: 70000\n", nil, nil, "", "key source.port: 70000, want 1 to 65535"},
 		{"timeout", "source:\n  idle_timeout: 0s\n", nil, nil, "", "key source.idle_timeout: 0s, want a duration above 0"},
@@ -135,6 +139,14 @@ func TestErrors(t *testing.T) {
 		{"sequence", "plan:\n  sequence: \"darks:3,whites:4\"\n", nil, nil, "", `key plan.sequence: "whites:4": want kind:count`},
 		{"angles", "plan:\n  angle_end: .inf\n", nil, nil, "", "key plan.angle_start: angles 0 to +Inf: must be finite (with plan.angle_end)"},
 		{"not yaml", "detector: [unclosed\n", nil, nil, "", "not valid YAML"},
+		{"fraction", "plan:\n  darks: 1.5\n  projections: 10\n", nil, nil, "", "key plan.darks: 1.5, want a whole number"},
+		{"fraction port", "source:\n  port: 7100.9\n", nil, nil, "", "key source.port: 7100.9, want a whole number"},
+		{"fraction environment", "name: x\n", map[string]string{"H5INGEST_PLAN_FLATS": "2.5"}, nil,
+			"environment H5INGEST_PLAN_FLATS", "key plan.flats: 2.5, want a whole number"},
+		{"misspelt environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE": "0.5"}, nil,
+			"environment H5INGEST_DETECTOR_DISTANCE", "no such key (known in its section: H5INGEST_DETECTOR_MODEL, "},
+		{"unknown environment section", "name: x\n", map[string]string{"H5INGEST_WRITER_LEVEL": "3"}, nil,
+			"environment H5INGEST_WRITER_LEVEL", "no such key (known sections: NAME, DESCRIPTION, BACKEND,"},
 		{"bad environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE_M": "near"}, nil,
 			"environment H5INGEST_DETECTOR_DISTANCE_M", "key detector.distance_m: "},
 		{"bad flag", "name: x\n", nil, map[string]FlagValue{"output.layout": {"--layout", "nexus"}},
@@ -267,5 +279,15 @@ func TestPlanPositions(t *testing.T) {
 		if _, err := Load(writeProfile(t, tt.text)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("error %v, want %q", err, tt.want)
 		}
+	}
+}
+
+// TestEnvTestVariables checks that the test suite's own variables
+// (H5INGEST_TEST_*), which name no key, do not stop a profile loading.
+func TestEnvTestVariables(t *testing.T) {
+	t.Setenv("H5INGEST_TEST_AS_COMMAND", "1")
+	t.Setenv("H5INGEST_OUTPUT_LEVEL", "0")
+	if _, _, err := LoadLayers(Layers{Profile: "default"}); err != nil {
+		t.Errorf("with H5INGEST_TEST_AS_COMMAND set: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -182,6 +183,12 @@ func (p *Profile) validateDetector() error {
 			return bad(key, "offset (%d, %d), want pixels from the array's top left corner, 0 or more", m.X, m.Y)
 		}
 		seen[m.ID] = true
+		for j, o := range d.Modules[:i] {
+			if m.X < o.X+f.Width() && o.X < m.X+f.Width() && m.Y < o.Y+f.Height() && o.Y < m.Y+f.Height() {
+				return bad(key, "at (%d, %d) overlaps detector.modules[%d] at (%d, %d): a module is %d x %d pixels",
+					m.X, m.Y, j, o.X, o.Y, f.Width(), f.Height())
+			}
+		}
 	}
 	switch {
 	case !(d.PixelSize > 0 && d.PixelSize < 1e-2):
@@ -212,6 +219,9 @@ func (d *Detector) Format() (frame.Format, error) {
 		return frame.Format{}, bad("detector.chips_x", "%v (with chips_y, chip_width, chip_height)", err)
 	}
 	if err := f.Validate(); err != nil {
+		if errors.Is(err, frame.ErrPayloadTooLarge) {
+			return frame.Format{}, bad("detector.chips_x", "%v (with chips_y, chip_width, chip_height and bit_depth)", err)
+		}
 		return frame.Format{}, bad("detector.bit_depth", "%v (with encoding, coding and chip_width)", err)
 	}
 	return f, nil

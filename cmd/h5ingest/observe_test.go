@@ -212,7 +212,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the replay to start", func() bool { return written() >= 1 })
 
-	shotDir := os.Getenv("H5INGEST_SCREENSHOT_DIR")
+	shotDir := os.Getenv("H5INGEST_TEST_SCREENSHOT_DIR")
 	if shotDir == "" {
 		shotDir = t.TempDir()
 	}

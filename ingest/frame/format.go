@@ -7,6 +7,7 @@
 package frame
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -183,7 +184,7 @@ func (f Format) Validate() error {
 		return fmt.Errorf("unknown counter coding %d", uint8(f.Coding))
 	}
 	if n := f.PayloadSize(); n > MaxPayloadSize {
-		return fmt.Errorf("%v: payload of %d bytes, more than a header's payload_size holds (%d)", f.Geometry, n, MaxPayloadSize)
+		return fmt.Errorf("%v: payload of %d bytes: %w (%d)", f.Geometry, n, ErrPayloadTooLarge, MaxPayloadSize)
 	}
 	return nil
 }
@@ -191,6 +192,9 @@ func (f Format) Validate() error {
 // MaxPayloadSize is the largest payload a frame header can describe: its
 // payload_size field is 32 bits wide.
 const MaxPayloadSize = math.MaxUint32
+
+// ErrPayloadTooLarge reports a format whose payload is above MaxPayloadSize.
+var ErrPayloadTooLarge = errors.New("more than a header's payload_size holds")
 
 // ChipPayloadSize returns the payload bytes of one chip. The format must be valid.
 func (f Format) ChipPayloadSize() int {

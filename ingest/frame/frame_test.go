@@ -144,9 +144,9 @@ func TestFormatValidate(t *testing.T) {
 		{Format{Geometry{0, 1, 8, 1}, U16LE, 16, Binary}, "chip grid 0x1: each side must be 1 to 255 chips"},
 		{Format{Geometry{1, 1, 8, 0}, U16LE, 16, Binary}, "chip size 8x0: each side must be 1 to 65535 pixels"},
 		{Format{Geometry{255, 255, 65528, 65528}, Bitplane, 24, LFSR},
-			"255x255 chips of 65528x65528: payload of 837636206788800 bytes, more than a header's payload_size holds (4294967295)"},
+			"255x255 chips of 65528x65528: payload of 837636206788800 bytes: more than a header's payload_size holds (4294967295)"},
 		{Format{Geometry{128, 128, 256, 256}, U32LE, 32, Binary},
-			"128x128 chips of 256x256: payload of 4294967296 bytes, more than a header's payload_size holds (4294967295)"},
+			"128x128 chips of 256x256: payload of 4294967296 bytes: more than a header's payload_size holds (4294967295)"},
 	}
 	for _, tt := range bad {
 		err := tt.f.Validate()

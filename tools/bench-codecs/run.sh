@@ -13,7 +13,7 @@ benchtime=${1:-2s}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-H5INGEST_BENCH_FRAME=$tmp/frame.u32 go test ./compress/ -run '^TestWriteBenchFrame$' -count=1 >/dev/null
+H5INGEST_TEST_BENCH_FRAME=$tmp/frame.u32 go test ./compress/ -run '^TestWriteBenchFrame$' -count=1 >/dev/null
 go test ./compress/bitshuffle/ -run '^$' -bench 'Shuffle/(un)?shuffle/uint32$' -benchtime "$benchtime" -cpu 1 >"$tmp/go.txt"
 go test ./compress/ -run '^$' -bench 'Codecs/(en|de)code/bslz4/uint32$' -benchtime "$benchtime" -cpu 1 >>"$tmp/go.txt"
 
