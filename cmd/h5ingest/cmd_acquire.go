@@ -90,8 +90,12 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	cfg := fabric.Config{
 		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
 		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
-		Check: moduleCheck(files),
 	}
+	mode, err := fabric.ParseMode(src.Mode)
+	if err != nil {
+		return usageError(fmt.Errorf("key source.mode: %w", err))
+	}
+	cfg.Check = senderCheck(files, mode)
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
@@ -300,9 +304,9 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 	return finishModules(files, profile, plan, format, m.scans, m.errs)
 }
 
-// moduleCheck returns the check of a sender's hello for a receiver of
-// files: its module must be one of theirs.
-func moduleCheck(files scanFiles) func(fabric.Hello) error {
+// senderCheck refuses a sender of a module the scan does not take, or one
+// delivering frames in another mode than the profile's source.mode.
+func senderCheck(files scanFiles, mode fabric.Mode) func(fabric.Hello) error {
 	var ids []string
 	want := map[uint16]bool{}
 	for _, m := range files.modules {
@@ -312,6 +316,9 @@ func moduleCheck(files scanFiles) func(fabric.Hello) error {
 	return func(h fabric.Hello) error {
 		if !want[h.Module] {
 			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", h.Module, strings.Join(ids, ", "))
+		}
+		if h.Mode != mode {
+			return fmt.Errorf("mode %v: this receiver takes %v (profile key source.mode)", h.Mode, mode)
 		}
 		return nil
 	}

@@ -104,6 +104,7 @@ func TestAcquireMatchesReplay(t *testing.T) {
 	wantRecs, wantChunks := readFile(t, want)
 	for _, mode := range []string{"write", "send"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Setenv("H5INGEST_SOURCE_MODE", mode) // the profile's mode, which acquire holds senders to
 			addr := freeAddr(t)
 			rec := filepath.Join(dir, mode+".pmcap")
 			done := startAcquire(append([]string{"--listen", addr, "--output-dir", dir, "--scan-id", mode,
@@ -196,10 +197,11 @@ func TestAcquireUsageAndTimeout(t *testing.T) {
 	}
 }
 
-// TestAcquireRefusesOtherModule checks that a receiver of one module
-// refuses a sender that says it is another module, and goes on waiting
-// for its own: the frames of another module never go into its file.
-func TestAcquireRefusesOtherModule(t *testing.T) {
+// TestAcquireRefusesOtherSenders checks that a receiver of one module
+// refuses a sender that says it is another module, or that delivers frames
+// in another mode than the profile's, and goes on waiting for its own: the
+// frames of another module never go into its file.
+func TestAcquireRefusesOtherSenders(t *testing.T) {
 	other, _ := simulate(t, "--frames", "4", "--module", "1")
 	own, _ := simulate(t, "--frames", "4")
 	addr := freeAddr(t)
@@ -208,6 +210,10 @@ func TestAcquireRefusesOtherModule(t *testing.T) {
 	code, _, stderr := runProcess(t, "send", other, "--to", addr, "--module", "1", "--timeout", "20s")
 	if code != exitFailure || !strings.Contains(stderr, "module 1 is not one this receiver takes (modules 0)") {
 		t.Errorf("send as module 1 to a receiver of module 0: exit status %d\n%s", code, stderr)
+	}
+	code, _, stderr = runProcess(t, "send", own, "--to", addr, "--mode", "send", "--timeout", "20s")
+	if code != exitFailure || !strings.Contains(stderr, "mode send: this receiver takes write (profile key source.mode)") {
+		t.Errorf("send in mode send to a receiver of mode write: exit status %d\n%s", code, stderr)
 	}
 	if code := run([]string{"send", own, "--to", addr, "--timeout", "20s"}); code != exitOK {
 		t.Errorf("send as module 0: exit status %d", code)
