@@ -787,3 +787,61 @@ func TestAcquireLeavesNothingOpen(t *testing.T) {
 	}
 	checkNothingLeft(t, goroutines, fds)
 }
+
+// TestInterruptedReplay stops a paced replay with SIGINT, as Ctrl-C does:
+// the file is finished and verifies, the command says it was interrupted
+// in words (not "context canceled") and exits 3.
+func TestInterruptedReplay(t *testing.T) {
+	path, _ := simulate(t, "--frames", "40")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	cmd := command("replay", path, "-o", out, "--projections", "40", "--fps", "20")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitIncomplete {
+		t.Fatalf("interrupted replay: %v, want exit status %d\n%s", err, exitIncomplete, stderr.String())
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "h5ingest: interrupted: "+out+" holds the frames received before") ||
+		strings.Contains(msg, "context canceled") {
+		t.Errorf("interrupted replay says:\n%s", msg)
+	}
+	if code, stdout := runCaptured(t, "verify", out); code != exitIncomplete {
+		t.Errorf("verify of the interrupted scan: exit status %d, want %d\n%s", code, exitIncomplete, stdout)
+	}
+}
+
+// TestAcquireOfNoFrame has a detector connect and end its scan without a
+// frame, with no plan: acquire says so and exits 3, not 0.
+func TestAcquireOfNoFrame(t *testing.T) {
+	_, truth := simulate(t, "--frames", "1")
+	addr := freeAddr(t)
+	out := filepath.Join(t.TempDir(), "empty.h5")
+	cmd := command("acquire", "--listen", addr, "-o", out, "--connect-timeout", "20s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := dialRetrying(t, ctx, addr, truthFormat(t, truth))
+	if _, err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitIncomplete {
+		t.Fatalf("acquire of no frame: %v, want exit status %d\n%s", err, exitIncomplete, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "no frame arrived and no plan gave a count") {
+		t.Errorf("acquire of no frame says:\n%s", stderr.String())
+	}
+}

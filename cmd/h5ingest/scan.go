@@ -298,9 +298,16 @@ func (r *scanRun) finish(srcErr error) error {
 		return &exitError{code: exitIncomplete}
 	}
 	if srcErr != nil || r.progress.Problems() > 0 {
-		if srcErr != nil {
+		switch {
+		case errors.Is(srcErr, context.Canceled):
+			fmt.Fprintf(os.Stderr, "h5ingest: interrupted: %s holds the frames received before\n", r.output)
+		case srcErr != nil:
 			fmt.Fprintf(os.Stderr, "h5ingest: %v\n", srcErr)
 		}
+		return &exitError{code: exitIncomplete}
+	}
+	if r.pipeline.Frames() == 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: no frame arrived and no plan gave a count: %s holds no frame\n", r.output)
 		return &exitError{code: exitIncomplete}
 	}
 	return nil
