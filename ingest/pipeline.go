@@ -544,7 +544,7 @@ func (p *Pipeline) finishRecords(sink Sink) error {
 		}
 	}
 	if len(missing) > 0 {
-		p.log.Warn("frames missing", zap.Int("count", len(missing)), zap.Int("first", missing[0]))
+		p.log.Warn("frames missing", zap.Int("count", len(missing)), zap.Int("first", missing[0]), zap.Int("last", missing[len(missing)-1]))
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func TestPipelineLogsAggregated(t *testing.T) {
 	obs, logs := observer.New(zapcore.WarnLevel)
 	p, err := New(Config{
 		Format:   testFormat,
-		Frames:   30,
+		Frames:   33, // 30, 31 and 32 never arrive
 		Backend:  backend,
 		NewCodec: func() (compress.Codec, error) { return compress.New("none", testFormat.PixelSize(), 0) },
 		Log:      zap.New(obs),
@@ -45,7 +45,7 @@ func TestPipelineLogsAggregated(t *testing.T) {
 	if _, err := p.Run(context.Background(), src, newMemSink()); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][3]int64{"payload CRC mismatch": {20, 10, 29}, "frame dropped": {3, 2, 6}}
+	want := map[string][3]int64{"payload CRC mismatch": {20, 10, 29}, "frame dropped": {3, 2, 6}, "frames missing": {3, 30, 32}}
 	if logs.Len() != len(want) {
 		t.Fatalf("%d log lines, want %d: %v", logs.Len(), len(want), logs.AllUntimed())
 	}
