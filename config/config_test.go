@@ -143,6 +143,8 @@ func TestErrors(t *testing.T) {
 		{"fraction port", "source:\n  port: 7100.9\n", nil, nil, "", "key source.port: 7100.9, want a whole number"},
 		{"fraction environment", "name: x\n", map[string]string{"H5INGEST_PLAN_FLATS": "2.5"}, nil,
 			"environment H5INGEST_PLAN_FLATS", "key plan.flats: 2.5, want a whole number"},
+		{"plan too long", "plan:\n  projections: 1000000000\n", nil, nil, "", "key plan.projections: plan step 1: 1000000000 frames: more than the 10000000 frames one scan may hold"},
+		{"sequence too long", "plan:\n  sequence: \"darks:10,projections:9999999\"\n", nil, nil, "", "key plan.sequence: plan step 2: 9999999 frames: more than"},
 		{"misspelt environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE": "0.5"}, nil,
 			"environment H5INGEST_DETECTOR_DISTANCE", "no such key (known in its section: H5INGEST_DETECTOR_MODEL, "},
 		{"unknown environment section", "name: x\n", map[string]string{"H5INGEST_WRITER_LEVEL": "3"}, nil,

@@ -341,6 +341,12 @@ func (k PlanKeys) Plan() (plan.Plan, error) {
 		p.Steps = steps
 	}
 	if err := p.Validate(); err != nil {
+		switch {
+		case errors.Is(err, plan.ErrTooLong) && k.Sequence != "":
+			return plan.Plan{}, bad("plan.sequence", "%v", err)
+		case errors.Is(err, plan.ErrTooLong):
+			return plan.Plan{}, bad("plan.projections", "%v (with plan.darks and plan.flats)", err)
+		}
 		return plan.Plan{}, bad("plan.angle_start", "%v (with plan.angle_end)", err)
 	}
 	if k.Positions != "" {

@@ -75,15 +75,28 @@ func (p Plan) Count(key int8) int {
 	return n
 }
 
+// MaxFrames is the most frames a plan may hold: nearly three hours of a
+// detector at 1000 frames/s. The records of every planned frame (a few
+// dozen bytes each) are held in memory while the scan is written.
+const MaxFrames = 10_000_000
+
+// ErrTooLong reports a plan of more than MaxFrames frames.
+var ErrTooLong = fmt.Errorf("more than the %d frames one scan may hold", MaxFrames)
+
 // Validate reports a plan that cannot be recorded.
 func (p Plan) Validate() error {
 	if math.IsNaN(p.AngleStart) || math.IsInf(p.AngleStart, 0) || math.IsNaN(p.AngleEnd) || math.IsInf(p.AngleEnd, 0) {
 		return fmt.Errorf("angles %v to %v: must be finite", p.AngleStart, p.AngleEnd)
 	}
+	total := 0
 	for i, s := range p.Steps {
 		if s.Count < 0 {
 			return fmt.Errorf("plan step %d: %d frames: counts must not be negative", i+1, s.Count)
 		}
+		if s.Count > MaxFrames-total {
+			return fmt.Errorf("plan step %d: %d frames: %w", i+1, s.Count, ErrTooLong)
+		}
+		total += s.Count
 		if s.Key != Projection && s.Key != FlatField && s.Key != DarkField {
 			return fmt.Errorf("plan step %d: image key %d, want 0 projection, 1 flat or 2 dark", i+1, s.Key)
 		}

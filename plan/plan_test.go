@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -43,10 +44,19 @@ func TestTomo(t *testing.T) {
 	if got, want := Tomo(10, 5, 180, 0, 180).String(), "10 darks, 5 flats, 180 projections over 0..180 degrees"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
-	for _, bad := range []Plan{{Steps: []Step{{Projection, -1}}}, {Steps: []Step{{Invalid, 3}}}} {
+	for _, bad := range []Plan{
+		{Steps: []Step{{Projection, -1}}},
+		{Steps: []Step{{Invalid, 3}}},
+		{Steps: []Step{{Projection, MaxFrames + 1}}},
+		{Steps: []Step{{DarkField, 10}, {Projection, MaxFrames - 5}}},
+		{Steps: []Step{{DarkField, 1}, {Projection, math.MaxInt}}}, // a sum that would wrap
+	} {
 		if bad.Validate() == nil {
 			t.Errorf("plan %+v accepted", bad)
 		}
+	}
+	if err := (Plan{Steps: []Step{{DarkField, 10}, {Projection, MaxFrames - 10}}}).Validate(); err != nil {
+		t.Errorf("a plan of MaxFrames frames: %v", err)
 	}
 }
 
