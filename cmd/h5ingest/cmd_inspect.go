@@ -202,8 +202,12 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 			first = false
 		}
 	}
-	fmt.Fprintf(out, "  plan          %d darks, %d flats, %d projections at %g to %g degrees\n",
-		count[plan.DarkField], count[plan.FlatField], count[plan.Projection], lo, hi)
+	angle := fmt.Sprintf("at %g to %g degrees", lo, hi)
+	if lo == hi && count[plan.Projection] > 1 {
+		angle = fmt.Sprintf("all at %g degrees (no rotation recorded)", lo)
+	}
+	fmt.Fprintf(out, "  plan          %d darks, %d flats, %d projections %s\n",
+		count[plan.DarkField], count[plan.FlatField], count[plan.Projection], angle)
 	return nil
 }
 

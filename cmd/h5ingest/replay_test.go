@@ -612,3 +612,18 @@ func TestReplayDropWhenFull(t *testing.T) {
 		t.Errorf("verify exit status %d, want %d with no bad chunk:\n%s", code, exitIncomplete, stdout)
 	}
 }
+
+// TestInspectWithoutPlan checks what inspect says of a scan replayed
+// without a plan: every frame a projection, and no rotation, not a range
+// "0 to 0".
+func TestInspectWithoutPlan(t *testing.T) {
+	path, _ := simulate(t, "--frames", "3")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	code, stdout := runCaptured(t, "inspect", out)
+	if code != exitOK || !strings.Contains(stdout, "0 darks, 0 flats, 3 projections all at 0 degrees (no rotation recorded)") {
+		t.Errorf("inspect exit status %d:\n%s", code, stdout)
+	}
+}
