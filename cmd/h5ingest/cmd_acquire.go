@@ -158,6 +158,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := scan.observe(&s.observe, s.scanID, int(hello.Module)); err != nil {
 		return err
 	}
+	scan.stream = stream
 	srcErr := scan.run(ctx, stream)
 	st := stream.Stats()
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
@@ -167,10 +168,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 			log.Error("record failed", zap.String("file", f.record), zap.Error(err))
 		}
 	}
-	err = scan.finish(srcErr)
-	fmt.Fprintf(os.Stdout, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
-		st.Frames, st.Bytes, st.HeldBack.Round(time.Microsecond))
-	return err
+	return scan.finish(srcErr)
 }
 
 // openRecord opens the --record capture, if one is asked for; its
@@ -342,6 +340,7 @@ func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile
 		return err
 	}
 	scan.quiet = slices.ContainsFunc(m.scans, func(s *scanRun) bool { return s != nil })
+	scan.stream, _ = src.(*fabric.Stream)
 	m.scans[i] = scan
 	if err := scan.observe(&m.flags.observe, m.flags.scanID, id); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -279,14 +280,19 @@ func TestMasterAhead(t *testing.T) {
 
 // TestAcquireModules receives the four modules of the test array at once
 // over the tcp provider, one sender per module, and reads the scan
-// through its master file.
+// through its master file. The summary gives each module's receive counts.
 func TestAcquireModules(t *testing.T) {
 	paths, truths := simulateModules(t)
 	profile := arrayProfile(t)
 	addr := freeAddr(t)
 	master := filepath.Join(t.TempDir(), "acq.h5")
-	done := startAcquire(append([]string{"--profile", profile, "--listen", addr, "-o", master,
+	acquire := command(append([]string{"acquire", "--profile", profile, "--listen", addr, "-o", master,
 		"--connect-timeout", "20s", "--slots", "4"}, arrayPlan...)...)
+	var stdout bytes.Buffer
+	acquire.Stdout = &stdout
+	if err := acquire.Start(); err != nil {
+		t.Fatal(err)
+	}
 	sent := make(chan int, len(paths))
 	for i, p := range paths {
 		go func() {
@@ -298,8 +304,11 @@ func TestAcquireModules(t *testing.T) {
 			t.Errorf("send exit status %d", code)
 		}
 	}
-	if code := <-done; code != exitOK {
-		t.Fatalf("acquire exit status %d", code)
+	if err := acquire.Wait(); err != nil {
+		t.Fatalf("acquire: %v\n%s", err, stdout.String())
+	}
+	if n := strings.Count(stdout.String(), "  received        "); n != len(paths) {
+		t.Errorf("%d receive counts in the summary, want one per module:\n%s", n, stdout.String())
 	}
 	checkArray(t, master, truths)
 }

@@ -18,6 +18,7 @@ import (
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
+	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/writer"
@@ -173,6 +174,9 @@ type scanRun struct {
 	progress ingest.Progress
 	closed   bool
 	quiet    bool // no progress report
+	// stream, for an acquire, is the detector's connection, whose counts
+	// follow the summary.
+	stream *fabric.Stream
 
 	// watch holds the counters of every stage, shown by observe.
 	watch *scanWatch
@@ -287,6 +291,11 @@ func (r *scanRun) finish(srcErr error) error {
 	closeErr := r.file.Close()
 	r.backend.Close()
 	printSummary(os.Stdout, r.output, r.progress, r.pipeline.Frames())
+	if r.stream != nil {
+		st := r.stream.Stats()
+		fmt.Fprintf(os.Stdout, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
+			st.Frames, st.Bytes, st.HeldBack.Round(time.Microsecond))
+	}
 	if err := r.watch.finish(os.Stdout, outcome(srcErr, r.progress)); err != nil {
 		fmt.Fprintf(os.Stderr, "h5ingest: %v\n", err)
 	}
