@@ -194,8 +194,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	dir := t.TempDir()
 	maddr := freeAddr(t)
 	base := "http://" + maddr
-	replay := command("replay", path, "-o", filepath.Join(dir, "page.h5"), "--projections", "160", "--fps", "20",
-		"--metrics", maddr, "--metrics-linger", "1s")
+	// 13 s of scan, and 3 s more of the page, leave room for a browser
+	// slow to start on a busy machine.
+	replay := command("replay", path, "-o", filepath.Join(dir, "page.h5"), "--projections", "160", "--fps", "12",
+		"--metrics", maddr, "--metrics-linger", "3s")
 	if err := replay.Start(); err != nil {
 		t.Fatal(err)
 	}
