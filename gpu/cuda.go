@@ -5,6 +5,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"h5ingest/gpu/cuda"
 	"h5ingest/gpu/kernels"
@@ -108,6 +109,30 @@ func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
 // FreeHost frees memory from AllocHost.
 func (b *cudaBackend) FreeHost(buf []byte) error {
 	if err := b.ctx.FreeHost(buf); err != nil {
+		return fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	return nil
+}
+
+var _ HostAllocator = (*cudaBackend)(nil)
+
+// RegisterHost page-locks b, which must lie outside the Go heap.
+func (b *cudaBackend) RegisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	if err := b.ctx.RegisterHost(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)); err != nil {
+		return fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err)
+	}
+	return nil
+}
+
+// UnregisterHost undoes RegisterHost.
+func (b *cudaBackend) UnregisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	if err := b.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
 	}
 	return nil

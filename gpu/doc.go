@@ -119,14 +119,22 @@ type Options struct {
 
 // HostAllocator is implemented by backends whose device copies host memory
 // fastest, and asynchronously, when it is page-locked: the cuda backend. A
-// pipeline finds it by type assertion and allocates its payload and image
-// buffers with it, once, freeing them before it closes the backend. Any
-// buffer works with any backend; page-locked ones are only faster.
+// pipeline finds it by type assertion, allocates its image buffers with it
+// and registers the memory its source delivers payloads in, once, undoing
+// both before it closes the backend. Any buffer works with any backend;
+// page-locked ones are only faster.
 type HostAllocator interface {
 	// AllocHost returns n bytes of page-locked memory, outside the Go heap.
 	AllocHost(n int) ([]byte, error)
 	// FreeHost frees memory from AllocHost; the slice must not be used after.
 	FreeHost(b []byte) error
+	// RegisterHost page-locks b, memory of the caller's outside the Go heap
+	// (mapped or allocated in C: the driver keeps its address, which cgo
+	// forbids for Go memory), so that it is copied as fast as AllocHost
+	// memory, until UnregisterHost.
+	RegisterHost(b []byte) error
+	// UnregisterHost undoes RegisterHost; call it before b is unmapped.
+	UnregisterHost(b []byte) error
 }
 
 // ErrClosed is returned by Decode after Close.

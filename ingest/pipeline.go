@@ -37,6 +37,18 @@ type Source interface {
 	Release(*Frame)
 }
 
+// HostMemorySource is implemented by sources whose payloads all lie in a
+// few regions of memory outside the Go heap, such as a receiver's ring
+// (fabric.Stream). A pipeline whose backend page-locks host memory
+// (gpu.HostAllocator) registers them for the scan, so that payloads go to
+// the device without being staged.
+type HostMemorySource interface {
+	Source
+	// HostMemory returns the regions every payload lies in; they stay
+	// mapped while the pipeline runs.
+	HostMemory() [][]byte
+}
+
 // Record is what the output keeps about one frame.
 type Record struct {
 	Timestamp uint64 // detector clock, ns; 0 where missing
@@ -209,6 +221,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	chunkSize := codecs[0].Bound(imageSize)
 	images := p.allocImages(cfg.Slots, imageSize)
 	defer images.free()
+	defer p.registerSource(src)()
 	free := make(chan *slot, cfg.Slots)
 	for _, image := range images.bufs {
 		free <- &slot{image: image, chunk: make([]byte, 0, chunkSize)}
@@ -309,6 +322,34 @@ func (b *imageBufs) free() {
 		}
 	}
 	b.bufs = b.bufs[:0]
+}
+
+// registerSource page-locks the memory src delivers payloads in, where the
+// backend can (gpu.HostAllocator) and src says where it is
+// (HostMemorySource), and returns what undoes it once every stage is done.
+// Memory that cannot be locked is only slower to copy: a warning.
+func (p *Pipeline) registerSource(src Source) (undo func()) {
+	host, ok := p.cfg.Backend.(gpu.HostAllocator)
+	ms, ok2 := src.(HostMemorySource)
+	if !ok || !ok2 {
+		return func() {}
+	}
+	var locked [][]byte
+	for _, m := range ms.HostMemory() {
+		if err := host.RegisterHost(m); err != nil {
+			p.log.Warn("source memory not page-locked, using it as it is (slower device copies)",
+				zap.Int("bytes", len(m)), zap.Error(err))
+			continue
+		}
+		locked = append(locked, m)
+	}
+	return func() {
+		for _, m := range locked {
+			if err := host.UnregisterHost(m); err != nil {
+				p.log.Warn("unlock source memory", zap.Error(err))
+			}
+		}
+	}
 }
 
 // read takes frames from the source, applies the tracker's rules and hands

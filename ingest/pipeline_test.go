@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"h5ingest/compress"
 	"h5ingest/gpu"
@@ -438,16 +439,55 @@ func TestPipelineBackendShuffle(t *testing.T) {
 }
 
 // hostBackend is the CPU backend offering host memory as a device backend
-// does, keeping count of what it hands out and gets back, and of the image
-// buffers Decode is given that are not its own.
+// does, keeping count of what it hands out and gets back, of what it
+// page-locks, and of the image buffers and payloads Decode is given that
+// are not in its memory.
 type hostBackend struct {
 	gpu.Backend
-	failAfter int // AllocHost fails once this many buffers are out; 0 never
+	failAfter int  // AllocHost fails once this many buffers are out; 0 never
+	noLock    bool // RegisterHost fails
 
-	mu      sync.Mutex
-	out     map[*byte]bool
-	allocs  int
-	foreign int
+	mu        sync.Mutex
+	out       map[*byte]bool
+	allocs    int
+	foreign   int      // images not from AllocHost
+	locked    [][]byte // registered memory
+	registers int
+	unlocked  int // payloads outside registered memory
+}
+
+func (b *hostBackend) RegisterHost(m []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.noLock {
+		return errors.New("locked memory limit reached")
+	}
+	b.registers++
+	b.locked = append(b.locked, m)
+	return nil
+}
+
+func (b *hostBackend) UnregisterHost(m []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.IndexFunc(b.locked, func(l []byte) bool { return &l[0] == &m[0] && len(l) == len(m) })
+	if i < 0 {
+		return errors.New("not registered")
+	}
+	b.locked = slices.Delete(b.locked, i, i+1)
+	return nil
+}
+
+// inLocked reports whether p lies in registered memory.
+func (b *hostBackend) inLocked(p []byte) bool {
+	start := uintptr(unsafe.Pointer(&p[0]))
+	for _, m := range b.locked {
+		base := uintptr(unsafe.Pointer(&m[0]))
+		if start >= base && start+uintptr(len(p)) <= base+uintptr(len(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *hostBackend) AllocHost(n int) ([]byte, error) {
@@ -478,24 +518,52 @@ func (b *hostBackend) Decode(jobs []gpu.Job) error {
 		if !b.out[&j.Image[0]] {
 			b.foreign++
 		}
+		if !b.inLocked(j.Payload) {
+			b.unlocked++
+		}
 	}
 	b.mu.Unlock()
 	return b.Backend.Decode(jobs)
 }
 
+// ringSource hands out frames whose payloads lie in one region of memory,
+// as a receiver's ring does (HostMemorySource).
+type ringSource struct {
+	sliceSource
+	ring []byte
+}
+
+func newRingSource(t *testing.T, frames int) *ringSource {
+	s := &ringSource{}
+	for n := range frames {
+		s.frames = append(s.frames, testFrame(t, testFormat, uint64(n)))
+		s.ring = append(s.ring, s.frames[n].Payload...)
+	}
+	off := 0
+	for _, f := range s.frames {
+		f.Payload = s.ring[off : off+len(f.Payload)]
+		off += len(f.Payload)
+	}
+	return s
+}
+
+func (s *ringSource) HostMemory() [][]byte { return [][]byte{s.ring} }
+
 // TestPipelineHostMemory checks that the slots' images come from a backend
-// that allocates host memory and all go back to it, and that a backend
-// refusing more memory part way leaves the pipeline on ordinary memory,
-// its buffers given back, the frames all written.
+// that allocates host memory and the source's memory is page-locked for the
+// scan, all given back at the end; and that a backend refusing memory part
+// way leaves the pipeline on ordinary memory, the frames all written.
 func TestPipelineHostMemory(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		failAfter int
+		noLock    bool
 		allocs    int  // buffers the backend hands out
 		foreign   bool // images in Go memory
+		registers int  // regions the backend locks
 	}{
-		{"page-locked", 0, 4, false},
-		{"refused", 2, 2, true},
+		{"page-locked", 0, false, 4, false, 1},
+		{"refused", 2, true, 2, true, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cpu, err := gpu.New("cpu", gpu.Options{})
@@ -503,7 +571,7 @@ func TestPipelineHostMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			be := &hostBackend{Backend: cpu, failAfter: tt.failAfter, out: map[*byte]bool{}}
+			be := &hostBackend{Backend: cpu, failAfter: tt.failAfter, noLock: tt.noLock, out: map[*byte]bool{}}
 			p, err := New(Config{
 				Format: testFormat, Frames: 8, Backend: be, Slots: 4,
 				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
@@ -511,10 +579,7 @@ func TestPipelineHostMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			src := &sliceSource{}
-			for n := range 8 {
-				src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
-			}
+			src := newRingSource(t, 8)
 			sink := newMemSink()
 			if _, err := p.Run(context.Background(), src, sink); err != nil {
 				t.Fatal(err)
@@ -530,6 +595,13 @@ func TestPipelineHostMemory(t *testing.T) {
 			}
 			if (be.foreign > 0) != tt.foreign {
 				t.Errorf("%d decodes into Go memory; want some: %v", be.foreign, tt.foreign)
+			}
+			if (be.unlocked > 0) != tt.noLock || be.registers != tt.registers {
+				t.Errorf("%d payloads outside locked memory, %d registrations; backend refusing to lock: %v",
+					be.unlocked, be.registers, tt.noLock)
+			}
+			if len(be.locked) != 0 {
+				t.Errorf("%d regions left page-locked", len(be.locked))
 			}
 		})
 	}

@@ -116,8 +116,22 @@ func (s *Stages) Register(reg *metrics.Registry, module int) {
 	}, m)
 }
 
-// Source returns src, counted.
-func (s *Stages) Source(src ingest.Source) ingest.Source { return &source{src, s} }
+// Source returns src, counted. The result implements
+// ingest.HostMemorySource where src does.
+func (s *Stages) Source(src ingest.Source) ingest.Source {
+	w := &source{src, s}
+	if m, ok := src.(ingest.HostMemorySource); ok {
+		return struct {
+			*source
+			hostMemory
+		}{w, m}
+	}
+	return w
+}
+
+// hostMemory is the method of ingest.HostMemorySource, to embed beside a
+// counted source.
+type hostMemory interface{ HostMemory() [][]byte }
 
 type source struct {
 	ingest.Source

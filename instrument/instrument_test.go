@@ -65,6 +65,16 @@ type allocBackend struct{ fakeBackend }
 
 func (allocBackend) AllocHost(n int) ([]byte, error) { return make([]byte, n), nil }
 func (allocBackend) FreeHost([]byte) error           { return nil }
+func (allocBackend) RegisterHost([]byte) error       { return nil }
+func (allocBackend) UnregisterHost([]byte) error     { return nil }
+
+// ringSource is a fakeSource whose payloads lie in memory it names.
+type ringSource struct {
+	fakeSource
+	ring []byte
+}
+
+func (s *ringSource) HostMemory() [][]byte { return [][]byte{s.ring} }
 
 // countSink counts what it is given.
 type countSink struct{ chunks, records int }
@@ -94,6 +104,14 @@ func TestStagesCount(t *testing.T) {
 	}
 	if n := st.SourceWait.Snapshot().Count; n != 6 {
 		t.Errorf("%d Next calls timed, want 6", n)
+	}
+
+	if _, ok := src.(ingest.HostMemorySource); ok {
+		t.Error("the wrapper claims host memory its source lacks")
+	}
+	ring := &ringSource{ring: make([]byte, 64)}
+	if m, ok := st.Source(ring).(ingest.HostMemorySource); !ok || len(m.HostMemory()) != 1 || &m.HostMemory()[0][0] != &ring.ring[0] {
+		t.Error("the wrapper hides its source's host memory")
 	}
 
 	b := st.Backend(&fakeBackend{})

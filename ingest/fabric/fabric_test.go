@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
@@ -127,7 +128,8 @@ type sendResult struct {
 }
 
 // receiveAll reads every frame of s, releasing each after hold, and
-// returns the records as they arrived.
+// returns the records as they arrived. Every payload must lie in the
+// stream's HostMemory, which a device backend page-locks.
 func receiveAll(ctx context.Context, s *Stream, hold time.Duration) ([][]byte, error) {
 	var recs [][]byte
 	for {
@@ -137,6 +139,9 @@ func receiveAll(ctx context.Context, s *Stream, hold time.Duration) ([][]byte, e
 				return recs, nil
 			}
 			return recs, err
+		}
+		if !inRegions(f.Payload, s.HostMemory()) {
+			return recs, fmt.Errorf("frame %d: payload outside the stream's HostMemory", f.Header.FrameNumber)
 		}
 		rec := frame.AppendHeader(nil, &f.Header)
 		recs = append(recs, append(rec, f.Payload...))
@@ -473,3 +478,18 @@ func TestTimeouts(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// inRegions reports whether p lies wholly in one of regions.
+func inRegions(p []byte, regions [][]byte) bool {
+	if len(p) == 0 {
+		return true
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	for _, r := range regions {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(r)))
+		if start >= base && start+uintptr(len(p)) <= base+uintptr(len(r)) {
+			return true
+		}
+	}
+	return false
+}

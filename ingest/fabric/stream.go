@@ -97,6 +97,16 @@ func (s *Stream) Stats() Stats {
 	return st
 }
 
+// HostMemory returns the ring, which every payload the stream hands out
+// lies in: memory outside the Go heap that a device backend may page-lock
+// (ingest.HostMemorySource). It is valid until Close.
+func (s *Stream) HostMemory() [][]byte {
+	if s.ringMem == nil {
+		return nil
+	}
+	return [][]byte{s.ringMem.Bytes()}
+}
+
 // makeRing allocates and registers the slots and posts the receives the
 // hello's mode needs.
 func (s *Stream) makeRing() error {
