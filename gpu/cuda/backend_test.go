@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
@@ -143,7 +144,7 @@ func TestParity(t *testing.T) {
 			be := newBackend(t, "cuda", gpu.Options{Orientation: o})
 			cpu := newBackend(t, "cpu", gpu.Options{Orientation: o})
 			ha := be.(gpu.HostAllocator)
-			var pinned [][]byte
+			var pinned, registered [][]byte
 			allocs := map[string]func(int) []byte{
 				"go": func(n int) []byte { return make([]byte, n) },
 				"pinned": func(n int) []byte {
@@ -152,6 +153,18 @@ func TestParity(t *testing.T) {
 						t.Fatal(err)
 					}
 					pinned = append(pinned, b)
+					return b
+				},
+				// Mapped memory page-locked in place, as a receiver's ring is.
+				"registered": func(n int) []byte {
+					b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := ha.RegisterHost(b); err != nil {
+						t.Fatal(err)
+					}
+					registered = append(registered, b)
 					return b
 				},
 			}
@@ -170,6 +183,12 @@ func TestParity(t *testing.T) {
 				if err := ha.FreeHost(b); err != nil {
 					t.Error(err)
 				}
+			}
+			for _, b := range registered {
+				if err := ha.UnregisterHost(b); err != nil {
+					t.Error(err)
+				}
+				syscall.Munmap(b)
 			}
 		}
 	}
