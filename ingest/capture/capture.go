@@ -31,7 +31,10 @@ var ErrTruncated = errors.New("capture cut short")
 
 // Metadata is the JSON object at the start of a capture file. Profile,
 // Created and Software are the fields every writer records; every other
-// top-level field is kept, undecoded, in Extra.
+// top-level field is kept, undecoded, in Extra. The metadata is free-form:
+// a writer may record any of the three as something other than a string
+// (a number, an object), and such a value is kept in Extra too, its field
+// left empty.
 type Metadata struct {
 	Profile  string // beamline profile the capture was taken with
 	Created  string // when the capture was started, RFC 3339
@@ -48,13 +51,18 @@ const (
 	keySoftware = "software"
 )
 
-// MarshalJSON encodes m as one flat JSON object with sorted keys.
+// MarshalJSON encodes m as one flat JSON object with sorted keys. A
+// recorded field that is empty and held in Extra (a value that is not a
+// string) is written as Extra holds it.
 func (m Metadata) MarshalJSON() ([]byte, error) {
 	obj := make(map[string]json.RawMessage, len(m.Extra)+3)
 	maps.Copy(obj, m.Extra)
 	for _, kv := range [...]struct{ k, v string }{
 		{keyProfile, m.Profile}, {keyCreated, m.Created}, {keySoftware, m.Software},
 	} {
+		if _, kept := m.Extra[kv.k]; kept && kv.v == "" {
+			continue
+		}
 		b, err := json.Marshal(kv.v)
 		if err != nil {
 			return nil, err
@@ -64,8 +72,8 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	return json.Marshal(obj)
 }
 
-// UnmarshalJSON decodes a JSON object into m. The three recorded fields
-// must be strings where present.
+// UnmarshalJSON decodes a JSON object into m. A recorded field whose
+// value is not a JSON string stays in Extra, as it is.
 func (m *Metadata) UnmarshalJSON(b []byte) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil {
@@ -86,7 +94,9 @@ func (m *Metadata) UnmarshalJSON(b []byte) error {
 			continue
 		}
 		if err := json.Unmarshal(raw, kv.v); err != nil {
-			return fmt.Errorf("metadata field %q: %w", kv.k, err)
+			// Free-form metadata: not a string, so kept as it is.
+			*kv.v = ""
+			continue
 		}
 		delete(obj, kv.k)
 	}

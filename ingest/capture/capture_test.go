@@ -181,6 +181,66 @@ func TestMetadataAndPadding(t *testing.T) {
 	}
 }
 
+// TestFreeFormMetadata reads captures whose metadata records profile,
+// created and software as values other than strings: the metadata is
+// free-form (spec/frames.md), so such a capture is read, and its metadata
+// written again unchanged.
+func TestFreeFormMetadata(t *testing.T) {
+	tests := []struct {
+		name    string
+		js      string
+		profile string // the Profile field
+		extra   string // a recorded field kept in Extra, "" for none
+	}{
+		{"strings", `{"created":"c","profile":"p","software":"s"}`, "p", ""},
+		{"none recorded", `{"detector":"pimega"}`, "", ""},
+		{"profile object", `{"created":"c","profile":{"name":"p","version":2},"software":"s"}`, "", "profile"},
+		{"created number", `{"created":1795384705,"profile":"p","software":"s"}`, "p", "created"},
+		{"software list", `{"created":"c","profile":"p","software":["det","1.2"]}`, "p", "software"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := append([]byte("PMCAP001"), binary.LittleEndian.AppendUint32(nil, uint32(len(tt.js)))...)
+			b = append(b, tt.js...)
+			b = append(b, make([]byte, padding(len(tt.js)))...)
+			r, err := NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("NewReader: %v", err)
+			}
+			m := r.Metadata()
+			if m.Profile != tt.profile {
+				t.Errorf("Profile %q, want %q", m.Profile, tt.profile)
+			}
+			if tt.extra != "" {
+				var v any
+				if ok, err := m.Get(tt.extra, &v); !ok || err != nil {
+					t.Errorf("Get(%q) = %v, %v; want the value kept", tt.extra, ok, err)
+				}
+			}
+			js, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want any
+			if err := json.Unmarshal(js, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tt.js), &want); err != nil {
+				t.Fatal(err)
+			}
+			// Marshalling adds the recorded fields a capture lacks, empty.
+			for _, k := range []string{keyProfile, keyCreated, keySoftware} {
+				if _, ok := want.(map[string]any)[k]; !ok {
+					want.(map[string]any)[k] = ""
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("metadata written again as %s, read %s", js, tt.js)
+			}
+		})
+	}
+}
+
 func TestMetadataRejectsReservedExtra(t *testing.T) {
 	var m Metadata
 	if err := m.Set("created", "x"); err == nil {
