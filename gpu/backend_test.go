@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,10 +123,11 @@ func checkJob(t *testing.T, name string, j *Job, want []byte) {
 	}
 }
 
-// openBackend returns the backend called name: one New knows, or hostCUDA.
+// openBackend returns the backend called name: one New knows, or one of
+// hostBackends.
 func openBackend(name string, opts Options) (Backend, error) {
-	if name == hostCUDA {
-		return newHostCUDA(opts)
+	if slices.Contains(hostBackends, name) {
+		return newHostCUDA(name, opts)
 	}
 	return New(name, opts)
 }

@@ -91,7 +91,7 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 		engines = append(engines, &cudaEngine{ctx: ctx, s: s, fns: fns})
 	}
 	b := &cudaBackend{ctx: ctx}
-	b.devBackend = newDevBackend("cuda", opts.Orientation, engines, ctx.Close)
+	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, ctx.Close)
 	return b, nil
 }
 

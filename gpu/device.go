@@ -63,11 +63,17 @@ const (
 	roundBytes  = 256 << 20
 )
 
+// lfsrTables is where the kernels read the LFSR tables
+// (kernels.LUTConstant or kernels.LUTGlobal). Constant memory until a GPU
+// measures the other faster (BenchmarkKernels in package gpu/cuda).
+const lfsrTables = kernels.LUTConstant
+
 // lane is an engine and the state of the round it runs.
 type lane struct {
 	eng    engine
-	jobs   []Job // the batch the round belongs to
-	idx    []int // the round's jobs
+	lut    uint32 // Frame.LUT of its rounds
+	jobs   []Job  // the batch the round belongs to
+	idx    []int  // the round's jobs
 	frames []kernels.Frame
 	ops    opCache
 	sizes  [nRegions]int // the round's bytes per region
@@ -129,6 +135,7 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 			OpRawLast: l.ops.get(kernels.LastSub(f.PayloadSize())),
 			OpImgLast: l.ops.get(kernels.LastSub(f.ImageSize())),
 			Format:    f,
+			LUT:       l.lut,
 		})
 		sizes[regPayload] += alignUp(f.PayloadSize())
 		sizes[regImage] += alignUp(f.ImageSize())
@@ -253,10 +260,10 @@ type devBackend struct {
 	closed bool
 }
 
-func newDevBackend(name string, rot frame.Orientation, engines []engine, release func() error) *devBackend {
+func newDevBackend(name string, rot frame.Orientation, lut uint32, engines []engine, release func() error) *devBackend {
 	d := &devBackend{name: name, rot: rot, lanes: make(chan *lane, len(engines)), release: release}
 	for _, e := range engines {
-		l := &lane{eng: e, idx: make([]int, 0, roundFrames), frames: make([]kernels.Frame, 0, roundFrames)}
+		l := &lane{eng: e, lut: lut, idx: make([]int, 0, roundFrames), frames: make([]kernels.Frame, 0, roundFrames)}
 		d.all = append(d.all, l)
 		d.lanes <- l
 	}

@@ -9,4 +9,4 @@ const hostCUDA = "cuda-on-host"
 
 var hostBackends []string
 
-func newHostCUDA(Options) (Backend, error) { return nil, errors.New("needs cgo") }
+func newHostCUDA(string, Options) (Backend, error) { return nil, errors.New("needs cgo") }

@@ -13,16 +13,21 @@ import (
 
 // hostCUDA names, in the conformance suite, the device backend run with the
 // CUDA kernels compiled for the host (package hostgrid): every line of the
-// cuda backend but the driver calls, on any machine.
-const hostCUDA = "cuda-on-host"
+// cuda backend but the driver calls, on any machine. hostCUDAGlobalLUT is
+// the same with the kernels reading the LFSR tables' copy in global memory.
+const (
+	hostCUDA          = "cuda-on-host"
+	hostCUDAGlobalLUT = "cuda-on-host-global-lut"
+)
 
 // hostBackends lists the backends that exist only in tests.
-var hostBackends = []string{hostCUDA}
+var hostBackends = []string{hostCUDA, hostCUDAGlobalLUT}
 
 var uploadTables = sync.OnceValue(hostgrid.UploadTables)
 
-// newHostCUDA returns the device backend on host engines.
-func newHostCUDA(opts Options) (Backend, error) {
+// newHostCUDA returns the device backend on host engines, reading the
+// LFSR tables where the backend name says.
+func newHostCUDA(name string, opts Options) (Backend, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -33,7 +38,11 @@ func newHostCUDA(opts Options) (Backend, error) {
 	for range opts.streams() {
 		engines = append(engines, &hostEngine{})
 	}
-	return newDevBackend(hostCUDA, opts.Orientation, engines, nil), nil
+	lut := uint32(lfsrTables)
+	if name == hostCUDAGlobalLUT {
+		lut = kernels.LUTGlobal
+	}
+	return newDevBackend(name, opts.Orientation, lut, engines, nil), nil
 }
 
 // hostEngine is an engine whose device memory is C memory and whose
@@ -105,7 +114,7 @@ func TestHostCUDAPiMega(t *testing.T) {
 // kernels' C compiler lays out, and that the constants agree.
 func TestKernelLayout(t *testing.T) {
 	want := []int{kernels.FrameSize, 0, 8, 16, 24, 32, 40, 44, 48, 52, 56, 60, 64, 68, 72, 76,
-		80, 82, 84, 86, 88, 89, 90, 91, 92, 96, kernels.CRCSubSize, kernels.CRCRun}
+		80, 82, 84, 86, 88, 89, 90, 91, 92, 96, 104, 108, kernels.CRCSubSize, kernels.CRCRun}
 	got := hostgrid.Layout()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("struct h5_frame layout and constants %v, Go writes %v", got, want)

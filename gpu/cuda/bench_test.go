@@ -68,7 +68,9 @@ func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
 }
 
 // BenchmarkKernels times the kernels on the device alone, on a batch of 16
-// Pi-mega frames already in device memory, by events. It reports the raw
+// Pi-mega frames already in device memory, by events; LFSR formats also
+// with the tables read from global memory (global-lut) instead of constant
+// memory. It reports the raw
 // payload decoded and checksummed per second (GB/s), each kernel's share,
 // the kernels' memory traffic (payload read twice, image written and read),
 // and beside it the device-to-device copy traffic measured in the same
@@ -118,8 +120,27 @@ func BenchmarkKernels(b *testing.B) {
 	for k := range rot {
 		rot[k] = byte(k % 2)
 	}
+	type variant struct {
+		f      frame.Format
+		lut    uint32
+		counts bool // a payload of photon counts, not random codes
+		name   string
+	}
+	var variants []variant
 	for _, f := range formats(frame.PiMega) {
-		b.Run(formatName(f), func(b *testing.B) {
+		variants = append(variants, variant{f, kernels.LUTConstant, false, formatName(f)})
+		if f.Coding == frame.LFSR {
+			// The tables' other copy, on random codes (every look-up of a
+			// warp differs) and on the few codes of low photon counts.
+			variants = append(variants,
+				variant{f, kernels.LUTGlobal, false, formatName(f) + "/global-lut"},
+				variant{f, kernels.LUTConstant, true, formatName(f) + "/counts"},
+				variant{f, kernels.LUTGlobal, true, formatName(f) + "/counts/global-lut"})
+		}
+	}
+	for _, v := range variants {
+		f := v.f
+		b.Run(v.name, func(b *testing.B) {
 			units, rs, is, rp, ip := kernels.Layout(f)
 			pay, img := align(f.PayloadSize()), align(f.ImageSize())
 			subs, pieces := align(4*(rs+is)), 4*(rp+ip)
@@ -144,6 +165,16 @@ func BenchmarkKernels(b *testing.B) {
 			for i := range payload {
 				payload[i] = byte(rng.Uint32())
 			}
+			if v.counts {
+				counts := make([]uint32, f.Pixels())
+				for i := range counts {
+					counts[i] = min(uint32(rng.IntN(8)), f.MaxCount()) // a dim tomography projection
+				}
+				var err error
+				if payload, err = f.AppendPayload(payload[:0], counts, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
 			descs := make([]byte, descOff+frames*kernels.FrameSize)
 			copy(descs, rot)
 			for n := range frames {
@@ -161,6 +192,7 @@ func BenchmarkKernels(b *testing.B) {
 					Format:    f,
 					Block:     uint32(bitshuffle.DefaultBlockSize(f.PixelSize())),
 					Shuffled:  uint64(dShuf) + uint64(n*img),
+					LUT:       v.lut,
 				}
 				d.Put(descs[descOff+n*kernels.FrameSize:])
 			}

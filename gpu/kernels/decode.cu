@@ -40,7 +40,7 @@
 /*
  * struct h5_frame describes one frame of a batch. Addresses are device
  * addresses. The host writes it byte by byte (package gpu), so its layout
- * is fixed: 104 bytes, no padding the compiler chooses.
+ * is fixed: 112 bytes, no padding the compiler chooses.
  */
 struct h5_frame {
 	unsigned long long payload; /*  0: payload_size bytes */
@@ -68,27 +68,55 @@ struct h5_frame {
 	unsigned char pix;          /* 91: image bytes per pixel, 2 or 4 */
 	unsigned int block;         /* 92: bitshuffle block, pixels; 0 = no transpose */
 	unsigned long long shuffled; /* 96: image_size bytes, the transposed image */
+	unsigned int lut;           /* 104: where the LFSR tables are read: H5_LUT_CONSTANT or H5_LUT_GLOBAL */
+	unsigned int reserved;      /* 108 */
 };
 
-/* Tables the host uploads when it loads the module. */
+/*
+ * Tables the host uploads when it loads the module. The LFSR tables are
+ * there twice: constant memory serves a warp at once only where its
+ * threads read one address, and LFSR codes of neighbouring pixels differ,
+ * so the copy in global memory (through the read-only cache) may serve
+ * them faster. A frame's lut says which copy h5_decode reads; which is
+ * faster is for a GPU to measure (BenchmarkKernels).
+ */
+#define H5_LUT_CONSTANT 0
+#define H5_LUT_GLOBAL 1
 __constant__ unsigned short h5_lfsr12[4096]; /* 12-bit LFSR code -> count */
 __constant__ unsigned short h5_lfsr6[64];    /* 6-bit LFSR code -> count */
+__device__ unsigned short h5_lfsr12_global[4096];
+__device__ unsigned short h5_lfsr6_global[64];
 __device__ unsigned int h5_crc_table[8][256]; /* CRC-32C slicing-by-8 */
 
-/* count returns the count that counter code c stands for. */
-H5_DEVICE unsigned int count(unsigned int c, int depth, int lfsr)
-{
-	if (!lfsr)
-		return c;
-	switch (depth) {
-	case 24:
-		return (unsigned int)h5_lfsr12[c >> 12] << 12 | h5_lfsr12[c & 0xFFF];
-	case 12:
-		return h5_lfsr12[c & 0xFFF];
-	case 6:
-		return h5_lfsr6[c & 0x3F];
+/*
+ * H5_COUNT defines a function returning the count that counter code c of
+ * an LFSR-coded depth stands for, from the tables t12 and t6: one function
+ * per copy of the tables, so that each reads its own memory space.
+ */
+#define H5_COUNT(name, t12, t6) \
+	H5_DEVICE unsigned int name(unsigned int c, unsigned int depth) \
+	{ \
+		switch (depth) { \
+		case 24: \
+			return (unsigned int)t12[c >> 12] << 12 | t12[c & 0xFFF]; \
+		case 12: \
+			return t12[c & 0xFFF]; \
+		case 6: \
+			return t6[c & 0x3F]; \
+		} \
+		return c; \
 	}
-	return c;
+H5_COUNT(count_constant, h5_lfsr12, h5_lfsr6)
+H5_COUNT(count_global, h5_lfsr12_global, h5_lfsr6_global)
+
+/* count returns the count that counter code c stands for. */
+H5_DEVICE unsigned int count(const struct h5_frame *f, unsigned int c)
+{
+	if (f->coding != H5_LFSR)
+		return c;
+	if (f->lut == H5_LUT_GLOBAL)
+		return count_global(c, f->depth);
+	return count_constant(c, f->depth);
 }
 
 /* put stores pixel i of the image, little-endian (both GPU and host are). */
@@ -139,11 +167,10 @@ H5_DEVICE void bitplane(const struct h5_frame *f, unsigned int u)
 			code[i] = code[i] << 1 | (b >> (7 - i) & 1u);
 	}
 	int rotated = f->rot != 0 && ((const unsigned char *)f->rot)[k] != 0;
-	int lfsr = f->coding == H5_LFSR;
 	H5_UNROLL
 	for (int i = 0; i < 8; i++) {
 		unsigned long long at = place(f, k, r, 8u * g + (unsigned int)i, rotated);
-		put(f->image, f->pix, at, count(code[i], (int)depth, lfsr));
+		put(f->image, f->pix, at, count(f, code[i]));
 	}
 }
 

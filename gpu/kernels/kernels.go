@@ -55,9 +55,11 @@ var Kernels = []string{Decode, CRCSub, CRCFold, Shuffle}
 
 // Module globals the host fills after loading the module.
 const (
-	LFSR12Table = "h5_lfsr12"    // [4096]uint16, code -> count, constant memory
-	LFSR6Table  = "h5_lfsr6"     // [64]uint16, code -> count, constant memory
-	CRCTable    = "h5_crc_table" // [8][256]uint32, CRC-32C slicing-by-8
+	LFSR12Table       = "h5_lfsr12"        // [4096]uint16, code -> count, constant memory
+	LFSR6Table        = "h5_lfsr6"         // [64]uint16, code -> count, constant memory
+	LFSR12GlobalTable = "h5_lfsr12_global" // the same in global memory (LUTGlobal)
+	LFSR6GlobalTable  = "h5_lfsr6_global"  // likewise
+	CRCTable          = "h5_crc_table"     // [8][256]uint32, CRC-32C slicing-by-8
 )
 
 // Constants shared with decode.cu.
@@ -66,7 +68,7 @@ const (
 	CRCSubSize = 1024                // bytes per sub-piece (H5_CRC_SUB)
 	CRCRun     = 64                  // sub-pieces per piece (H5_CRC_RUN)
 	PieceBytes = CRCSubSize * CRCRun // bytes per piece but the last
-	FrameSize  = 104                 // bytes of a Frame descriptor
+	FrameSize  = 112                 // bytes of a Frame descriptor
 	Align      = 256                 // alignment the host gives every buffer a kernel reads
 )
 
@@ -82,7 +84,17 @@ type Frame struct {
 	Format                            frame.Format
 	Block                             uint32 // bitshuffle block in pixels; 0: no transpose
 	Shuffled                          uint64 // where Shuffle writes the transposed image
+	LUT                               uint32 // which copy of the LFSR tables Decode reads: LUTConstant or LUTGlobal
 }
+
+// Where Decode reads the LFSR tables (Frame.LUT): constant memory, fastest
+// when a warp's threads look up one code, or global memory through the
+// cache, which may be faster for the differing codes of neighbouring
+// pixels. BenchmarkKernels in package gpu/cuda times both.
+const (
+	LUTConstant = 0
+	LUTGlobal   = 1
+)
 
 // ShuffleUnits returns Shuffle's work items for a frame of format f: its
 // groups of 8 pixels, the last one possibly short.
@@ -134,6 +146,8 @@ func (d *Frame) Put(b []byte) {
 	b[91] = byte(f.PixelSize())
 	le.PutUint32(b[92:], d.Block)
 	le.PutUint64(b[96:], d.Shuffled)
+	le.PutUint32(b[104:], d.LUT)
+	le.PutUint32(b[108:], 0)
 }
 
 // Grid returns the grid width for a launch over at most work items per
@@ -178,5 +192,6 @@ func TableBytes() map[string][]byte {
 			crc = le.AppendUint32(crc, v)
 		}
 	}
-	return map[string][]byte{LFSR12Table: lfsr12, LFSR6Table: lfsr6, CRCTable: crc}
+	return map[string][]byte{LFSR12Table: lfsr12, LFSR6Table: lfsr6,
+		LFSR12GlobalTable: lfsr12, LFSR6GlobalTable: lfsr6, CRCTable: crc}
 }

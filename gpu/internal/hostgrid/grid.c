@@ -34,8 +34,9 @@ int hostgrid_launch(int kernel, unsigned int gx, unsigned int gy, unsigned int b
 	return 0;
 }
 
-static void *globals[] = {h5_lfsr12, h5_lfsr6, h5_crc_table};
-static const size_t global_sizes[] = {sizeof h5_lfsr12, sizeof h5_lfsr6, sizeof h5_crc_table};
+static void *globals[] = {h5_lfsr12, h5_lfsr6, h5_crc_table, h5_lfsr12_global, h5_lfsr6_global};
+static const size_t global_sizes[] = {sizeof h5_lfsr12, sizeof h5_lfsr6, sizeof h5_crc_table,
+				      sizeof h5_lfsr12_global, sizeof h5_lfsr6_global};
 
 int hostgrid_upload(int global, const void *src, size_t n)
 {
@@ -74,6 +75,8 @@ void hostgrid_layout(int *out)
 	out[i++] = (int)offsetof(struct h5_frame, pix);
 	out[i++] = (int)offsetof(struct h5_frame, block);
 	out[i++] = (int)offsetof(struct h5_frame, shuffled);
+	out[i++] = (int)offsetof(struct h5_frame, lut);
+	out[i++] = (int)offsetof(struct h5_frame, reserved);
 	out[i++] = H5_CRC_SUB;
 	out[i++] = H5_CRC_RUN;
 }

@@ -1,6 +1,6 @@
 #include <stddef.h>
 
-#define HOSTGRID_LAYOUT_LEN 28
+#define HOSTGRID_LAYOUT_LEN 30
 
 int hostgrid_launch(int kernel, unsigned int gx, unsigned int gy, unsigned int bx,
 		    unsigned long long frames, unsigned int n);

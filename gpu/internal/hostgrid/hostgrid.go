@@ -57,7 +57,8 @@ func (m *Mem) Free() {
 
 var kernelIDs = map[string]C.int{kernels.Decode: 0, kernels.CRCSub: 1, kernels.CRCFold: 2, kernels.Shuffle: 3}
 
-var globalIDs = map[string]C.int{kernels.LFSR12Table: 0, kernels.LFSR6Table: 1, kernels.CRCTable: 2}
+var globalIDs = map[string]C.int{kernels.LFSR12Table: 0, kernels.LFSR6Table: 1, kernels.CRCTable: 2,
+	kernels.LFSR12GlobalTable: 3, kernels.LFSR6GlobalTable: 4}
 
 // Launch runs kernel name over a grid of gridX x gridY blocks of block
 // threads, with the kernel parameters (frames, n): the address of n
