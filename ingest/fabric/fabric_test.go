@@ -176,14 +176,7 @@ func TestSendReceive(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Record(w)
-			recs, err := receiveAll(ctx, s, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := <-done
-			if res.err != nil {
-				t.Fatal(res.err)
-			}
+			recs, res := receiveSent(ctx, t, s, done)
 			if len(recs) != n {
 				t.Fatalf("received %d frames, want %d", len(recs), n)
 			}
@@ -239,14 +232,7 @@ func TestSendCaptureOfSeveralModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	recs, err := receiveAll(ctx, s, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := <-done
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
+	recs, res := receiveSent(ctx, t, s, done)
 	if len(recs) != n || res.stats.Frames != n || res.stats.Skipped != n {
 		t.Fatalf("received %d frames; sender sent %d, skipped %d; want %d of each", len(recs), res.stats.Frames, res.stats.Skipped, n)
 	}
@@ -478,6 +464,21 @@ func TestTimeouts(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// receiveSent receives every frame of s and waits for the sender that done
+// reports on; either failing fails the test.
+func receiveSent(ctx context.Context, t *testing.T, s *Stream, done <-chan sendResult) ([][]byte, sendResult) {
+	t.Helper()
+	recs, err := receiveAll(ctx, s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	return recs, res
+}
 
 // inRegions reports whether p lies wholly in one of regions.
 func inRegions(p []byte, regions [][]byte) bool {
