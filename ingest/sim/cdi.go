@@ -59,9 +59,10 @@ func makeObject(n, size int, seed uint64) []complex128 {
 	}
 	obj := make([]complex128, n*n)
 	c := float64(n) / 2
+	// The disc may be larger than a tiny image: keep to the image.
 	lim := int(radius) + 1
-	for y := n/2 - lim; y <= n/2+lim; y++ {
-		for x := n/2 - lim; x <= n/2+lim; x++ {
+	for y := max(0, n/2-lim); y <= min(n-1, n/2+lim); y++ {
+		for x := max(0, n/2-lim); x <= min(n-1, n/2+lim); x++ {
 			dx, dy := float64(x)-c, float64(y)-c
 			if dx*dx+dy*dy > radius*radius {
 				continue

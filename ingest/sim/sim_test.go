@@ -401,6 +401,29 @@ func TestCDIScene(t *testing.T) {
 	}
 }
 
+// TestCDISceneTinyImages simulates CDI frames of images smaller than the
+// object's disc, down to one pixel: the scene keeps to the image.
+func TestCDISceneTinyImages(t *testing.T) {
+	for _, g := range []frame.Geometry{
+		{ChipsX: 1, ChipsY: 1, ChipWidth: 8, ChipHeight: 1},
+		{ChipsX: 2, ChipsY: 2, ChipWidth: 1, ChipHeight: 1},
+		{ChipsX: 1, ChipsY: 1, ChipWidth: 1, ChipHeight: 1},
+		{ChipsX: 1, ChipsY: 3, ChipWidth: 2, ChipHeight: 1},
+		{ChipsX: 1, ChipsY: 1, ChipWidth: 4, ChipHeight: 4},
+	} {
+		t.Run(g.String(), func(t *testing.T) {
+			c := smallConfig(CDI)
+			c.Format = frame.Format{Geometry: g, Encoding: frame.U16LE, BitDepth: 16}
+			c.Frames = 2
+			data, _ := writeToBuffer(t, c)
+			truth, recs := readCapture(t, bytes.NewReader(data))
+			if len(recs) != 2 || truth.Frames != 2 {
+				t.Errorf("%d records, truth of %d frames; want 2", len(recs), truth.Frames)
+			}
+		})
+	}
+}
+
 func TestFaults(t *testing.T) {
 	c := smallConfig(Tomo)
 	c.Missing.Frames = []int{1, 9}
