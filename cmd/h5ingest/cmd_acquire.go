@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
@@ -99,7 +100,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
-	if err := acquireChecks(files, profile, plan, src.Provider, addr).run(); err != nil {
+	pre := acquireChecks(files, profile, plan, src.Provider, addr)
+	pre.record = f.record
+	if err := pre.run(); err != nil {
 		return err
 	}
 	log, err := s.logger()
@@ -141,7 +144,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	rec, closeRec, err := openRecord(f)
+	rec, closeRec, err := openRecord(f, profile)
 	if err != nil {
 		return err
 	}
@@ -150,7 +153,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		stream.Record(rec)
 	}
 
-	scan, err := newScan(out, profile, plan, hello.Format, log)
+	scan, err := newScan(out, profile, plan, hello.Format, nil, log)
 	if err != nil {
 		return err
 	}
@@ -172,17 +175,31 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 }
 
 // openRecord opens the --record capture, if one is asked for; its
-// writer is safe to share between the streams of several modules.
-func openRecord(f *acquireFlags) (*lockedRecorder, func(), error) {
+// writer is safe to share between the streams of several modules. An
+// existing file is replaced only when the profile says overwrite. The
+// capture records the profile as --profile named it, or the built-in
+// profile's name.
+func openRecord(f *acquireFlags, profile config.Profile) (*lockedRecorder, func(), error) {
 	if f.record == "" {
 		return nil, func() {}, nil
 	}
-	file, err := os.Create(f.record)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if !profile.Output.Overwrite {
+		flags |= os.O_EXCL
+	}
+	file, err := os.OpenFile(f.record, flags, 0o666)
 	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, nil, fmt.Errorf("record: capture file %s exists (give --overwrite to replace it)", f.record)
+		}
 		return nil, nil, fmt.Errorf("record: %w", err)
 	}
+	name := f.scan.profile
+	if name == "" {
+		name = profile.Name
+	}
 	w, err := capture.NewWriter(file, capture.Metadata{
-		Profile: f.scan.profile, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
+		Profile: name, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
 	})
 	if err != nil {
 		file.Close()
@@ -239,13 +256,20 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 		return err
 	}
 	defer l.Close()
-	rec, closeRec, err := openRecord(f)
+	rec, closeRec, err := openRecord(f, profile)
 	if err != nil {
 		return err
 	}
 	defer closeRec()
 
-	m := &moduleRuns{flags: &f.scan, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share, rather than contexts the GPU time-slices.
+	backend, err := openBackend(profile, log)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	m := &moduleRuns{flags: &f.scan, backend: backend, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
 	defer m.abort()
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.modules)))
 	var format frame.Format
@@ -326,8 +350,9 @@ func senderCheck(files scanFiles, mode fabric.Mode) func(fabric.Hello) error {
 type moduleRuns struct {
 	flags    *scanFlags // --metrics and --report show every module
 	wg       sync.WaitGroup
-	scans    []*scanRun // by the module's place in the scan's files
-	errs     []error    // what stopped each scan's source
+	backend  gpu.Backend // decodes every module's frames
+	scans    []*scanRun  // by the module's place in the scan's files
+	errs     []error     // what stopped each scan's source
 	finished bool
 }
 
@@ -335,7 +360,7 @@ type moduleRuns struct {
 func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan plan.Plan,
 	format frame.Format, src ingest.Source, log *zap.Logger) error {
 	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
-	scan, err := newScan(files.modules[i].path, profile, plan, format, log.With(zap.Int("module", id)))
+	scan, err := newScan(files.modules[i].path, profile, plan, format, m.backend, log.With(zap.Int("module", id)))
 	if err != nil {
 		return err
 	}

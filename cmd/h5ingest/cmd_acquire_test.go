@@ -76,6 +76,17 @@ func readFile(t *testing.T, path string) ([]writer.Record, [][]byte) {
 	return recs, chunks
 }
 
+// captureMetadata returns a capture file's metadata.
+func captureMetadata(t *testing.T, path string) capture.Metadata {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	return r.Metadata()
+}
+
 // captureRecords returns the bytes of a capture file's records, without its
 // metadata.
 func captureRecords(t *testing.T, path string) []byte {
@@ -126,6 +137,10 @@ func TestAcquireMatchesReplay(t *testing.T) {
 			}
 			if !bytes.Equal(captureRecords(t, rec), captureRecords(t, path)) {
 				t.Error("the --record capture's records differ from the sent capture's")
+			}
+			if meta := captureMetadata(t, rec); meta.Profile != "default" || meta.Software != "h5ingest acquire" || meta.Created == "" {
+				t.Errorf("the --record capture's metadata records profile %q, software %q, created %q; want the default profile",
+					meta.Profile, meta.Software, meta.Created)
 			}
 		})
 	}

@@ -128,6 +128,7 @@ func checkBackend(p config.Profile) error {
 type preScan struct {
 	files      []string // output files: none may exist unless the profile says overwrite
 	master     string   // the master file of several modules' files, or "": it may exist (a scan keeps one written ahead)
+	record     string   // acquire --record's capture file, or "": it may not exist unless the profile says overwrite
 	frames     int      // frames per file; 0 when not known (no space check)
 	frameBytes int      // decoded bytes per frame
 	provider   string   // listen: provider and address; "" for none
@@ -178,6 +179,13 @@ func (c preScan) run() error {
 			if err := checkNew(f); err != nil {
 				failed = append(failed, err)
 			}
+		}
+	}
+	if c.record != "" {
+		if info, err := os.Stat(c.record); err == nil && info.IsDir() {
+			failed = append(failed, fmt.Errorf("capture file %s is a directory", c.record))
+		} else if !c.profile.Output.Overwrite && fileExists(c.record) {
+			failed = append(failed, fmt.Errorf("capture file %s exists (give --overwrite to replace it)", c.record))
 		}
 	}
 	if c.addr != "" {

@@ -123,6 +123,10 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 	path, _ := simulate(t, "--frames", "2")
 	dir := t.TempDir()
 	out, left := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "left.h5")
+	rec := filepath.Join(dir, "earlier.pmcap")
+	if err := os.WriteFile(rec, []byte("earlier capture"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{out, writer.TempName(left)} {
 		if err := os.WriteFile(f, []byte("earlier scan"), 0o644); err != nil {
 			t.Fatal(err)
@@ -138,6 +142,10 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 		{"replay over a directory", []string{"replay", path, "-o", dir, "--overwrite"}, "pre-scan check: output file " + dir + " is a directory\n"},
 		{"acquire", []string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "20s"},
 			"pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
+		{"acquire recording over a capture", []string{"acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "new.h5"),
+			"--record", rec, "--connect-timeout", "20s"}, "pre-scan check: capture file " + rec + " exists (give --overwrite to replace it)\n"},
+		{"acquire recording into a directory", []string{"acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "new.h5"),
+			"--record", dir, "--overwrite", "--connect-timeout", "20s"}, "pre-scan check: capture file " + dir + " is a directory\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,6 +161,9 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); string(b) != "earlier scan" {
 		t.Error("the existing file changed")
+	}
+	if b, _ := os.ReadFile(rec); string(b) != "earlier capture" {
+		t.Error("the existing capture changed")
 	}
 	if code, _, stderr := runProcess(t, "replay", path, "-o", left, "--overwrite"); code != exitOK {
 		t.Errorf("replay --overwrite over an unfinished scan: exit status %d\n%s", code, stderr)
