@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
@@ -152,7 +153,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		stream.Record(rec)
 	}
 
-	scan, err := newScan(out, profile, plan, hello.Format, log)
+	scan, err := newScan(out, profile, plan, hello.Format, nil, log)
 	if err != nil {
 		return err
 	}
@@ -261,7 +262,14 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 	}
 	defer closeRec()
 
-	m := &moduleRuns{flags: &f.scan, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share, rather than contexts the GPU time-slices.
+	backend, err := openBackend(profile, log)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	m := &moduleRuns{flags: &f.scan, backend: backend, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
 	defer m.abort()
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.modules)))
 	var format frame.Format
@@ -342,8 +350,9 @@ func senderCheck(files scanFiles, mode fabric.Mode) func(fabric.Hello) error {
 type moduleRuns struct {
 	flags    *scanFlags // --metrics and --report show every module
 	wg       sync.WaitGroup
-	scans    []*scanRun // by the module's place in the scan's files
-	errs     []error    // what stopped each scan's source
+	backend  gpu.Backend // decodes every module's frames
+	scans    []*scanRun  // by the module's place in the scan's files
+	errs     []error     // what stopped each scan's source
 	finished bool
 }
 
@@ -351,7 +360,7 @@ type moduleRuns struct {
 func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan plan.Plan,
 	format frame.Format, src ingest.Source, log *zap.Logger) error {
 	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
-	scan, err := newScan(files.modules[i].path, profile, plan, format, log.With(zap.Int("module", id)))
+	scan, err := newScan(files.modules[i].path, profile, plan, format, m.backend, log.With(zap.Int("module", id)))
 	if err != nil {
 		return err
 	}

@@ -446,3 +446,20 @@ func TestMasterFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestModulesShareOneBackend checks that the modules of an array are
+// decoded by one backend, opened once, not one per module: on a GPU one
+// context for all rather than contexts the GPU time-slices.
+func TestModulesShareOneBackend(t *testing.T) {
+	paths, _ := simulateModules(t)
+	capturePath := interleave(t, paths)
+	master := filepath.Join(t.TempDir(), "scan.h5")
+	code, _, stderr := runProcess(t, append([]string{"replay", capturePath, "--profile", arrayProfile(t), "-o", master,
+		"--backend", "auto", "--log-level", "info"}, arrayPlan...)...)
+	if code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stderr)
+	}
+	if n := strings.Count(stderr, `"msg":"decode backend"`); n != 1 {
+		t.Errorf("%d backends opened for %d modules, want 1:\n%s", n, len(paths), stderr)
+	}
+}

@@ -134,7 +134,7 @@ func (rp *replayRun) module(ctx context.Context) error {
 	if err := rp.preScan([]string{out}, 1).run(); err != nil {
 		return err
 	}
-	scan, err := newScan(out, profile, rp.plan, rp.format, rp.log)
+	scan, err := newScan(out, profile, rp.plan, rp.format, nil, rp.log)
 	if err != nil {
 		return err
 	}
@@ -142,11 +142,37 @@ func (rp *replayRun) module(ctx context.Context) error {
 	if err := scan.observe(&s.observe, s.scanID, profile.Detector.Modules[0].ID); err != nil {
 		return err
 	}
-	srcErr := scan.run(ctx, rp.src)
+	src := &oneModule{Source: rp.src, id: uint16(profile.Detector.Modules[0].ID)}
+	srcErr := scan.run(ctx, src)
 	if errors.Is(srcErr, capture.ErrTruncated) {
 		rp.log.Warn("capture cut short", zap.Error(srcErr))
 	}
+	if src.other > 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
+			src.other, src.id)
+	}
 	return scan.finish(srcErr)
+}
+
+// oneModule is the source of one module's frames in a capture that may
+// hold several modules' frames, told apart by their module_id: frames of
+// other modules are released and counted, never taken for this module's.
+type oneModule struct {
+	ingest.Source
+	id    uint16
+	other int // frames of other modules dropped
+}
+
+// Next returns the module's next frame.
+func (s *oneModule) Next(ctx context.Context) (*ingest.Frame, error) {
+	for {
+		f, err := s.Source.Next(ctx)
+		if err != nil || f.Header.ModuleID == s.id {
+			return f, err
+		}
+		s.other++
+		s.Source.Release(f)
+	}
 }
 
 // modules replays a capture of several modules' interleaved frames: each
@@ -173,7 +199,14 @@ func (rp *replayRun) modules(ctx context.Context) error {
 			return err
 		}
 	}
-	scans, err := newModuleScans(files, profile, plan, format, rp.log)
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share, rather than contexts the GPU time-slices.
+	backend, err := openBackend(profile, rp.log)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	scans, err := newModuleScans(files, profile, plan, format, backend, rp.log)
 	if err != nil {
 		return err
 	}

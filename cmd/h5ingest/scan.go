@@ -169,11 +169,13 @@ type scanRun struct {
 	planned  int
 	file     *writer.Writer
 	pipeline *ingest.Pipeline
-	backend  gpu.Backend
-	log      *zap.Logger
-	progress ingest.Progress
-	closed   bool
-	quiet    bool // no progress report
+	// closeBackend closes the scan's own decode backend; it does nothing
+	// where the scan shares one with other modules' scans.
+	closeBackend func()
+	log          *zap.Logger
+	progress     ingest.Progress
+	closed       bool
+	quiet        bool // no progress report
 	// stream, for an acquire, is the detector's connection, whose counts
 	// follow the summary.
 	stream *fabric.Stream
@@ -189,9 +191,23 @@ const gpuBatch = 4
 // electronVolt is one eV in joules, for CXI's photon energy.
 const electronVolt = 1.602176634e-19
 
+// openBackend opens the profile's decode backend.
+func openBackend(profile config.Profile, log *zap.Logger) (gpu.Backend, error) {
+	backend, err := gpu.New(profile.Backend, gpu.Options{
+		Orientation: profile.Detector.Orientation(),
+		Logger:      slog.New(zapslog.NewHandler(log.Core())),
+	})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("key backend: %w", err))
+	}
+	return backend, nil
+}
+
 // newScan creates the output file at path and the pipeline for a scan of
-// format, as the profile says.
-func newScan(path string, profile config.Profile, plan plan.Plan, format frame.Format, log *zap.Logger) (*scanRun, error) {
+// format, as the profile says. It decodes with shared, a backend the
+// caller closes after the scan, or where shared is nil with a backend of
+// its own.
+func newScan(path string, profile config.Profile, plan plan.Plan, format frame.Format, shared gpu.Backend, log *zap.Logger) (*scanRun, error) {
 	orient := profile.Detector.Orientation()
 	if err := orient.Validate(format.Chips()); err != nil {
 		return nil, usageError(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
@@ -202,16 +218,19 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	if err != nil {
 		return nil, usageError(fmt.Errorf("key output.compression: %w", err))
 	}
-	backend, err := gpu.New(profile.Backend, gpu.Options{Orientation: orient, Logger: slog.New(zapslog.NewHandler(log.Core()))})
-	if err != nil {
-		return nil, usageError(fmt.Errorf("key backend: %w", err))
+	backend, closeBackend := shared, func() {}
+	if shared == nil {
+		if backend, err = openBackend(profile, log); err != nil {
+			return nil, err
+		}
+		closeBackend = func() { backend.Close() }
 	}
 	opts := fileOptions(path, profile, plan, format)
 	opts.Filters = codec.Filters()
 	opts.FlushInterval = out.FlushInterval
 	file, err := writer.Create(opts)
 	if err != nil {
-		backend.Close()
+		closeBackend()
 		return nil, err
 	}
 	watch := newScanWatch()
@@ -232,14 +251,14 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	})
 	if err != nil {
 		file.Close()
-		backend.Close()
+		closeBackend()
 		return nil, err
 	}
 	watch.describe(p, path, plan, format, backend.Name(), out.Compression)
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))
-	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, backend: backend, log: log, watch: watch}, nil
+	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, closeBackend: closeBackend, log: log, watch: watch}, nil
 }
 
 // fileOptions returns the options of a scan's file at path (or of its
@@ -289,7 +308,7 @@ func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
 func (r *scanRun) finish(srcErr error) error {
 	r.closed = true
 	closeErr := r.file.Close()
-	r.backend.Close()
+	r.closeBackend()
 	printSummary(os.Stdout, r.output, r.progress, r.pipeline.Frames())
 	if r.stream != nil {
 		st := r.stream.Stats()
@@ -327,7 +346,7 @@ func (r *scanRun) abort() {
 	if !r.closed {
 		r.watch.close()
 		r.file.Close()
-		r.backend.Close()
+		r.closeBackend()
 	}
 }
 
@@ -367,11 +386,12 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 }
 
 // newModuleScans creates the scan of every module in files, each with its
-// own file and pipeline; only the first reports progress.
-func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, log *zap.Logger) ([]*scanRun, error) {
+// own file and pipeline, all decoding with backend; only the first reports
+// progress.
+func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, backend gpu.Backend, log *zap.Logger) ([]*scanRun, error) {
 	var scans []*scanRun
 	for i, m := range files.modules {
-		scan, err := newScan(m.path, profile, plan, format, log.With(zap.Int("module", m.module.ID)))
+		scan, err := newScan(m.path, profile, plan, format, backend, log.With(zap.Int("module", m.module.ID)))
 		if err != nil {
 			for _, s := range scans {
 				s.abort()
