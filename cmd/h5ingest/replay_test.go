@@ -627,3 +627,42 @@ func TestInspectWithoutPlan(t *testing.T) {
 		t.Errorf("inspect exit status %d:\n%s", code, stdout)
 	}
 }
+
+// TestReplayOneModuleOfSeveral replays an interleaved capture of the test
+// array with a profile of one module: the file holds that module's frames
+// only, told apart by their module_id, and the others are dropped and
+// counted, never taken for the profile's module (same frame numbers).
+func TestReplayOneModuleOfSeveral(t *testing.T) {
+	paths, truths := simulateModules(t)
+	capturePath := interleave(t, paths)
+	for _, id := range []int{0, 2} {
+		t.Run(fmt.Sprint("module ", id), func(t *testing.T) {
+			dir := t.TempDir()
+			profile := filepath.Join(dir, "one.yaml")
+			text := fmt.Sprintf("detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n    - {id: %d, x: 0, y: 0}\n", id)
+			if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "one.h5")
+			code, _, stderr := runProcess(t, append([]string{"replay", capturePath, "--profile", profile, "-o", out}, arrayPlan...)...)
+			if code != exitOK {
+				t.Fatalf("replay exit status %d, want %d\n%s", code, exitOK, stderr)
+			}
+			others := truths[0].Records * (len(arrayModules) - 1)
+			if want := fmt.Sprintf("%d frames of modules other than the profile's module %d", others, id); !strings.Contains(stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr)
+			}
+			recs := fileRecords(t, out)
+			truth := truths[slices.IndexFunc(arrayModules, func(m struct{ id, x, y int }) bool { return m.id == id })]
+			if len(recs) != truth.Frames {
+				t.Fatalf("%d records, want %d", len(recs), truth.Frames)
+			}
+			for n, rec := range recs {
+				if rec.Status != frame.StatusOK || rec.DataCRC != truth.DataCRC[n] {
+					t.Errorf("frame %d: status %d data CRC %08x, want module %d's: status 0, %08x",
+						n, rec.Status, rec.DataCRC, id, truth.DataCRC[n])
+				}
+			}
+		})
+	}
+}
