@@ -150,6 +150,10 @@ func (rp *replayRun) module(ctx context.Context) error {
 	if src.other > 0 {
 		fmt.Fprintf(os.Stderr, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
 			src.other, src.id)
+		if scan.pipeline.Progress().Written == 0 {
+			fmt.Fprintf(os.Stderr, "h5ingest: to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"\n",
+				src.first, src.first)
+		}
 	}
 	return scan.finish(srcErr)
 }
@@ -160,7 +164,8 @@ func (rp *replayRun) module(ctx context.Context) error {
 type oneModule struct {
 	ingest.Source
 	id    uint16
-	other int // frames of other modules dropped
+	other int    // frames of other modules dropped
+	first uint16 // the module of the first of them
 }
 
 // Next returns the module's next frame.
@@ -169,6 +174,9 @@ func (s *oneModule) Next(ctx context.Context) (*ingest.Frame, error) {
 		f, err := s.Source.Next(ctx)
 		if err != nil || f.Header.ModuleID == s.id {
 			return f, err
+		}
+		if s.other == 0 {
+			s.first = f.Header.ModuleID
 		}
 		s.other++
 		s.Source.Release(f)

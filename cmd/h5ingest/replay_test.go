@@ -666,3 +666,20 @@ func TestReplayOneModuleOfSeveral(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayOtherModuleHint replays a capture of module 3 with the default
+// profile (module 0): nothing is written, and the command says how to
+// replay module 3, which then works.
+func TestReplayOtherModuleHint(t *testing.T) {
+	path, _ := simulate(t, "--frames", "3", "--module", "3")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	code, _, stderr := runProcess(t, "replay", path, "-o", out)
+	hint := `to replay module 3 of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES="[{id: 3}]"`
+	if code != exitIncomplete || !strings.Contains(stderr, hint) {
+		t.Fatalf("replay of module 3 with a profile of module 0: exit status %d\n%s", code, stderr)
+	}
+	t.Setenv("H5INGEST_DETECTOR_MODULES", "[{id: 3}]")
+	if code, _, stderr := runProcess(t, "replay", path, "-o", out, "--overwrite"); code != exitOK {
+		t.Errorf("replay as the hint says: exit status %d\n%s", code, stderr)
+	}
+}
