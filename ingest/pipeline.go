@@ -52,7 +52,7 @@ type HostMemorySource interface {
 // Record is what the output keeps about one frame.
 type Record struct {
 	Timestamp uint64 // detector clock, ns; 0 where missing
-	RawCRC    uint32 // payload CRC-32C as received
+	RawCRC    uint32 // payload CRC-32C as received, rejected frames' too
 	DataCRC   uint32 // CRC-32C of the decoded image
 	Status    uint8  // frame.StatusOK, StatusMissing, StatusCRCMismatch or StatusRejected
 }
@@ -404,7 +404,9 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 		s.n = int(h.FrameNumber)
 		if err := p.check(h); err != nil {
 			p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(err))
-			s.record = Record{Timestamp: h.Timestamp, RawCRC: h.PayloadCRC, Status: frame.StatusRejected}
+			// The payload's CRC as received, as for every frame, not the
+			// header's claim.
+			s.record = Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(f.Payload), Status: frame.StatusRejected}
 			src.Release(f)
 			s.write = false
 			writeCh <- s
@@ -491,7 +493,7 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
 			switch {
 			case j.Err != nil:
 				p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(j.Err))
-				s.record = Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, Status: frame.StatusRejected}
+				s.record = Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(s.f.Payload), Status: frame.StatusRejected}
 				s.write = false
 			case j.RawCRC != h.PayloadCRC:
 				p.log.Warn("payload CRC mismatch", zap.Uint64("frame", h.FrameNumber),

@@ -184,12 +184,16 @@ func TestPipelineFaults(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(codec+"/"+tt.name, func(t *testing.T) {
 				src := &sliceSource{}
+				raw := map[int]uint32{} // CRC of each frame's first copy as sent
 				for i, n := range tt.order {
 					f := testFrame(t, testFormat, n)
 					if m := tt.mangle[i]; m != nil {
 						f = m(f)
 					}
 					src.frames = append(src.frames, f)
+					if _, ok := raw[int(n)]; !ok {
+						raw[int(n)] = frame.Checksum(f.Payload)
+					}
 				}
 				sent := len(src.frames)
 				sink := newMemSink()
@@ -205,6 +209,11 @@ func TestPipelineFaults(t *testing.T) {
 					t.Errorf("%d frames released, %d sent", src.released, sent)
 				}
 				checkOutput(t, sink, codec, N, tt.status)
+				for n, rec := range sink.records {
+					if rec.Status != frame.StatusMissing && rec.RawCRC != raw[n] {
+						t.Errorf("frame %d (status %d): raw CRC %08x, the payload as sent has %08x", n, rec.Status, rec.RawCRC, raw[n])
+					}
+				}
 			})
 		}
 	}
