@@ -123,6 +123,7 @@ func (b *builder) times(entry hid) {
 func (b *builder) nxtomo() {
 	w, o := b.w, &b.w.opts
 	b.rootAttrs("entry")
+	b.attr(w.file, "NX_class", "NXroot") // NeXus: every group names its class, the root too
 	entry := b.group(w.file, "entry", "NXentry")
 	b.attr(entry, "default", "data")
 	b.str(entry, "definition", "NXtomo")

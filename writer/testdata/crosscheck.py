@@ -62,6 +62,7 @@ def check_nxtomo(f, path, e):
     if abs(mono[()] - e["energy"] / 1.602176634e-16) > 1e-9 or text(mono.attrs["units"]) != "keV":
         raise AssertionError(f"monochromator energy {mono[()]} {mono.attrs['units']}, want {e['energy']} J in keV")
     expect_equal("root default", text(f.attrs["default"]), "entry")
+    expect_equal("root NX_class", text(f.attrs["NX_class"]), "NXroot")
     nxdata = f["/entry/data"]
     expect_equal("NXdata class", text(nxdata.attrs["NX_class"]), "NXdata")
     expect_equal("NXdata signal", text(nxdata.attrs["signal"]), "data")
