@@ -83,7 +83,12 @@ func (p *Preview) offer(batch []gpu.Job, now time.Time) {
 			p.image = make([]byte, size) // once per scan format
 		}
 		if j.ShuffleBlock != 0 { // transposed for the codec: undo it for people
-			p.image, _ = bitshuffle.AppendUnshuffle(p.image[:0], j.Image[:size], j.Header.Format.PixelSize(), j.ShuffleBlock)
+			img, err := bitshuffle.AppendUnshuffle(p.image[:0], j.Image[:size], j.Header.Format.PixelSize(), j.ShuffleBlock)
+			if err != nil { // a block the backend would have refused: keep the last image
+				p.mu.Unlock()
+				return
+			}
+			p.image = img
 		} else {
 			p.image = append(p.image[:0], j.Image[:size]...)
 		}
