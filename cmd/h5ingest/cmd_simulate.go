@@ -127,6 +127,13 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 	case cfg.Scene == sim.CDI && changed("frames"):
 		cfg.Frames = fl.frames
 	}
+	if changed("frames") {
+		if fl.frames > plan.MaxFrames {
+			return cfg, fmt.Errorf("--frames %d: %w", fl.frames, plan.ErrTooLong)
+		}
+	} else if err := cfg.Plan.Validate(); err != nil {
+		return cfg, fmt.Errorf("--darks, --flats, --projections or --sequence: %w", err)
+	}
 	if cfg.NumFrames() < 1 {
 		return cfg, errors.New("the scan has no frames: give --frames or a plan with at least one frame")
 	}

@@ -120,15 +120,16 @@ func TestSimulateDefaults(t *testing.T) {
 func TestSimulateUsageErrors(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "x.pmcap")
 	tests := [][]string{
-		{},                     // no output
-		{"--scene", "mri"},     // unknown scene
-		{"--frames", "-1"},     // negative
-		{"--frames", "0"},      // no frames
-		{"--chips", "6by6"},    // bad geometry
-		{"--chip-size", "0x8"}, // bad geometry
-		{"--encoding", "jpeg"}, // unknown encoding
-		{"--bit-depth", "7"},   // bad depth for bitplane
-		{"--coding", "gray"},   // unknown coding
+		{},                       // no output
+		{"--scene", "mri"},       // unknown scene
+		{"--frames", "-1"},       // negative
+		{"--frames", "0"},        // no frames
+		{"--frames", "10000001"}, // more than a scan may hold
+		{"--chips", "6by6"},      // bad geometry
+		{"--chip-size", "0x8"},   // bad geometry
+		{"--encoding", "jpeg"},   // unknown encoding
+		{"--bit-depth", "7"},     // bad depth for bitplane
+		{"--coding", "gray"},     // unknown coding
 		{"--encoding", "u16le", "--coding", "lfsr"}, // lfsr only for bitplane
 		{"--orientation", "90"},                     // wrong angle and count
 		{"--orientation", "0,180"},                  // wrong count for 36 chips
