@@ -55,8 +55,7 @@ type renderedPreview struct {
 	mu    sync.Mutex // held while rendering
 	seq   uint64
 	png   []byte
-	buf   []byte    // the image copied out of the preview
-	small []byte    // its block means, uint32
+	small []byte    // block means of the preview image, uint32
 	when  time.Time // of the last rendering
 }
 
