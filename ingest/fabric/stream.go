@@ -73,7 +73,6 @@ type Stream struct {
 	stats  Stats
 	closed bool
 	module bool // the hello's module is registered with the listener
-	credit [creditSize]byte
 }
 
 // Hello returns what the sender said about itself and its scan.
