@@ -185,7 +185,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("gpu: %d streams: want 0 (4) or more", o.Streams)
 	}
 	if err := o.Orientation.Validate(len(o.Orientation)); err != nil {
-		return fmt.Errorf("gpu: %v", err)
+		return fmt.Errorf("gpu: %w", err)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 	h := &j.Header
 	f := h.Format
 	if err := f.Validate(); err != nil {
-		return plan{}, fmt.Errorf("gpu: frame %d: %v", h.FrameNumber, err)
+		return plan{}, fmt.Errorf("gpu: frame %d: %w", h.FrameNumber, err)
 	}
 	if n := f.PayloadSize(); len(j.Payload) != n || int(h.PayloadSize) != n {
 		return plan{}, fmt.Errorf("gpu: frame %d: payload of %d bytes (header says %d), %v needs %d",
@@ -49,11 +49,11 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 			h.FrameNumber, len(j.Image), f, n)
 	}
 	if err := rot.Validate(f.Chips()); err != nil {
-		return plan{}, fmt.Errorf("gpu: frame %d: %v", h.FrameNumber, err)
+		return plan{}, fmt.Errorf("gpu: frame %d: %w", h.FrameNumber, err)
 	}
 	if j.ShuffleBlock != 0 {
 		if err := bitshuffle.CheckBlockSize(j.ShuffleBlock); err != nil {
-			return plan{}, fmt.Errorf("gpu: frame %d: %v", h.FrameNumber, err)
+			return plan{}, fmt.Errorf("gpu: frame %d: %w", h.FrameNumber, err)
 		}
 	}
 	p := plan{f: f, rot: rot, chipBytes: f.ChipPayloadSize(), pix: f.PixelSize()}
