@@ -89,7 +89,7 @@ func newReader(r io.Reader, name string) (*Reader, error) {
 	}
 	cr.rawMeta = meta.Bytes()
 	if err := json.Unmarshal(cr.rawMeta, &cr.meta); err != nil {
-		return nil, fmt.Errorf("read capture %s: %w: metadata: %v", name, ErrNotCapture, err)
+		return nil, fmt.Errorf("read capture %s: %w: metadata: %w", name, ErrNotCapture, err)
 	}
 	var pad [8]byte
 	padLen := padding(int(size))

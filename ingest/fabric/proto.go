@@ -255,7 +255,7 @@ func ParseHello(b []byte) (Hello, error) {
 		return h, fmt.Errorf("%w: hello: mode %d, want %d (write) or %d (send)", ErrProtocol, h.Mode, ModeWrite, ModeSend)
 	}
 	if err := h.Format.Validate(); err != nil {
-		return h, fmt.Errorf("%w: hello: %w: %v", ErrProtocol, errFormat, err)
+		return h, fmt.Errorf("%w: hello: %w: %w", ErrProtocol, errFormat, err)
 	}
 	if h.MaxFrame > maxSlotSize {
 		return h, fmt.Errorf("%w: hello: frames of up to %d bytes, more than a slot may hold (%d)", ErrProtocol, h.MaxFrame, maxSlotSize)

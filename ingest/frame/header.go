@@ -142,7 +142,7 @@ func ParseHeader(b []byte) (Header, error) {
 // Errors wrap ErrRejected.
 func (h *Header) Check() error {
 	if err := h.Format.Validate(); err != nil {
-		return fmt.Errorf("%w: frame %d: %v", ErrRejected, h.FrameNumber, err)
+		return fmt.Errorf("%w: frame %d: %w", ErrRejected, h.FrameNumber, err)
 	}
 	if want := h.Format.PayloadSize(); int64(h.PayloadSize) != int64(want) {
 		return fmt.Errorf("%w: frame %d: payload of %d bytes, %v needs %d",
