@@ -3,6 +3,9 @@
 // the stages, source -> decode + checksum -> compress -> write, over bounded
 // channels and fixed pools of buffers.
 //
-// Sources live in sub-packages: capture (replay of a .pmcap file) and sim
-// (the built-in simulator); the frame format itself is package frame.
+// Frames come from a Source: CaptureSource replays a .pmcap file read by
+// package capture (the built-in simulator, package sim, writes such
+// files), and package fabric's Stream receives them from a detector over
+// RDMA; Demux splits a source of several modules by module. The frame
+// format itself is package frame.
 package ingest
