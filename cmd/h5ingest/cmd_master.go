@@ -142,16 +142,6 @@ type scanFiles struct {
 	modules []scanFile
 }
 
-// path returns the file of module id, or "".
-func (f scanFiles) path(id int) string {
-	for _, m := range f.modules {
-		if m.module.ID == id {
-			return m.path
-		}
-	}
-	return ""
-}
-
 // scanFiles returns the files of a scan of every module of the profile.
 // With one module, the file is -o, or the profile's template. With
 // several, -o NAME.h5 names the master and module K's file is

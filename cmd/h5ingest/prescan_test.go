@@ -98,7 +98,7 @@ func TestAcquirePreScanFails(t *testing.T) {
 		"--projections", "10", "--connect-timeout", "20s")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	err = cmd.Run()
+	_ = cmd.Run() // a failed check is an exit status, checked below
 	code, stderr := cmd.ProcessState.ExitCode(), errOut.String()
 	if code != exitFailure {
 		t.Fatalf("exit status %d, want %d\n%s", code, exitFailure, stderr)
