@@ -124,13 +124,14 @@ func (i *Info) RxSize() int { return int(C.h5i_rx_size(i.p)) }
 // MaxMessage returns the largest message the endpoint sends.
 func (i *Info) MaxMessage() uint64 { return uint64(C.h5i_max_msg_size(i.p)) }
 
-// Memory registration modes a provider may require.
 const (
-	mrLocal    = C.FI_MR_LOCAL     // local buffers must be registered and their descriptors passed
-	mrVirtAddr = C.FI_MR_VIRT_ADDR // remote addresses are virtual addresses, not offsets
-	mrProvKey  = C.FI_MR_PROV_KEY  // the provider picks keys
-	mrAlloc    = C.FI_MR_ALLOCATED // only allocated memory may be registered
-	accessAll  = C.FI_SEND | C.FI_RECV | C.FI_WRITE | C.FI_REMOTE_WRITE
+	// mrVirtAddr is the memory registration mode in which remote
+	// addresses are virtual addresses, not offsets. The hints in
+	// fi_helpers.h accept it along with FI_MR_LOCAL, FI_MR_ALLOCATED and
+	// FI_MR_PROV_KEY, which Register meets as it is.
+	mrVirtAddr = C.FI_MR_VIRT_ADDR
+	// accessAll is the access a memory region is registered with.
+	accessAll = C.FI_SEND | C.FI_RECV | C.FI_WRITE | C.FI_REMOTE_WRITE
 )
 
 // MRMode returns the memory registration mode bits the provider requires.
