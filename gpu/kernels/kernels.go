@@ -16,7 +16,7 @@
 // is the number of frames and blocks of BlockSize threads:
 //
 //	Decode   image pixels from the payload
-//	CRCSub   CRC-32C of every CRCSub-byte sub-piece of payload and image
+//	CRCSub   CRC-32C of every CRCSubSize-byte sub-piece of payload and image
 //	CRCFold  the CRC of every run of CRCRun sub-pieces (a piece)
 //	Shuffle  for frames with a Block, the image bit-transposed into Shuffled
 //
