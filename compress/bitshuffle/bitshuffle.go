@@ -7,11 +7,15 @@
 // then one partial block of a multiple of 8 elements, then the last n%8
 // elements copied verbatim.
 //
-// Two transposes are compiled. A word-wide one handles element sizes 1, 2, 4
-// and 8 on runs of 64 elements, doing the transpose as six rounds of masked
-// swaps on 64-bit words (words.go, generated into words_gen.go); a byte-gather one built on the 8x8 bit-matrix
-// transpose handles every other element size and the tail of a block that is
-// not a multiple of 64 elements. Both give the same bytes for every input.
+// Two transposes are compiled everywhere. A word-wide one handles element
+// sizes 1, 2, 4 and 8 on runs of 64 elements, doing the transpose as six
+// rounds of masked swaps on 64-bit words (words.go, generated into
+// words_gen.go); a byte-gather one built on the 8x8 bit-matrix transpose
+// handles every other element size and the tail of a block that is not a
+// multiple of 64 elements. On amd64 with AVX2 (checked once, at start), an
+// assembly transpose (shuffle_amd64.s) takes the groups of 32 elements of
+// 4-byte blocks in ShuffleBlock instead of the word-wide one, and the
+// byte-gather one does the rest. All give the same bytes for every input.
 package bitshuffle
 
 import "fmt"
