@@ -31,8 +31,8 @@
 //     (bitshuffle.AppendShuffle), so that a bitshuffle codec only has the
 //     blocks left to compress (compress.Preshuffled).
 //   - RawCRC is the CRC-32C of Payload, DataCRC the CRC-32C of the image
-//     bytes (before any transpose). A RawCRC that differs from Header.PayloadCRC is a result for
-//     the caller to record, not an error.
+//     bytes (before any transpose). A RawCRC that differs from
+//     Header.PayloadCRC is a result for the caller to record, not an error.
 //   - A frame the backend cannot decode (a format that does not validate, a
 //     payload of the wrong size, an image buffer too small, an orientation
 //     that does not fit the chip count) gets Job.Err; the other frames of

@@ -209,8 +209,9 @@ func ExponentialBuckets(start, factor float64, n int) []float64 {
 var LatencyBuckets = ExponentialBuckets(10e-6, 2, 21)
 
 // Counter returns a new counter, registered under name with the labels.
-// It and the other methods that register panic on an invalid name, a name registered with another type, or a
-// series registered twice: those are programming errors.
+// It and the other methods that register panic on an invalid name, a name
+// registered with another type, or a series registered twice: those are
+// programming errors.
 func (r *Registry) Counter(name, help string, labels ...Label) *Counter {
 	c := new(Counter)
 	r.Register(name, help, c, labels...)
