@@ -221,8 +221,8 @@ func sameMaster(path, dir string, files scanFiles, frames int) bool {
 
 // writeMaster writes the master file of a scan of frames frames of format
 // per module, unless the master is there already (and Overwrite is not
-// set) for the same modules and frames. Module files are named relative to the master's directory,
-// so that a scan's files can move together.
+// set) for the same modules and frames. Module files are named relative to
+// the master's directory, so that a scan's files can move together.
 func writeMaster(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, frames int) error {
 	opts := writer.MasterOptions{Options: fileOptions(files.master, profile, plan, format)}
 	opts.Frames = frames
