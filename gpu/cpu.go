@@ -43,7 +43,6 @@ type batch struct {
 	plans []plan
 	ok    []bool
 	crcs  []uint32 // piece CRCs of every frame, at plan.crcs
-	runs  []int32  // runs of bitshuffle blocks per frame, 0 for none
 	wg    sync.WaitGroup
 }
 
@@ -108,28 +107,16 @@ func (c *cpu) Decode(jobs []Job) error {
 // shuffle bit-transposes the decoded images whose jobs ask for it, in place
 // block by block, on the workers. The image CRCs are already taken.
 func (c *cpu) shuffle(b *batch) {
-	b.runs = grow(b.runs, len(b.jobs))
-	total := 0
 	for j := range b.jobs {
-		n := 0
-		if b.ok[j] && b.jobs[j].ShuffleBlock != 0 {
-			blocks := shuffleBlocks(&b.plans[j].f, b.jobs[j].ShuffleBlock)
-			n = min(blocks, shuffleTasksPerWorker*c.workers)
-		}
-		b.runs[j] = int32(n)
-		total += n
-	}
-	if total == 0 {
-		return
-	}
-	b.wg.Add(total)
-	for j, n := range b.runs {
-		if n == 0 {
+		job := &b.jobs[j]
+		if !b.ok[j] || job.ShuffleBlock == 0 {
 			continue
 		}
-		blocks := int32(shuffleBlocks(&b.plans[j].f, b.jobs[j].ShuffleBlock))
+		blocks := shuffleBlocks(&b.plans[j].f, job.ShuffleBlock)
+		n := min(blocks, shuffleTasksPerWorker*c.workers)
+		b.wg.Add(n)
 		for i := range n {
-			c.tasks <- task{b: b, job: int32(j), cy: blocks * i / n, band: blocks * (i + 1) / n, shuffle: true}
+			c.tasks <- task{b: b, job: int32(j), cy: int32(blocks * i / n), band: int32(blocks * (i + 1) / n), shuffle: true}
 		}
 	}
 	b.wg.Wait()
