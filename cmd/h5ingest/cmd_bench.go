@@ -206,14 +206,17 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 
 	n, image := fl.frames, int64(format.ImageSize())
 	rows := make([]benchRow, 0, 6)
-	measure := func(name string, timed func() (float64, int64, int64, error)) error {
+	row := func(name string, timed func() (float64, int64, int64, error)) (benchRow, error) {
 		fmt.Fprintf(logw, "bench: %s\n", name)
 		secs, stored, rss, err := timed()
-		if err != nil {
-			return err
+		return benchRow{name: name, frames: n, bytes: int64(n) * image, stored: stored, seconds: secs, maxRSS: rss}, err
+	}
+	measure := func(name string, timed func() (float64, int64, int64, error)) error {
+		r, err := row(name, timed)
+		if err == nil {
+			rows = append(rows, r)
 		}
-		rows = append(rows, benchRow{name: name, frames: n, bytes: int64(n) * image, stored: stored, seconds: secs, maxRSS: rss})
-		return nil
+		return err
 	}
 	python := func(env []string, args ...string) func() (float64, int64, int64, error) {
 		return func() (float64, int64, int64, error) {
@@ -254,11 +257,10 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 		if transpose {
 			name, more = benchShuffledRow, []string{"--backend-shuffle"}
 		}
-		if err := measure(name, replay(more...)); err != nil {
+		var err error
+		if runs[i], err = row(name, replay(more...)); err != nil {
 			return err
 		}
-		runs[i] = rows[len(rows)-1]
-		rows = rows[:len(rows)-1]
 	}
 	rows = append(rows, meanRow(runs[0], runs[3]))
 	shuffled := meanRow(runs[1], runs[2])
