@@ -211,11 +211,13 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		codecs[i] = c
 	}
 	if cfg.BackendShuffle {
-		ps, ok := codecs[0].(compress.Preshuffled)
-		if !ok {
-			return p.Progress(), errors.New("backend shuffle needs a codec with a bitshuffle stage (bslz4 or bszstd)")
+		for _, c := range codecs { // compress takes the shuffled path of each
+			ps, ok := c.(compress.Preshuffled)
+			if !ok {
+				return p.Progress(), errors.New("backend shuffle needs a codec with a bitshuffle stage (bslz4 or bszstd)")
+			}
+			p.shuffle = ps.BlockElems()
 		}
-		p.shuffle = ps.BlockElems()
 	}
 	imageSize := cfg.Format.ImageSize()
 	chunkSize := codecs[0].Bound(imageSize)
