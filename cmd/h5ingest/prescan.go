@@ -77,12 +77,24 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// checkNew reports whether path is free for a scan's file: neither the
-// file nor the temporary file of a scan to it that did not finish exists.
-// A scan replaces them only when asked to (--overwrite).
-func checkNew(path string) error {
-	if fileExists(path) {
-		return fmt.Errorf("output file %s exists (give --overwrite to replace it)", path)
+// checkTarget reports why path cannot take a file a scan writes, named
+// what: a directory there, or, unless overwrite, a file.
+func checkTarget(what, path string, overwrite bool) error {
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return fmt.Errorf("%s %s is a directory", what, path)
+	}
+	if !overwrite && fileExists(path) {
+		return fmt.Errorf("%s %s exists (give --overwrite to replace it)", what, path)
+	}
+	return nil
+}
+
+// checkNew reports whether path is free for a scan's file: checkTarget,
+// and unless overwrite no temporary file of a scan to it that did not
+// finish.
+func checkNew(path string, overwrite bool) error {
+	if err := checkTarget("output file", path, overwrite); err != nil || overwrite {
+		return err
 	}
 	if temp := writer.TempName(path); fileExists(temp) {
 		return fmt.Errorf("%s exists: the temporary file of a scan to %s that did not finish (verify it and rename it, or give --overwrite to replace it)",
@@ -172,30 +184,25 @@ func (c preScan) run() error {
 			}
 		}
 	}
-	for _, f := range append(slices.Clip(c.files), c.master) {
-		if info, err := os.Stat(f); f != "" && err == nil && info.IsDir() {
-			failed = append(failed, fmt.Errorf("output file %s is a directory", f))
-		} else if f != c.master && !c.profile.Output.Overwrite {
-			if err := checkNew(f); err != nil {
-				failed = append(failed, err)
-			}
-		}
-	}
-	if c.record != "" {
-		if info, err := os.Stat(c.record); err == nil && info.IsDir() {
-			failed = append(failed, fmt.Errorf("capture file %s is a directory", c.record))
-		} else if !c.profile.Output.Overwrite && fileExists(c.record) {
-			failed = append(failed, fmt.Errorf("capture file %s exists (give --overwrite to replace it)", c.record))
-		}
-	}
-	if c.addr != "" {
-		if err := checkPortFree(c.provider, c.addr); err != nil {
+	note := func(err error) {
+		if err != nil {
 			failed = append(failed, err)
 		}
 	}
-	if err := checkBackend(c.profile); err != nil {
-		failed = append(failed, err)
+	overwrite := c.profile.Output.Overwrite
+	for _, f := range c.files {
+		note(checkNew(f, overwrite))
 	}
+	if c.master != "" {
+		note(checkTarget("output file", c.master, true)) // a master written ahead is kept
+	}
+	if c.record != "" {
+		note(checkTarget("capture file", c.record, overwrite))
+	}
+	if c.addr != "" {
+		note(checkPortFree(c.provider, c.addr))
+	}
+	note(checkBackend(c.profile))
 	if len(failed) == 0 {
 		return nil
 	}
