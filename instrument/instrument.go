@@ -1,54 +1,58 @@
 // Package instrument wraps the stages of an ingest pipeline (its Source,
 // decode Backend, chunk Codec and Sink) in types that implement the same
-// interfaces and count and time what passes through them, into a metrics
-// registry. The stage code itself knows nothing of metrics.
+// interfaces and count and time what passes through them, in Prometheus
+// metrics of client_golang. The stage code itself knows nothing of metrics.
 //
-// The wrappers allocate nothing per frame: counters and fixed-bucket
-// histograms are updated with atomic operations, a few tens of nanoseconds
-// per frame, so a command may wrap every pipeline and register the metrics
-// only when someone watches. The Backend wrapper also keeps a copy of a
-// recently decoded image, once its Preview is enabled, at most one every
-// PreviewInterval; it never waits for a reader of it.
+// The wrappers allocate nothing per frame: client_golang's counters and
+// fixed-bucket histograms are updated with atomic operations, a few tens of
+// nanoseconds per frame, so a command may wrap every pipeline and register
+// the metrics only when someone watches. The Backend wrapper also keeps a
+// copy of a recently decoded image, once its Preview is enabled, at most one
+// every PreviewInterval; it never waits for a reader of it.
 package instrument
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"h5ingest/compress"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/frame"
-	"h5ingest/metrics"
 )
 
 // Stages holds the metrics of one pipeline and makes the wrappers that
 // update them. Every field is set by New; Register shows them in a
 // registry.
 type Stages struct {
-	SourceFrames   *metrics.Counter   // frames the source handed out
-	SourceBytes    *metrics.Counter   // their payload bytes
-	SourceWait     *metrics.Histogram // seconds per Next call
-	SourceInFlight *metrics.Gauge     // frames handed out, not yet released
+	SourceFrames   prometheus.Counter   // frames the source handed out
+	SourceBytes    prometheus.Counter   // their payload bytes
+	SourceWait     prometheus.Histogram // seconds per Next call
+	SourceInFlight prometheus.Gauge     // frames handed out, not yet released
 
-	DecodeFrames  *metrics.Counter   // frames decoded
-	DecodeErrors  *metrics.Counter   // frames the backend could not decode
-	DecodeBytes   *metrics.Counter   // payload bytes given to the backend
-	DecodeSeconds *metrics.Histogram // seconds per Decode call (one batch)
+	DecodeFrames  prometheus.Counter   // frames decoded
+	DecodeErrors  prometheus.Counter   // frames the backend could not decode
+	DecodeBytes   prometheus.Counter   // payload bytes given to the backend
+	DecodeSeconds prometheus.Histogram // seconds per Decode call (one batch)
 
-	CompressFrames  *metrics.Counter   // chunks encoded
-	CompressIn      *metrics.Counter   // image bytes encoded
-	CompressOut     *metrics.Counter   // chunk bytes out
-	CompressSeconds *metrics.Histogram // seconds per Encode call
+	CompressFrames  prometheus.Counter   // chunks encoded
+	CompressIn      prometheus.Counter   // image bytes encoded
+	CompressOut     prometheus.Counter   // chunk bytes out
+	CompressSeconds prometheus.Histogram // seconds per Encode call
 
-	WriteFrames  *metrics.Counter    // chunks written
-	WriteBytes   *metrics.Counter    // chunk bytes written
-	WriteSeconds *metrics.Histogram  // seconds per WriteChunk call
-	Records      [4]*metrics.Counter // records stored, by frame status 0..3
+	WriteFrames  prometheus.Counter    // chunks written
+	WriteBytes   prometheus.Counter    // chunk bytes written
+	WriteSeconds prometheus.Histogram  // seconds per WriteChunk call
+	Records      [4]prometheus.Counter // records stored, by frame status 0..3
 
 	// Preview keeps a recent decoded image.
 	Preview *Preview
+
+	all []prometheus.Collector // every metric above, and the compression ratio
 }
 
 // statusNames are the record status label values, by frame status.
@@ -59,62 +63,70 @@ var statusNames = [4]string{
 	frame.StatusRejected:    "rejected",
 }
 
+// LatencyBuckets are the upper bounds, in seconds, of the stage timing
+// histograms: 10 µs to about 10 s, doubling.
+var LatencyBuckets = prometheus.ExponentialBuckets(10e-6, 2, 21)
+
 // New returns the stage metrics of one pipeline, not registered yet, and
 // a preview that keeps nothing until enabled.
 func New() *Stages {
-	lat := metrics.LatencyBuckets
-	s := &Stages{
-		SourceFrames: new(metrics.Counter), SourceBytes: new(metrics.Counter),
-		SourceWait: metrics.NewHistogram(lat), SourceInFlight: new(metrics.Gauge),
-		DecodeFrames: new(metrics.Counter), DecodeErrors: new(metrics.Counter),
-		DecodeBytes: new(metrics.Counter), DecodeSeconds: metrics.NewHistogram(lat),
-		CompressFrames: new(metrics.Counter), CompressIn: new(metrics.Counter),
-		CompressOut: new(metrics.Counter), CompressSeconds: metrics.NewHistogram(lat),
-		WriteFrames: new(metrics.Counter), WriteBytes: new(metrics.Counter),
-		WriteSeconds: metrics.NewHistogram(lat),
-		Preview:      NewPreview(0),
+	s := &Stages{Preview: NewPreview(0)}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		s.all = append(s.all, c)
+		return c
 	}
-	for i := range s.Records {
-		s.Records[i] = new(metrics.Counter)
+	histogram := func(name, help string) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: LatencyBuckets})
+		s.all = append(s.all, h)
+		return h
 	}
+	s.SourceFrames = counter("h5ingest_source_frames_total", "Frames the source handed to the pipeline.")
+	s.SourceBytes = counter("h5ingest_source_bytes_total", "Payload bytes of the frames the source handed to the pipeline.")
+	s.SourceWait = histogram("h5ingest_source_next_seconds", "Time the pipeline waited for each frame from the source.")
+	s.SourceInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "h5ingest_source_frames_in_flight",
+		Help: "Frames the source handed out and the pipeline has not released: ring slots in use for a fabric stream."})
+	s.all = append(s.all, s.SourceInFlight)
+	s.DecodeFrames = counter("h5ingest_decode_frames_total", "Frames decoded.")
+	s.DecodeErrors = counter("h5ingest_decode_errors_total", "Frames the backend could not decode (recorded as rejected).")
+	s.DecodeBytes = counter("h5ingest_decode_bytes_total", "Payload bytes given to the decode backend.")
+	s.DecodeSeconds = histogram("h5ingest_decode_batch_seconds", "Time to decode and checksum one batch of frames.")
+	s.CompressFrames = counter("h5ingest_compress_frames_total", "Chunks compressed.")
+	s.CompressIn = counter("h5ingest_compress_bytes_in_total", "Image bytes compressed.")
+	s.CompressOut = counter("h5ingest_compress_bytes_out_total", "Compressed chunk bytes.")
+	s.CompressSeconds = histogram("h5ingest_compress_frame_seconds", "Time to compress one frame.")
+	s.WriteFrames = counter("h5ingest_write_frames_total", "Chunks written to the file.")
+	s.WriteBytes = counter("h5ingest_write_bytes_total", "Chunk bytes written to the file.")
+	s.WriteSeconds = histogram("h5ingest_write_frame_seconds", "Time to write one chunk to the file.")
+	for st, name := range statusNames {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "h5ingest_records_total",
+			Help: "Frame records stored in the file, by status.", ConstLabels: prometheus.Labels{"status": name}})
+		s.Records[st] = c
+		s.all = append(s.all, c)
+	}
+	s.all = append(s.all, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "h5ingest_compress_ratio",
+		Help: "Image bytes over compressed bytes so far."}, func() float64 {
+		if out := Value(s.CompressOut); out > 0 {
+			return Value(s.CompressIn) / out
+		}
+		return 0
+	}))
 	return s
 }
 
 // Register adds the metrics to reg, each with the label module.
-func (s *Stages) Register(reg *metrics.Registry, module int) {
-	m := metrics.Label{Name: "module", Value: strconv.Itoa(module)}
-	for _, r := range []struct {
-		name, help string
-		m          metrics.Metric
-	}{
-		{"h5ingest_source_frames_total", "Frames the source handed to the pipeline.", s.SourceFrames},
-		{"h5ingest_source_bytes_total", "Payload bytes of the frames the source handed to the pipeline.", s.SourceBytes},
-		{"h5ingest_source_next_seconds", "Time the pipeline waited for each frame from the source.", s.SourceWait},
-		{"h5ingest_source_frames_in_flight", "Frames the source handed out and the pipeline has not released: ring slots in use for a fabric stream.", s.SourceInFlight},
-		{"h5ingest_decode_frames_total", "Frames decoded.", s.DecodeFrames},
-		{"h5ingest_decode_errors_total", "Frames the backend could not decode (recorded as rejected).", s.DecodeErrors},
-		{"h5ingest_decode_bytes_total", "Payload bytes given to the decode backend.", s.DecodeBytes},
-		{"h5ingest_decode_batch_seconds", "Time to decode and checksum one batch of frames.", s.DecodeSeconds},
-		{"h5ingest_compress_frames_total", "Chunks compressed.", s.CompressFrames},
-		{"h5ingest_compress_bytes_in_total", "Image bytes compressed.", s.CompressIn},
-		{"h5ingest_compress_bytes_out_total", "Compressed chunk bytes.", s.CompressOut},
-		{"h5ingest_compress_frame_seconds", "Time to compress one frame.", s.CompressSeconds},
-		{"h5ingest_write_frames_total", "Chunks written to the file.", s.WriteFrames},
-		{"h5ingest_write_bytes_total", "Chunk bytes written to the file.", s.WriteBytes},
-		{"h5ingest_write_frame_seconds", "Time to write one chunk to the file.", s.WriteSeconds},
-	} {
-		reg.Register(r.name, r.help, r.m, m)
-	}
-	for st, name := range statusNames {
-		reg.Register("h5ingest_records_total", "Frame records stored in the file, by status.", s.Records[st], m, metrics.Label{Name: "status", Value: name})
-	}
-	reg.GaugeFunc("h5ingest_compress_ratio", "Image bytes over compressed bytes so far.", func() float64 {
-		if out := s.CompressOut.Value(); out > 0 {
-			return float64(s.CompressIn.Value()) / float64(out)
+func (s *Stages) Register(reg prometheus.Registerer, module int) error {
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"module": strconv.Itoa(module)}, reg)
+	for _, c := range s.all {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register the stage metrics of module %d: %w", module, err)
 		}
-		return 0
-	}, m)
+	}
+	return nil
 }
+
+// observe records the time since start in h, in seconds.
+func observe(h prometheus.Histogram, start time.Time) { h.Observe(time.Since(start).Seconds()) }
 
 // Source returns src, counted. The result implements
 // ingest.HostMemorySource where src does.
@@ -141,17 +153,17 @@ type source struct {
 func (w *source) Next(ctx context.Context) (*ingest.Frame, error) {
 	start := time.Now()
 	f, err := w.Source.Next(ctx)
-	w.s.SourceWait.ObserveDuration(time.Since(start))
+	observe(w.s.SourceWait, start)
 	if err == nil {
 		w.s.SourceFrames.Inc()
-		w.s.SourceBytes.Add(uint64(len(f.Payload)))
-		w.s.SourceInFlight.Add(1)
+		w.s.SourceBytes.Add(float64(len(f.Payload)))
+		w.s.SourceInFlight.Inc()
 	}
 	return f, err
 }
 
 func (w *source) Release(f *ingest.Frame) {
-	w.s.SourceInFlight.Add(-1)
+	w.s.SourceInFlight.Dec()
 	w.Source.Release(f)
 }
 
@@ -177,20 +189,20 @@ func (w *backend) Decode(batch []gpu.Job) error {
 	start := time.Now()
 	err := w.Backend.Decode(batch)
 	end := time.Now()
-	w.s.DecodeSeconds.ObserveDuration(end.Sub(start))
+	w.s.DecodeSeconds.Observe(end.Sub(start).Seconds())
 	if err != nil {
 		return err
 	}
-	var ok, bytes uint64
+	var ok, bytes int
 	for i := range batch {
-		bytes += uint64(len(batch[i].Payload))
+		bytes += len(batch[i].Payload)
 		if batch[i].Err == nil {
 			ok++
 		}
 	}
-	w.s.DecodeFrames.Add(ok)
-	w.s.DecodeErrors.Add(uint64(len(batch)) - ok)
-	w.s.DecodeBytes.Add(bytes)
+	w.s.DecodeFrames.Add(float64(ok))
+	w.s.DecodeErrors.Add(float64(len(batch) - ok))
+	w.s.DecodeBytes.Add(float64(bytes))
 	w.s.Preview.offer(batch, end)
 	return nil
 }
@@ -225,11 +237,11 @@ func (w *codec) Encode(dst, src []byte) ([]byte, error) {
 
 // count counts one chunk encoded since start, in and out bytes.
 func (w *codec) count(start time.Time, in, out int, err error) {
-	w.s.CompressSeconds.ObserveDuration(time.Since(start))
+	observe(w.s.CompressSeconds, start)
 	if err == nil {
 		w.s.CompressFrames.Inc()
-		w.s.CompressIn.Add(uint64(in))
-		w.s.CompressOut.Add(uint64(out))
+		w.s.CompressIn.Add(float64(in))
+		w.s.CompressOut.Add(float64(out))
 	}
 }
 
@@ -259,10 +271,10 @@ type sinkWrapper struct {
 func (w *sinkWrapper) WriteChunk(n int, chunk []byte) error {
 	start := time.Now()
 	err := w.Sink.WriteChunk(n, chunk)
-	w.s.WriteSeconds.ObserveDuration(time.Since(start))
+	observe(w.s.WriteSeconds, start)
 	if err == nil {
 		w.s.WriteFrames.Inc()
-		w.s.WriteBytes.Add(uint64(len(chunk)))
+		w.s.WriteBytes.Add(float64(len(chunk)))
 	}
 	return err
 }

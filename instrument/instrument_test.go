@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"h5ingest/compress"
 	"h5ingest/compress/bitshuffle"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/frame"
-	"h5ingest/metrics"
 )
 
 var testFormat = frame.Format{
@@ -83,9 +85,11 @@ func (s *countSink) WriteChunk(int, []byte) error       { s.chunks++; return nil
 func (s *countSink) SetRecord(int, ingest.Record) error { s.records++; return nil }
 
 func TestStagesCount(t *testing.T) {
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	st := New()
-	st.Register(reg, 3)
+	if err := st.Register(reg, 3); err != nil {
+		t.Fatal(err)
+	}
 
 	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 5}
 	src := st.Source(fs)
@@ -98,11 +102,11 @@ func TestStagesCount(t *testing.T) {
 		held = append(held, f)
 	}
 	src.Release(held[0])
-	if st.SourceFrames.Value() != 5 || st.SourceBytes.Value() != 500 || st.SourceInFlight.Value() != 4 || fs.released != 1 {
-		t.Errorf("source: frames %d bytes %d in flight %d released %d; want 5, 500, 4, 1",
-			st.SourceFrames.Value(), st.SourceBytes.Value(), st.SourceInFlight.Value(), fs.released)
+	if Value(st.SourceFrames) != 5 || Value(st.SourceBytes) != 500 || Value(st.SourceInFlight) != 4 || fs.released != 1 {
+		t.Errorf("source: frames %g bytes %g in flight %g released %d; want 5, 500, 4, 1",
+			Value(st.SourceFrames), Value(st.SourceBytes), Value(st.SourceInFlight), fs.released)
 	}
-	if n := st.SourceWait.Snapshot().Count; n != 6 {
+	if n := Snapshot(st.SourceWait).Count; n != 6 {
 		t.Errorf("%d Next calls timed, want 6", n)
 	}
 
@@ -128,8 +132,8 @@ func TestStagesCount(t *testing.T) {
 	if err := b.Decode(jobs); err != nil {
 		t.Fatal(err)
 	}
-	if st.DecodeFrames.Value() != 2 || st.DecodeErrors.Value() != 1 || st.DecodeBytes.Value() != 30 || st.DecodeSeconds.Snapshot().Count != 1 {
-		t.Errorf("decode: frames %d errors %d bytes %d; want 2, 1, 30", st.DecodeFrames.Value(), st.DecodeErrors.Value(), st.DecodeBytes.Value())
+	if Value(st.DecodeFrames) != 2 || Value(st.DecodeErrors) != 1 || Value(st.DecodeBytes) != 30 || Snapshot(st.DecodeSeconds).Count != 1 {
+		t.Errorf("decode: frames %g errors %g bytes %g; want 2, 1, 30", Value(st.DecodeFrames), Value(st.DecodeErrors), Value(st.DecodeBytes))
 	}
 
 	newCodec := st.NewCodec(func() (compress.Codec, error) { return compress.New("none", 2, 0) })
@@ -142,8 +146,8 @@ func TestStagesCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.CompressIn.Value() != 64 || st.CompressOut.Value() != uint64(len(out)-len(dst)) {
-		t.Errorf("compress: in %d out %d, want 64 and %d", st.CompressIn.Value(), st.CompressOut.Value(), len(out)-len(dst))
+	if Value(st.CompressIn) != 64 || Value(st.CompressOut) != float64(len(out)-len(dst)) {
+		t.Errorf("compress: in %g out %g, want 64 and %d", Value(st.CompressIn), Value(st.CompressOut), len(out)-len(dst))
 	}
 
 	cs := &countSink{}
@@ -153,12 +157,20 @@ func TestStagesCount(t *testing.T) {
 	sink.SetRecord(1, ingest.Record{Status: frame.StatusMissing})
 	sink.SetRecord(2, ingest.Record{Status: frame.StatusMissing})
 	sink.SetRecord(3, ingest.Record{Status: frame.StatusRejected})
-	if cs.chunks != 1 || cs.records != 4 || st.WriteBytes.Value() != 7 {
-		t.Errorf("sink: %d chunks, %d records, %d bytes counted", cs.chunks, cs.records, st.WriteBytes.Value())
+	if cs.chunks != 1 || cs.records != 4 || Value(st.WriteBytes) != 7 {
+		t.Errorf("sink: %d chunks, %d records, %g bytes counted", cs.chunks, cs.records, Value(st.WriteBytes))
 	}
 
 	var sb strings.Builder
-	reg.WriteText(&sb)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&sb, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, want := range []string{
 		`h5ingest_records_total{module="3",status="ok"} 1`,
 		`h5ingest_records_total{module="3",status="missing"} 2`,
@@ -278,11 +290,11 @@ func TestCodecKeepsPreshuffled(t *testing.T) {
 		if _, err := ps.Encode(nil, src); err != nil {
 			t.Fatal(err)
 		}
-		if n := st.CompressFrames.Value(); n != 2 {
-			t.Errorf("%s: %d chunks counted, want 2", name, n)
+		if n := Value(st.CompressFrames); n != 2 {
+			t.Errorf("%s: %g chunks counted, want 2", name, n)
 		}
-		if n := st.CompressIn.Value(); n != 2*uint64(len(src)) {
-			t.Errorf("%s: %d bytes in counted, want %d", name, n, 2*len(src))
+		if n := Value(st.CompressIn); n != float64(2*len(src)) {
+			t.Errorf("%s: %g bytes in counted, want %d", name, n, 2*len(src))
 		}
 	}
 }
@@ -303,5 +315,41 @@ func TestPreviewUndoesShuffle(t *testing.T) {
 	p.offer([]gpu.Job{{Header: frame.Header{FrameNumber: 3, Format: testFormat}, Image: shuffled, ShuffleBlock: block}}, time.Now())
 	if got := p.Latest(nil); !bytes.Equal(got.Image, img) {
 		t.Error("preview of a transposed image differs from the image")
+	}
+}
+
+func TestHistogramSnapshot(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h", Buckets: []float64{1, 2, 4, 8}})
+	for _, v := range []float64{0.5, 1.5, 1.5, 3, 3, 3, 100} {
+		h.Observe(v)
+	}
+	s := Snapshot(h)
+	if s.Count != 7 || s.Sum != 112.5 {
+		t.Errorf("count %d sum %g, want 7 and 112.5", s.Count, s.Sum)
+	}
+	for q, want := range map[float64]float64{0: 1, 0.1: 1, 0.4: 2, 0.5: 4, 0.85: 4, 1: 8} {
+		if got := s.Quantile(q); got != want {
+			t.Errorf("quantile %g = %g, want %g", q, got, want)
+		}
+	}
+	if got := s.Mean(); got != 112.5/7 {
+		t.Errorf("mean %g", got)
+	}
+	if (HistogramSnapshot{}).Quantile(0.5) != 0 {
+		t.Error("quantile of nothing is not 0")
+	}
+}
+
+func TestRegisterTwiceFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := New()
+	if err := st.Register(reg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Register(reg, 1); err == nil {
+		t.Error("the same module's metrics registered twice without an error")
+	}
+	if err := New().Register(reg, 2); err != nil {
+		t.Errorf("a second module: %v", err)
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"h5ingest/ingest"
 	"h5ingest/instrument"
-	"h5ingest/metrics"
 )
 
 // Scan describes one module's scan, as the page and the report show it.
@@ -249,7 +250,7 @@ func (m *Monitor) Status() Status {
 		s.StoredMBps = float64(p.StoredBytes-ref.Progress.StoredBytes) / dt / 1e6
 	}
 	if st := m.stages; st != nil {
-		s.InFlight = st.SourceInFlight.Value()
+		s.InFlight = int64(instrument.Value(st.SourceInFlight))
 		s.DecodeMs = meanMs(st.DecodeSeconds)
 		s.CompressMs = meanMs(st.CompressSeconds)
 		s.WriteMs = meanMs(st.WriteSeconds)
@@ -258,7 +259,7 @@ func (m *Monitor) Status() Status {
 	return s
 }
 
-func meanMs(h *metrics.Histogram) float64 { return finite(h.Snapshot().Mean() * 1e3) }
+func meanMs(h prometheus.Histogram) float64 { return finite(instrument.Snapshot(h).Mean() * 1e3) }
 
 // finite maps infinities and NaN, which JSON cannot hold, to 0.
 func finite(v float64) float64 {

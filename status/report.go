@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"h5ingest/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"h5ingest/instrument"
 )
 
 // Report is the page written after a scan: what was planned, what came of
@@ -61,10 +63,10 @@ func (r Report) WriteHTML(w io.Writer) error {
 		if s := m.stages; s != nil {
 			for _, h := range []struct {
 				name string
-				h    *metrics.Histogram
+				h    prometheus.Histogram
 			}{{"wait for source, per frame", s.SourceWait}, {"decode, per batch", s.DecodeSeconds},
 				{"compress, per frame", s.CompressSeconds}, {"write, per frame", s.WriteSeconds}} {
-				snap := h.h.Snapshot()
+				snap := instrument.Snapshot(h.h)
 				sc.Stages = append(sc.Stages, stage{Name: h.name, Count: snap.Count,
 					Mean: ms(snap.Mean()), P50: ms(snap.Quantile(0.5)), P99: ms(snap.Quantile(0.99))})
 			}

@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"h5ingest/instrument"
-	"h5ingest/metrics"
 	"h5ingest/preview"
 )
 
@@ -41,7 +43,7 @@ const previewWanted = 5 * time.Second
 // Previews are rendered on request, at most once per image kept, never by
 // the pipeline.
 type Server struct {
-	reg *metrics.Registry
+	reg prometheus.Gatherer
 	ln  net.Listener
 	srv *http.Server
 
@@ -61,7 +63,7 @@ type renderedPreview struct {
 
 // Listen starts serving on addr (host:port; port 0 picks one) with the
 // metrics of reg.
-func Listen(addr string, reg *metrics.Registry) (*Server, error) {
+func Listen(addr string, reg prometheus.Gatherer) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("status server: %w", err)
@@ -71,7 +73,7 @@ func Listen(addr string, reg *metrics.Registry) (*Server, error) {
 	mux.HandleFunc("GET /{$}", s.servePage)
 	mux.HandleFunc("GET /status.json", s.serveStatus)
 	mux.HandleFunc("GET /preview.png", s.servePreview)
-	mux.Handle("GET /metrics", reg)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
-	"h5ingest/metrics"
 )
 
 var testFormat = frame.Format{
@@ -69,9 +70,11 @@ func getJSON(t *testing.T, url string) []Status {
 }
 
 func TestServerAndReport(t *testing.T) {
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	st := instrument.New()
-	st.Register(reg, 2)
+	if err := st.Register(reg, 2); err != nil {
+		t.Fatal(err)
+	}
 	st.Preview.Enable(time.Nanosecond)
 	var fp fakeProgress
 	m := NewMonitor(Scan{ID: "s7", Module: 2, Output: "/x/s7.h5", Plan: "100 projections", Planned: 100}, fp.get, st)

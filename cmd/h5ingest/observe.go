@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
@@ -23,7 +25,6 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
-	"h5ingest/metrics"
 	"h5ingest/plan"
 	"h5ingest/status"
 )
@@ -68,7 +69,7 @@ func listenAddr(s string) (string, error) {
 type observer struct {
 	flags    *observeFlags
 	log      *zap.Logger
-	reg      *metrics.Registry
+	reg      *prometheus.Registry
 	srv      *status.Server // nil without --metrics
 	started  time.Time
 	monitors []*status.Monitor
@@ -91,7 +92,9 @@ func (o *observeFlags) start(log *zap.Logger) (*observer, error) {
 			return nil, usageError(fmt.Errorf("--report %s: no such directory", o.report))
 		}
 	}
-	obs := &observer{flags: o, log: log, reg: metrics.NewRegistry(), started: time.Now()}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs := &observer{flags: o, log: log, reg: reg, started: time.Now()}
 	if o.metrics != "" {
 		addr, err := listenAddr(o.metrics)
 		if err != nil {
@@ -173,26 +176,28 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 	p := w.pipeline
 	w.progress.p = p
 	w.monitor = status.NewMonitor(scan, p.Progress, w.stages)
-	reg, m := obs.reg, metrics.Label{Name: "module", Value: strconv.Itoa(module)}
-	w.stages.Register(reg, module)
+	if err := w.stages.Register(obs.reg, module); err != nil {
+		return err
+	}
+	reg := moduleMetrics{obs.reg, module}
 	if obs.srv != nil {
 		w.stages.Preview.Enable(instrument.PreviewInterval)
 	}
-	reg.GaugeFunc("h5ingest_scan_info", "The scan a module writes: always 1, its labels say which.",
-		func() float64 { return 1 }, m, metrics.Label{Name: "scan", Value: scan.ID}, metrics.Label{Name: "output", Value: scan.Output})
+	reg.gauge("h5ingest_scan_info", "The scan a module writes: always 1, its labels say which.",
+		func() float64 { return 1 }, "scan", scan.ID, "output", scan.Output)
 	prog := func(f func(ingest.Progress) int) func() float64 {
 		return func() float64 { return float64(f(w.progress.get())) }
 	}
-	reg.GaugeFunc("h5ingest_scan_frames", "Frames in the scan: the plan's count, or the frames seen so far when it has none.",
-		func() float64 { return float64(p.Frames()) }, m)
-	reg.GaugeFunc("h5ingest_scan_elapsed_seconds", "Time since the scan started.",
-		func() float64 { return w.progress.get().Elapsed.Seconds() }, m)
-	reg.CounterFunc("h5ingest_frames_received_total", "Frames with a good header, whatever came of them.",
-		prog(func(p ingest.Progress) int { return p.Received }), m)
-	reg.CounterFunc("h5ingest_frames_written_total", "Frames written to the file (ok or with a CRC mismatch).",
-		prog(func(p ingest.Progress) int { return p.Written }), m)
-	reg.GaugeFunc("h5ingest_frames_missing", "Frames of the scan not written nor rejected yet; at the end of the scan, the frames missing.",
-		prog(func(p ingest.Progress) int { return p.Missing }), m)
+	reg.gauge("h5ingest_scan_frames", "Frames in the scan: the plan's count, or the frames seen so far when it has none.",
+		func() float64 { return float64(p.Frames()) })
+	reg.gauge("h5ingest_scan_elapsed_seconds", "Time since the scan started.",
+		func() float64 { return w.progress.get().Elapsed.Seconds() })
+	reg.counter("h5ingest_frames_received_total", "Frames with a good header, whatever came of them.",
+		prog(func(p ingest.Progress) int { return p.Received }))
+	reg.counter("h5ingest_frames_written_total", "Frames written to the file (ok or with a CRC mismatch).",
+		prog(func(p ingest.Progress) int { return p.Written }))
+	reg.gauge("h5ingest_frames_missing", "Frames of the scan not written nor rejected yet; at the end of the scan, the frames missing.",
+		prog(func(p ingest.Progress) int { return p.Missing }))
 	for _, pr := range []struct {
 		name string
 		f    func(ingest.Progress) int
@@ -204,17 +209,17 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 		{"not_frame", func(p ingest.Progress) int { return p.NotFrame }},
 		{"pipeline_full", func(p ingest.Progress) int { return p.Overflow }},
 	} {
-		reg.CounterFunc("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected, dropped as duplicate or out of range or because the pipeline was full, bytes that were not a frame.",
-			prog(pr.f), m, metrics.Label{Name: "problem", Value: pr.name})
+		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected, dropped as duplicate or out of range or because the pipeline was full, bytes that were not a frame.",
+			prog(pr.f), "problem", pr.name)
 	}
 	dir := filepath.Dir(scan.Output)
-	reg.GaugeFunc("h5ingest_output_free_bytes", "Free bytes on the file system of the output file.", func() float64 {
+	reg.gauge("h5ingest_output_free_bytes", "Free bytes on the file system of the output file.", func() float64 {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err != nil {
 			return -1
 		}
 		return float64(st.Bavail) * float64(st.Bsize)
-	}, m)
+	})
 	if obs.srv != nil {
 		obs.srv.Add(w.monitor)
 	}
@@ -232,14 +237,13 @@ func (w *scanWatch) start(src ingest.Source, sink ingest.Sink) (ingest.Source, i
 		return w.stages.Source(src), w.stages.Sink(sink)
 	}
 	if st, ok := src.(statser); ok {
-		m := metrics.Label{Name: "module", Value: strconv.Itoa(w.module)}
-		reg := w.obs.reg
-		reg.CounterFunc("h5ingest_fabric_frames_total", "Frames the fabric stream received.",
-			func() float64 { return float64(st.Stats().Frames) }, m)
-		reg.CounterFunc("h5ingest_fabric_bytes_total", "Bytes the fabric stream received, headers included.",
-			func() float64 { return float64(st.Stats().Bytes) }, m)
-		reg.CounterFunc("h5ingest_fabric_held_back_seconds_total", "Time every ring slot was in use, so that the sender was held back.",
-			func() float64 { return st.Stats().HeldBack.Seconds() }, m)
+		reg := moduleMetrics{w.obs.reg, w.module}
+		reg.counter("h5ingest_fabric_frames_total", "Frames the fabric stream received.",
+			func() float64 { return float64(st.Stats().Frames) })
+		reg.counter("h5ingest_fabric_bytes_total", "Bytes the fabric stream received, headers included.",
+			func() float64 { return float64(st.Stats().Bytes) })
+		reg.counter("h5ingest_fabric_held_back_seconds_total", "Time every ring slot was in use, so that the sender was held back.",
+			func() float64 { return st.Stats().HeldBack.Seconds() })
 		w.monitor.SetHeldBack(func() time.Duration { return st.Stats().HeldBack })
 	}
 	w.monitor.Start()
@@ -263,7 +267,7 @@ func (w *scanWatch) finish(out io.Writer, outcome string) error {
 	w.monitor.Stop()
 	st := w.stages
 	fmt.Fprintf(out, "  stages          decode %.2f ms/batch, compress %.2f ms/frame, write %.2f ms/frame\n",
-		st.DecodeSeconds.Snapshot().Mean()*1e3, st.CompressSeconds.Snapshot().Mean()*1e3, st.WriteSeconds.Snapshot().Mean()*1e3)
+		instrument.Snapshot(st.DecodeSeconds).Mean()*1e3, instrument.Snapshot(st.CompressSeconds).Mean()*1e3, instrument.Snapshot(st.WriteSeconds).Mean()*1e3)
 	return w.obs.scanDone(out, outcome)
 }
 
@@ -349,4 +353,33 @@ func (c *progressCache) get() ingest.Progress {
 		c.last, c.at = c.p.Progress(), now
 	}
 	return c.last
+}
+
+// moduleMetrics registers metrics of one module's scan: each gets the
+// label module beside those given.
+type moduleMetrics struct {
+	reg    *prometheus.Registry
+	module int
+}
+
+// labels returns the module label and the name, value pairs kv.
+func (m moduleMetrics) labels(kv []string) prometheus.Labels {
+	l := prometheus.Labels{"module": strconv.Itoa(m.module)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		l[kv[i]] = kv[i+1]
+	}
+	return l
+}
+
+// gauge registers a gauge whose value f returns at scrape time; labels
+// are name, value pairs. The names are the command's own, each registered
+// once per module: a clash is a programming error, and panics.
+func (m moduleMetrics) gauge(name, help string, f func() float64, labels ...string) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
+}
+
+// counter registers a counter whose value f returns at scrape time, as
+// gauge does.
+func (m moduleMetrics) counter(name, help string, f func() float64, labels ...string) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
 }
