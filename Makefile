@@ -1,7 +1,7 @@
 # h5ingest: build, test and demonstrate on a Debian 12 machine.
 #
 #   make demo    a whole scan on the built-in simulator, ending in a verified HDF5 file
-#   make test    vet, format check, unit and cross-reader tests, short fuzz runs
+#   make test    vet, format check, unit and cross-reader tests, race detector, short fuzz runs
 #
 # Run as root on a fresh machine, both install the Debian packages they need.
 
@@ -17,7 +17,7 @@ DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
 	python3-dxchange python3-tifffile python3-pandas chromium
 
-.PHONY: all build deps test vet fmt-check unit fuzz ptx-check demo bench-codecs clean
+.PHONY: all build deps test vet fmt-check unit race fuzz ptx-check demo bench-codecs clean
 
 all: build
 
@@ -45,11 +45,17 @@ fmt-check:
 unit:
 	$(GO) test -count=1 ./...
 
+# The packages whose goroutines share state, under the race detector.
+RACE_PKGS := ./ingest ./ingest/fabric ./instrument ./status
+
+race:
+	$(GO) test -race -count=1 $(RACE_PKGS)
+
 # Every fuzz target, each for FUZZTIME, starting from its committed corpus.
 fuzz:
 	@tools/fuzz.sh $(FUZZTIME)
 
-test: deps vet fmt-check ptx-check fuzz unit
+test: deps vet fmt-check ptx-check fuzz race unit
 
 # The simulated scan matches the plan of the built-in profile "default".
 DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180

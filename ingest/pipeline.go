@@ -115,9 +115,9 @@ func (p Progress) Ratio() float64 {
 type Pipeline struct {
 	cfg     Config
 	log     *zap.Logger
-	mu      sync.Mutex // guards tracker
+	mu      sync.Mutex // guards tracker and start
 	tracker *Tracker
-	start   time.Time
+	start   time.Time // when Run started; zero before
 	shuffle int // bitshuffle block the backend transposes images in; 0: none
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
@@ -170,10 +170,11 @@ func New(cfg Config) (*Pipeline, error) {
 func (p *Pipeline) Progress() Progress {
 	p.mu.Lock()
 	c := p.tracker.Counts()
+	start := p.start
 	p.mu.Unlock()
 	var elapsed time.Duration
-	if !p.start.IsZero() {
-		elapsed = time.Since(p.start)
+	if !start.IsZero() {
+		elapsed = time.Since(start)
 	}
 	return Progress{
 		Counts:      c,
@@ -199,7 +200,9 @@ func (p *Pipeline) Frames() int {
 // stage that cannot go on; it stops early when ctx is done and still
 // finishes the records.
 func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, error) {
+	p.mu.Lock()
 	p.start = time.Now()
+	p.mu.Unlock()
 	defer p.log.Sync() // the last second's per-frame events
 	cfg := p.cfg
 	codecs := make([]compress.Codec, cfg.Workers)
