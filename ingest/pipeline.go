@@ -118,7 +118,7 @@ type Pipeline struct {
 	mu      sync.Mutex // guards tracker and start
 	tracker *Tracker
 	start   time.Time // when Run started; zero before
-	shuffle int // bitshuffle block the backend transposes images in; 0: none
+	shuffle int       // bitshuffle block the backend transposes images in; 0: none
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 }
