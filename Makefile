@@ -12,10 +12,12 @@ OUT      ?= out
 
 # Debian packages: C libraries for cgo, and the independent readers the
 # tests compare against (h5py + hdf5plugin, the C bitshuffle library,
-# dxchange, h5dump), and headless chromium for the status page test.
+# dxchange, h5dump), headless chromium for the status page test, and
+# libzmq with the Python stream consumer's zmq and cbor2.
 DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-16 \
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
-	python3-dxchange python3-tifffile python3-pandas chromium
+	python3-dxchange python3-tifffile python3-pandas chromium \
+	libzmq3-dev python3-zmq python3-cbor2
 
 .PHONY: all build deps test vet fmt-check unit race fuzz ptx-check demo bench-codecs clean
 
@@ -46,7 +48,7 @@ unit:
 	$(GO) test -count=1 ./...
 
 # The packages whose goroutines share state, under the race detector.
-RACE_PKGS := ./ingest ./ingest/fabric ./instrument ./status
+RACE_PKGS := ./ingest ./ingest/fabric ./instrument ./status ./stream
 
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)

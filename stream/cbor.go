@@ -1,0 +1,67 @@
+package stream
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// The image message is the one message sent per frame, so it is encoded
+// by these append-style helpers into a buffer the sender reuses: nothing
+// is allocated per image, and the chunk is copied once. The start and end
+// messages, which carry free-form user metadata, go through
+// fxamacker/cbor. Both are checked against fxamacker's and Python cbor2's
+// decoders in the tests.
+
+// CBOR major types (RFC 8949, section 3.1).
+const (
+	majorUint  = 0
+	majorBytes = 2
+	majorText  = 3
+	majorArray = 4
+	majorMap   = 5
+	majorTag   = 6
+)
+
+// CBOR tags this package writes.
+const (
+	tagDateTime   = 0     // RFC 3339 date/time text (RFC 8949, 3.4.1)
+	tagMultiDim   = 40    // multi-dimensional array, row-major (RFC 8746, 3.1.1)
+	tagUint8      = 64    // typed array of uint8 (RFC 8746, 2)
+	tagUint16LE   = 69    // typed array of little-endian uint16
+	tagUint32LE   = 70    // typed array of little-endian uint32
+	tagCompressed = 56500 // DECTRIS compressed byte string: [algorithm, modifier, bytes]
+)
+
+// appendHead appends the head of a data item of major type major and
+// argument n, in its shortest form.
+func appendHead(b []byte, major byte, n uint64) []byte {
+	m := major << 5
+	switch {
+	case n < 24:
+		return append(b, m|byte(n))
+	case n <= math.MaxUint8:
+		return append(b, m|24, byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, m|25), uint16(n))
+	case n <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, m|26), uint32(n))
+	}
+	return binary.BigEndian.AppendUint64(append(b, m|27), n)
+}
+
+func appendUint(b []byte, n uint64) []byte { return appendHead(b, majorUint, n) }
+
+func appendText(b []byte, s string) []byte {
+	return append(appendHead(b, majorText, uint64(len(s))), s...)
+}
+
+// appendFloat appends v as a double-precision float.
+func appendFloat(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, 0xfb), math.Float64bits(v))
+}
+
+// appendRational appends num/den as Stream V2's Rational: an array of two
+// unsigned integers.
+func appendRational(b []byte, num, den uint64) []byte {
+	return appendUint(appendUint(appendHead(b, majorArray, 2), num), den)
+}
