@@ -1,0 +1,373 @@
+// Package service is h5ingest's scan service: the JSON HTTP API under /v1/
+// that a beamline control system drives, one scan after another, without
+// restarting the receiver. Its OpenAPI 3 document, served at
+// /openapi.json, is generated from the Go types by huma; clients are built
+// on it.
+//
+// A control system arms a scan (a profile, overrides, a plan, a scan id and
+// metadata), then waits for it (long poll or server-sent events at
+// /v1/events), and may stop it (drain what is in flight, record the rest
+// missing) or cancel it (close the file with what arrived). One scan runs
+// at a time: arming a second while one is armed or running is a 409, not a
+// queue.
+//
+// The package runs scans through a Runner, which the command provides; it
+// knows nothing of detectors or files itself.
+//
+// It is safe by default: state-changing requests carry the service's token
+// whenever it has one, and New refuses to serve an address off loopback
+// without one (Check); request bodies are bounded, scan ids and output
+// names are single path elements, and no endpoint serves files.
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+)
+
+// Runner prepares the scans the service runs. Prepare is called with the
+// service's lock held for arming: one call at a time.
+type Runner interface {
+	// Prepare runs the pre-scan checks on an arm request and returns the
+	// scan it would run. A refusal is a *RefusedError listing every failure.
+	Prepare(req ArmRequest) (Scan, error)
+}
+
+// Scan is one armed scan.
+type Scan interface {
+	// Run waits for the detector and writes the scan until it ends, is
+	// stopped or ctx is cancelled (the cancel request: close the file
+	// with what arrived), calling report with progress (from Run's
+	// goroutine, at most a few times a second) and with each file
+	// finalised. It returns the scan's result.
+	Run(ctx context.Context, report Reporter) Result
+	// Stop asks Run to take no more frames, write those in flight and
+	// record the rest missing. It may be called from any goroutine, more
+	// than once.
+	Stop()
+}
+
+// Reporter receives what a running scan says about itself.
+type Reporter interface {
+	// Progress reports the counts so far.
+	Progress(Counts)
+	// FileFinalised reports a file closed under its final name.
+	FileFinalised(File)
+}
+
+// RefusedError is a request the pre-scan checks refused, with every
+// reason.
+type RefusedError struct{ Reasons []string }
+
+func (e *RefusedError) Error() string { return "scan refused: " + strings.Join(e.Reasons, "; ") }
+
+// Config sets up a service.
+type Config struct {
+	// Token, when not empty, must be carried by every request that
+	// changes state, as "Authorization: Bearer TOKEN".
+	Token string
+	// Version is h5ingest's version, shown in the OpenAPI document.
+	Version string
+	// History is how many ended scans are kept for their status; 0 means 16.
+	History int
+}
+
+// maxBody bounds every request body: an arm request is small.
+const maxBody = 64 << 10
+
+// CheckAddr refuses to serve addr (host:port) off loopback without a
+// token: anything that changes state from another machine must carry one.
+func CheckAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("serve address %s: %w", addr, err)
+	}
+	if token != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request that changes state must then carry", addr)
+}
+
+// Service is the scan service: its state and its HTTP API.
+type Service struct {
+	runner Runner
+	cfg    Config
+	api    huma.API
+	mux    *http.ServeMux
+	events *broker
+
+	mu      sync.Mutex
+	current *job            // the armed or running scan; nil when idle
+	jobs    map[string]*job // by scan id: the current and the last ended
+	ended   []string        // scan ids of ended jobs, oldest first
+}
+
+// New returns a service running scans through r.
+func New(r Runner, cfg Config) *Service {
+	if cfg.History <= 0 {
+		cfg.History = 16
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{}}
+	hc := huma.DefaultConfig("h5ingest scan service", cfg.Version)
+	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
+	hc.DocsPath = "" // no page that loads scripts from elsewhere
+	hc.SchemasPath = ""
+	hc.OpenAPIPath = "/openapi"
+	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback)."},
+	}
+	s.api = humago.New(s.mux, hc)
+	s.register()
+	return s
+}
+
+// Handler returns the service's HTTP handler. Other handlers (the status
+// page, /metrics) may be added to its mux with Handle.
+func (s *Service) Handler() http.Handler { return s.mux }
+
+// Handle serves pattern with h beside the API.
+func (s *Service) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// authorize checks a state-changing request's Authorization header.
+func (s *Service) authorize(header string) error {
+	if s.cfg.Token == "" {
+		return nil
+	}
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+		return huma.Error401Unauthorized("this request changes state: it needs the service's token (Authorization: Bearer TOKEN)")
+	}
+	return nil
+}
+
+// State is where a scan is.
+type State string
+
+// The states of a scan, in order; a scan ends in one of the last four.
+const (
+	Armed      State = "armed"      // waiting for the detector
+	Running    State = "running"    // frames arriving
+	Stopping   State = "stopping"   // stop asked: draining
+	Done       State = "done"       // every planned frame good
+	Incomplete State = "incomplete" // finished, with frames missing, corrupt or rejected
+	Cancelled  State = "cancelled"  // cancelled: the file holds what arrived
+	Failed     State = "failed"     // the scan could not be written as asked
+)
+
+func (st State) ended() bool {
+	switch st {
+	case Done, Incomplete, Cancelled, Failed:
+		return true
+	}
+	return false
+}
+
+// job is one scan the service armed.
+type job struct {
+	id     string
+	scan   Scan
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+
+	mu     sync.Mutex
+	status Status
+}
+
+func (j *job) snapshot() Status {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := j.status
+	st.Files = append([]File{}, st.Files...) // [] in JSON, never null
+	return st
+}
+
+// arm prepares and starts a scan, unless one is armed or running.
+func (s *Service) arm(req ArmRequest) (Status, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current != nil {
+		cur := s.current.snapshot()
+		return Status{}, huma.Error409Conflict(fmt.Sprintf("scan %s is %s: stop or cancel it, or wait for it, before arming another", cur.ScanID, cur.State))
+	}
+	if old, ok := s.jobs[req.ScanID]; ok {
+		return Status{}, huma.Error409Conflict(fmt.Sprintf("scan id %s was used by a scan that is %s: give each scan its own id", req.ScanID, old.snapshot().State))
+	}
+	scan, err := s.runner.Prepare(req)
+	if err != nil {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			details := make([]error, len(refused.Reasons))
+			for i, r := range refused.Reasons {
+				details[i] = &huma.ErrorDetail{Message: r}
+			}
+			return Status{}, huma.Error422UnprocessableEntity("the pre-scan checks refused the scan", details...)
+		}
+		return Status{}, huma.Error500InternalServerError("prepare the scan", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &job{id: req.ScanID, scan: scan, cancel: cancel, done: make(chan struct{}),
+		status: Status{ScanID: req.ScanID, State: Armed, ArmedAt: time.Now().UTC()}}
+	s.current, s.jobs[req.ScanID] = j, j
+	st := j.snapshot()
+	s.events.publish(ArmedEvent(st))
+	go s.run(ctx, j)
+	return st, nil
+}
+
+// run runs j's scan to its end.
+func (s *Service) run(ctx context.Context, j *job) {
+	defer close(j.done)
+	res := j.scan.Run(ctx, &reporter{s: s, j: j})
+	j.mu.Lock()
+	j.status.State = res.State
+	if res.State == "" || !res.State.ended() {
+		j.status.State = Failed
+	}
+	j.status.Counts = res.Counts
+	j.status.Error = res.Error
+	j.status.Files = res.Files
+	j.status.EndedAt = time.Now().UTC()
+	j.mu.Unlock()
+	j.cancel()
+	st := j.snapshot()
+	s.mu.Lock()
+	s.current = nil
+	s.ended = append(s.ended, j.id)
+	for len(s.ended) > s.cfg.History {
+		delete(s.jobs, s.ended[0])
+		s.ended = s.ended[1:]
+	}
+	s.mu.Unlock()
+	if st.State == Failed {
+		s.events.publish(FailedEvent(st))
+	} else {
+		s.events.publish(DoneEvent(st))
+	}
+}
+
+// reporter passes what a running scan says into its status and events.
+type reporter struct {
+	s         *Service
+	j         *job
+	first     bool      // the first frame was announced
+	lastEvent time.Time // of the last progress event
+}
+
+// progressEvery bounds the progress events: at most a few a second.
+const progressEvery = 250 * time.Millisecond
+
+func (r *reporter) Progress(c Counts) {
+	j := r.j
+	j.mu.Lock()
+	j.status.Counts = c
+	if j.status.State == Armed && c.Received > 0 {
+		j.status.State = Running
+		j.status.StartedAt = time.Now().UTC()
+	}
+	j.mu.Unlock()
+	if !r.first && c.Received > 0 {
+		r.first = true
+		st := j.snapshot()
+		r.s.events.publish(FirstFrameEvent(st))
+	}
+	if now := time.Now(); now.Sub(r.lastEvent) >= progressEvery {
+		r.lastEvent = now
+		st := j.snapshot()
+		r.s.events.publish(ProgressEvent(st))
+	}
+}
+
+func (r *reporter) FileFinalised(f File) {
+	j := r.j
+	j.mu.Lock()
+	j.status.Files = append(j.status.Files, f)
+	j.mu.Unlock()
+	r.s.events.publish(FileEvent{ScanID: j.id, File: f})
+}
+
+// find returns the job of a scan id.
+func (s *Service) find(id string) (*job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, ok := s.jobs[id]; ok {
+		return j, nil
+	}
+	return nil, huma.Error404NotFound(fmt.Sprintf("no scan %s (the service keeps the last %d)", id, s.cfg.History))
+}
+
+// stop asks the scan to drain and end.
+func (s *Service) stop(id string, cancel bool) (Status, error) {
+	j, err := s.find(id)
+	if err != nil {
+		return Status{}, err
+	}
+	j.mu.Lock()
+	if j.status.State.ended() {
+		st := j.status
+		j.mu.Unlock()
+		return st, huma.Error409Conflict(fmt.Sprintf("scan %s has ended (%s)", id, st.State))
+	}
+	if !cancel {
+		j.status.State = Stopping
+	}
+	j.mu.Unlock()
+	if cancel {
+		j.cancel()
+	} else {
+		j.scan.Stop()
+	}
+	return j.snapshot(), nil
+}
+
+// wait waits up to timeout for the scan to end and returns its status.
+func (s *Service) wait(ctx context.Context, id string, timeout time.Duration) (Status, error) {
+	j, err := s.find(id)
+	if err != nil {
+		return Status{}, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-j.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return j.snapshot(), nil
+}
+
+// list returns the scans the service keeps, the current one first.
+func (s *Service) list() []Status {
+	s.mu.Lock()
+	jobs := make([]*job, 0, len(s.jobs))
+	if s.current != nil {
+		jobs = append(jobs, s.current)
+	}
+	for i := len(s.ended) - 1; i >= 0; i-- {
+		jobs = append(jobs, s.jobs[s.ended[i]])
+	}
+	s.mu.Unlock()
+	out := make([]Status, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.snapshot()
+	}
+	return out
+}
