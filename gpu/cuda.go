@@ -19,8 +19,8 @@ type cudaBackend struct {
 	device string // the GPU's name, for the log line of auto
 }
 
-// newCUDA opens the CUDA driver, creates a context on opts.Device, loads
-// the kernels and makes opts.streams() lanes.
+// newCUDA opens the CUDA driver, retains the primary context of
+// opts.Device, loads the kernels and makes opts.streams() lanes.
 func newCUDA(opts Options) (*cudaBackend, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func newCUDA(opts Options) (*cudaBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := cuda.NewContext(dev)
+	ctx, err := cuda.PrimaryContext(dev)
 	if err != nil {
 		return nil, err
 	}
@@ -56,22 +56,13 @@ func newCUDA(opts Options) (*cudaBackend, error) {
 	return b, nil
 }
 
+// setupCUDA loads the kernels in ctx, makes the lanes and uploads the
+// module's tables on the first lane's stream, waiting for the upload
+// before any lane runs a kernel.
 func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 	mod, err := ctx.LoadModule(kernels.PTX)
 	if err != nil {
 		return nil, err
-	}
-	for name, b := range kernels.TableBytes() {
-		p, n, err := mod.Global(name)
-		if err != nil {
-			return nil, err
-		}
-		if n != len(b) {
-			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(b))
-		}
-		if err := ctx.CopyHtoD(p, b); err != nil {
-			return nil, fmt.Errorf("upload of %s: %w", name, err)
-		}
 	}
 	fns := make(map[string]*cuda.Function)
 	for _, name := range kernels.Kernels {
@@ -79,19 +70,50 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 			return nil, err
 		}
 	}
-	var engines []engine
-	for range opts.streams() {
+	newEngine := func() (engine, error) {
 		s, err := ctx.NewStream()
 		if err != nil {
-			for _, e := range engines {
-				e.close()
-			}
 			return nil, err
 		}
-		engines = append(engines, &cudaEngine{ctx: ctx, s: s, fns: fns})
+		done, err := ctx.NewWaitEvent()
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		return &cudaEngine{ctx: ctx, s: s, done: done, fns: fns}, nil
+	}
+	var engines []engine
+	closeAll := func() {
+		for _, e := range engines {
+			e.close()
+		}
+	}
+	for range opts.streams() {
+		e, err := newEngine()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		engines = append(engines, e)
+	}
+	s := engines[0].(*cudaEngine).s
+	for name, b := range kernels.TableBytes() {
+		p, n, err := mod.Global(name)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		if n != len(b) {
+			closeAll()
+			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(b))
+		}
+		if err := s.Upload(p, b); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("upload of %s: %w", name, err)
+		}
 	}
 	b := &cudaBackend{ctx: ctx}
-	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, ctx.Close)
+	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, newEngine, ctx.Close)
 	return b, nil
 }
 
@@ -114,7 +136,10 @@ func (b *cudaBackend) FreeHost(buf []byte) error {
 	return nil
 }
 
-var _ HostAllocator = (*cudaBackend)(nil)
+var (
+	_ HostAllocator = (*cudaBackend)(nil)
+	_ Reserver      = (*cudaBackend)(nil)
+)
 
 // RegisterHost page-locks b, which must lie outside the Go heap.
 func (b *cudaBackend) RegisterHost(buf []byte) error {
@@ -143,6 +168,7 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 type cudaEngine struct {
 	ctx    *cuda.Context
 	s      *cuda.Stream
+	done   *cuda.Event // recorded after a round's work, to wait on asleep
 	fns    map[string]*cuda.Function
 	mem    [nRegions]cuda.DevicePtr
 	size   [nRegions]int
@@ -202,10 +228,18 @@ func (e *cudaEngine) launch(kernel string, gridX, n int) error {
 	return e.s.Launch(e.fns[kernel], cuda.Dim3{X: gridX, Y: n}, cuda.Dim3{X: kernels.BlockSize}, 0, e.args[:])
 }
 
-func (e *cudaEngine) wait() error { return e.s.Synchronize() }
+// wait records an event after the work given so far and sleeps until the
+// device reaches it: a blocking-sync event, so that the waiting thread
+// leaves its core to the compression workers.
+func (e *cudaEngine) wait() error {
+	if err := e.done.Record(e.s); err != nil {
+		return err
+	}
+	return e.done.Synchronize()
+}
 
 func (e *cudaEngine) close() error {
-	errs := []error{e.s.Close(), e.ctx.FreeHost(e.descs), e.ctx.FreeHost(e.pieces)}
+	errs := []error{e.s.Close(), e.done.Close(), e.ctx.FreeHost(e.descs), e.ctx.FreeHost(e.pieces)}
 	for r := range e.mem {
 		errs = append(errs, e.ctx.Free(e.mem[r]))
 	}

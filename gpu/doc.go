@@ -137,6 +137,20 @@ type HostAllocator interface {
 	UnregisterHost(b []byte) error
 }
 
+// Reserver is implemented by backends that hold device buffers for each
+// Decode call in flight: the cuda backend. A pipeline calls Reserve when
+// its scan is set up, before the first frame, so that the buffers are
+// allocated once then and never grown while frames arrive, and releases
+// the reservation when the scan ends. Several pipelines may share a
+// backend: their reservations add up.
+type Reserver interface {
+	// Reserve makes room for calls more Decode calls at once, each of up
+	// to batch frames of format f (and their transposed images when
+	// shuffle). The returned function gives the calls back; the buffers
+	// stay until Close.
+	Reserve(f frame.Format, batch, calls int, shuffle bool) (release func(), err error)
+}
+
 // ErrClosed is returned by Decode after Close.
 var ErrClosed = errors.New("gpu: backend closed")
 

@@ -42,7 +42,7 @@ func newHostCUDA(name string, opts Options) (Backend, error) {
 	if name == hostCUDAGlobalLUT {
 		lut = kernels.LUTGlobal
 	}
-	return newDevBackend(name, opts.Orientation, lut, engines, nil), nil
+	return newDevBackend(name, opts.Orientation, lut, engines, func() (engine, error) { return &hostEngine{}, nil }, nil), nil
 }
 
 // hostEngine is an engine whose device memory is C memory and whose

@@ -83,15 +83,6 @@ func BenchmarkKernels(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for name, t := range kernels.TableBytes() {
-		p, _, err := mod.Global(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ctx.CopyHtoD(p, t); err != nil {
-			b.Fatal(err)
-		}
-	}
 	fns := map[string]*cuda.Function{}
 	for _, k := range kernels.Kernels {
 		if fns[k], err = mod.Function(k); err != nil {
@@ -103,6 +94,15 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	for name, t := range kernels.TableBytes() {
+		p, _, err := mod.Global(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Upload(p, t); err != nil {
+			b.Fatal(err)
+		}
+	}
 	d2d := copyBandwidth(b, ctx, s)
 	name, _ := ctx.Device.Name()
 	b.Logf("%s: device-to-device copy %.0f GB/s (memory traffic %.0f GB/s)", name, d2d, 2*d2d)
@@ -178,7 +178,7 @@ func BenchmarkKernels(b *testing.B) {
 			descs := make([]byte, descOff+frames*kernels.FrameSize)
 			copy(descs, rot)
 			for n := range frames {
-				if err := ctx.CopyHtoD(dPay+cuda.DevicePtr(n*pay), payload); err != nil {
+				if err := s.Upload(dPay+cuda.DevicePtr(n*pay), payload); err != nil {
 					b.Fatal(err)
 				}
 				d := kernels.Frame{
@@ -196,7 +196,7 @@ func BenchmarkKernels(b *testing.B) {
 				}
 				d.Put(descs[descOff+n*kernels.FrameSize:])
 			}
-			if err := ctx.CopyHtoD(dDesc, descs); err != nil {
+			if err := s.Upload(dDesc, descs); err != nil {
 				b.Fatal(err)
 			}
 			args := []uint64{uint64(dDesc) + uint64(descOff), frames}
