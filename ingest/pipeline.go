@@ -243,10 +243,12 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		defer close(decodeCh)
 		srcErr = p.read(ctx, src, free, decodeCh, writeCh)
 	}()
+	decoders := p.decoders()
+	defer p.reserve(decoders)()
 	var decodeErr error
 	go func() {
 		defer close(compressCh)
-		decodeErr = p.decode(src, decodeCh, compressCh)
+		decodeErr = p.decodeAll(decoders, src, decodeCh, compressCh)
 		if decodeErr != nil {
 			cancel(decodeErr)
 		}
@@ -450,10 +452,82 @@ func (p *Pipeline) check(h *frame.Header) error {
 	return nil
 }
 
-// decode gathers batches of frames and decodes them with the backend.
-func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
+// deviceRounds is how many decode calls a pipeline keeps in flight on a
+// device backend (gpu.Reserver): while the device works on one batch, the
+// next batch's copies are queued, so that copies overlap kernels within one
+// module.
+const deviceRounds = 2
+
+// decoders returns how many goroutines call the backend: deviceRounds for a
+// device backend, else one (the CPU backend spreads each frame over every
+// core already).
+func (p *Pipeline) decoders() int {
+	if _, ok := p.cfg.Backend.(gpu.Reserver); ok {
+		return deviceRounds
+	}
+	return 1
+}
+
+// reserve has a device backend (gpu.Reserver) allocate, now, its buffers
+// for calls decode calls of full batches of the scan's format, so that
+// none is allocated or grown while frames arrive, and returns what gives
+// them back. A refusal costs only speed: a warning, and buffers grown
+// as the first frames come.
+func (p *Pipeline) reserve(calls int) (release func()) {
+	r, ok := p.cfg.Backend.(gpu.Reserver)
+	if !ok {
+		return func() {}
+	}
+	release, err := r.Reserve(p.cfg.Format, p.cfg.Batch, calls, p.shuffle != 0)
+	if err != nil {
+		p.log.Warn("device buffers not reserved for the scan; they grow with the first frames",
+			zap.String("backend", p.cfg.Backend.Name()), zap.Error(err))
+		return func() {}
+	}
+	return release
+}
+
+// decodeAll runs n decode goroutines on in and returns the first error of
+// the backend. After an error every goroutine passes the frames on as
+// missing until in closes.
+func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slot) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	for range n {
+		wg.Go(func() {
+			if err := p.decode(src, in, out, failed); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// decode gathers batches of frames and decodes them with the backend. Once
+// the backend has failed (here or, as failed says, in another decode
+// goroutine), frames pass on as missing.
+func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool) error {
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
+	missing := func(s *slot) { // the record stays missing; the slot goes home
+		src.Release(s.f)
+		s.f, s.write = nil, false
+		s.record.Status = frame.StatusMissing
+		out <- s
+	}
 	for s := range in {
 		batch = append(batch[:0], s)
 	gather:
@@ -468,23 +542,23 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
 				break gather
 			}
 		}
+		if failed() {
+			for _, s := range batch {
+				missing(s)
+			}
+			continue
+		}
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
 			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
-			for _, s := range batch { // records stay missing; the slots go home
-				src.Release(s.f)
-				s.f, s.write = nil, false
-				s.record.Status = frame.StatusMissing
-				out <- s
+			for _, s := range batch {
+				missing(s)
 			}
 			for s := range in {
-				src.Release(s.f)
-				s.f, s.write = nil, false
-				s.record.Status = frame.StatusMissing
-				out <- s
+				missing(s)
 			}
 			return err
 		}

@@ -156,14 +156,28 @@ func (w *source) Release(f *ingest.Frame) {
 }
 
 // Backend returns b, timed, keeping preview images. The result implements
-// gpu.HostAllocator where b does.
+// gpu.HostAllocator and gpu.Reserver where b does.
 func (s *Stages) Backend(b gpu.Backend) gpu.Backend {
 	w := &backend{b, s}
-	if a, ok := b.(gpu.HostAllocator); ok {
+	a, host := b.(gpu.HostAllocator)
+	r, res := b.(gpu.Reserver)
+	switch {
+	case host && res:
+		return struct {
+			*backend
+			gpu.HostAllocator
+			gpu.Reserver
+		}{w, a, r}
+	case host:
 		return struct {
 			*backend
 			gpu.HostAllocator
 		}{w, a}
+	case res:
+		return struct {
+			*backend
+			gpu.Reserver
+		}{w, r}
 	}
 	return w
 }
