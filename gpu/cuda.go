@@ -121,6 +121,11 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 // device copies payloads and into which it copies images at full speed.
 // Free it with FreeHost before Close.
 func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
 	buf, err := b.ctx.AllocHost(n)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
@@ -128,8 +133,15 @@ func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
 	return buf, nil
 }
 
-// FreeHost frees memory from AllocHost.
+// FreeHost frees memory from AllocHost. After Close it frees nothing and
+// says so: the memory goes with the device's primary context when its last
+// user releases it.
 func (b *cudaBackend) FreeHost(buf []byte) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
 	if err := b.ctx.FreeHost(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
 	}
@@ -146,6 +158,11 @@ func (b *cudaBackend) RegisterHost(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
 	if err := b.ctx.RegisterHost(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err)
 	}
@@ -156,6 +173,11 @@ func (b *cudaBackend) RegisterHost(buf []byte) error {
 func (b *cudaBackend) UnregisterHost(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
 	}
 	if err := b.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)

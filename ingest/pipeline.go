@@ -224,6 +224,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	images := p.allocImages(cfg.Slots, imageSize)
 	defer images.free()
 	defer p.registerSource(src)()
+	defer p.readIntoHost(src)()
 	free := make(chan *slot, cfg.Slots)
 	for _, image := range images.bufs {
 		free <- &slot{image: image, chunk: make([]byte, 0, chunkSize)}
@@ -354,6 +355,19 @@ func (p *Pipeline) registerSource(src Source) (undo func()) {
 			}
 		}
 	}
+}
+
+// readIntoHost lends the backend's page-locked memory (gpu.HostAllocator)
+// to a source that reads payloads into buffers of its own
+// (HostBufferSource), such as a capture replay, and returns what ends the
+// loan once every stage is done.
+func (p *Pipeline) readIntoHost(src Source) (done func()) {
+	host, ok := p.cfg.Backend.(gpu.HostAllocator)
+	bs, ok2 := src.(HostBufferSource)
+	if !ok || !ok2 {
+		return func() {}
+	}
+	return bs.ReadIntoHost(host)
 }
 
 // read takes frames from the source, applies the tracker's rules and hands

@@ -117,14 +117,28 @@ func (s *Stages) Register(reg *metrics.Registry, module int) {
 }
 
 // Source returns src, counted. The result implements
-// ingest.HostMemorySource where src does.
+// ingest.HostMemorySource and ingest.HostBufferSource where src does.
 func (s *Stages) Source(src ingest.Source) ingest.Source {
 	w := &source{src, s}
-	if m, ok := src.(ingest.HostMemorySource); ok {
+	m, mem := src.(ingest.HostMemorySource)
+	b, bufs := src.(ingest.HostBufferSource)
+	switch {
+	case mem && bufs:
+		return struct {
+			*source
+			hostMemory
+			hostBuffers
+		}{w, m, b}
+	case mem:
 		return struct {
 			*source
 			hostMemory
 		}{w, m}
+	case bufs:
+		return struct {
+			*source
+			hostBuffers
+		}{w, b}
 	}
 	return w
 }
@@ -132,6 +146,11 @@ func (s *Stages) Source(src ingest.Source) ingest.Source {
 // hostMemory is the method of ingest.HostMemorySource, to embed beside a
 // counted source.
 type hostMemory interface{ HostMemory() [][]byte }
+
+// hostBuffers is the method of ingest.HostBufferSource, likewise.
+type hostBuffers interface {
+	ReadIntoHost(gpu.HostAllocator) func()
+}
 
 type source struct {
 	ingest.Source

@@ -123,6 +123,12 @@ func TestStagesCount(t *testing.T) {
 	if m, ok := st.Source(ring).(ingest.HostMemorySource); !ok || len(m.HostMemory()) != 1 || &m.HostMemory()[0][0] != &ring.ring[0] {
 		t.Error("the wrapper hides its source's host memory")
 	}
+	if _, ok := src.(ingest.HostBufferSource); ok {
+		t.Error("the wrapper claims host buffers its source lacks")
+	}
+	if _, ok := st.Source(&ingest.CaptureSource{}).(ingest.HostBufferSource); !ok {
+		t.Error("the wrapper hides its source's host buffers")
+	}
 
 	b := st.Backend(&fakeBackend{})
 	if _, ok := b.(gpu.HostAllocator); ok {
