@@ -121,6 +121,7 @@ type Pipeline struct {
 	shuffle int // bitshuffle block the backend transposes images in; 0: none
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
+	setup                                      atomic.Int64 // time.Duration Run took to set up
 }
 
 // slot carries one frame through the stages, with its own image and chunk
@@ -185,6 +186,11 @@ func (p *Pipeline) Progress() Progress {
 	}
 }
 
+// SetupTime returns how long Run took to set up before it read the first
+// frame: codecs made, image buffers allocated, host memory page-locked and
+// device buffers reserved. Progress's Elapsed includes it.
+func (p *Pipeline) SetupTime() time.Duration { return time.Duration(p.setup.Load()) }
+
 // Frames returns the scan's frame count: the plan's, or for a scan of
 // unknown length one past the highest frame number received.
 func (p *Pipeline) Frames() int {
@@ -225,6 +231,8 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	defer images.free()
 	defer p.registerSource(src)()
 	defer p.readIntoHost(src)()
+	decoders := p.decoders()
+	defer p.reserve(decoders)()
 	free := make(chan *slot, cfg.Slots)
 	for _, image := range images.bufs {
 		free <- &slot{image: image, chunk: make([]byte, 0, chunkSize)}
@@ -236,6 +244,8 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	compressCh := make(chan *slot, cfg.Slots)
 	writeCh := make(chan *slot, cfg.Slots)
 
+	p.setup.Store(int64(time.Since(p.start)))
+
 	var srcErr error
 	var producers sync.WaitGroup // senders on writeCh
 	producers.Add(1 + cfg.Workers)
@@ -244,8 +254,6 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		defer close(decodeCh)
 		srcErr = p.read(ctx, src, free, decodeCh, writeCh)
 	}()
-	decoders := p.decoders()
-	defer p.reserve(decoders)()
 	var decodeErr error
 	go func() {
 		defer close(compressCh)
