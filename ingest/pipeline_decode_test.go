@@ -3,10 +3,15 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"h5ingest/compress"
 	"h5ingest/gpu"
@@ -19,7 +24,8 @@ import (
 // so that a pipeline keeping two batches in flight shows it every time.
 type deviceBackend struct {
 	gpu.Backend
-	failAt int // the call that fails; 0: none
+	failAt     int   // the call that fails; 0: none
+	reserveErr error // what Reserve returns
 
 	mu        sync.Mutex
 	reserves  []reservation
@@ -51,6 +57,9 @@ func (b *deviceBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reserves = append(b.reserves, reservation{f, batch, calls, shuffle})
+	if b.reserveErr != nil {
+		return nil, b.reserveErr
+	}
 	return func() {
 		b.mu.Lock()
 		b.released++
@@ -165,5 +174,37 @@ func TestPipelineDeviceRoundsFail(t *testing.T) {
 	}
 	if delivered := frames - len(src.frames); src.released != delivered {
 		t.Errorf("%d payloads released of %d delivered", src.released, delivered)
+	}
+}
+
+// TestPipelineReserveRefused checks that a device that cannot reserve its
+// buffers at setup costs a warning, not the scan: every frame is written.
+func TestPipelineReserveRefused(t *testing.T) {
+	const frames = 12
+	be := newDeviceBackend(t)
+	be.reserveErr = errors.New("out of device memory")
+	obs, logs := observer.New(zapcore.WarnLevel)
+	p, err := New(Config{
+		Format: testFormat, Frames: frames, Backend: be, Batch: 3, Log: zap.New(obs),
+		NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &sliceSource{}
+	for n := range frames {
+		src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
+	}
+	sink := newMemSink()
+	if _, err := p.Run(context.Background(), src, sink); err != nil {
+		t.Fatal(err)
+	}
+	checkOutput(t, sink, "bslz4", frames, nil)
+	warned := logs.FilterMessageSnippet("device buffers not reserved").All()
+	if len(warned) != 1 || !strings.Contains(fmt.Sprint(warned[0].ContextMap()["error"]), "out of device memory") {
+		t.Errorf("warnings %v, want one saying the reservation failed and why", logs.All())
+	}
+	if be.released != 0 {
+		t.Errorf("%d refused reservations given back", be.released)
 	}
 }
