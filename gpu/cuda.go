@@ -59,11 +59,20 @@ func newCUDA(opts Options) (*cudaBackend, error) {
 // setupCUDA loads the kernels in ctx, makes the lanes and uploads the
 // module's tables on the first lane's stream, waiting for the upload
 // before any lane runs a kernel.
-func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
+func setupCUDA(ctx *cuda.Context, opts Options) (b *cudaBackend, err error) {
 	mod, err := ctx.LoadModule(kernels.PTX)
 	if err != nil {
 		return nil, err
 	}
+	var engines []engine
+	defer func() {
+		if err != nil {
+			for _, e := range engines {
+				e.close()
+			}
+			mod.Unload()
+		}
+	}()
 	fns := make(map[string]*cuda.Function)
 	for _, name := range kernels.Kernels {
 		if fns[name], err = mod.Function(name); err != nil {
@@ -82,38 +91,31 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 		}
 		return &cudaEngine{ctx: ctx, s: s, done: done, fns: fns}, nil
 	}
-	var engines []engine
-	closeAll := func() {
-		for _, e := range engines {
-			e.close()
-		}
-	}
 	for range opts.streams() {
 		e, err := newEngine()
 		if err != nil {
-			closeAll()
 			return nil, err
 		}
 		engines = append(engines, e)
 	}
 	s := engines[0].(*cudaEngine).s
-	for name, b := range kernels.TableBytes() {
+	for name, t := range kernels.TableBytes() {
 		p, n, err := mod.Global(name)
 		if err != nil {
-			closeAll()
 			return nil, err
 		}
-		if n != len(b) {
-			closeAll()
-			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(b))
+		if n != len(t) {
+			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(t))
 		}
-		if err := s.Upload(p, b); err != nil {
-			closeAll()
+		if err := s.Upload(p, t); err != nil {
 			return nil, fmt.Errorf("upload of %s: %w", name, err)
 		}
 	}
-	b := &cudaBackend{ctx: ctx}
-	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, newEngine, ctx.Close)
+	// The module goes before the context is released: other backends may
+	// hold the device's primary context on.
+	release := func() error { return errors.Join(mod.Unload(), ctx.Close()) }
+	b = &cudaBackend{ctx: ctx}
+	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, newEngine, release)
 	return b, nil
 }
 

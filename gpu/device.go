@@ -270,7 +270,7 @@ type devBackend struct {
 }
 
 func newDevBackend(name string, rot frame.Orientation, lut uint32, engines []engine, newEngine func() (engine, error), release func() error) *devBackend {
-	d := &devBackend{name: name, rot: rot, lut: lut, lanes: make(chan *lane, maxLanes), release: release, newEngine: newEngine}
+	d := &devBackend{name: name, rot: rot, lut: lut, lanes: make(chan *lane, max(maxLanes, len(engines))), release: release, newEngine: newEngine}
 	for _, e := range engines {
 		d.addLane(e)
 	}

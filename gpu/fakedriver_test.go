@@ -23,6 +23,8 @@ import (
 //     released as often, with blocking sync asked for before the first
 //     retain; never a context of its own (the fake, like a GPU in
 //     EXCLUSIVE_PROCESS mode, refuses a second);
+//   - every module a backend loaded unloaded when it closes, since the
+//     shared context outlives it;
 //   - every wait for a lane on an event created with blocking sync;
 //   - the module's tables uploaded on a stream that was waited for before
 //     any kernel ran.
@@ -41,6 +43,7 @@ func TestFakeDriver(t *testing.T) {
 		t.Errorf("a test skipped against the fake driver:\n%s", out)
 	}
 	retains, releases, maxRefs, flagsSet := 0, 0, uint64(0), false
+	modules := map[string]int{}
 	waitEvents := map[string]bool{}
 	for _, c := range calls {
 		switch c.Func {
@@ -58,6 +61,10 @@ func TestFakeDriver(t *testing.T) {
 			releases++
 		case "cuEventSynchronize":
 			waitEvents[c.Args["flags"]] = true
+		case "cuModuleLoadDataEx":
+			modules[c.Args["module"]]++
+		case "cuModuleUnload":
+			modules[c.Args["module"]]--
 		case "cuCtxSynchronize":
 			t.Errorf("%s: the backend waits for its lanes, not the whole context", c)
 		}
@@ -67,6 +74,11 @@ func TestFakeDriver(t *testing.T) {
 	}
 	if maxRefs < sharedBackends {
 		t.Errorf("at most %d users of the primary context at once; TestFakeDriverShared holds %d backends", maxRefs, sharedBackends)
+	}
+	for m, n := range modules {
+		if n != 0 {
+			t.Errorf("module %s loaded and not unloaded: the shared primary context would keep it", m)
+		}
 	}
 	if len(waitEvents) != 1 || !waitEvents["3"] {
 		t.Errorf("lanes waited on events of flags %v, want only 3 (blocking sync, no timing)", waitEvents)

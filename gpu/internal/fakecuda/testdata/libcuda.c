@@ -455,13 +455,14 @@ CUresult cuModuleLoadDataEx(struct module **m, const void *image, unsigned int n
 		return ERR_INVALID_VALUE;
 	*m = malloc(sizeof **m);
 	(*m)->id = __sync_fetch_and_add(&next_id, 1);
-	logline("cuModuleLoadDataEx");
+	logline("cuModuleLoadDataEx module=%d", (*m)->id);
 	return OK;
 }
 
 CUresult cuModuleUnload(struct module *m)
 {
 	NEED_CTX();
+	logline("cuModuleUnload module=%d", m->id);
 	free(m);
 	return OK;
 }
