@@ -108,8 +108,9 @@ type Options struct {
 	Device int
 
 	// Streams is the number of CUDA streams (with their own device
-	// buffers) of the cuda backend: how many rounds of frames can be on
-	// the device at once. 0 means 4.
+	// buffers) the cuda backend starts with: how many rounds of frames can
+	// be on the device at once. 0 means 4. Reserve adds streams where the
+	// pipelines sharing the backend reserve more decode calls.
 	Streams int
 
 	// Logger receives the one line "auto" logs about its choice. Nil means
