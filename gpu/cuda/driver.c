@@ -65,6 +65,15 @@ static char load_error[512];
 		}                                                                        \
 	} while (0)
 
+/* SYM2 resolves the _v2 entry point, or on a driver older than CUDA 11 the
+ * first version, of the same signature. */
+#define SYM2(var, name_v2, name)                                                         \
+	do {                                                                             \
+		*(void **)(&var) = dlsym(lib, name_v2);                                  \
+		if (!var)                                                                \
+			SYM(var, name);                                                  \
+	} while (0)
+
 const char *h5cu_load(void)
 {
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -83,8 +92,8 @@ const char *h5cu_load(void)
 	SYM(p_cuDeviceGetAttribute, "cuDeviceGetAttribute");
 	SYM(p_cuDeviceTotalMem, "cuDeviceTotalMem_v2");
 	SYM(p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-	SYM(p_cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
-	SYM(p_cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2");
+	SYM2(p_cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+	SYM2(p_cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags");
 	SYM(p_cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
 	SYM(p_cuCtxSetCurrent, "cuCtxSetCurrent");
 	SYM(p_cuCtxSynchronize, "cuCtxSynchronize");
