@@ -19,8 +19,8 @@ type cudaBackend struct {
 	device string // the GPU's name, for the log line of auto
 }
 
-// newCUDA opens the CUDA driver, creates a context on opts.Device, loads
-// the kernels and makes opts.streams() lanes.
+// newCUDA opens the CUDA driver, retains the primary context of
+// opts.Device, loads the kernels and makes opts.streams() lanes.
 func newCUDA(opts Options) (*cudaBackend, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func newCUDA(opts Options) (*cudaBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := cuda.NewContext(dev)
+	ctx, err := cuda.PrimaryContext(dev)
 	if err != nil {
 		return nil, err
 	}
@@ -56,42 +56,66 @@ func newCUDA(opts Options) (*cudaBackend, error) {
 	return b, nil
 }
 
-func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
+// setupCUDA loads the kernels in ctx, makes the lanes and uploads the
+// module's tables on the first lane's stream, waiting for the upload
+// before any lane runs a kernel.
+func setupCUDA(ctx *cuda.Context, opts Options) (b *cudaBackend, err error) {
 	mod, err := ctx.LoadModule(kernels.PTX)
 	if err != nil {
 		return nil, err
 	}
-	for name, b := range kernels.TableBytes() {
-		p, n, err := mod.Global(name)
+	var engines []engine
+	defer func() {
 		if err != nil {
-			return nil, err
+			for _, e := range engines {
+				e.close()
+			}
+			mod.Unload()
 		}
-		if n != len(b) {
-			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(b))
-		}
-		if err := ctx.CopyHtoD(p, b); err != nil {
-			return nil, fmt.Errorf("upload of %s: %w", name, err)
-		}
-	}
+	}()
 	fns := make(map[string]*cuda.Function)
 	for _, name := range kernels.Kernels {
 		if fns[name], err = mod.Function(name); err != nil {
 			return nil, err
 		}
 	}
-	var engines []engine
-	for range opts.streams() {
+	newEngine := func() (engine, error) {
 		s, err := ctx.NewStream()
 		if err != nil {
-			for _, e := range engines {
-				e.close()
-			}
 			return nil, err
 		}
-		engines = append(engines, &cudaEngine{ctx: ctx, s: s, fns: fns})
+		done, err := ctx.NewWaitEvent()
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		return &cudaEngine{ctx: ctx, s: s, done: done, fns: fns}, nil
 	}
-	b := &cudaBackend{ctx: ctx}
-	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, ctx.Close)
+	for range opts.streams() {
+		e, err := newEngine()
+		if err != nil {
+			return nil, err
+		}
+		engines = append(engines, e)
+	}
+	s := engines[0].(*cudaEngine).s
+	for name, t := range kernels.TableBytes() {
+		p, n, err := mod.Global(name)
+		if err != nil {
+			return nil, err
+		}
+		if n != len(t) {
+			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(t))
+		}
+		if err := s.Upload(p, t); err != nil {
+			return nil, fmt.Errorf("upload of %s: %w", name, err)
+		}
+	}
+	// The module goes before the context is released: other backends may
+	// hold the device's primary context on.
+	release := func() error { return errors.Join(mod.Unload(), ctx.Close()) }
+	b = &cudaBackend{ctx: ctx}
+	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, newEngine, release)
 	return b, nil
 }
 
@@ -99,6 +123,11 @@ func setupCUDA(ctx *cuda.Context, opts Options) (*cudaBackend, error) {
 // device copies payloads and into which it copies images at full speed.
 // Free it with FreeHost before Close.
 func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
 	buf, err := b.ctx.AllocHost(n)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
@@ -106,20 +135,35 @@ func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
 	return buf, nil
 }
 
-// FreeHost frees memory from AllocHost.
+// FreeHost frees memory from AllocHost. After Close it frees nothing and
+// says so: the memory goes with the device's primary context when its last
+// user releases it.
 func (b *cudaBackend) FreeHost(buf []byte) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
 	if err := b.ctx.FreeHost(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
 	}
 	return nil
 }
 
-var _ HostAllocator = (*cudaBackend)(nil)
+var (
+	_ HostAllocator = (*cudaBackend)(nil)
+	_ Reserver      = (*cudaBackend)(nil)
+)
 
 // RegisterHost page-locks b, which must lie outside the Go heap.
 func (b *cudaBackend) RegisterHost(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
 	}
 	if err := b.ctx.RegisterHost(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err)
@@ -132,6 +176,11 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
 	if err := b.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
 	}
@@ -143,6 +192,7 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 type cudaEngine struct {
 	ctx    *cuda.Context
 	s      *cuda.Stream
+	done   *cuda.Event // recorded after a round's work, to wait on asleep
 	fns    map[string]*cuda.Function
 	mem    [nRegions]cuda.DevicePtr
 	size   [nRegions]int
@@ -202,10 +252,18 @@ func (e *cudaEngine) launch(kernel string, gridX, n int) error {
 	return e.s.Launch(e.fns[kernel], cuda.Dim3{X: gridX, Y: n}, cuda.Dim3{X: kernels.BlockSize}, 0, e.args[:])
 }
 
-func (e *cudaEngine) wait() error { return e.s.Synchronize() }
+// wait records an event after the work given so far and sleeps until the
+// device reaches it: a blocking-sync event, so that the waiting thread
+// leaves its core to the compression workers.
+func (e *cudaEngine) wait() error {
+	if err := e.done.Record(e.s); err != nil {
+		return err
+	}
+	return e.done.Synchronize()
+}
 
 func (e *cudaEngine) close() error {
-	errs := []error{e.s.Close(), e.ctx.FreeHost(e.descs), e.ctx.FreeHost(e.pieces)}
+	errs := []error{e.s.Close(), e.done.Close(), e.ctx.FreeHost(e.descs), e.ctx.FreeHost(e.pieces)}
 	for r := range e.mem {
 		errs = append(errs, e.ctx.Free(e.mem[r]))
 	}

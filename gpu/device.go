@@ -245,6 +245,9 @@ func foldPieces(fold *folder, p []byte, n, size int) uint32 {
 	return fold.crc
 }
 
+// maxLanes bounds the lanes of a device backend, however much is reserved.
+const maxLanes = 64
+
 // devBackend is a Backend that decodes on a device through engines, one
 // per lane. Each Decode call runs its batch in rounds on up to two lanes at
 // a time, so one round's copies overlap another's kernels; concurrent
@@ -252,22 +255,114 @@ func foldPieces(fold *folder, p []byte, n, size int) uint32 {
 type devBackend struct {
 	name    string
 	rot     frame.Orientation
+	lut     uint32
 	lanes   chan *lane
-	all     []*lane
 	release func() error // frees the device after the lanes
 
-	mu     sync.RWMutex // read-held by Decode, write-held by Close
+	mu     sync.RWMutex // read-held by Decode and Reserve, write-held by Close
 	closed bool
+
+	resMu     sync.Mutex // serialises Reserve
+	all       []*lane
+	newEngine func() (engine, error)
+	calls     int           // Decode calls reserved for, by every Reserve not released
+	sizes     [nRegions]int // the largest round reserved
 }
 
-func newDevBackend(name string, rot frame.Orientation, lut uint32, engines []engine, release func() error) *devBackend {
-	d := &devBackend{name: name, rot: rot, lanes: make(chan *lane, len(engines)), release: release}
+func newDevBackend(name string, rot frame.Orientation, lut uint32, engines []engine, newEngine func() (engine, error), release func() error) *devBackend {
+	d := &devBackend{name: name, rot: rot, lut: lut, lanes: make(chan *lane, max(maxLanes, len(engines))), release: release, newEngine: newEngine}
 	for _, e := range engines {
-		l := &lane{eng: e, lut: lut, idx: make([]int, 0, roundFrames), frames: make([]kernels.Frame, 0, roundFrames)}
-		d.all = append(d.all, l)
-		d.lanes <- l
+		d.addLane(e)
 	}
 	return d
+}
+
+func (d *devBackend) addLane(e engine) {
+	l := &lane{eng: e, lut: d.lut, idx: make([]int, 0, roundFrames), frames: make([]kernels.Frame, 0, roundFrames)}
+	d.all = append(d.all, l)
+	d.lanes <- l
+}
+
+// Reserve implements Reserver: it makes sure the backend has a lane for
+// each of the Decode calls reserved for (adding lanes, with their streams,
+// up to maxLanes), and sizes every lane's device and page-locked buffers
+// for a round of batch frames of format f, so that no buffer is allocated
+// or grown while frames arrive.
+func (d *devBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) (func(), error) {
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("gpu: %s backend: reserve: %w", d.name, err)
+	}
+	if batch < 1 || calls < 1 {
+		return nil, fmt.Errorf("gpu: %s backend: reserve %d calls of %d frames: want at least one of each", d.name, calls, batch)
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	sizes := roundSizes(f, batch, shuffle, len(d.rot))
+	for r := range sizes {
+		d.sizes[r] = max(d.sizes[r], sizes[r])
+	}
+	want := min(d.calls+calls, maxLanes)
+	for len(d.all) < want && d.newEngine != nil {
+		e, err := d.newEngine()
+		if err != nil {
+			return nil, fmt.Errorf("gpu: %s backend: reserve lane %d: %w", d.name, len(d.all)+1, err)
+		}
+		if err := e.reserve(&d.sizes); err != nil {
+			e.close()
+			return nil, fmt.Errorf("gpu: %s backend: reserve lane %d: %w", d.name, len(d.all)+1, err)
+		}
+		d.addLane(e)
+	}
+	// Size the lanes there were: take each as it comes free.
+	taken := make([]*lane, 0, len(d.all))
+	defer func() {
+		for _, l := range taken {
+			d.lanes <- l
+		}
+	}()
+	for range d.all {
+		l := <-d.lanes
+		taken = append(taken, l)
+		if err := l.eng.reserve(&d.sizes); err != nil {
+			return nil, fmt.Errorf("gpu: %s backend: reserve: %w", d.name, err)
+		}
+	}
+	d.calls += calls
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.resMu.Lock()
+			d.calls -= calls
+			d.resMu.Unlock()
+		})
+	}, nil
+}
+
+// roundSizes returns the bytes per region of a round of n frames of
+// format f (n cut to what a round holds), transposed as well when shuffle,
+// with rot chip orientation flags: what lane.begin lays out.
+func roundSizes(f frame.Format, n int, shuffle bool, rot int) [nRegions]int {
+	per := f.PayloadSize() + f.ImageSize()
+	if shuffle {
+		per += f.ImageSize()
+	}
+	n = max(1, min(n, roundFrames, roundBytes/max(per, 1)))
+	_, rs, is, rp, ip := kernels.Layout(f)
+	var sizes [nRegions]int
+	sizes[regPayload] = n * alignUp(f.PayloadSize())
+	sizes[regImage] = n * alignUp(f.ImageSize())
+	if shuffle {
+		sizes[regImage] *= 2
+	}
+	sizes[regSubs] = n * alignUp(4*(rs+is))
+	sizes[regPieces] = n * 4 * (rp + ip)
+	sizes[regDescs] = alignUp(n*kernels.FrameSize) + rot
+	return sizes
 }
 
 // Name returns the backend's name.

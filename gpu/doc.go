@@ -108,8 +108,9 @@ type Options struct {
 	Device int
 
 	// Streams is the number of CUDA streams (with their own device
-	// buffers) of the cuda backend: how many rounds of frames can be on
-	// the device at once. 0 means 4.
+	// buffers) the cuda backend starts with: how many rounds of frames can
+	// be on the device at once. 0 means 4. Reserve adds streams where the
+	// pipelines sharing the backend reserve more decode calls.
 	Streams int
 
 	// Logger receives the one line "auto" logs about its choice. Nil means
@@ -135,6 +136,20 @@ type HostAllocator interface {
 	RegisterHost(b []byte) error
 	// UnregisterHost undoes RegisterHost; call it before b is unmapped.
 	UnregisterHost(b []byte) error
+}
+
+// Reserver is implemented by backends that hold device buffers for each
+// Decode call in flight: the cuda backend. A pipeline calls Reserve when
+// its scan is set up, before the first frame, so that the buffers are
+// allocated once then and never grown while frames arrive, and releases
+// the reservation when the scan ends. Several pipelines may share a
+// backend: their reservations add up.
+type Reserver interface {
+	// Reserve makes room for calls more Decode calls at once, each of up
+	// to batch frames of format f (and their transposed images when
+	// shuffle). The returned function gives the calls back; the buffers
+	// stay until Close.
+	Reserve(f frame.Format, batch, calls int, shuffle bool) (release func(), err error)
 }
 
 // ErrClosed is returned by Decode after Close.

@@ -5,6 +5,7 @@ package gpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"h5ingest/gpu/internal/hostgrid"
@@ -28,21 +29,32 @@ var uploadTables = sync.OnceValue(hostgrid.UploadTables)
 // newHostCUDA returns the device backend on host engines, reading the
 // LFSR tables where the backend name says.
 func newHostCUDA(name string, opts Options) (Backend, error) {
+	d, _, err := newHostDev(name, opts)
+	return d, err
+}
+
+// newHostDev returns the device backend on host engines, and the count of
+// the buffers its engines have allocated: device regions and staging
+// buffers, as the cuda engine allocates them with cuMemAlloc and
+// cuMemHostAlloc.
+func newHostDev(name string, opts Options) (*devBackend, *atomic.Int64, error) {
 	if err := opts.validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := uploadTables(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	allocs := new(atomic.Int64)
 	var engines []engine
 	for range opts.streams() {
-		engines = append(engines, &hostEngine{})
+		engines = append(engines, &hostEngine{allocs: allocs})
 	}
 	lut := uint32(lfsrTables)
 	if name == hostCUDAGlobalLUT {
 		lut = kernels.LUTGlobal
 	}
-	return newDevBackend(name, opts.Orientation, lut, engines, nil), nil
+	newEngine := func() (engine, error) { return &hostEngine{allocs: allocs}, nil }
+	return newDevBackend(name, opts.Orientation, lut, engines, newEngine, nil), allocs, nil
 }
 
 // hostEngine is an engine whose device memory is C memory and whose
@@ -51,6 +63,7 @@ type hostEngine struct {
 	mem    [nRegions]*hostgrid.Mem
 	descs  []byte
 	pieces []byte
+	allocs *atomic.Int64 // buffers allocated
 }
 
 func (e *hostEngine) reserve(sizes *[nRegions]int) error {
@@ -62,9 +75,18 @@ func (e *hostEngine) reserve(sizes *[nRegions]int) error {
 			e.mem[r].Free()
 		}
 		e.mem[r] = hostgrid.Alloc(n)
+		e.allocs.Add(1)
 	}
-	e.descs = grow(e.descs, max(len(e.descs), sizes[regDescs]))
-	e.pieces = grow(e.pieces, max(len(e.pieces), sizes[regPieces]))
+	for _, b := range []*[]byte{&e.descs, &e.pieces} {
+		n := sizes[regDescs]
+		if b == &e.pieces {
+			n = sizes[regPieces]
+		}
+		if n > len(*b) {
+			*b = make([]byte, n)
+			e.allocs.Add(1)
+		}
+	}
 	return nil
 }
 

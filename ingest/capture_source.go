@@ -7,12 +7,30 @@ import (
 	"sync"
 	"time"
 
+	"h5ingest/gpu"
 	"h5ingest/ingest/capture"
 )
 
+// HostBufferSource is implemented by sources that read payloads into
+// buffers of their own, such as a capture replay (CaptureSource). A
+// pipeline whose backend hands out page-locked memory (gpu.HostAllocator)
+// lends it to the source for the scan, so that payloads are read straight
+// into memory the device copies from at full speed, without the driver's
+// staging copy.
+type HostBufferSource interface {
+	Source
+	// ReadIntoHost has the source read payloads into buffers from host
+	// until the returned function is called, once the frames delivered
+	// are all released. Several pipelines sharing the source (through a
+	// Demux) may lend the same backend's memory: the buffers go back when
+	// the last of them is done.
+	ReadIntoHost(host gpu.HostAllocator) (done func())
+}
+
 // CaptureSource replays the frames of a capture file, in file order, as a
 // Source. Payload buffers are recycled: it allocates only until as many
-// frames are in flight as the pipeline holds.
+// frames are in flight as the pipeline holds. Lent a backend's page-locked
+// memory (ReadIntoHost), it reads payloads into that.
 type CaptureSource struct {
 	r           *capture.Reader
 	payloadSize int // size of the pooled buffers: the scan format's payload
@@ -23,9 +41,17 @@ type CaptureSource struct {
 	next     time.Time // when the next frame is due
 	timer    *time.Timer
 
-	mu   sync.Mutex
-	free []*Frame
+	mu        sync.Mutex
+	free      []*Frame
+	host      gpu.HostAllocator         // lent page-locked memory; nil: Go memory
+	loan      int                       // the loan under way, or last
+	lenders   map[int]gpu.HostAllocator // each loan's lender, while it has buffers out
+	users     int                       // pipelines lending host memory
+	hostFails bool                      // host refused a buffer: Go memory until the loan ends
+	pinned    map[*byte]int             // page-locked buffers, by first byte: their loan
 }
+
+var _ HostBufferSource = (*CaptureSource)(nil)
 
 // NewCaptureSource returns a source reading r, with buffers sized for
 // payloads of payloadSize bytes. Larger payloads (frames that will be
@@ -94,16 +120,79 @@ func (s *CaptureSource) get() *Frame {
 		s.free = s.free[:n-1]
 		return f
 	}
+	if s.host != nil && !s.hostFails && s.payloadSize > 0 {
+		buf, err := s.host.AllocHost(s.payloadSize)
+		if err == nil {
+			s.pinned[&buf[0]] = s.loan
+			return &Frame{Payload: buf}
+		}
+		s.hostFails = true // only slower: Go memory until the loan ends
+	}
 	return &Frame{Payload: make([]byte, s.payloadSize)}
 }
 
-// Release returns f's buffer for reuse.
+// Release returns f's buffer for reuse. While host memory is lent, only
+// its buffers are kept; once the loan ends they go back to it.
 func (s *CaptureSource) Release(f *Frame) {
-	if cap(f.Payload) != s.payloadSize {
+	if cap(f.Payload) != s.payloadSize || s.payloadSize == 0 {
 		return // an oversized one-off buffer: let it go
 	}
 	f.Payload = f.Payload[:s.payloadSize]
 	s.mu.Lock()
-	s.free = append(s.free, f)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	loan, pinned := s.pinned[&f.Payload[0]]
+	switch {
+	case pinned && (s.host == nil || loan != s.loan): // its loan has ended
+		s.freeHost(f.Payload)
+	case !pinned && s.host != nil && !s.hostFails: // make room for a page-locked one
+	default:
+		s.free = append(s.free, f)
+	}
+}
+
+// ReadIntoHost implements HostBufferSource: payloads are read into
+// buffers from host (from the first lender, where pipelines on different
+// backends share the source) until the last lender is done.
+func (s *CaptureSource) ReadIntoHost(host gpu.HostAllocator) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users == 0 {
+		if s.pinned == nil {
+			s.pinned, s.lenders = map[*byte]int{}, map[int]gpu.HostAllocator{}
+		}
+		s.loan++
+		s.host, s.lenders[s.loan], s.hostFails = host, host, false
+		s.free = s.free[:0] // Go buffers make way for page-locked ones
+	}
+	s.users++
+	var once sync.Once
+	return func() { once.Do(s.endLoan) }
+}
+
+// endLoan ends one lender's loan; after the last, the page-locked buffers
+// go back, those in flight as they are released.
+func (s *CaptureSource) endLoan() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users--; s.users > 0 {
+		return
+	}
+	s.host = nil
+	kept := s.free[:0]
+	for _, f := range s.free {
+		if _, ok := s.pinned[&f.Payload[0]]; ok {
+			s.freeHost(f.Payload)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	s.free = kept
+}
+
+// freeHost gives a page-locked buffer back to its lender. A refusal (a
+// backend closed already, whose memory went with it) leaves nothing to do.
+func (s *CaptureSource) freeHost(b []byte) {
+	loan := s.pinned[&b[0]]
+	delete(s.pinned, &b[0])
+	s.lenders[loan].FreeHost(b)
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"h5ingest/gpu"
 )
 
 // Demux splits a source of several modules' interleaved frames (a capture
@@ -17,6 +19,12 @@ type Demux struct {
 	src     Source
 	modules map[uint16]*ModuleSource
 	unknown atomic.Int64
+	// started closes when a module first asks for a frame, lends host
+	// memory or closes: a source that reads into buffers of its own
+	// (HostBufferSource) is read only then, so that a pipeline lending it
+	// page-locked memory has done so before the first frame is read.
+	started chan struct{}
+	start   sync.Once
 }
 
 // ModuleSource is the Source of one module's frames from a Demux. Frames
@@ -33,7 +41,7 @@ type ModuleSource struct {
 // NewDemux returns a demultiplexer of src into the given modules, each
 // with a queue of depth frames (at least 1).
 func NewDemux(src Source, modules []uint16, depth int) *Demux {
-	d := &Demux{src: src, modules: make(map[uint16]*ModuleSource, len(modules))}
+	d := &Demux{src: src, modules: make(map[uint16]*ModuleSource, len(modules)), started: make(chan struct{})}
 	for _, id := range modules {
 		d.modules[id] = &ModuleSource{d: d, frames: make(chan *Frame, max(depth, 1)), quit: make(chan struct{})}
 	}
@@ -50,7 +58,10 @@ func (d *Demux) Unknown() int64 { return d.unknown.Load() }
 // Run hands every frame of the source to its module's source until the
 // source ends, then ends every module's source the same way: io.EOF, or
 // the source's error. A module whose queue is full holds the others up
-// until its pipeline takes a frame or its source is closed. Run returns
+// until its pipeline takes a frame or its source is closed. A source that
+// reads into buffers of its own (HostBufferSource, a capture) is first
+// read once a module's pipeline has started: has asked for a frame, lent
+// page-locked memory or closed its source. Run returns
 // the source's error (nil at io.EOF), or ctx's when ctx is done first.
 func (d *Demux) Run(ctx context.Context) error {
 	err := d.pump(ctx)
@@ -65,6 +76,13 @@ func (d *Demux) Run(ctx context.Context) error {
 }
 
 func (d *Demux) pump(ctx context.Context) error {
+	if _, ok := d.src.(HostBufferSource); ok {
+		select {
+		case <-d.started:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		f, err := d.src.Next(ctx)
 		if err != nil {
@@ -90,6 +108,7 @@ func (d *Demux) pump(ctx context.Context) error {
 // Next returns the module's next frame; after the last one it returns
 // what ended the underlying source (io.EOF at its clean end).
 func (m *ModuleSource) Next(ctx context.Context) (*Frame, error) {
+	m.d.begin()
 	select {
 	case f, ok := <-m.frames:
 		if !ok {
@@ -101,14 +120,28 @@ func (m *ModuleSource) Next(ctx context.Context) (*Frame, error) {
 	}
 }
 
+// begin lets Run read the source.
+func (d *Demux) begin() { d.start.Do(func() { close(d.started) }) }
+
 // Release gives f back to the underlying source.
 func (m *ModuleSource) Release(f *Frame) { m.d.src.Release(f) }
+
+// ReadIntoHost lends host to the underlying source where it reads into
+// buffers of its own (HostBufferSource), else does nothing.
+func (m *ModuleSource) ReadIntoHost(host gpu.HostAllocator) (done func()) {
+	defer m.d.begin()
+	if bs, ok := m.d.src.(HostBufferSource); ok {
+		return bs.ReadIntoHost(host)
+	}
+	return func() {}
+}
 
 // Close tells the Demux that this module's frames are no longer read:
 // those queued and those still to come are released. Call it when the
 // module's pipeline stops, so that a pipeline that failed does not hold
 // the other modules up.
 func (m *ModuleSource) Close() {
+	m.d.begin()
 	m.once.Do(func() {
 		close(m.quit)
 		go func() {

@@ -121,6 +121,7 @@ type Pipeline struct {
 	shuffle int       // bitshuffle block the backend transposes images in; 0: none
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
+	setup                                      atomic.Int64 // time.Duration Run took to set up
 }
 
 // slot carries one frame through the stages, with its own image and chunk
@@ -186,6 +187,11 @@ func (p *Pipeline) Progress() Progress {
 	}
 }
 
+// SetupTime returns how long Run took to set up before it read the first
+// frame: codecs made, image buffers allocated, host memory page-locked and
+// device buffers reserved. Progress's Elapsed includes it.
+func (p *Pipeline) SetupTime() time.Duration { return time.Duration(p.setup.Load()) }
+
 // Frames returns the scan's frame count: the plan's, or for a scan of
 // unknown length one past the highest frame number received.
 func (p *Pipeline) Frames() int {
@@ -227,6 +233,9 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	images := p.allocImages(cfg.Slots, imageSize)
 	defer images.free()
 	defer p.registerSource(src)()
+	defer p.readIntoHost(src)()
+	decoders := p.decoders()
+	defer p.reserve(decoders)()
 	free := make(chan *slot, cfg.Slots)
 	for _, image := range images.bufs {
 		free <- &slot{image: image, chunk: make([]byte, 0, chunkSize)}
@@ -237,6 +246,8 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	decodeCh := make(chan *slot, cfg.Slots)
 	compressCh := make(chan *slot, cfg.Slots)
 	writeCh := make(chan *slot, cfg.Slots)
+
+	p.setup.Store(int64(time.Since(p.start)))
 
 	var srcErr error
 	var producers sync.WaitGroup // senders on writeCh
@@ -249,7 +260,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	var decodeErr error
 	go func() {
 		defer close(compressCh)
-		decodeErr = p.decode(src, decodeCh, compressCh)
+		decodeErr = p.decodeAll(decoders, src, decodeCh, compressCh)
 		if decodeErr != nil {
 			cancel(decodeErr)
 		}
@@ -357,6 +368,19 @@ func (p *Pipeline) registerSource(src Source) (undo func()) {
 	}
 }
 
+// readIntoHost lends the backend's page-locked memory (gpu.HostAllocator)
+// to a source that reads payloads into buffers of its own
+// (HostBufferSource), such as a capture replay, and returns what ends the
+// loan once every stage is done.
+func (p *Pipeline) readIntoHost(src Source) (done func()) {
+	host, ok := p.cfg.Backend.(gpu.HostAllocator)
+	bs, ok2 := src.(HostBufferSource)
+	if !ok || !ok2 {
+		return func() {}
+	}
+	return bs.ReadIntoHost(host)
+}
+
 // read takes frames from the source, applies the tracker's rules and hands
 // accepted frames to decode; frames that only need a record go straight to
 // the writer.
@@ -453,10 +477,82 @@ func (p *Pipeline) check(h *frame.Header) error {
 	return nil
 }
 
-// decode gathers batches of frames and decodes them with the backend.
-func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
+// deviceRounds is how many decode calls a pipeline keeps in flight on a
+// device backend (gpu.Reserver): while the device works on one batch, the
+// next batch's copies are queued, so that copies overlap kernels within one
+// module.
+const deviceRounds = 2
+
+// decoders returns how many goroutines call the backend: deviceRounds for a
+// device backend, else one (the CPU backend spreads each frame over every
+// core already).
+func (p *Pipeline) decoders() int {
+	if _, ok := p.cfg.Backend.(gpu.Reserver); ok {
+		return deviceRounds
+	}
+	return 1
+}
+
+// reserve has a device backend (gpu.Reserver) allocate, now, its buffers
+// for calls decode calls of full batches of the scan's format, so that
+// none is allocated or grown while frames arrive, and returns what gives
+// them back. A refusal costs only speed: a warning, and buffers grown
+// as the first frames come.
+func (p *Pipeline) reserve(calls int) (release func()) {
+	r, ok := p.cfg.Backend.(gpu.Reserver)
+	if !ok {
+		return func() {}
+	}
+	release, err := r.Reserve(p.cfg.Format, p.cfg.Batch, calls, p.shuffle != 0)
+	if err != nil {
+		p.log.Warn("device buffers not reserved for the scan; they grow with the first frames",
+			zap.String("backend", p.cfg.Backend.Name()), zap.Error(err))
+		return func() {}
+	}
+	return release
+}
+
+// decodeAll runs n decode goroutines on in and returns the first error of
+// the backend. After an error every goroutine passes the frames on as
+// missing until in closes.
+func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slot) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	for range n {
+		wg.Go(func() {
+			if err := p.decode(src, in, out, failed); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// decode gathers batches of frames and decodes them with the backend. Once
+// the backend has failed (here or, as failed says, in another decode
+// goroutine), frames pass on as missing.
+func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool) error {
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
+	missing := func(s *slot) { // the record stays missing; the slot goes home
+		src.Release(s.f)
+		s.f, s.write = nil, false
+		s.record.Status = frame.StatusMissing
+		out <- s
+	}
 	for s := range in {
 		batch = append(batch[:0], s)
 	gather:
@@ -471,23 +567,23 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot) error {
 				break gather
 			}
 		}
+		if failed() {
+			for _, s := range batch {
+				missing(s)
+			}
+			continue
+		}
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
 			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
-			for _, s := range batch { // records stay missing; the slots go home
-				src.Release(s.f)
-				s.f, s.write = nil, false
-				s.record.Status = frame.StatusMissing
-				out <- s
+			for _, s := range batch {
+				missing(s)
 			}
 			for s := range in {
-				src.Release(s.f)
-				s.f, s.write = nil, false
-				s.record.Status = frame.StatusMissing
-				out <- s
+				missing(s)
 			}
 			return err
 		}

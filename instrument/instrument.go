@@ -129,14 +129,28 @@ func (s *Stages) Register(reg prometheus.Registerer, module int) error {
 func observe(h prometheus.Histogram, start time.Time) { h.Observe(time.Since(start).Seconds()) }
 
 // Source returns src, counted. The result implements
-// ingest.HostMemorySource where src does.
+// ingest.HostMemorySource and ingest.HostBufferSource where src does.
 func (s *Stages) Source(src ingest.Source) ingest.Source {
 	w := &source{src, s}
-	if m, ok := src.(ingest.HostMemorySource); ok {
+	m, mem := src.(ingest.HostMemorySource)
+	b, bufs := src.(ingest.HostBufferSource)
+	switch {
+	case mem && bufs:
+		return struct {
+			*source
+			hostMemory
+			hostBuffers
+		}{w, m, b}
+	case mem:
 		return struct {
 			*source
 			hostMemory
 		}{w, m}
+	case bufs:
+		return struct {
+			*source
+			hostBuffers
+		}{w, b}
 	}
 	return w
 }
@@ -144,6 +158,11 @@ func (s *Stages) Source(src ingest.Source) ingest.Source {
 // hostMemory is the method of ingest.HostMemorySource, to embed beside a
 // counted source.
 type hostMemory interface{ HostMemory() [][]byte }
+
+// hostBuffers is the method of ingest.HostBufferSource, likewise.
+type hostBuffers interface {
+	ReadIntoHost(gpu.HostAllocator) func()
+}
 
 type source struct {
 	ingest.Source
@@ -168,14 +187,28 @@ func (w *source) Release(f *ingest.Frame) {
 }
 
 // Backend returns b, timed, keeping preview images. The result implements
-// gpu.HostAllocator where b does.
+// gpu.HostAllocator and gpu.Reserver where b does.
 func (s *Stages) Backend(b gpu.Backend) gpu.Backend {
 	w := &backend{b, s}
-	if a, ok := b.(gpu.HostAllocator); ok {
+	a, host := b.(gpu.HostAllocator)
+	r, res := b.(gpu.Reserver)
+	switch {
+	case host && res:
+		return struct {
+			*backend
+			gpu.HostAllocator
+			gpu.Reserver
+		}{w, a, r}
+	case host:
 		return struct {
 			*backend
 			gpu.HostAllocator
 		}{w, a}
+	case res:
+		return struct {
+			*backend
+			gpu.Reserver
+		}{w, r}
 	}
 	return w
 }

@@ -70,6 +70,16 @@ func (allocBackend) FreeHost([]byte) error           { return nil }
 func (allocBackend) RegisterHost([]byte) error       { return nil }
 func (allocBackend) UnregisterHost([]byte) error     { return nil }
 
+// deviceBackend is an allocBackend that reserves device buffers.
+type deviceBackend struct{ allocBackend }
+
+func (deviceBackend) Reserve(frame.Format, int, int, bool) (func(), error) { return func() {}, nil }
+
+// reserveBackend reserves device buffers but allocates no host memory.
+type reserveBackend struct{ fakeBackend }
+
+func (reserveBackend) Reserve(frame.Format, int, int, bool) (func(), error) { return func() {}, nil }
+
 // ringSource is a fakeSource whose payloads lie in memory it names.
 type ringSource struct {
 	fakeSource
@@ -117,6 +127,12 @@ func TestStagesCount(t *testing.T) {
 	if m, ok := st.Source(ring).(ingest.HostMemorySource); !ok || len(m.HostMemory()) != 1 || &m.HostMemory()[0][0] != &ring.ring[0] {
 		t.Error("the wrapper hides its source's host memory")
 	}
+	if _, ok := src.(ingest.HostBufferSource); ok {
+		t.Error("the wrapper claims host buffers its source lacks")
+	}
+	if _, ok := st.Source(&ingest.CaptureSource{}).(ingest.HostBufferSource); !ok {
+		t.Error("the wrapper hides its source's host buffers")
+	}
 
 	b := st.Backend(&fakeBackend{})
 	if _, ok := b.(gpu.HostAllocator); ok {
@@ -124,6 +140,19 @@ func TestStagesCount(t *testing.T) {
 	}
 	if _, ok := st.Backend(&allocBackend{}).(gpu.HostAllocator); !ok {
 		t.Error("the wrapper hides its backend's host allocator")
+	}
+	if _, ok := b.(gpu.Reserver); ok {
+		t.Error("the wrapper claims a reservation its backend lacks")
+	}
+	for _, inner := range []gpu.Backend{&deviceBackend{}, &reserveBackend{}} {
+		w := st.Backend(inner)
+		_, host := inner.(gpu.HostAllocator)
+		if _, ok := w.(gpu.Reserver); !ok {
+			t.Errorf("the wrapper of %T hides its backend's Reserve", inner)
+		}
+		if _, ok := w.(gpu.HostAllocator); ok != host {
+			t.Errorf("the wrapper of %T: host allocator %v, want %v", inner, ok, host)
+		}
 	}
 	jobs := make([]gpu.Job, 3)
 	for i := range jobs {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/frame"
@@ -166,6 +167,15 @@ type oneModule struct {
 	id    uint16
 	other int    // frames of other modules dropped
 	first uint16 // the module of the first of them
+}
+
+// ReadIntoHost passes a backend's page-locked memory on to the capture
+// (ingest.HostBufferSource).
+func (s *oneModule) ReadIntoHost(host gpu.HostAllocator) func() {
+	if bs, ok := s.Source.(ingest.HostBufferSource); ok {
+		return bs.ReadIntoHost(host)
+	}
+	return func() {}
 }
 
 // Next returns the module's next frame.

@@ -135,11 +135,15 @@ func newBackend(t testing.TB, name string, opts gpu.Options) gpu.Backend {
 
 // TestParity decodes random payloads of every format, geometry (up to a
 // Pi-mega module) and orientation on the GPU and the CPU, in Go memory
-// and in page-locked memory from the backend's HostAllocator.
+// and in page-locked memory from the backend's HostAllocator. With -short
+// (as against the fake driver) it leaves out the Pi-mega module.
 func TestParity(t *testing.T) {
 	needGPU(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, g := range geometries {
+		if testing.Short() && g == frame.PiMega {
+			continue
+		}
 		for oname, o := range orientations(g) {
 			be := newBackend(t, "cuda", gpu.Options{Orientation: o})
 			cpu := newBackend(t, "cpu", gpu.Options{Orientation: o})
@@ -195,9 +199,13 @@ func TestParity(t *testing.T) {
 }
 
 // TestConcurrent decodes from several goroutines at once, more than the
-// backend has streams, with batches of several rounds.
+// backend has streams, with batches of several rounds (fewer with -short).
 func TestConcurrent(t *testing.T) {
 	needGPU(t)
+	frames := 100
+	if testing.Short() {
+		frames = 10
+	}
 	g := frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16}
 	o := orientations(g)["mixed"]
 	be := newBackend(t, "cuda", gpu.Options{Orientation: o, Streams: 3})
@@ -208,7 +216,7 @@ func TestConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, uint64(gr)))
 			for round := range 4 {
 				var batch []gpu.Job
-				for range 100 {
+				for range frames {
 					for _, f := range formats(g) {
 						batch = append(batch, job(rng, f, len(batch), func(n int) []byte { return make([]byte, n) }))
 					}
@@ -220,13 +228,18 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// TestRoundTrip decodes images encoded as a detector sends them.
+// TestRoundTrip decodes images encoded as a detector sends them: Pi-mega
+// frames, or with -short smaller ones.
 func TestRoundTrip(t *testing.T) {
 	needGPU(t)
 	rng := rand.New(rand.NewPCG(5, 6))
-	o := orientations(frame.PiMega)["mixed"]
+	g := frame.PiMega
+	if testing.Short() {
+		g = frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16}
+	}
+	o := orientations(g)["mixed"]
 	be := newBackend(t, "cuda", gpu.Options{Orientation: o})
-	for _, f := range formats(frame.PiMega) {
+	for _, f := range formats(g) {
 		counts := make([]uint32, f.Pixels())
 		for i := range counts {
 			counts[i] = uint32(rng.Uint64N(uint64(f.MaxCount()) + 1))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,46 @@ func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
 	return 5 * n / d.Seconds() / 1e9
 }
 
+// hostBandwidth measures copies between page-locked host memory and the
+// device on s, in bytes per second each way: the PCIe link's ceiling for
+// the copies in and out of a round.
+func hostBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) (htod, dtoh float64) {
+	const n = 256 << 20
+	host, err := ctx.AllocHost(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.FreeHost(host)
+	dev, err := ctx.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.Free(dev)
+	ev := make([]*cuda.Event, 3)
+	for i := range ev {
+		if ev[i], err = ctx.NewEvent(); err != nil {
+			b.Fatal(err)
+		}
+		defer ev[i].Close()
+	}
+	s.CopyHtoD(dev, host) // warm up
+	ev[0].Record(s)
+	for range 4 {
+		s.CopyHtoD(dev, host)
+	}
+	ev[1].Record(s)
+	for range 4 {
+		s.CopyDtoH(host, dev)
+	}
+	ev[2].Record(s)
+	if err := ev[2].Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	in, _ := cuda.Elapsed(ev[0], ev[1])
+	out, _ := cuda.Elapsed(ev[1], ev[2])
+	return 4 * n / in.Seconds() / 1e9, 4 * n / out.Seconds() / 1e9
+}
+
 // BenchmarkKernels times the kernels on the device alone, on a batch of 16
 // Pi-mega frames already in device memory, by events; LFSR formats also
 // with the tables read from global memory (global-lut) instead of constant
@@ -74,7 +115,8 @@ func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
 // payload decoded and checksummed per second (GB/s), each kernel's share,
 // the kernels' memory traffic (payload read twice, image written and read),
 // and beside it the device-to-device copy traffic measured in the same
-// run. The bitshuffle transpose, which a scan asks for only with
+// run, and their ratio (of-d2d: near 1, the kernels are as fast as memory
+// allows and fusing them is what could gain). The bitshuffle transpose, which a scan asks for only with
 // output.backend_shuffle, is timed apart: shuffle-GB/s is image bytes
 // transposed per second.
 func BenchmarkKernels(b *testing.B) {
@@ -82,15 +124,6 @@ func BenchmarkKernels(b *testing.B) {
 	mod, err := ctx.LoadModule(kernels.PTX)
 	if err != nil {
 		b.Fatal(err)
-	}
-	for name, t := range kernels.TableBytes() {
-		p, _, err := mod.Global(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ctx.CopyHtoD(p, t); err != nil {
-			b.Fatal(err)
-		}
 	}
 	fns := map[string]*cuda.Function{}
 	for _, k := range kernels.Kernels {
@@ -103,6 +136,15 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	for name, t := range kernels.TableBytes() {
+		p, _, err := mod.Global(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Upload(p, t); err != nil {
+			b.Fatal(err)
+		}
+	}
 	d2d := copyBandwidth(b, ctx, s)
 	name, _ := ctx.Device.Name()
 	b.Logf("%s: device-to-device copy %.0f GB/s (memory traffic %.0f GB/s)", name, d2d, 2*d2d)
@@ -178,7 +220,7 @@ func BenchmarkKernels(b *testing.B) {
 			descs := make([]byte, descOff+frames*kernels.FrameSize)
 			copy(descs, rot)
 			for n := range frames {
-				if err := ctx.CopyHtoD(dPay+cuda.DevicePtr(n*pay), payload); err != nil {
+				if err := s.Upload(dPay+cuda.DevicePtr(n*pay), payload); err != nil {
 					b.Fatal(err)
 				}
 				d := kernels.Frame{
@@ -196,7 +238,7 @@ func BenchmarkKernels(b *testing.B) {
 				}
 				d.Put(descs[descOff+n*kernels.FrameSize:])
 			}
-			if err := ctx.CopyHtoD(dDesc, descs); err != nil {
+			if err := s.Upload(dDesc, descs); err != nil {
 				b.Fatal(err)
 			}
 			args := []uint64{uint64(dDesc) + uint64(descOff), frames}
@@ -232,8 +274,10 @@ func BenchmarkKernels(b *testing.B) {
 			b.ReportMetric((raw+imgBytes)/per[1].Seconds()/1e9, "crc-GB/s")
 			b.ReportMetric(float64(per[2].Microseconds())/float64(b.N), "fold-µs")
 			b.ReportMetric(imgBytes/per[3].Seconds()/1e9, "shuffle-GB/s")
-			b.ReportMetric(2*(raw+imgBytes)/total.Seconds()/1e9, "traffic-GB/s")
+			traffic := 2 * (raw + imgBytes) / total.Seconds() / 1e9
+			b.ReportMetric(traffic, "traffic-GB/s")
 			b.ReportMetric(2*d2d, "d2d-traffic-GB/s")
+			b.ReportMetric(traffic/(2*d2d), "of-d2d")
 		})
 	}
 }
@@ -241,22 +285,54 @@ func BenchmarkKernels(b *testing.B) {
 func align(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels.Align }
 
 // BenchmarkEndToEnd measures the cuda backend as the pipeline uses it:
-// page-locked payloads copied in, decoded and checksummed, images copied
-// out, CRCs folded, from 4 goroutines each decoding batches of 4 Pi-mega
-// frames. GB/s is raw payload per second, beside what one module (7.08
-// GB/s) and a 2 x 2 array (28.3 GB/s) deliver at 1000 frames/s. The
-// pageable variant uses Go memory, which the driver stages itself; the
-// shuffled one asks for images bit-transposed on the device
-// (output.backend_shuffle), what the CPU then compresses with only LZ4.
+// payloads copied in, decoded and checksummed, images copied out, CRCs
+// folded, on batches of 4 Pi-mega frames, with the lanes' buffers reserved
+// first (gpu.Reserver). GB/s is raw payload per second, beside what one
+// module (7.08 GB/s) and a 2 x 2 array (28.3 GB/s) deliver at 1000
+// frames/s, and beside the copy bandwidths measured in the same run:
+// page-locked host to device and back (htod-GB/s, dtoh-GB/s, the PCIe
+// link) and device to device (d2d-GB/s).
+//
+// Variants: pinned, 4 goroutines with page-locked payloads and images (a
+// 2 x 2 array's pipelines); pinned-shuffled, the same with images
+// bit-transposed on the device (output.backend_shuffle); ring, payloads in
+// one mapping page-locked in place as a receiver's ring is; module-2rounds
+// and module-1round, one module's pipeline with two decode calls in flight
+// (as it runs) and with one; pageable, Go memory the driver stages itself.
 func BenchmarkEndToEnd(b *testing.B) {
-	needGPU(b)
+	ctx := needGPU(b)
+	s, err := ctx.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	htod, dtoh := hostBandwidth(b, ctx, s)
+	d2d := copyBandwidth(b, ctx, s)
+	s.Close()
+	b.Logf("copies: host to device %.1f GB/s, device to host %.1f GB/s, device to device %.0f GB/s", htod, dtoh, d2d)
 	o := orientations(frame.PiMega)["mixed"]
-	const goroutines, perBatch = 4, 4
-	for _, mem := range []string{"pinned", "pinned-shuffled", "pageable"} {
+	const perBatch = 4
+	variants := []struct {
+		name       string
+		goroutines int
+		pinned     bool
+		ring       bool
+		shuffle    bool
+	}{
+		{"pinned", 4, true, false, false},
+		{"pinned-shuffled", 4, true, false, true},
+		{"ring", 4, true, true, false},
+		{"module-2rounds", 2, true, false, false},
+		{"module-1round", 1, true, false, false},
+		{"pageable", 4, false, false, false},
+	}
+	for _, v := range variants {
 		for _, f := range formats(frame.PiMega) {
-			b.Run(mem+"/"+formatName(f), func(b *testing.B) {
+			b.Run(v.name+"/"+formatName(f), func(b *testing.B) {
 				be := newBackend(b, "cuda", gpu.Options{Orientation: o, Streams: 4})
 				ha := be.(gpu.HostAllocator)
+				if _, err := be.(gpu.Reserver).Reserve(f, perBatch, v.goroutines, v.shuffle); err != nil {
+					b.Fatal(err)
+				}
 				var pinned [][]byte
 				defer func() {
 					for _, p := range pinned {
@@ -264,7 +340,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 					}
 				}()
 				alloc := func(n int) []byte {
-					if mem == "pageable" {
+					if !v.pinned {
 						return make([]byte, n)
 					}
 					p, err := ha.AllocHost(n)
@@ -274,23 +350,45 @@ func BenchmarkEndToEnd(b *testing.B) {
 					pinned = append(pinned, p)
 					return p
 				}
+				payloadAlloc := alloc
+				if v.ring {
+					n := v.goroutines * perBatch * f.PayloadSize()
+					ring, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer syscall.Munmap(ring)
+					if err := ha.RegisterHost(ring); err != nil {
+						b.Fatal(err)
+					}
+					defer ha.UnregisterHost(ring)
+					off := 0
+					payloadAlloc = func(n int) []byte {
+						if n != f.PayloadSize() { // the image
+							return alloc(n)
+						}
+						p := ring[off : off+n]
+						off += n
+						return p
+					}
+				}
 				rng := rand.New(rand.NewPCG(2, 2))
-				batches := make([][]gpu.Job, goroutines)
+				batches := make([][]gpu.Job, v.goroutines)
 				for g := range batches {
 					for range perBatch {
-						j := job(rng, f, len(batches[g]), alloc)
-						if mem == "pinned-shuffled" {
+						j := job(rng, f, len(batches[g]), payloadAlloc)
+						if v.shuffle {
 							j.ShuffleBlock = bitshuffle.DefaultBlockSize(f.PixelSize())
 						}
 						batches[g] = append(batches[g], j)
 					}
 				}
-				for _, batch := range batches { // warm up the lanes
+				for _, batch := range batches { // warm up
 					if err := be.Decode(batch); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.SetBytes(int64(goroutines * perBatch * f.PayloadSize()))
+				b.SetBytes(int64(v.goroutines * perBatch * f.PayloadSize()))
 				start := time.Now()
 				for b.Loop() {
 					var wg sync.WaitGroup
@@ -303,10 +401,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 					}
 					wg.Wait()
 				}
-				gbs := float64(b.N) * goroutines * perBatch * float64(f.PayloadSize()) / time.Since(start).Seconds() / 1e9
+				gbs := float64(b.N) * float64(v.goroutines*perBatch) * float64(f.PayloadSize()) / time.Since(start).Seconds() / 1e9
 				b.ReportMetric(gbs, "GB/s")
 				b.ReportMetric(moduleGBs, "module-GB/s")
 				b.ReportMetric(array2x2, "2x2-GB/s")
+				b.ReportMetric(htod, "htod-GB/s")
+				b.ReportMetric(dtoh, "dtoh-GB/s")
+				b.ReportMetric(d2d, "d2d-GB/s")
 			})
 		}
 	}

@@ -144,31 +144,73 @@ func (d Device) TotalMem() (int64, error) {
 	return int64(n), err
 }
 
-// Context is a CUDA context on one device; everything below is created in
-// one.
+// Context is the primary context of one device, which every user of the
+// device in the process shares (the driver counts its users); everything
+// below is created in it.
 type Context struct {
 	c      C.CUcontext
 	Device Device
+	// BlockingSync reports whether the context's threads sleep while they
+	// wait for the device (CU_CTX_SCHED_BLOCKING_SYNC) rather than spin.
+	// False where another user in the process made the context active with
+	// other flags and the driver kept them; the waits of Event.Wait sleep
+	// either way.
+	BlockingSync bool
+
+	mu       sync.Mutex
+	released bool
 }
 
-// NewContext creates a context on device d (cuCtxCreate_v2, scheduling
-// left to the driver).
-func NewContext(d Device) (*Context, error) {
-	var c C.CUcontext
-	if err := check("cuCtxCreate", C.h5cu_ctx_create(&c, 0, d.d)); err != nil {
+// Context flags and event flags of the driver API.
+const (
+	ctxSchedMask         = 0x07
+	ctxSchedBlockingSync = 0x04
+	eventBlockingSync    = 0x01
+	eventDisableTiming   = 0x02
+)
+
+// PrimaryContext retains the primary context of device d
+// (cuDevicePrimaryCtxRetain): one context per device and process, however
+// many backends use it, as a GPU in EXCLUSIVE_PROCESS compute mode requires,
+// and without the memory a context of its own costs each. Before the first
+// retain it asks for blocking synchronisation
+// (cuDevicePrimaryCtxSetFlags_v2 with CU_CTX_SCHED_BLOCKING_SYNC), so that a
+// thread waiting for the device sleeps instead of spinning a core that
+// compression needs. Close releases the context; the driver destroys it,
+// with all its memory, when its last user has released it.
+func PrimaryContext(d Device) (*Context, error) {
+	if err := Load(); err != nil {
 		return nil, err
 	}
-	return &Context{c: c, Device: d}, nil
+	var flags C.uint
+	var active C.int
+	if err := check("cuDevicePrimaryCtxGetState", C.h5cu_primary_state(d.d, &flags, &active)); err != nil {
+		return nil, err
+	}
+	blocking := flags&ctxSchedMask == ctxSchedBlockingSync
+	if !blocking {
+		// Refused on drivers that do not change the flags of an active
+		// context: waits still sleep, on blocking-sync events.
+		blocking = C.h5cu_primary_set_flags(d.d, ctxSchedBlockingSync) == 0
+	}
+	var c C.CUcontext
+	if err := check("cuDevicePrimaryCtxRetain", C.h5cu_primary_retain(&c, d.d)); err != nil {
+		return nil, err
+	}
+	return &Context{c: c, Device: d, BlockingSync: blocking}, nil
 }
 
-// Close destroys the context and everything created in it.
+// Close releases the primary context (cuDevicePrimaryCtxRelease_v2), once:
+// later calls do nothing. Free what was created in it first; the driver
+// frees it anyway when the last user of the context releases it.
 func (c *Context) Close() error {
-	if c.c == nil {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released {
 		return nil
 	}
-	err := check("cuCtxDestroy", C.h5cu_ctx_destroy(c.c))
-	c.c = nil
-	return err
+	c.released = true
+	return check("cuDevicePrimaryCtxRelease", C.h5cu_primary_release(c.Device.d))
 }
 
 // Synchronize waits for all work in the context.
@@ -227,23 +269,6 @@ func (c *Context) RegisterHost(p unsafe.Pointer, n int) error {
 // UnregisterHost undoes RegisterHost.
 func (c *Context) UnregisterHost(p unsafe.Pointer) error {
 	return check("cuMemHostUnregister", C.h5cu_mem_host_unregister(c.c, p))
-}
-
-// CopyHtoD copies src to device memory at dst and waits for the copy.
-func (c *Context) CopyHtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	return check("cuMemcpyHtoD", C.h5cu_memcpy_htod(c.c, C.CUdeviceptr(dst), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src))))
-}
-
-// CopyDtoH copies len(dst) bytes of device memory at src to dst and waits
-// for the copy.
-func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	return check("cuMemcpyDtoH", C.h5cu_memcpy_dtoh(c.c, unsafe.Pointer(unsafe.SliceData(dst)), C.CUdeviceptr(src), C.size_t(len(dst))))
 }
 
 // Module is a module loaded from PTX.
@@ -344,6 +369,27 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	return check("cuMemcpyHtoDAsync", C.h5cu_memcpy_htod_async(s.ctx.c, C.CUdeviceptr(dst), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), s.s))
 }
 
+// Upload copies src to dst on the stream and waits until the copy is
+// done, so that work on any stream of the context may read dst after it.
+// Tables a module's kernels read go up this way: a synchronous copy on the
+// legacy stream (cuMemcpyHtoD) is not ordered before work on the
+// non-blocking streams of NewStream.
+func (s *Stream) Upload(dst DevicePtr, src []byte) error {
+	if err := s.CopyHtoD(dst, src); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// Download copies len(dst) bytes at src into dst on the stream and waits
+// until the copy is done.
+func (s *Stream) Download(dst []byte, src DevicePtr) error {
+	if err := s.CopyDtoH(dst, src); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
 // CopyDtoH enqueues a copy of len(dst) bytes at src into dst. Into
 // page-locked memory the copy is asynchronous, and dst holds the bytes once
 // the stream reaches it; into Go memory the call returns when the copy is
@@ -396,8 +442,19 @@ type Event struct {
 
 // NewEvent creates an event that records timing.
 func (c *Context) NewEvent() (*Event, error) {
+	return c.newEvent(0)
+}
+
+// NewWaitEvent creates an event to wait on, without timing, whose
+// Synchronize puts the waiting thread to sleep until the device reaches
+// it (CU_EVENT_BLOCKING_SYNC) instead of spinning.
+func (c *Context) NewWaitEvent() (*Event, error) {
+	return c.newEvent(eventBlockingSync | eventDisableTiming)
+}
+
+func (c *Context) newEvent(flags C.uint) (*Event, error) {
 	var e C.CUevent
-	if err := check("cuEventCreate", C.h5cu_event_create(c.c, &e, 0)); err != nil {
+	if err := check("cuEventCreate", C.h5cu_event_create(c.c, &e, flags)); err != nil {
 		return nil, err
 	}
 	return &Event{ctx: c, e: e}, nil

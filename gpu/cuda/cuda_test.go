@@ -13,7 +13,8 @@ import (
 )
 
 // needGPU skips the test, with the reason, where the driver does not load
-// or no device answers, and returns a context on device 0 otherwise.
+// or no device answers, and returns the primary context of device 0
+// otherwise.
 func needGPU(t testing.TB) *cuda.Context {
 	t.Helper()
 	n, err := cuda.DeviceCount()
@@ -27,7 +28,7 @@ func needGPU(t testing.TB) *cuda.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := cuda.NewContext(d)
+	ctx, err := cuda.PrimaryContext(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,14 +88,14 @@ func TestDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ctx.Free(b)
-	if err := ctx.CopyHtoD(a, src); err != nil {
-		t.Fatal(err)
-	}
 	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if err := s.Upload(a, src); err != nil {
+		t.Fatal(err)
+	}
 	start, _ := ctx.NewEvent()
 	end, _ := ctx.NewEvent()
 	defer start.Close()
@@ -124,8 +125,8 @@ func TestDevice(t *testing.T) {
 		t.Errorf("Elapsed = %v, %v", d, err)
 	}
 	back := make([]byte, n)
-	if err := ctx.CopyDtoH(back, a); err != nil || !bytes.Equal(back, src) {
-		t.Errorf("synchronous round trip: %v, equal %v", err, bytes.Equal(back, src))
+	if err := s.Download(back, a); err != nil || !bytes.Equal(back, src) {
+		t.Errorf("upload and download: %v, equal %v", err, bytes.Equal(back, src))
 	}
 }
 

@@ -6,7 +6,11 @@
 // needs.
 //
 // It covers what the gpu package's cuda backend needs: devices and their
-// attributes, a context, streams and events, device memory, page-locked
+// attributes, the device's primary context (one per device and process,
+// shared by every user, with blocking synchronisation), streams and events
+// (events to wait on put the waiting thread to sleep), device memory, and
+// copies on streams only (the legacy stream's synchronous copies are not
+// ordered before work on other streams), page-locked
 // host memory (allocated, or registered when it comes from outside the Go
 // heap), modules loaded from PTX, and kernel launches. Errors carry the
 // driver's name and description of the result code, as *Error.

@@ -23,8 +23,10 @@ static CUresult (*p_cuDeviceGet)(CUdevice *, int);
 static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
 static CUresult (*p_cuDeviceGetAttribute)(int *, int, CUdevice);
 static CUresult (*p_cuDeviceTotalMem)(size_t *, CUdevice);
-static CUresult (*p_cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
-static CUresult (*p_cuCtxDestroy)(CUcontext);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxRelease)(CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxSetFlags)(CUdevice, unsigned int);
+static CUresult (*p_cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
 static CUresult (*p_cuCtxSetCurrent)(CUcontext);
 static CUresult (*p_cuCtxSynchronize)(void);
 static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
@@ -33,8 +35,6 @@ static CUresult (*p_cuMemHostAlloc)(void **, size_t, unsigned int);
 static CUresult (*p_cuMemFreeHost)(void *);
 static CUresult (*p_cuMemHostRegister)(void *, size_t, unsigned int);
 static CUresult (*p_cuMemHostUnregister)(void *);
-static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
-static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*p_cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 static CUresult (*p_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
@@ -65,6 +65,15 @@ static char load_error[512];
 		}                                                                        \
 	} while (0)
 
+/* SYM2 resolves the _v2 entry point, or on a driver older than CUDA 11 the
+ * first version, of the same signature. */
+#define SYM2(var, name_v2, name)                                                         \
+	do {                                                                             \
+		*(void **)(&var) = dlsym(lib, name_v2);                                  \
+		if (!var)                                                                \
+			SYM(var, name);                                                  \
+	} while (0)
+
 const char *h5cu_load(void)
 {
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -82,8 +91,10 @@ const char *h5cu_load(void)
 	SYM(p_cuDeviceGetName, "cuDeviceGetName");
 	SYM(p_cuDeviceGetAttribute, "cuDeviceGetAttribute");
 	SYM(p_cuDeviceTotalMem, "cuDeviceTotalMem_v2");
-	SYM(p_cuCtxCreate, "cuCtxCreate_v2");
-	SYM(p_cuCtxDestroy, "cuCtxDestroy_v2");
+	SYM(p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	SYM2(p_cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+	SYM2(p_cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags");
+	SYM(p_cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
 	SYM(p_cuCtxSetCurrent, "cuCtxSetCurrent");
 	SYM(p_cuCtxSynchronize, "cuCtxSynchronize");
 	SYM(p_cuMemAlloc, "cuMemAlloc_v2");
@@ -92,8 +103,6 @@ const char *h5cu_load(void)
 	SYM(p_cuMemFreeHost, "cuMemFreeHost");
 	SYM(p_cuMemHostRegister, "cuMemHostRegister_v2");
 	SYM(p_cuMemHostUnregister, "cuMemHostUnregister");
-	SYM(p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-	SYM(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
 	SYM(p_cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	SYM(p_cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	SYM(p_cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
@@ -132,8 +141,10 @@ CUresult h5cu_device_name(char *name, int len, CUdevice d) { return p_cuDeviceGe
 CUresult h5cu_device_attribute(int *v, int attr, CUdevice d) { return p_cuDeviceGetAttribute(v, attr, d); }
 CUresult h5cu_device_total_mem(size_t *n, CUdevice d) { return p_cuDeviceTotalMem(n, d); }
 
-CUresult h5cu_ctx_create(CUcontext *c, unsigned int flags, CUdevice d) { return p_cuCtxCreate(c, flags, d); }
-CUresult h5cu_ctx_destroy(CUcontext c) { return p_cuCtxDestroy(c); }
+CUresult h5cu_primary_retain(CUcontext *c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
+CUresult h5cu_primary_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
+CUresult h5cu_primary_set_flags(CUdevice d, unsigned int flags) { return p_cuDevicePrimaryCtxSetFlags(d, flags); }
+CUresult h5cu_primary_state(CUdevice d, unsigned int *flags, int *active) { return p_cuDevicePrimaryCtxGetState(d, flags, active); }
 
 CUresult h5cu_ctx_synchronize(CUcontext c)
 {
@@ -175,18 +186,6 @@ CUresult h5cu_mem_host_unregister(CUcontext c, void *p)
 {
 	BIND(c);
 	return p_cuMemHostUnregister(p);
-}
-
-CUresult h5cu_memcpy_htod(CUcontext c, CUdeviceptr dst, const void *src, size_t n)
-{
-	BIND(c);
-	return p_cuMemcpyHtoD(dst, src, n);
-}
-
-CUresult h5cu_memcpy_dtoh(CUcontext c, void *dst, CUdeviceptr src, size_t n)
-{
-	BIND(c);
-	return p_cuMemcpyDtoH(dst, src, n);
 }
 
 CUresult h5cu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void *src, size_t n, CUstream s)

@@ -29,8 +29,10 @@ CUresult h5cu_device_name(char *name, int len, CUdevice d);
 CUresult h5cu_device_attribute(int *v, int attr, CUdevice d);
 CUresult h5cu_device_total_mem(size_t *n, CUdevice d);
 
-CUresult h5cu_ctx_create(CUcontext *c, unsigned int flags, CUdevice d);
-CUresult h5cu_ctx_destroy(CUcontext c);
+CUresult h5cu_primary_retain(CUcontext *c, CUdevice d);
+CUresult h5cu_primary_release(CUdevice d);
+CUresult h5cu_primary_set_flags(CUdevice d, unsigned int flags);
+CUresult h5cu_primary_state(CUdevice d, unsigned int *flags, int *active);
 CUresult h5cu_ctx_synchronize(CUcontext c);
 
 CUresult h5cu_mem_alloc(CUcontext c, CUdeviceptr *p, size_t n);
@@ -39,8 +41,6 @@ CUresult h5cu_mem_host_alloc(CUcontext c, void **p, size_t n, unsigned int flags
 CUresult h5cu_mem_free_host(CUcontext c, void *p);
 CUresult h5cu_mem_host_register(CUcontext c, void *p, size_t n, unsigned int flags);
 CUresult h5cu_mem_host_unregister(CUcontext c, void *p);
-CUresult h5cu_memcpy_htod(CUcontext c, CUdeviceptr dst, const void *src, size_t n);
-CUresult h5cu_memcpy_dtoh(CUcontext c, void *dst, CUdeviceptr src, size_t n);
 CUresult h5cu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void *src, size_t n, CUstream s);
 CUresult h5cu_memcpy_dtoh_async(CUcontext c, void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult h5cu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);

@@ -35,6 +35,15 @@ import (
 
 //go:generate ./gen.sh decode.ptx
 
+// Source is decode.cu, and HostShim host.h, the shim that compiles it as
+// host C: for tests that run the kernels without a GPU.
+var (
+	//go:embed decode.cu
+	Source string
+	//go:embed host.h
+	HostShim string
+)
+
 // PTX is decode.cu compiled for sm_70 (PTX ISA 6.0), NUL-terminated as
 // cuModuleLoadData wants it.
 var PTX = ptx + "\x00"
