@@ -9,12 +9,10 @@ import (
 	"github.com/danielgtaylor/huma/v2/sse"
 )
 
-// namePattern is what a scan id or an output file name may be: one path
-// element of letters, digits, '.', '_' and '-', not starting with a dot,
-// so that no name from a request leaves the output directory.
-const namePattern = `^[A-Za-z0-9_-][A-Za-z0-9._-]*$`
-
-// ArmRequest is what a control system sends to arm a scan.
+// ArmRequest is what a control system sends to arm a scan. A scan id and
+// an output file name are each one path element of letters, digits, '.',
+// '_' and '-', not starting with a dot, so that no name from a request
+// leaves the output directory.
 type ArmRequest struct {
 	Profile string `json:"profile" minLength:"1" maxLength:"4096" doc:"A built-in profile's name (h5ingest profiles list) or a profile file on the server."`
 	// Overrides are profile keys over the profile, like flags on the
