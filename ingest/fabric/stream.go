@@ -15,7 +15,9 @@ import (
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a
 // *capture.Writer is one. WriteRecord is called from the goroutine that
-// calls Stream.Next.
+// calls Stream.Next, as the stream learns of each frame's arrival, before
+// the frame is handed out. A WriteRecord error stops the recording, never
+// the stream: a side copy must not cost the scan its frames.
 type Recorder interface {
 	WriteRecord(rec []byte) error
 }
@@ -52,14 +54,22 @@ type Stream struct {
 	frames   []ingest.Frame // one per slot
 	slots    [][]byte       // slot memory
 
-	rec  Recorder
-	idle time.Time // start of the current silence
-	err  error     // sticky: the stream cannot go on
-	comp [maxBatch]Completion
+	rec    Recorder
+	recErr error     // what stopped the recording
+	idle   time.Time // start of the current silence
+	err    error     // sticky: the stream cannot go on
+	comp   [maxBatch]Completion
 
-	queue      [maxBatch]arrival // frames drained from the queue, not yet handed out
+	// queue holds the frames drained from the completion queue, not yet
+	// handed out: room for every slot of the ring and the end, so that
+	// each drain takes every arrival there is.
+	queue      []arrival
 	head, tail int
-	ended      bool // the end of scan is queued
+	ended      bool  // the end of scan is queued
+	pending    error // what ended the draining; Next returns it once the queue is handed out
+	gone       bool  // the sender shut the connection down
+	repostErr  error // a control receive could not be posted again
+	halted     bool  // Stop was seen: nothing more is drained
 	endMsg     endMsg
 	// byeSent is set once the sender's end of scan was answered: Close
 	// then lets the sender close first, so the bye is not lost with a
@@ -72,7 +82,8 @@ type Stream struct {
 	fullAt time.Time // when the ring filled; zero when not full
 	stats  Stats
 	closed bool
-	module bool // the hello's module is registered with the listener
+	module bool  // the hello's module is registered with the listener
+	stop   error // set by Stop: take no frame that arrives later
 }
 
 // Hello returns what the sender said about itself and its scan.
@@ -82,8 +93,25 @@ func (s *Stream) Hello() Hello { return s.hello }
 func (s *Stream) Format() frame.Format { return s.hello.Format }
 
 // Record makes the stream hand every frame it receives, as it arrived, to
-// r. Call it before the first Next.
+// r, as soon as Next learns of its arrival. Call it before the first Next.
 func (s *Stream) Record(r Recorder) { s.rec = r }
+
+// RecordErr returns the error that stopped the recording, or nil. Call it
+// from the goroutine that calls Next, or after the last Next.
+func (s *Stream) RecordErr() error { return s.recErr }
+
+// Stop makes the stream take no frame that arrives from now on, for a scan
+// interrupted by its user: Next hands out every frame that arrived before
+// (those already in the ring), then returns cause. The sender gets no more
+// credits. Stop may be called from any goroutine, more than once; the
+// first cause counts.
+func (s *Stream) Stop(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		s.stop = cause
+	}
+}
 
 // Stats returns what the stream has received so far.
 func (s *Stream) Stats() Stats {
@@ -110,7 +138,7 @@ func (s *Stream) HostMemory() [][]byte {
 // hello's mode needs.
 func (s *Stream) makeRing() error {
 	n := s.cfg.Slots
-	s.slotSize = (s.hello.FrameSize() + 63) &^ 63
+	s.slotSize = slotSize(s.hello)
 	var err error
 	if s.ringMem, err = Alloc(n * s.slotSize); err != nil {
 		return err
@@ -119,6 +147,7 @@ func (s *Stream) makeRing() error {
 		return err
 	}
 	s.frames = make([]ingest.Frame, n)
+	s.queue = make([]arrival, n+2)
 	s.slots = make([][]byte, n)
 	s.inUse = make([]bool, n)
 	mem := s.ringMem.Bytes()
@@ -141,6 +170,9 @@ func (s *Stream) makeRing() error {
 	}
 	return nil
 }
+
+// slotSize returns the size of a slot for the frames h announces.
+func slotSize(h Hello) int { return (h.FrameSize() + 63) &^ 63 }
 
 func (s *Stream) postSlot(i int) error {
 	return s.c.ep.Recv(s.slots[i], s.ringMR, ctxSlot|uint64(i))
@@ -170,6 +202,9 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 		if s.c.shutDown() {
 			return nil, fmt.Errorf("receive %s: %w", what, ErrDisconnected)
 		}
+		if s.c.quitting() {
+			return nil, fmt.Errorf("receive %s: %w", what, errListenerClosed)
+		}
 	}
 	return nil, fmt.Errorf("receive %s: none in %v: %w", what, timeout, ErrTimeout)
 }
@@ -178,30 +213,40 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 // sender's end of scan; an error wrapping ErrDisconnected when the sender
 // goes away first, ErrTimeout after the idle timeout without a frame,
 // frame.ErrNotFrame when a slot does not hold a frame header (the stream's
-// framing is lost) and ErrProtocol for a message that breaks the protocol.
-// Frames whose header is a frame's but whose payload does not match it are
-// returned: the pipeline rejects them.
+// framing is lost), ErrProtocol for a message that breaks the protocol, and
+// Stop's cause after a Stop. Every frame that arrived before such an end
+// is handed out first: an error ends the stream only once the ring holds
+// no frame that came before it. Frames whose header is a frame's but whose
+// payload does not match it are returned: the pipeline rejects them.
 func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	s.idle = time.Now()
-	if err := s.drain(0); err != nil {
-		return nil, s.fail(err)
-	}
+	s.take(0)
 	for s.head == s.tail {
+		switch {
+		case s.pending != nil:
+			return nil, s.fail(s.pending)
+		case s.halted:
+			return nil, s.fail(s.stopCause())
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if s.c.shutDown() {
+		if s.gone {
 			return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
+		}
+		if s.c.shutDown() {
+			// What arrived before the sender went is still to be taken.
+			s.gone = true
+			s.take(0)
+			continue
 		}
 		if time.Since(s.idle) > s.cfg.IdleTimeout {
 			return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
 		}
-		if err := s.drain(20 * time.Millisecond); err != nil {
-			return nil, s.fail(err)
-		}
+		s.take(20 * time.Millisecond)
 	}
 	a := s.queue[s.head%len(s.queue)]
 	s.head++
@@ -213,6 +258,31 @@ func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 		return nil, s.fail(fmt.Errorf("module %d: %w", s.hello.Module, err))
 	}
 	return f, nil
+}
+
+// stopCause returns Stop's cause, nil before a Stop.
+func (s *Stream) stopCause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stop
+}
+
+// take drains the completion queue into the queue of arrivals, waiting up
+// to wait for the first, unless the draining has ended. An error ends the
+// draining and is kept: Next returns it once the frames before it are
+// handed out. After a Stop, take drains once more, without waiting (the
+// frames already in the ring), and never again.
+func (s *Stream) take(wait time.Duration) {
+	if s.pending != nil || s.halted {
+		return
+	}
+	if s.stopCause() != nil {
+		s.halted = true
+		wait = 0
+	}
+	if err := s.drain(wait); err != nil {
+		s.pending = err
+	}
 }
 
 // arrival is a frame in a slot, queued for Next; slot -1 is the end of
@@ -229,6 +299,9 @@ func (s *Stream) drain(wait time.Duration) error {
 			return nil
 		}
 		n, err := s.drainOnce(room, wait)
+		if err == nil && s.repostErr != nil {
+			err = fmt.Errorf("module %d: %w", s.hello.Module, s.repostErr)
+		}
 		if n == 0 || err != nil {
 			return err
 		}
@@ -255,6 +328,7 @@ func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
 			s.ended = true
 			break
 		}
+		s.record(a)
 	}
 	return n, nil
 }
@@ -290,8 +364,9 @@ func (s *Stream) arrived(c Completion) (arrival, error) {
 			return arrival{}, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
 		}
 		m := parseFrameMsg(b)
-		if err := s.c.postCtrl(i); err != nil {
-			return arrival{}, err
+		if err := s.c.postCtrl(i); err != nil && s.repostErr == nil {
+			// The frame arrived: it is taken, the error ends the draining after it.
+			s.repostErr = fmt.Errorf("post a control receive: %w", err)
 		}
 		if m.Slot >= uint32(len(s.slots)) {
 			return arrival{}, fmt.Errorf("%w: frame %d in slot %d, the ring has %d", ErrProtocol, m.FrameNumber, m.Slot, len(s.slots))
@@ -332,7 +407,25 @@ func (s *Stream) arrived(c Completion) (arrival, error) {
 	return arrival{slot: slot, length: length}, nil
 }
 
-// deliver parses the frame in a slot and records it.
+// record appends the frame of a to the recording, as it arrived. Bytes
+// that do not make a frame record (Next ends the stream on them) are not
+// recorded; a failed write stops the recording, never the stream.
+func (s *Stream) record(a arrival) {
+	if s.rec == nil {
+		return
+	}
+	b := s.slots[a.slot][:a.length]
+	h, err := frame.ParseHeader(b)
+	if err != nil || int64(h.PayloadSize)+frame.HeaderSize != int64(a.length) {
+		return
+	}
+	if err := s.rec.WriteRecord(b); err != nil {
+		s.recErr = fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
+		s.rec = nil
+	}
+}
+
+// deliver parses the frame in a slot.
 func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	b := s.slots[slot][:length]
 	h, err := frame.ParseHeader(b)
@@ -342,11 +435,6 @@ func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	if int64(h.PayloadSize)+frame.HeaderSize != int64(length) {
 		return nil, fmt.Errorf("%w: slot %d: frame %d of %d bytes, its header says %d", frame.ErrNotFrame,
 			slot, h.FrameNumber, length, int64(h.PayloadSize)+frame.HeaderSize)
-	}
-	if s.rec != nil {
-		if err := s.rec.WriteRecord(b); err != nil {
-			return nil, fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
-		}
 	}
 	f := &s.frames[slot]
 	f.Header, f.Payload = h, b[frame.HeaderSize:]
@@ -411,8 +499,8 @@ func (s *Stream) Release(f *ingest.Frame) {
 	}
 	s.used--
 	f.Payload = nil
-	if s.closed || s.err != nil {
-		return
+	if s.closed || s.err != nil || s.stop != nil {
+		return // after a Stop the sender sends nothing more
 	}
 	if s.hello.Mode == ModeSend {
 		if err := s.postSlot(slot); err != nil {
