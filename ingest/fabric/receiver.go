@@ -211,7 +211,7 @@ func (l *Listener) finished(h handshake) {
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for a sender to connect, up to the configured connect
-// timeout, and returns the connection's Stream once its control exchange
+// timeout (or ctx's deadline, where sooner), and returns the connection's Stream once its control exchange
 // is done. Handshakes run concurrently, each bounded by the handshake
 // timeout. A peer whose handshake fails (it closed, stayed silent, sent a
 // malformed or refused hello: the sender gets a refusal message where it
@@ -242,7 +242,10 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 		select {
 		case <-l.ready:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
 		case <-timer.C:
 			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
 		}
