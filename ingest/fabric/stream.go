@@ -310,7 +310,7 @@ func (s *Stream) drain(wait time.Duration) error {
 }
 
 func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
-	n, err := s.c.rx.Read(s.comp[:room], wait)
+	n, err := s.c.rx.Read(s.comp[:min(room, len(s.comp))], wait)
 	if err != nil {
 		if s.c.shutDown() || errors.Is(err, syscall.ECANCELED) {
 			err = fmt.Errorf("%w: %w", ErrDisconnected, err)
