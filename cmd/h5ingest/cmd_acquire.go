@@ -241,7 +241,7 @@ func (i *interrupts) loop() {
 			streams := slices.Clone(i.streams)
 			i.mu.Unlock()
 			if len(streams) > 0 {
-				fmt.Fprintf(os.Stderr, "h5ingest: %v: taking no more frames; writing those received (again to stop at once)\n", s)
+				fmt.Fprintf(os.Stderr, "h5ingest: interrupted (%v): taking no more frames, writing those received (signal again to stop at once)\n", s)
 			}
 			for _, st := range streams {
 				st.Stop(i.cause(s))

@@ -335,7 +335,6 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 	if err := c.sendCtrl(s.sendBuf(), msg, max(time.Until(deadline), 100*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	s.idle = time.Now()
 	ok = true
 	return s, nil
 }

@@ -28,7 +28,7 @@ type Stats struct {
 	Bytes  uint64 // bytes received, headers included
 	// HeldBack is how long every slot of the ring was in use, so that the
 	// sender could not send: the time the pipeline held the sender back.
-	// Slots count as used from when Next reads their completions, so it
+	// Slots count as used from when the stream takes their completions, so it
 	// is a lower bound of the sender's own figure.
 	HeldBack time.Duration
 	// SenderFrames and SenderHeldBack are what the sender reported at the
@@ -54,23 +54,21 @@ type Stream struct {
 	frames   []ingest.Frame // one per slot
 	slots    [][]byte       // slot memory
 
-	rec    Recorder
-	recErr error     // what stopped the recording
-	idle   time.Time // start of the current silence
-	err    error     // sticky: the stream cannot go on
-	comp   [maxBatch]Completion
+	rec  Recorder
+	err  error // sticky: the stream cannot go on
+	comp [maxBatch]Completion
 
-	// queue holds the frames drained from the completion queue, not yet
-	// handed out: room for every slot of the ring and the end, so that
-	// each drain takes every arrival there is.
-	queue      []arrival
-	head, tail int
-	ended      bool  // the end of scan is queued
-	pending    error // what ended the draining; Next returns it once the queue is handed out
-	gone       bool  // the sender shut the connection down
-	repostErr  error // a control receive could not be posted again
-	halted     bool  // Stop was seen: nothing more is drained
-	endMsg     endMsg
+	// arrivals carries what the receiving goroutine (poll) takes off the
+	// completion queue to Next, in order: frames, then the end of the scan
+	// or the error that ended the receiving. It has room for every slot of
+	// the ring and the end, so the receiving never waits for Next.
+	arrivals  chan arrival
+	pollQuit  chan struct{} // closed by Close: the receiving stops
+	pollDone  chan struct{} // closed when the receiving goroutine returns
+	ended     bool          // poll: the end of scan is queued
+	repostErr error         // poll: a control receive could not be posted again
+	idleTimer *time.Timer
+	endMsg    endMsg
 	// byeSent is set once the sender's end of scan was answered: Close
 	// then lets the sender close first, so the bye is not lost with a
 	// connection closed under it.
@@ -84,6 +82,7 @@ type Stream struct {
 	closed bool
 	module bool  // the hello's module is registered with the listener
 	stop   error // set by Stop: take no frame that arrives later
+	recErr error // what stopped the recording
 }
 
 // Hello returns what the sender said about itself and its scan.
@@ -92,13 +91,16 @@ func (s *Stream) Hello() Hello { return s.hello }
 // Format returns the frame format of the sender's scan.
 func (s *Stream) Format() frame.Format { return s.hello.Format }
 
-// Record makes the stream hand every frame it receives, as it arrived, to
-// r, as soon as Next learns of its arrival. Call it before the first Next.
+// Record makes the stream hand every frame it receives to r as it arrives,
+// before the frame waits for the pipeline. Call it before the first Next.
 func (s *Stream) Record(r Recorder) { s.rec = r }
 
-// RecordErr returns the error that stopped the recording, or nil. Call it
-// from the goroutine that calls Next, or after the last Next.
-func (s *Stream) RecordErr() error { return s.recErr }
+// RecordErr returns the error that stopped the recording, or nil.
+func (s *Stream) RecordErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recErr
+}
 
 // Stop makes the stream take no frame that arrives from now on, for a scan
 // interrupted by its user: Next hands out every frame that arrived before
@@ -147,7 +149,7 @@ func (s *Stream) makeRing() error {
 		return err
 	}
 	s.frames = make([]ingest.Frame, n)
-	s.queue = make([]arrival, n+2)
+	s.arrivals = make(chan arrival, n+2)
 	s.slots = make([][]byte, n)
 	s.inUse = make([]bool, n)
 	mem := s.ringMem.Bytes()
@@ -218,39 +220,33 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 // is handed out first: an error ends the stream only once the ring holds
 // no frame that came before it. Frames whose header is a frame's but whose
 // payload does not match it are returned: the pipeline rejects them.
+//
+// The first Next starts the stream's receiving goroutine, which takes
+// frames off the connection as they arrive (and records them), whether or
+// not the pipeline is ready for them; the ring's slots bound how many.
 func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	s.idle = time.Now()
-	s.take(0)
-	for s.head == s.tail {
-		switch {
-		case s.pending != nil:
-			return nil, s.fail(s.pending)
-		case s.halted:
-			return nil, s.fail(s.stopCause())
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if s.gone {
-			return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
-		}
-		if s.c.shutDown() {
-			// What arrived before the sender went is still to be taken.
-			s.gone = true
-			s.take(0)
-			continue
-		}
-		if time.Since(s.idle) > s.cfg.IdleTimeout {
-			return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
-		}
-		s.take(20 * time.Millisecond)
+	if s.pollDone == nil {
+		s.pollQuit, s.pollDone = make(chan struct{}), make(chan struct{})
+		s.idleTimer = time.NewTimer(s.cfg.IdleTimeout)
+		go s.poll()
+	} else {
+		s.idleTimer.Reset(s.cfg.IdleTimeout)
 	}
-	a := s.queue[s.head%len(s.queue)]
-	s.head++
-	if a.slot < 0 {
+	var a arrival
+	select {
+	case a = <-s.arrivals:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.idleTimer.C:
+		return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
+	}
+	switch {
+	case a.err != nil:
+		return nil, s.fail(a.err)
+	case a.slot < 0:
 		return nil, s.fail(s.end())
 	}
 	f, err := s.deliver(a.slot, a.length)
@@ -267,34 +263,64 @@ func (s *Stream) stopCause() error {
 	return s.stop
 }
 
-// take drains the completion queue into the queue of arrivals, waiting up
-// to wait for the first, unless the draining has ended. An error ends the
-// draining and is kept: Next returns it once the frames before it are
-// handed out. After a Stop, take drains once more, without waiting (the
-// frames already in the ring), and never again.
-func (s *Stream) take(wait time.Duration) {
-	if s.pending != nil || s.halted {
-		return
+// poll is the stream's receiving goroutine: it takes every completion off
+// the connection as it comes, records the frames, and queues them for
+// Next, until the end of the scan, an error, a Stop or Close. What ends
+// it is queued after every frame that arrived before.
+func (s *Stream) poll() {
+	defer close(s.pollDone)
+	for !s.ended {
+		select {
+		case <-s.pollQuit:
+			return
+		default:
+		}
+		if cause := s.stopCause(); cause != nil {
+			// The frames already in the ring are taken; no later one.
+			if err := s.drain(0); err != nil {
+				s.queueErr(err)
+				return
+			}
+			s.queueErr(cause)
+			return
+		}
+		if err := s.drain(20 * time.Millisecond); err != nil {
+			s.queueErr(err)
+			return
+		}
+		if !s.ended && s.c.shutDown() {
+			// What arrived before the sender went is still to be taken.
+			err := s.drain(0)
+			if err == nil {
+				err = fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected)
+			}
+			s.queueErr(err)
+			return
+		}
 	}
-	if s.stopCause() != nil {
-		s.halted = true
-		wait = 0
-	}
-	if err := s.drain(wait); err != nil {
-		s.pending = err
+}
+
+// queueErr queues the error that ends the receiving.
+func (s *Stream) queueErr(err error) {
+	select {
+	case s.arrivals <- arrival{slot: -1, err: err}:
+	case <-s.pollQuit:
 	}
 }
 
 // arrival is a frame in a slot, queued for Next; slot -1 is the end of
-// the scan.
-type arrival struct{ slot, length int }
+// the scan, or with err the error that ended the receiving.
+type arrival struct {
+	slot, length int
+	err          error
+}
 
 // drain reads the completions there are, waiting up to wait for the first,
 // and queues the frames they announce. Counting frames as they arrive,
 // rather than as Next hands them out, is what tells when the ring is full.
 func (s *Stream) drain(wait time.Duration) error {
 	for {
-		room := len(s.queue) - (s.tail - s.head)
+		room := cap(s.arrivals) - len(s.arrivals)
 		if room == 0 || s.ended {
 			return nil
 		}
@@ -322,13 +348,14 @@ func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("module %d: %w", s.hello.Module, err)
 		}
-		s.queue[s.tail%len(s.queue)] = a
-		s.tail++
+		if a.slot >= 0 {
+			s.record(a)
+		}
+		s.arrivals <- a
 		if a.slot < 0 {
 			s.ended = true
 			break
 		}
-		s.record(a)
 	}
 	return n, nil
 }
@@ -420,7 +447,9 @@ func (s *Stream) record(a arrival) {
 		return
 	}
 	if err := s.rec.WriteRecord(b); err != nil {
+		s.mu.Lock()
 		s.recErr = fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
+		s.mu.Unlock()
 		s.rec = nil
 	}
 }
@@ -520,6 +549,11 @@ func (s *Stream) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	if s.pollDone != nil {
+		close(s.pollQuit)
+		<-s.pollDone
+		s.idleTimer.Stop()
+	}
 	var errs []error
 	if s.c.ep != nil {
 		if s.byeSent {
