@@ -30,11 +30,11 @@ import (
 
 // backlogScan is a scan whose frames the pipeline takes far more slowly
 // than a sender on loopback sends them: Pi-mega-sized chips, compressed
-// with deflate at its slowest level.
+// with deflate (tens of MB/s, against the sender's GB/s).
 var backlogScan = []string{"--chips", "3x2", "--chip-size", "256x256"}
 
 // backlogPipeline are the acquire flags that make the pipeline slow.
-var backlogPipeline = []string{"--compression", "deflate", "--level", "9", "--backend", "cpu"}
+var backlogPipeline = []string{"--compression", "deflate", "--level", "7", "--backend", "cpu"}
 
 // simulateBacklog simulates n frames of backlogScan and makes the
 // profile's detector expect them.
@@ -170,6 +170,9 @@ func bigRecords(t *testing.T, path string) [][]byte {
 	}
 }
 
+// backlogSlots is the ring of the backlog tests.
+const backlogSlots = 16
+
 // backlogRun is what one acquire with a backlog ended with.
 type backlogRun struct {
 	code                    int
@@ -179,7 +182,7 @@ type backlogRun struct {
 }
 
 // acquireWithBacklog receives n frames of src from a send child process
-// into a slow pipeline with a ring of 32 slots, so that the ring fills; once
+// into a slow pipeline with a ring of backlogSlots slots, so that the ring fills; once
 // the scan has run for a moment, end ends it: "kill" kills the sender
 // (SIGKILL), "interrupt" and "terminate" signal acquire. It checks that
 // what acquire received is what its file holds and what --record kept.
@@ -188,10 +191,10 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	dir := t.TempDir()
 	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
-		"--slots", "32", "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline...)...)
+		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
 	waitForFile(t, writer.TempName(out)) // the detector connected
-	time.Sleep(700 * time.Millisecond)   // the ring fills at once; the pipeline takes a few frames
+	time.Sleep(500 * time.Millisecond)   // the ring fills at once; the pipeline takes a few frames
 	switch end {
 	case "kill":
 		sender.cmd.Process.Kill()
@@ -234,7 +237,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	}
 	// A backlog there was: the ring filled (the sender waited), and the
 	// scan ended before the last frame.
-	if r.heldBack == 0 || r.received < 32 || r.received >= n {
+	if r.heldBack == 0 || r.received < backlogSlots || r.received >= n {
 		t.Errorf("no backlog to drain: received %d of %d, ring full for %v", r.received, n, r.heldBack)
 	}
 	return r
@@ -245,7 +248,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 // decoded and written, and recorded; the rest are missing; exit 3. Set
 // H5INGEST_KILL_RUNS to repeat it (each run logs received vs written).
 func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
-	const n = 120
+	const n = 60
 	src := simulateBacklog(t, n)
 	runs := 1
 	if v, err := strconv.Atoi(os.Getenv("H5INGEST_KILL_RUNS")); err == nil && v > 0 {
@@ -264,7 +267,7 @@ func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
 // while the ring is full: it takes no new frame, writes every frame
 // received, says so truly, and exits 3.
 func TestAcquireDrainsBacklogOnSignal(t *testing.T) {
-	const n = 120
+	const n = 60
 	src := simulateBacklog(t, n)
 	for _, tt := range []struct{ end, name string }{{"interrupt", "interrupt"}, {"terminate", "terminated"}} {
 		t.Run(tt.end, func(t *testing.T) {
