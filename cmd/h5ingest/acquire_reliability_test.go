@@ -94,15 +94,17 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	}
 }
 
-// waitForFile waits up to 20 s for path to exist.
-func waitForFile(t *testing.T, path string) {
+// waitForFile waits up to 20 s for path to exist, while p runs.
+func (p *proc) waitForFile(t *testing.T, path string) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			t.Fatalf("%s never appeared; %v says:\n%s%s", path, p.cmd.Args[1:], p.stdout.String(), p.stderr.String())
 		}
 	}
 }
@@ -193,7 +195,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
-	waitForFile(t, writer.TempName(out)) // the detector connected
+	acq.waitForFile(t, writer.TempName(out)) // the detector connected
 	time.Sleep(500 * time.Millisecond)   // the ring fills at once; the pipeline takes a few frames
 	switch end {
 	case "kill":
@@ -246,12 +248,12 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 // TestAcquireDrainsBacklogSenderKilled kills the sender (SIGKILL of a send
 // process) while the receiver's ring is full: every frame that arrived is
 // decoded and written, and recorded; the rest are missing; exit 3. Set
-// H5INGEST_KILL_RUNS to repeat it (each run logs received vs written).
+// KILL_RUNS to repeat it (each run logs received vs written).
 func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
 	const n = 60
 	src := simulateBacklog(t, n)
 	runs := 1
-	if v, err := strconv.Atoi(os.Getenv("H5INGEST_KILL_RUNS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("KILL_RUNS")); err == nil && v > 0 {
 		runs = v
 	}
 	for i := range runs {
