@@ -588,3 +588,34 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireSecondSignalStopsAtOnce sends Ctrl-C twice while the ring is
+// full: the second stops the pipeline at once (its backlog is recorded
+// missing), says so, exits 3, and the file is finished with a record for
+// every frame.
+func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
+	const n = 60
+	src := simulateBacklog(t, n)
+	dir := t.TempDir()
+	out, addr := filepath.Join(dir, "scan.h5"), freeAddr(t)
+	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
+		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
+	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
+	acq.waitForFile(t, writer.TempName(out))
+	time.Sleep(500 * time.Millisecond)
+	acq.cmd.Process.Signal(os.Interrupt)
+	time.Sleep(100 * time.Millisecond)
+	acq.cmd.Process.Signal(os.Interrupt)
+	code := acq.wait(t, 120*time.Second)
+	sender.cmd.Process.Kill()
+	sender.wait(t, 10*time.Second)
+	if msg := acq.stderr.String(); code != exitIncomplete || !strings.Contains(msg, "interrupt again: stopping at once") {
+		t.Errorf("exit status %d, want %d saying it stops at once:\n%s", code, exitIncomplete, msg)
+	}
+	st := countStatus(t, out)
+	received := summaryCount(t, acq.stdout.String(), "received")
+	if st[frame.StatusOK]+st[frame.StatusMissing] != n || st[frame.StatusOK] > received {
+		t.Errorf("the file holds %v after receiving %d: want %d records, ok or missing, at most the received ok", st, received, n)
+	}
+	t.Logf("received %d, written ok %d", received, st[frame.StatusOK])
+}
