@@ -619,3 +619,59 @@ func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
 	}
 	t.Logf("received %d, written ok %d", received, st[frame.StatusOK])
 }
+
+// TestAcquireModulesDrainOnSignal sends SIGTERM to an acquire of two
+// modules whose rings are full: each module's file holds every frame its
+// stream received.
+func TestAcquireModulesDrainOnSignal(t *testing.T) {
+	const n = 40
+	profile := filepath.Join(t.TempDir(), "two.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 256\n  chip_height: 256\n  modules:\n" +
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 800, y: 0}\n" +
+		"output:\n  template: \"{scan}_mod{module}.h5\"\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for m := range 2 {
+		path := filepath.Join(t.TempDir(), "big.pmcap")
+		args := append([]string{"simulate", "-o", path, "--seed", strconv.Itoa(7 + m), "--frames", strconv.Itoa(n), "--module", strconv.Itoa(m)}, backlogScan...)
+		if code := run(args); code != exitOK {
+			t.Fatalf("simulate: exit status %d", code)
+		}
+		paths = append(paths, path)
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	acq := startProc(t, append([]string{"acquire", "--profile", profile, "--listen", addr, "--output-dir", dir, "--scan-id", "two",
+		"--projections", strconv.Itoa(n), "--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
+	for m, p := range paths {
+		startProc(t, "send", p, "--to", addr, "--module", strconv.Itoa(m), "--timeout", "30s")
+	}
+	for m := range 2 {
+		acq.waitForFile(t, writer.TempName(filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))))
+	}
+	time.Sleep(500 * time.Millisecond)
+	acq.cmd.Process.Signal(syscall.SIGTERM)
+	code := acq.wait(t, 120*time.Second)
+	if code != exitIncomplete || !strings.Contains(acq.stderr.String(), "interrupted (terminated)") {
+		t.Errorf("exit status %d, want %d:\n%s", code, exitIncomplete, acq.stderr.String())
+	}
+	// The summary has a block per module file: its path, then its lines.
+	stdout := acq.stdout.String()
+	for m := range 2 {
+		path := filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))
+		i := strings.Index(stdout, path+"\n")
+		if i < 0 {
+			t.Fatalf("no summary for %s:\n%s", path, stdout)
+		}
+		block := stdout[i:]
+		if j := strings.Index(block[len(path)+1:], "\n/"); j >= 0 {
+			block = block[:len(path)+1+j]
+		}
+		received, ok := summaryCount(t, block, "received"), countStatus(t, path)[frame.StatusOK]
+		t.Logf("module %d: received %d, written ok %d", m, received, ok)
+		if received != ok || (received >= n && !raceEnabled) {
+			t.Errorf("module %d: received %d of %d, the file holds %d ok", m, received, n, ok)
+		}
+	}
+}
