@@ -40,8 +40,10 @@ type Stats struct {
 // Stream is one sender's connection: an ingest.Source of the frames it
 // writes into the ring of slots. Frames point into the registered slot
 // memory and stay valid until released; releasing a frame returns its
-// slot's credit to the sender. Next is called from one goroutine at a
-// time; Release, Stats and Close from any.
+// slot's credit to the sender. From the first Next on, a goroutine of the
+// stream takes frames off the connection as they arrive, up to the ring's
+// slots, and records them; Next hands them out in order. Next is called
+// from one goroutine at a time; Release, Stop, Stats and Close from any.
 type Stream struct {
 	c     *conn
 	l     *Listener
