@@ -84,6 +84,9 @@ type Source struct {
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	IdleTimeout    time.Duration `mapstructure:"idle_timeout"`
 	RingSlots      int           `mapstructure:"ring_slots"`
+	// RingMaxBytes caps the memory of one module's receive ring, bytes: a
+	// profile whose ring_slots of its frames exceed it is refused.
+	RingMaxBytes int `mapstructure:"ring_max_bytes"`
 	// DropWhenFull is for a detector that cannot wait: frames arriving
 	// while the pipeline is full are dropped, counted and recorded missing,
 	// instead of holding the detector back.

@@ -91,12 +91,21 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	cfg := fabric.Config{
 		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
 		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
+		MaxRingBytes: int64(src.RingMaxBytes),
 	}
 	mode, err := fabric.ParseMode(src.Mode)
 	if err != nil {
 		return usageError(fmt.Errorf("key source.mode: %w", err))
 	}
-	cfg.Check = senderCheck(files, mode)
+	format, err := profile.Detector.Format()
+	if err != nil {
+		return usageError(err)
+	}
+	if ring := int64(src.RingSlots) * int64(frame.HeaderSize+format.PayloadSize()); ring > int64(src.RingMaxBytes) {
+		return usageError(fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d-byte frames takes %d bytes, more than the %d allowed",
+			src.RingSlots, frame.HeaderSize+format.PayloadSize(), ring, src.RingMaxBytes))
+	}
+	cfg.Check = senderCheck(files, mode, format)
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
@@ -115,28 +124,25 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	defer s.observe.stopUnused()
+	sig := catchInterrupts(ctx, src.ConnectTimeout)
+	defer sig.stop()
 	if len(profile.Detector.Modules) > 1 {
-		return acquireModules(ctx, f, profile, plan, files, cfg, log)
+		return acquireModules(sig, f, profile, plan, files, cfg, log)
 	}
 	out := files.modules[0].path
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	l, err := fabric.Listen(cfg)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
-	stream, err := l.Accept(ctx)
-	for errors.Is(err, fabric.ErrProtocol) {
-		log.Warn("sender refused", zap.Error(err))
-		stream, err = l.Accept(ctx)
-	}
+	stream, err := acceptSender(sig, l, log)
 	if err != nil {
 		return err
 	}
 	defer stream.Close()
+	sig.add(stream)
 	hello := stream.Hello()
 	log.Info("detector connected", zap.Uint16("module", hello.Module), zap.Stringer("mode", hello.Mode),
 		zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
@@ -144,7 +150,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	rec, closeRec, err := openRecord(f, profile)
+	rec, closeRec, err := openRecord(f, profile, log)
 	if err != nil {
 		return err
 	}
@@ -162,16 +168,121 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	scan.stream = stream
-	srcErr := scan.run(ctx, stream)
+	srcErr := scan.run(sig.run, stream)
 	st := stream.Stats()
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
-	if rec != nil {
-		if err := rec.Close(); err != nil {
-			log.Error("record failed", zap.String("file", f.record), zap.Error(err))
+	rec.finish()
+	return scan.finish(srcErr)
+}
+
+// acceptSender waits for a sender whose handshake succeeds, logging the
+// peers refused meanwhile (a bad peer never ends the wait), until the
+// connect timeout or an interruption.
+func acceptSender(sig *interrupts, l *fabric.Listener, log *zap.Logger) (*fabric.Stream, error) {
+	for {
+		stream, err := l.Accept(sig.wait)
+		switch {
+		case errors.Is(err, fabric.ErrRefused):
+			log.Warn("sender refused", zap.Error(err))
+			continue
+		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
+			return nil, &exitError{code: exitIncomplete,
+				err: fmt.Errorf("interrupted (%v) while waiting for the detector on %s: no file written", sig.signal(), l.Addr())}
+		}
+		return stream, err
+	}
+}
+
+// interrupts turns SIGINT and SIGTERM into a scan's orderly end: the first
+// stops the waiting for senders and makes every stream take no frame that
+// arrives later, while the frames already received are still decoded and
+// written; a second stops the pipelines at once (their backlog is then
+// recorded missing).
+type interrupts struct {
+	wait context.Context // waiting for senders: done on the first signal or at the connect timeout
+	run  context.Context // the pipelines: done on the second signal
+
+	cancelWait, cancelRun context.CancelFunc
+	ch                    chan os.Signal
+	done                  chan struct{}
+	exited                sync.WaitGroup
+
+	mu      sync.Mutex
+	sig     os.Signal
+	streams []*fabric.Stream
+}
+
+// catchInterrupts starts catching SIGINT and SIGTERM; stop ends it.
+func catchInterrupts(ctx context.Context, connectTimeout time.Duration) *interrupts {
+	i := &interrupts{ch: make(chan os.Signal, 2), done: make(chan struct{})}
+	i.run, i.cancelRun = context.WithCancel(ctx)
+	i.wait, i.cancelWait = context.WithTimeout(i.run, connectTimeout)
+	signal.Notify(i.ch, os.Interrupt, syscall.SIGTERM)
+	i.exited.Add(1)
+	go i.loop()
+	return i
+}
+
+func (i *interrupts) loop() {
+	defer i.exited.Done()
+	for n := 0; ; n++ {
+		select {
+		case <-i.done:
+			return
+		case s := <-i.ch:
+			if n > 0 {
+				fmt.Fprintf(os.Stderr, "h5ingest: %v again: stopping at once; frames not yet written are recorded missing\n", s)
+				i.cancelRun()
+				continue
+			}
+			i.mu.Lock()
+			i.sig = s
+			streams := slices.Clone(i.streams)
+			i.mu.Unlock()
+			if len(streams) > 0 {
+				fmt.Fprintf(os.Stderr, "h5ingest: interrupted (%v): taking no more frames, writing those received (signal again to stop at once)\n", s)
+			}
+			for _, st := range streams {
+				st.Stop(i.cause(s))
+			}
+			i.cancelWait()
 		}
 	}
-	return scan.finish(srcErr)
+}
+
+// cause is what a stream stopped by signal s ends with: an interruption,
+// which the summary reports as such.
+func (i *interrupts) cause(s os.Signal) error {
+	return fmt.Errorf("interrupted (%v): %w", s, context.Canceled)
+}
+
+// add makes a stream stop on the first signal, at once where it came
+// already.
+func (i *interrupts) add(s *fabric.Stream) {
+	i.mu.Lock()
+	i.streams = append(i.streams, s)
+	sig := i.sig
+	i.mu.Unlock()
+	if sig != nil {
+		s.Stop(i.cause(sig))
+	}
+}
+
+// signal returns the first signal caught, or nil.
+func (i *interrupts) signal() os.Signal {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.sig
+}
+
+// stop stops catching signals.
+func (i *interrupts) stop() {
+	signal.Stop(i.ch)
+	close(i.done)
+	i.exited.Wait()
+	i.cancelWait()
+	i.cancelRun()
 }
 
 // openRecord opens the --record capture, if one is asked for; its
@@ -179,7 +290,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 // existing file is replaced only when the profile says overwrite. The
 // capture records the profile as --profile named it, or the built-in
 // profile's name.
-func openRecord(f *acquireFlags, profile config.Profile) (*lockedRecorder, func(), error) {
+func openRecord(f *acquireFlags, profile config.Profile, log *zap.Logger) (*lockedRecorder, func(), error) {
 	if f.record == "" {
 		return nil, func() {}, nil
 	}
@@ -205,28 +316,58 @@ func openRecord(f *acquireFlags, profile config.Profile) (*lockedRecorder, func(
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
 	}
-	return &lockedRecorder{w: w}, func() { file.Close() }, nil
+	return &lockedRecorder{w: w, path: f.record, log: log}, func() { file.Close() }, nil
 }
 
 // lockedRecorder is a capture writer that several streams record into,
-// interleaving their frames as they arrive.
+// interleaving their frames as they arrive. A failed write stops the
+// recording with a warning, never the scan: the capture is cut there.
 type lockedRecorder struct {
-	mu sync.Mutex
-	w  *capture.Writer
+	mu     sync.Mutex
+	w      *capture.Writer
+	path   string
+	log    *zap.Logger
+	failed error
 }
 
 // WriteRecord appends one frame as it arrived.
 func (r *lockedRecorder) WriteRecord(rec []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.w.WriteRecord(rec)
+	if r.failed != nil {
+		return r.failed
+	}
+	if err := r.w.WriteRecord(rec); err != nil {
+		r.fail(err)
+		return err
+	}
+	return nil
 }
 
-// Close flushes the capture.
-func (r *lockedRecorder) Close() error {
+// fail stops the recording; r.mu is held.
+func (r *lockedRecorder) fail(err error) {
+	r.failed = err
+	r.log.Warn("recording stopped, the scan goes on: the capture is cut here",
+		zap.String("file", r.path), zap.Int64("frames_before", r.w.Records()), zap.Error(err))
+}
+
+// finish flushes the capture and says where a failed recording stopped.
+// It does nothing on a nil recorder.
+func (r *lockedRecorder) finish() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.w.Close()
+	if r.failed == nil {
+		if err := r.w.Close(); err != nil {
+			r.fail(err)
+		}
+	}
+	if r.failed != nil {
+		fmt.Fprintf(os.Stderr, "h5ingest: warning: --record stopped (%v): %s is cut short, with at most %d whole frames; the scan's file is not affected\n",
+			r.failed, r.path, r.w.Records())
+	}
 }
 
 // acquireChecks returns the pre-scan checks of an acquire writing files.
@@ -246,21 +387,14 @@ func acquireChecks(files scanFiles, profile config.Profile, plan plan.Plan, prov
 // the master file (when files has one) once the first module says the
 // frame format. A module that never connects gets a file with every frame
 // missing.
-func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile, plan plan.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
+func acquireModules(sig *interrupts, f *acquireFlags, profile config.Profile, plan plan.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) error {
+	ctx, cancel := context.WithCancel(sig.run)
 	defer cancel()
 	l, err := fabric.Listen(cfg)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	rec, closeRec, err := openRecord(f, profile)
-	if err != nil {
-		return err
-	}
-	defer closeRec()
 
 	// One backend decodes every module: on a GPU one context, whose
 	// streams the modules share, rather than contexts the GPU time-slices.
@@ -272,13 +406,10 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 	m := &moduleRuns{flags: &f.scan, backend: backend, scans: make([]*scanRun, len(files.modules)), errs: make([]error, len(files.modules))}
 	defer m.abort()
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.modules)))
-	var format frame.Format
+	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
+	var rec *lockedRecorder
 	for connected := 0; connected < len(files.modules); {
-		stream, err := l.Accept(ctx)
-		if errors.Is(err, fabric.ErrProtocol) {
-			log.Warn("sender refused", zap.Error(err))
-			continue
-		}
+		stream, err := acceptSender(sig, l, log)
 		if err != nil {
 			if connected == 0 {
 				return err
@@ -287,16 +418,24 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 			break
 		}
 		defer stream.Close()
+		sig.add(stream)
 		hello := stream.Hello()
 		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
 		if connected == 0 {
-			format = hello.Format
 			if files.master != "" && plan.Frames() > 0 {
 				if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
 					cancel()
 					return err
 				}
 			}
+			// The capture is made once a module connected: an acquire
+			// interrupted while it waits leaves no file.
+			var closeRec func()
+			if rec, closeRec, err = openRecord(f, profile, log); err != nil {
+				cancel()
+				return err
+			}
+			defer closeRec()
 		}
 		if rec != nil {
 			stream.Record(rec)
@@ -317,30 +456,33 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 		}
 	}
 	m.wg.Wait()
-	if rec != nil {
-		if err := rec.Close(); err != nil {
-			log.Error("record failed", zap.String("file", f.record), zap.Error(err))
-		}
-	}
+	rec.finish()
 	m.finished = true
 	return finishModules(files, profile, plan, format, m.scans, m.errs)
 }
 
-// senderCheck refuses a sender of a module the scan does not take, or one
-// delivering frames in another mode than the profile's source.mode.
-func senderCheck(files scanFiles, mode fabric.Mode) func(fabric.Hello) error {
+// senderCheck refuses a sender of a module the scan does not take, one
+// delivering frames in another mode than the profile's source.mode, or one
+// announcing another frame format than the profile's detector (or frames
+// larger than it), whose ring would not be the one the profile sized.
+func senderCheck(files scanFiles, mode fabric.Mode, format frame.Format) func(fabric.Hello) error {
 	var ids []string
 	want := map[uint16]bool{}
 	for _, m := range files.modules {
 		want[uint16(m.module.ID)] = true
 		ids = append(ids, strconv.Itoa(m.module.ID))
 	}
+	size := frame.HeaderSize + format.PayloadSize()
 	return func(h fabric.Hello) error {
-		if !want[h.Module] {
+		switch {
+		case !want[h.Module]:
 			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", h.Module, strings.Join(ids, ", "))
-		}
-		if h.Mode != mode {
+		case h.Mode != mode:
 			return fmt.Errorf("mode %v: this receiver takes %v (profile key source.mode)", h.Mode, mode)
+		case h.Format != format:
+			return fmt.Errorf("frame format %v: this receiver expects %v (profile keys detector.*)", h.Format, format)
+		case h.FrameSize() > size:
+			return fmt.Errorf("frames of up to %d bytes: this receiver's frames are %d bytes (profile keys detector.*)", h.FrameSize(), size)
 		}
 		return nil
 	}

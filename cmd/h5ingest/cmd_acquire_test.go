@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,30 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// expectFormat makes the profile's detector, which acquire holds senders
+// to, the one of frames of format f, for the rest of the test (in-process
+// and in child processes).
+func expectFormat(t *testing.T, f frame.Format) {
+	t.Helper()
+	for key, v := range map[string]string{
+		"CHIPS_X": strconv.Itoa(f.ChipsX), "CHIPS_Y": strconv.Itoa(f.ChipsY),
+		"CHIP_WIDTH": strconv.Itoa(f.ChipWidth), "CHIP_HEIGHT": strconv.Itoa(f.ChipHeight),
+		"ENCODING": f.Encoding.String(), "BIT_DEPTH": strconv.Itoa(f.BitDepth), "CODING": f.Coding.String(),
+	} {
+		t.Setenv("H5INGEST_DETECTOR_"+key, v)
+	}
+}
+
+// smallDetector makes the profile's detector that of the captures simulate
+// writes (smallScan).
+func smallDetector(t *testing.T) {
+	t.Helper()
+	expectFormat(t, frame.Format{
+		Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR,
+	})
 }
 
 // startAcquire runs acquire in the background and returns its exit status
@@ -105,6 +130,7 @@ func captureRecords(t *testing.T, path string) []byte {
 }
 
 func TestAcquireMatchesReplay(t *testing.T) {
+	smallDetector(t)
 	path, _ := simulate(t, "--darks", "2", "--flats", "2", "--projections", "16")
 	plan := []string{"--darks", "2", "--flats", "2", "--projections", "16"}
 	dir := t.TempDir()
@@ -150,6 +176,7 @@ func TestAcquireMatchesReplay(t *testing.T) {
 }
 
 func TestAcquireSenderKilled(t *testing.T) {
+	smallDetector(t)
 	path, _ := simulate(t, "--darks", "0", "--flats", "0", "--projections", "200")
 	addr := freeAddr(t)
 	out := filepath.Join(t.TempDir(), "killed.h5")
@@ -217,6 +244,7 @@ func TestAcquireUsageAndTimeout(t *testing.T) {
 // in another mode than the profile's, and goes on waiting for its own: the
 // frames of another module never go into its file.
 func TestAcquireRefusesOtherSenders(t *testing.T) {
+	smallDetector(t)
 	other, _ := simulate(t, "--frames", "4", "--module", "1")
 	own, _ := simulate(t, "--frames", "4")
 	addr := freeAddr(t)

@@ -80,6 +80,7 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 		s.Abort()
 	}
 	printSendSummary(os.Stdout, f.to, f.module, st)
+	warnPace(os.Stderr, f.fps, st)
 	if err == nil && st.Frames == 0 && st.Skipped > 0 {
 		return fmt.Errorf("%s holds no frame of module %d, only %d of other modules (see --module)", path, f.module, st.Skipped)
 	}
@@ -119,4 +120,21 @@ func printSendSummary(w io.Writer, to string, module int, st fabric.SendStats) {
 	if st.Skipped > 0 {
 		fmt.Fprintf(w, "  other modules   %d frames not sent (this sender is module %d)\n", st.Skipped, module)
 	}
+}
+
+// paceTolerance is how far below --fps a sender may fall before it says so.
+const paceTolerance = 0.95
+
+// warnPace says when the sender could not keep the pace --fps asked for,
+// and whether the receiver held it back.
+func warnPace(w io.Writer, fps float64, st fabric.SendStats) {
+	rate := st.Rate()
+	if fps <= 0 || st.Frames < 2 || rate >= paceTolerance*fps {
+		return
+	}
+	why := "the sender itself was too slow (reading the capture, or the machine)"
+	if st.HeldBack > st.Sending/10 {
+		why = fmt.Sprintf("the receiver held it back %v waiting for free slots", st.HeldBack.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "h5ingest: could not keep --fps %g: sent %d frames at %.1f frames/s; %s\n", fps, st.Frames, rate, why)
 }

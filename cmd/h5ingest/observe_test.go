@@ -61,6 +61,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 // scan with faults over the tcp provider, and checks the final figures
 // against the file's records.
 func TestMetricsDuringAcquire(t *testing.T) {
+	smallDetector(t)
 	path, truth := simulate(t, "--darks", "0", "--flats", "0", "--projections", "50",
 		"--missing", "7,20", "--corrupt", "11,12,30", "--duplicate", "5")
 	dir := t.TempDir()

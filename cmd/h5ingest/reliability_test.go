@@ -153,6 +153,7 @@ func waitExit(t *testing.T, done <-chan int, d time.Duration) int {
 // pause shorter than the idle timeout loses nothing; a longer one ends the
 // scan with the frames after it recorded missing (exit status 3).
 func TestAcquireSenderStalls(t *testing.T) {
+	smallDetector(t)
 	path, truth := simulate(t, "--frames", "20")
 	recs := records(t, path)
 	f := truthFormat(t, truth)
@@ -210,6 +211,7 @@ func TestAcquireSenderStalls(t *testing.T) {
 // scan, so the scan ends at the disconnect (exit status 3, the rest
 // recorded missing) and the second connection is refused, not swallowed.
 func TestAcquireSenderReconnects(t *testing.T) {
+	smallDetector(t)
 	path, truth := simulate(t, "--frames", "20")
 	recs := records(t, path)
 	f := truthFormat(t, truth)
@@ -753,6 +755,7 @@ func TestReplayLeavesNothingOpen(t *testing.T) {
 // short, and checks that goroutines, file descriptors, HDF5 and libfabric
 // objects are all gone after it.
 func TestAcquireLeavesNothingOpen(t *testing.T) {
+	smallDetector(t)
 	path, truth := simulate(t, "--frames", "8")
 	recs := records(t, path)
 	f := truthFormat(t, truth)
@@ -821,6 +824,7 @@ func TestInterruptedReplay(t *testing.T) {
 // TestAcquireOfNoFrame has a detector connect and end its scan without a
 // frame, with no plan: acquire says so and exits 3, not 0.
 func TestAcquireOfNoFrame(t *testing.T) {
+	smallDetector(t)
 	_, truth := simulate(t, "--frames", "1")
 	addr := freeAddr(t)
 	out := filepath.Join(t.TempDir(), "empty.h5")

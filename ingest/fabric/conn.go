@@ -37,6 +37,22 @@ type conn struct {
 	ctrl    int // control buffers in ctrlMem
 
 	comp [maxBatch]Completion
+	// quit, where set, ends the waits of a handshake when closed: the
+	// listener is closing.
+	quit <-chan struct{}
+}
+
+// errListenerClosed ends a handshake whose listener closed.
+var errListenerClosed = errors.New("the listener is closed")
+
+// quitting reports whether c's quit channel is closed.
+func (c *conn) quitting() bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 // openConn opens the objects of a connection described by info on fab,
@@ -99,6 +115,9 @@ func (c *conn) waitEvent(kind uint32, timeout time.Duration, what string) error 
 		left := time.Until(deadline)
 		if left <= 0 {
 			return fmt.Errorf("%s: no answer in %v: %w", what, timeout, ErrTimeout)
+		}
+		if c.quitting() {
+			return fmt.Errorf("%s: %w", what, errListenerClosed)
 		}
 		ev, ok, err := c.eq.Read(min(left, 100*time.Millisecond))
 		if err != nil {

@@ -440,6 +440,8 @@ func TestTimeouts(t *testing.T) {
 		t.Errorf("Accept took %v to time out after 200ms", d)
 	}
 	// A sender that connects and falls silent.
+	cfg.ConnectTimeout = 5 * time.Second
+	l = testListen(t, cfg)
 	quiet := make(chan *Sender, 1)
 	go func() {
 		s, err := Dial(ctx, senderConfig(l.Addr().String(), ModeWrite, 0, 10))
@@ -448,8 +450,6 @@ func TestTimeouts(t *testing.T) {
 		}
 		quiet <- s
 	}()
-	cfg.ConnectTimeout = 5 * time.Second
-	l.cfg.ConnectTimeout = cfg.ConnectTimeout
 	s, err := l.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)

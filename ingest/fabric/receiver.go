@@ -18,12 +18,29 @@ type Config struct {
 	Slots int
 	// ConnectTimeout bounds the wait for a sender in Accept.
 	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds one peer's handshake, from its connection
+	// request to the accept message: a peer that connects and stays
+	// silent is dropped after it. 0 means DefaultHandshakeTimeout; it is
+	// never longer than ConnectTimeout.
+	HandshakeTimeout time.Duration
 	// IdleTimeout bounds the silence between frames once a scan runs.
 	IdleTimeout time.Duration
+	// MaxRingBytes bounds one connection's ring: a hello whose frames
+	// would make a ring of Slots slots larger than this is refused
+	// (RefuseResources) before any memory is taken. 0 means
+	// DefaultMaxRingBytes.
+	MaxRingBytes int64
 	// Check, when set, vets a sender's hello before its slots are made: an
-	// error refuses the connection with the error's text.
+	// error refuses the connection (RefuseScan) with the error's text.
 	Check func(Hello) error
 }
+
+// DefaultHandshakeTimeout is the handshake timeout of a Config that sets
+// none.
+const DefaultHandshakeTimeout = 5 * time.Second
+
+// DefaultMaxRingBytes is the ring limit of a Config that sets none: 4 GiB.
+const DefaultMaxRingBytes = 4 << 30
 
 // DefaultConfig returns a configuration for the tcp provider on addr.
 func DefaultConfig(addr string) Config {
@@ -37,11 +54,36 @@ func (c *Config) Validate() error {
 		return errors.New("no provider: want tcp or verbs")
 	case c.Slots < 1 || c.Slots > maxSlots:
 		return fmt.Errorf("%d slots: want 1 to %d", c.Slots, maxSlots)
-	case c.ConnectTimeout <= 0 || c.IdleTimeout <= 0:
+	case c.ConnectTimeout <= 0 || c.IdleTimeout <= 0 || c.HandshakeTimeout < 0:
 		return errors.New("timeouts must be positive")
+	case c.MaxRingBytes < 0:
+		return fmt.Errorf("ring limit of %d bytes: want 0 (the default) or more", c.MaxRingBytes)
 	}
 	return nil
 }
+
+// handshakeTimeout returns the bound of one handshake.
+func (c *Config) handshakeTimeout() time.Duration {
+	d := c.HandshakeTimeout
+	if d == 0 {
+		d = DefaultHandshakeTimeout
+	}
+	return min(d, c.ConnectTimeout)
+}
+
+// maxRingBytes returns the ring limit.
+func (c *Config) maxRingBytes() int64 {
+	if c.MaxRingBytes == 0 {
+		return DefaultMaxRingBytes
+	}
+	return c.MaxRingBytes
+}
+
+// ErrRefused is wrapped by Accept's errors for a peer whose handshake
+// failed: one that closed, stayed silent past the handshake timeout, sent
+// no valid hello, or was refused. Such a peer never stops the listener nor
+// delays another: Accept's caller logs the error and calls Accept again.
+var ErrRefused = errors.New("sender refused")
 
 // Listener accepts senders, one connection per detector module, on one
 // address. Accept is called from one goroutine at a time; Close from any.
@@ -57,6 +99,19 @@ type Listener struct {
 	modules    map[uint16]bool // modules connected so far
 	streams    int             // streams open on fab
 	fabClosing bool            // Close ran: the last stream closes fab
+	done       []handshake     // finished handshakes Accept has not returned
+	closed     bool
+
+	ready      chan struct{} // a handshake finished
+	quit       chan struct{} // closed by Close: stop listening and handshaking
+	listening  sync.WaitGroup
+	handshakes sync.WaitGroup
+}
+
+// handshake is the outcome of one peer's handshake.
+type handshake struct {
+	s   *Stream
+	err error
 }
 
 // Listen opens a listener for cfg.
@@ -64,7 +119,7 @@ func Listen(cfg Config) (_ *Listener, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	l := &Listener{cfg: cfg, modules: map[uint16]bool{}}
+	l := &Listener{cfg: cfg, modules: map[uint16]bool{}, ready: make(chan struct{}, 1), quit: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -89,29 +144,28 @@ func Listen(cfg Config) (_ *Listener, err error) {
 	if l.addr, err = l.pep.Addr(); err != nil {
 		return nil, err
 	}
+	l.listening.Add(1)
+	go l.listen()
 	return l, nil
 }
 
-// Addr returns the address the listener listens on.
-func (l *Listener) Addr() netip.AddrPort { return l.addr }
-
-// Accept waits for a sender to connect, up to the configured connect
-// timeout, runs the control exchange, and returns the connection's Stream.
-// A sender whose hello is malformed or refused gets a refusal message and
-// Accept returns the reason, wrapping ErrProtocol.
-func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
-	deadline := time.Now().Add(l.cfg.ConnectTimeout)
+// listen takes connection requests until Close, and runs each peer's
+// handshake in a goroutine of its own, so that a slow or silent peer
+// delays no other.
+func (l *Listener) listen() {
+	defer l.listening.Done()
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		select {
+		case <-l.quit:
+			return
+		default:
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
-		}
-		ev, ok, err := l.eq.Read(min(left, 100*time.Millisecond))
+		ev, ok, err := l.eq.Read(50 * time.Millisecond)
 		if err != nil {
-			return nil, fmt.Errorf("wait for a sender on %s: %w", l.addr, err)
+			// A failed connection request: the peer's, not the listener's.
+			l.finished(handshake{err: fmt.Errorf("%w: connection request: %w", ErrRefused, err)})
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		if !ok {
 			continue
@@ -122,11 +176,79 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 			}
 			continue
 		}
-		s, err := l.accept(ev.Info)
-		if err != nil {
-			return nil, fmt.Errorf("accept on %s: %w", l.addr, err)
+		l.handshakes.Add(1)
+		go func() {
+			defer l.handshakes.Done()
+			s, err := l.accept(ev.Info)
+			if err != nil {
+				err = fmt.Errorf("%w: %w", ErrRefused, err)
+			}
+			l.finished(handshake{s: s, err: err})
+		}()
+	}
+}
+
+// finished hands a handshake's outcome to Accept; after Close, its stream
+// is closed.
+func (l *Listener) finished(h handshake) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		if h.s != nil {
+			h.s.Close()
 		}
-		return s, nil
+		return
+	}
+	l.done = append(l.done, h)
+	l.mu.Unlock()
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Addr returns the address the listener listens on.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for a sender to connect, up to the configured connect
+// timeout (or ctx's deadline, where sooner), and returns the connection's Stream once its control exchange
+// is done. Handshakes run concurrently, each bounded by the handshake
+// timeout. A peer whose handshake fails (it closed, stayed silent, sent a
+// malformed or refused hello: the sender gets a refusal message where it
+// can) makes Accept return an error wrapping ErrRefused, and ErrProtocol
+// where the peer broke the protocol; the listener goes on and the caller
+// may call Accept again.
+func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
+	timer := time.NewTimer(l.cfg.ConnectTimeout)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		var h handshake
+		ok := len(l.done) > 0
+		if ok {
+			h = l.done[0]
+			l.done = l.done[1:]
+		}
+		closed := l.closed
+		l.mu.Unlock()
+		switch {
+		case ok && h.err != nil:
+			return nil, fmt.Errorf("accept on %s: %w", l.addr, h.err)
+		case ok:
+			return h.s, nil
+		case closed:
+			return nil, fmt.Errorf("wait for a sender on %s: the listener is closed", l.addr)
+		}
+		select {
+		case <-l.ready:
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+		case <-timer.C:
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+		}
 	}
 }
 
@@ -142,6 +264,8 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 		req.Close()
 		return nil, err
 	}
+	c.quit = l.quit
+	deadline := time.Now().Add(l.cfg.handshakeTimeout())
 	l.mu.Lock()
 	l.streams++
 	l.mu.Unlock()
@@ -159,10 +283,10 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 	if err := c.ep.Accept(); err != nil {
 		return nil, err
 	}
-	if err := c.waitEvent(EventConnected, l.cfg.ConnectTimeout, "connect"); err != nil {
+	if err := c.waitEvent(EventConnected, time.Until(deadline), "connect"); err != nil {
 		return nil, err
 	}
-	b, err := s.waitCtrl(l.cfg.ConnectTimeout, "hello")
+	b, err := s.waitCtrl(time.Until(deadline), "hello")
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +319,12 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 		return nil, err
 	}
 	s.module = true
+	if n, limit := int64(l.cfg.Slots)*int64(slotSize(h)), l.cfg.maxRingBytes(); n > limit {
+		err := fmt.Errorf("%w: module %d: a ring of %d slots of %d bytes would take %d bytes, more than the receiver's limit of %d",
+			ErrProtocol, h.Module, l.cfg.Slots, slotSize(h), n, limit)
+		s.refuse(RefuseResources, err.Error())
+		return nil, err
+	}
 	if err := s.makeRing(); err != nil {
 		s.refuse(RefuseResources, err.Error())
 		return nil, err
@@ -202,16 +332,33 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 	msg := appendAccept(make([]byte, 0, acceptSize), &Accept{
 		Slots: uint32(len(s.frames)), SlotSize: uint32(s.slotSize), Addr: s.ringMR.Addr, Key: s.ringMR.Key,
 	})
-	if err := c.sendCtrl(s.sendBuf(), msg, l.cfg.ConnectTimeout); err != nil {
+	if err := c.sendCtrl(s.sendBuf(), msg, max(time.Until(deadline), 100*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	s.idle = time.Now()
 	ok = true
 	return s, nil
 }
 
-// Close stops listening. Streams already accepted go on.
+// Close stops listening and ends the handshakes under way; streams that
+// Accept has not returned are closed. Streams already accepted go on.
 func (l *Listener) Close() error {
+	l.mu.Lock()
+	already := l.closed
+	l.closed = true
+	pending := l.done
+	l.done = nil
+	l.mu.Unlock()
+	if already {
+		return nil
+	}
+	close(l.quit)
+	l.listening.Wait()
+	l.handshakes.Wait()
+	for _, h := range pending {
+		if h.s != nil {
+			h.s.Close()
+		}
+	}
 	var errs []error
 	if l.pep != nil {
 		errs = append(errs, l.pep.Close())

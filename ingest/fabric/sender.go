@@ -39,6 +39,18 @@ type SendStats struct {
 	// Skipped are the frames of other modules that SendCapture found in
 	// its capture and did not send.
 	Skipped uint64
+	// Sending is the time from the first frame posted to the last: the
+	// pace is (Frames-1)/Sending.
+	Sending time.Duration
+}
+
+// Rate returns the frames a second the sender kept from its first frame to
+// its last; 0 with fewer than two frames.
+func (st SendStats) Rate() float64 {
+	if st.Frames < 2 || st.Sending <= 0 {
+		return 0
+	}
+	return float64(st.Frames-1) / st.Sending.Seconds()
 }
 
 // Sender sends frames to a receiver the way a detector module does. Its
@@ -59,10 +71,11 @@ type Sender struct {
 	slotUsed  []bool
 	credits   int // send mode: receives the receiver has posted
 
-	start time.Time
-	stats SendStats
-	bye   bool
-	err   error
+	start   time.Time
+	firstAt time.Time // first frame posted
+	stats   SendStats
+	bye     bool
+	err     error
 }
 
 // Dial connects to the receiver at cfg.Addr and runs the control
@@ -320,6 +333,11 @@ func (s *Sender) Post(n int) error {
 	if err := s.post(b, i, fn); err != nil {
 		return s.fail(fmt.Errorf("send frame %d: %w", fn, err))
 	}
+	now := time.Now()
+	if s.stats.Frames == 0 {
+		s.firstAt = now
+	}
+	s.stats.Sending = now.Sub(s.firstAt)
 	s.stats.Frames++
 	s.stats.Bytes += uint64(n)
 	return nil

@@ -15,7 +15,9 @@ import (
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a
 // *capture.Writer is one. WriteRecord is called from the goroutine that
-// calls Stream.Next.
+// calls Stream.Next, as the stream learns of each frame's arrival, before
+// the frame is handed out. A WriteRecord error stops the recording, never
+// the stream: a side copy must not cost the scan its frames.
 type Recorder interface {
 	WriteRecord(rec []byte) error
 }
@@ -26,7 +28,7 @@ type Stats struct {
 	Bytes  uint64 // bytes received, headers included
 	// HeldBack is how long every slot of the ring was in use, so that the
 	// sender could not send: the time the pipeline held the sender back.
-	// Slots count as used from when Next reads their completions, so it
+	// Slots count as used from when the stream takes their completions, so it
 	// is a lower bound of the sender's own figure.
 	HeldBack time.Duration
 	// SenderFrames and SenderHeldBack are what the sender reported at the
@@ -38,8 +40,10 @@ type Stats struct {
 // Stream is one sender's connection: an ingest.Source of the frames it
 // writes into the ring of slots. Frames point into the registered slot
 // memory and stay valid until released; releasing a frame returns its
-// slot's credit to the sender. Next is called from one goroutine at a
-// time; Release, Stats and Close from any.
+// slot's credit to the sender. From the first Next on, a goroutine of the
+// stream takes frames off the connection as they arrive, up to the ring's
+// slots, and records them; Next hands them out in order. Next is called
+// from one goroutine at a time; Release, Stop, Stats and Close from any.
 type Stream struct {
 	c     *conn
 	l     *Listener
@@ -53,14 +57,20 @@ type Stream struct {
 	slots    [][]byte       // slot memory
 
 	rec  Recorder
-	idle time.Time // start of the current silence
-	err  error     // sticky: the stream cannot go on
+	err  error // sticky: the stream cannot go on
 	comp [maxBatch]Completion
 
-	queue      [maxBatch]arrival // frames drained from the queue, not yet handed out
-	head, tail int
-	ended      bool // the end of scan is queued
-	endMsg     endMsg
+	// arrivals carries what the receiving goroutine (poll) takes off the
+	// completion queue to Next, in order: frames, then the end of the scan
+	// or the error that ended the receiving. It has room for every slot of
+	// the ring and the end, so the receiving never waits for Next.
+	arrivals  chan arrival
+	pollQuit  chan struct{} // closed by Close: the receiving stops
+	pollDone  chan struct{} // closed when the receiving goroutine returns
+	ended     bool          // poll: the end of scan is queued
+	repostErr error         // poll: a control receive could not be posted again
+	idleTimer *time.Timer
+	endMsg    endMsg
 	// byeSent is set once the sender's end of scan was answered: Close
 	// then lets the sender close first, so the bye is not lost with a
 	// connection closed under it.
@@ -72,7 +82,9 @@ type Stream struct {
 	fullAt time.Time // when the ring filled; zero when not full
 	stats  Stats
 	closed bool
-	module bool // the hello's module is registered with the listener
+	module bool  // the hello's module is registered with the listener
+	stop   error // set by Stop: take no frame that arrives later
+	recErr error // what stopped the recording
 }
 
 // Hello returns what the sender said about itself and its scan.
@@ -81,9 +93,29 @@ func (s *Stream) Hello() Hello { return s.hello }
 // Format returns the frame format of the sender's scan.
 func (s *Stream) Format() frame.Format { return s.hello.Format }
 
-// Record makes the stream hand every frame it receives, as it arrived, to
-// r. Call it before the first Next.
+// Record makes the stream hand every frame it receives to r as it arrives,
+// before the frame waits for the pipeline. Call it before the first Next.
 func (s *Stream) Record(r Recorder) { s.rec = r }
+
+// RecordErr returns the error that stopped the recording, or nil.
+func (s *Stream) RecordErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recErr
+}
+
+// Stop makes the stream take no frame that arrives from now on, for a scan
+// interrupted by its user: Next hands out every frame that arrived before
+// (those already in the ring), then returns cause. The sender gets no more
+// credits. Stop may be called from any goroutine, more than once; the
+// first cause counts.
+func (s *Stream) Stop(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		s.stop = cause
+	}
+}
 
 // Stats returns what the stream has received so far.
 func (s *Stream) Stats() Stats {
@@ -110,7 +142,7 @@ func (s *Stream) HostMemory() [][]byte {
 // hello's mode needs.
 func (s *Stream) makeRing() error {
 	n := s.cfg.Slots
-	s.slotSize = (s.hello.FrameSize() + 63) &^ 63
+	s.slotSize = slotSize(s.hello)
 	var err error
 	if s.ringMem, err = Alloc(n * s.slotSize); err != nil {
 		return err
@@ -119,6 +151,7 @@ func (s *Stream) makeRing() error {
 		return err
 	}
 	s.frames = make([]ingest.Frame, n)
+	s.arrivals = make(chan arrival, n+2)
 	s.slots = make([][]byte, n)
 	s.inUse = make([]bool, n)
 	mem := s.ringMem.Bytes()
@@ -141,6 +174,9 @@ func (s *Stream) makeRing() error {
 	}
 	return nil
 }
+
+// slotSize returns the size of a slot for the frames h announces.
+func slotSize(h Hello) int { return (h.FrameSize() + 63) &^ 63 }
 
 func (s *Stream) postSlot(i int) error {
 	return s.c.ep.Recv(s.slots[i], s.ringMR, ctxSlot|uint64(i))
@@ -170,6 +206,9 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 		if s.c.shutDown() {
 			return nil, fmt.Errorf("receive %s: %w", what, ErrDisconnected)
 		}
+		if s.c.quitting() {
+			return nil, fmt.Errorf("receive %s: %w", what, errListenerClosed)
+		}
 	}
 	return nil, fmt.Errorf("receive %s: none in %v: %w", what, timeout, ErrTimeout)
 }
@@ -178,34 +217,38 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 // sender's end of scan; an error wrapping ErrDisconnected when the sender
 // goes away first, ErrTimeout after the idle timeout without a frame,
 // frame.ErrNotFrame when a slot does not hold a frame header (the stream's
-// framing is lost) and ErrProtocol for a message that breaks the protocol.
-// Frames whose header is a frame's but whose payload does not match it are
-// returned: the pipeline rejects them.
+// framing is lost), ErrProtocol for a message that breaks the protocol, and
+// Stop's cause after a Stop. Every frame that arrived before such an end
+// is handed out first: an error ends the stream only once the ring holds
+// no frame that came before it. Frames whose header is a frame's but whose
+// payload does not match it are returned: the pipeline rejects them.
+//
+// The first Next starts the stream's receiving goroutine, which takes
+// frames off the connection as they arrive (and records them), whether or
+// not the pipeline is ready for them; the ring's slots bound how many.
 func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	s.idle = time.Now()
-	if err := s.drain(0); err != nil {
-		return nil, s.fail(err)
+	if s.pollDone == nil {
+		s.pollQuit, s.pollDone = make(chan struct{}), make(chan struct{})
+		s.idleTimer = time.NewTimer(s.cfg.IdleTimeout)
+		go s.poll()
+	} else {
+		s.idleTimer.Reset(s.cfg.IdleTimeout)
 	}
-	for s.head == s.tail {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if s.c.shutDown() {
-			return nil, s.fail(fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected))
-		}
-		if time.Since(s.idle) > s.cfg.IdleTimeout {
-			return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
-		}
-		if err := s.drain(20 * time.Millisecond); err != nil {
-			return nil, s.fail(err)
-		}
+	var a arrival
+	select {
+	case a = <-s.arrivals:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.idleTimer.C:
+		return nil, s.fail(fmt.Errorf("module %d: no frame for %v: %w", s.hello.Module, s.cfg.IdleTimeout, ErrTimeout))
 	}
-	a := s.queue[s.head%len(s.queue)]
-	s.head++
-	if a.slot < 0 {
+	switch {
+	case a.err != nil:
+		return nil, s.fail(a.err)
+	case a.slot < 0:
 		return nil, s.fail(s.end())
 	}
 	f, err := s.deliver(a.slot, a.length)
@@ -215,20 +258,78 @@ func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
 	return f, nil
 }
 
+// stopCause returns Stop's cause, nil before a Stop.
+func (s *Stream) stopCause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stop
+}
+
+// poll is the stream's receiving goroutine: it takes every completion off
+// the connection as it comes, records the frames, and queues them for
+// Next, until the end of the scan, an error, a Stop or Close. What ends
+// it is queued after every frame that arrived before.
+func (s *Stream) poll() {
+	defer close(s.pollDone)
+	for !s.ended {
+		select {
+		case <-s.pollQuit:
+			return
+		default:
+		}
+		if cause := s.stopCause(); cause != nil {
+			// The frames already in the ring are taken; no later one.
+			if err := s.drain(0); err != nil {
+				s.queueErr(err)
+				return
+			}
+			s.queueErr(cause)
+			return
+		}
+		if err := s.drain(20 * time.Millisecond); err != nil {
+			s.queueErr(err)
+			return
+		}
+		if !s.ended && s.c.shutDown() {
+			// What arrived before the sender went is still to be taken.
+			err := s.drain(0)
+			if err == nil {
+				err = fmt.Errorf("module %d: %w before the end of the scan", s.hello.Module, ErrDisconnected)
+			}
+			s.queueErr(err)
+			return
+		}
+	}
+}
+
+// queueErr queues the error that ends the receiving.
+func (s *Stream) queueErr(err error) {
+	select {
+	case s.arrivals <- arrival{slot: -1, err: err}:
+	case <-s.pollQuit:
+	}
+}
+
 // arrival is a frame in a slot, queued for Next; slot -1 is the end of
-// the scan.
-type arrival struct{ slot, length int }
+// the scan, or with err the error that ended the receiving.
+type arrival struct {
+	slot, length int
+	err          error
+}
 
 // drain reads the completions there are, waiting up to wait for the first,
 // and queues the frames they announce. Counting frames as they arrive,
 // rather than as Next hands them out, is what tells when the ring is full.
 func (s *Stream) drain(wait time.Duration) error {
 	for {
-		room := len(s.queue) - (s.tail - s.head)
+		room := cap(s.arrivals) - len(s.arrivals)
 		if room == 0 || s.ended {
 			return nil
 		}
 		n, err := s.drainOnce(room, wait)
+		if err == nil && s.repostErr != nil {
+			err = fmt.Errorf("module %d: %w", s.hello.Module, s.repostErr)
+		}
 		if n == 0 || err != nil {
 			return err
 		}
@@ -237,7 +338,7 @@ func (s *Stream) drain(wait time.Duration) error {
 }
 
 func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
-	n, err := s.c.rx.Read(s.comp[:room], wait)
+	n, err := s.c.rx.Read(s.comp[:min(room, len(s.comp))], wait)
 	if err != nil {
 		if s.c.shutDown() || errors.Is(err, syscall.ECANCELED) {
 			err = fmt.Errorf("%w: %w", ErrDisconnected, err)
@@ -249,8 +350,10 @@ func (s *Stream) drainOnce(room int, wait time.Duration) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("module %d: %w", s.hello.Module, err)
 		}
-		s.queue[s.tail%len(s.queue)] = a
-		s.tail++
+		if a.slot >= 0 {
+			s.record(a)
+		}
+		s.arrivals <- a
 		if a.slot < 0 {
 			s.ended = true
 			break
@@ -290,8 +393,9 @@ func (s *Stream) arrived(c Completion) (arrival, error) {
 			return arrival{}, fmt.Errorf("%w: %s message during the scan", ErrProtocol, msgNames[typ])
 		}
 		m := parseFrameMsg(b)
-		if err := s.c.postCtrl(i); err != nil {
-			return arrival{}, err
+		if err := s.c.postCtrl(i); err != nil && s.repostErr == nil {
+			// The frame arrived: it is taken, the error ends the draining after it.
+			s.repostErr = fmt.Errorf("post a control receive: %w", err)
 		}
 		if m.Slot >= uint32(len(s.slots)) {
 			return arrival{}, fmt.Errorf("%w: frame %d in slot %d, the ring has %d", ErrProtocol, m.FrameNumber, m.Slot, len(s.slots))
@@ -332,7 +436,27 @@ func (s *Stream) arrived(c Completion) (arrival, error) {
 	return arrival{slot: slot, length: length}, nil
 }
 
-// deliver parses the frame in a slot and records it.
+// record appends the frame of a to the recording, as it arrived. Bytes
+// that do not make a frame record (Next ends the stream on them) are not
+// recorded; a failed write stops the recording, never the stream.
+func (s *Stream) record(a arrival) {
+	if s.rec == nil {
+		return
+	}
+	b := s.slots[a.slot][:a.length]
+	h, err := frame.ParseHeader(b)
+	if err != nil || int64(h.PayloadSize)+frame.HeaderSize != int64(a.length) {
+		return
+	}
+	if err := s.rec.WriteRecord(b); err != nil {
+		s.mu.Lock()
+		s.recErr = fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
+		s.mu.Unlock()
+		s.rec = nil
+	}
+}
+
+// deliver parses the frame in a slot.
 func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	b := s.slots[slot][:length]
 	h, err := frame.ParseHeader(b)
@@ -342,11 +466,6 @@ func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	if int64(h.PayloadSize)+frame.HeaderSize != int64(length) {
 		return nil, fmt.Errorf("%w: slot %d: frame %d of %d bytes, its header says %d", frame.ErrNotFrame,
 			slot, h.FrameNumber, length, int64(h.PayloadSize)+frame.HeaderSize)
-	}
-	if s.rec != nil {
-		if err := s.rec.WriteRecord(b); err != nil {
-			return nil, fmt.Errorf("record frame %d: %w", h.FrameNumber, err)
-		}
 	}
 	f := &s.frames[slot]
 	f.Header, f.Payload = h, b[frame.HeaderSize:]
@@ -411,8 +530,8 @@ func (s *Stream) Release(f *ingest.Frame) {
 	}
 	s.used--
 	f.Payload = nil
-	if s.closed || s.err != nil {
-		return
+	if s.closed || s.err != nil || s.stop != nil {
+		return // after a Stop the sender sends nothing more
 	}
 	if s.hello.Mode == ModeSend {
 		if err := s.postSlot(slot); err != nil {
@@ -432,6 +551,11 @@ func (s *Stream) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	if s.pollDone != nil {
+		close(s.pollQuit)
+		<-s.pollDone
+		s.idleTimer.Stop()
+	}
 	var errs []error
 	if s.c.ep != nil {
 		if s.byeSent {

@@ -1,0 +1,677 @@
+package main
+
+// Faults of acquire with a backlog in the receiver's ring: a sender that
+// dies, Ctrl-C and SIGTERM, a full --record disk, peers announcing frames
+// the profile does not expect, an interruption while waiting for the
+// detector; and send's word when it cannot keep --fps.
+// docs/reliability.md lists each with its test.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/fabric"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+// backlogScan is a scan whose frames the pipeline takes far more slowly
+// than a sender on loopback sends them: Pi-mega-sized chips, compressed
+// with deflate (tens of MB/s, against the sender's GB/s).
+var backlogScan = []string{"--chips", "3x2", "--chip-size", "256x256"}
+
+// backlogPipeline returns the acquire flags that make the pipeline slow,
+// though not so slow under the race detector that draining takes minutes.
+func backlogPipeline() []string {
+	level := "7"
+	if raceEnabled {
+		level = "1"
+	}
+	return []string{"--compression", "deflate", "--level", level, "--backend", "cpu"}
+}
+
+// simulateBacklog simulates n frames of backlogScan and makes the
+// profile's detector expect them.
+func simulateBacklog(t *testing.T, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "big.pmcap")
+	args := append([]string{"simulate", "-o", path, "--seed", "5", "--frames", strconv.Itoa(n)}, backlogScan...)
+	if code := run(args); code != exitOK {
+		t.Fatalf("simulate: exit status %d", code)
+	}
+	expectFormat(t, truthFormat(t, readTruth(t, path)))
+	return path
+}
+
+// proc is an h5ingest child process with its output.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: command(args...)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// wait waits up to d for the process and returns its exit status.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(d):
+		p.cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v did not end within %v\n%s%s", p.cmd.Args[1:], d, p.stdout.String(), p.stderr.String())
+		return 0
+	}
+}
+
+// waitForFile waits up to 20 s for path to exist, while p runs.
+func (p *proc) waitForFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			t.Fatalf("%s never appeared; %v says:\n%s%s", path, p.cmd.Args[1:], p.stdout.String(), p.stderr.String())
+		}
+	}
+}
+
+// summaryCount returns the number a summary line such as "received  N
+// frames" or "ok  N" shows.
+func summaryCount(t *testing.T, stdout, label string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no %q line in the summary:\n%s", label, stdout)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// heldBack returns the ring-full time the summary's received line shows.
+func heldBack(t *testing.T, stdout string) time.Duration {
+	t.Helper()
+	m := regexp.MustCompile(`sender held back\) (\S+)`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no held-back time in the summary:\n%s", stdout)
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// countStatus returns how many records of the file at path have each
+// status.
+func countStatus(t *testing.T, path string) map[uint8]int {
+	t.Helper()
+	n := map[uint8]int{}
+	for _, r := range fileRecords(t, path) {
+		n[r.Status]++
+	}
+	return n
+}
+
+// bigRecords reads the records of the capture at path, frames of up to
+// 4 MiB, each header and payload as on the wire.
+func bigRecords(t *testing.T, path string) [][]byte {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var recs [][]byte
+	buf := make([]byte, 4<<20)
+	for {
+		h, payload, err := r.Next(buf[frame.HeaderSize:])
+		if errors.Is(err, io.EOF) {
+			return recs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := make([]byte, frame.HeaderSize+len(payload))
+		h.Put(rec)
+		copy(rec[frame.HeaderSize:], payload)
+		recs = append(recs, rec)
+	}
+}
+
+// backlogSlots is the ring of the backlog tests.
+const backlogSlots = 16
+
+// backlogRun is what one acquire with a backlog ended with.
+type backlogRun struct {
+	code                    int
+	received, ok, recorded  int
+	heldBack                time.Duration
+	stdout, stderr, senderE string
+}
+
+// acquireWithBacklog receives n frames of src from a send child process
+// into a slow pipeline with a ring of backlogSlots slots, so that the ring fills; once
+// the scan has run for a moment, end ends it: "kill" kills the sender
+// (SIGKILL), "interrupt" and "terminate" signal acquire. It checks that
+// what acquire received is what its file holds and what --record kept.
+func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun {
+	t.Helper()
+	dir := t.TempDir()
+	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freeAddr(t)
+	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
+		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
+	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
+	acq.waitForFile(t, writer.TempName(out)) // the detector connected
+	time.Sleep(500 * time.Millisecond)       // the ring fills at once; the pipeline takes a few frames
+	switch end {
+	case "kill":
+		sender.cmd.Process.Kill()
+	case "interrupt":
+		acq.cmd.Process.Signal(os.Interrupt)
+	case "terminate":
+		acq.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	r := backlogRun{code: acq.wait(t, 120*time.Second)}
+	sender.cmd.Process.Kill()
+	sender.wait(t, 10*time.Second)
+	r.stdout, r.stderr, r.senderE = acq.stdout.String(), acq.stderr.String(), sender.stderr.String()
+	if strings.Contains(r.stderr, "panic:") {
+		t.Fatalf("acquire panicked:\n%s", r.stderr)
+	}
+	r.received = summaryCount(t, r.stdout, "received")
+	r.heldBack = heldBack(t, r.stdout)
+	status := countStatus(t, out)
+	r.ok = status[frame.StatusOK]
+	if r.ok != summaryCount(t, r.stdout, "ok") {
+		t.Errorf("the summary says %d ok, the file holds %d", summaryCount(t, r.stdout, "ok"), r.ok)
+	}
+	if r.received != r.ok {
+		t.Errorf("received %d frames, the file holds %d ok (%v): every frame that arrived must be written", r.received, r.ok, status)
+	}
+	if status[frame.StatusMissing] != n-r.ok {
+		t.Errorf("%d missing of %d with %d ok: want the rest missing (%v)", status[frame.StatusMissing], n, r.ok, status)
+	}
+	got := bigRecords(t, rec)
+	r.recorded = len(got)
+	want := bigRecords(t, src)
+	if len(got) != r.received {
+		t.Errorf("--record kept %d frames, %d arrived", len(got), r.received)
+	}
+	for i := range min(len(got), len(want)) {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("recorded frame %d is not the one sent", i)
+			break
+		}
+	}
+	// A backlog there was: the ring filled (the sender waited), and the
+	// scan ended before the last frame. Under the race detector the sender
+	// too is slow, and may not fill the ring: the counts above still hold.
+	if (r.heldBack == 0 || r.received < backlogSlots || r.received >= n) && !raceEnabled {
+		t.Errorf("no backlog to drain: received %d of %d, ring full for %v", r.received, n, r.heldBack)
+	}
+	return r
+}
+
+// TestAcquireDrainsBacklogSenderKilled kills the sender (SIGKILL of a send
+// process) while the receiver's ring is full: every frame that arrived is
+// decoded and written, and recorded; the rest are missing; exit 3. Set
+// KILL_RUNS to repeat it (each run logs received vs written).
+func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
+	const n = 60
+	src := simulateBacklog(t, n)
+	runs := 1
+	if v, err := strconv.Atoi(os.Getenv("KILL_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	for i := range runs {
+		r := acquireWithBacklog(t, src, n, "kill")
+		t.Logf("run %d: received %d, written ok %d, recorded %d, ring full %v", i+1, r.received, r.ok, r.recorded, r.heldBack)
+		if r.code != exitIncomplete || !strings.Contains(r.stderr, "peer disconnected") {
+			t.Errorf("run %d: exit status %d, want %d naming the disconnection:\n%s", i+1, r.code, exitIncomplete, r.stderr)
+		}
+	}
+}
+
+// TestAcquireDrainsBacklogOnSignal interrupts acquire (Ctrl-C, SIGTERM)
+// while the ring is full: it takes no new frame, writes every frame
+// received, says so truly, and exits 3.
+func TestAcquireDrainsBacklogOnSignal(t *testing.T) {
+	const n = 60
+	src := simulateBacklog(t, n)
+	for _, tt := range []struct{ end, name string }{{"interrupt", "interrupt"}, {"terminate", "terminated"}} {
+		t.Run(tt.end, func(t *testing.T) {
+			r := acquireWithBacklog(t, src, n, tt.end)
+			t.Logf("received %d, written ok %d, recorded %d, ring full %v", r.received, r.ok, r.recorded, r.heldBack)
+			if r.code != exitIncomplete {
+				t.Errorf("exit status %d, want %d:\n%s", r.code, exitIncomplete, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "interrupted ("+tt.name+")") || !strings.Contains(r.stderr, "holds the frames received before") {
+				t.Errorf("acquire says:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestAcquireInterruptedWhileWaiting signals acquire before any detector
+// connected: it ends at once with a clear message, exit 3 (interrupted),
+// and leaves no file, not even the --record capture.
+func TestAcquireInterruptedWhileWaiting(t *testing.T) {
+	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			acq := startProc(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "scan.h5"),
+				"--record", filepath.Join(dir, "scan.pmcap"), "--connect-timeout", "60s")
+			time.Sleep(time.Second) // listening
+			start := time.Now()
+			acq.cmd.Process.Signal(sig)
+			code := acq.wait(t, 10*time.Second)
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("acquire took %v to end after %v", d, sig)
+			}
+			if code != exitIncomplete || !strings.Contains(acq.stderr.String(), "interrupted ("+sig.String()+") while waiting for the detector") {
+				t.Errorf("exit status %d, want %d with a message:\n%s", code, exitIncomplete, acq.stderr.String())
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("files left behind: %v", entries)
+			}
+		})
+	}
+}
+
+// TestAcquireRecordDiskFull records onto a 1 MiB tmpfs a scan of 40 frames
+// of 295 kB: the recording stops with a warning and a cut capture, while
+// the scan goes on and its file gets every frame (exit 0).
+func TestAcquireRecordDiskFull(t *testing.T) {
+	small := mountTmpfs(t, "size=1m")
+	path := filepath.Join(t.TempDir(), "scan.pmcap")
+	if code := run([]string{"simulate", "-o", path, "--frames", "40", "--chips", "3x2", "--chip-size", "128x128"}); code != exitOK {
+		t.Fatalf("simulate: exit status %d", code)
+	}
+	expectFormat(t, truthFormat(t, readTruth(t, path)))
+	out, rec, addr := filepath.Join(t.TempDir(), "scan.h5"), filepath.Join(small, "scan.pmcap"), freeAddr(t)
+	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", "40", "--connect-timeout", "30s")
+	if code, _, stderr := runProcess(t, "send", path, "--to", addr, "--timeout", "30s"); code != exitOK {
+		t.Errorf("send: exit status %d\n%s", code, stderr)
+	}
+	code := acq.wait(t, 30*time.Second)
+	if code != exitOK {
+		t.Errorf("acquire exit status %d, want 0 (the scan's file is whole):\n%s", code, acq.stderr.String())
+	}
+	if msg := acq.stderr.String(); !strings.Contains(msg, "--record stopped") || !strings.Contains(msg, "no space left on device") {
+		t.Errorf("acquire does not warn about the recording:\n%s", msg)
+	}
+	if st := countStatus(t, out); st[frame.StatusOK] != 40 {
+		t.Errorf("the file holds %v, want 40 ok", st)
+	}
+	r, err := capture.Open(rec)
+	if err != nil {
+		t.Fatalf("the cut capture does not open: %v", err)
+	}
+	defer r.Close()
+	var whole int
+	buf := make([]byte, 1<<20)
+	for ; ; whole++ {
+		if _, _, err = r.Next(buf); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, capture.ErrTruncated) || whole == 0 || whole >= 40 {
+		t.Errorf("the capture holds %d whole frames then %v: want some, then a cut", whole, err)
+	}
+}
+
+// TestAcquireRefusesFramesNotTheProfiles has peers announce another frame
+// format than the profile's detector, and frames of 699 MB, before the
+// real detector: each is refused with code 5, acquire's memory stays small,
+// and the real detector's scan is whole.
+func TestAcquireRefusesFramesNotTheProfiles(t *testing.T) {
+	smallDetector(t)
+	own, _ := simulate(t, "--frames", "4")
+	addr := freeAddr(t)
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--connect-timeout", "30s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	huge := frame.Format{Geometry: frame.Geometry{ChipsX: 16, ChipsY: 16, ChipWidth: 1024, ChipHeight: 1024},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	for _, tt := range []struct {
+		name  string
+		hello fabric.Hello
+		text  string
+	}{
+		{"format of 805 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: huge}, "this receiver expects"},
+		{"other bit depth", fabric.Hello{Mode: fabric.ModeWrite, Format: frame.Format{Geometry: small.Geometry, Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}}, "this receiver expects"},
+		{"699 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: small, MaxFrame: 699_000_000}, "frames of up to 699000000 bytes"},
+	} {
+		var s *fabric.Sender
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			s, err = fabric.Dial(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second, Hello: tt.hello})
+			var fe *fabric.Error
+			if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err == nil {
+			s.Abort()
+		}
+		var refused *fabric.RefusedError
+		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan || !strings.Contains(refused.Reason, tt.text) {
+			t.Errorf("%s: the peer got %v, want a refusal with code %d about %q", tt.name, err, fabric.RefuseScan, tt.text)
+		}
+	}
+	if peak := peakRSSOf(t, acq.cmd.Process.Pid); peak > 512<<20 {
+		t.Errorf("acquire's peak memory is %d MB after refusing huge frames", peak>>20)
+	} else {
+		t.Logf("acquire's peak memory after the refusals: %d MB", peak>>20)
+	}
+	if code, _, stderr := runProcess(t, "send", own, "--to", addr, "--timeout", "20s"); code != exitOK {
+		t.Errorf("send: exit status %d\n%s", code, stderr)
+	}
+	if code := acq.wait(t, 20*time.Second); code != exitOK {
+		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
+	}
+	if st := countStatus(t, out); st[frame.StatusOK] != 4 {
+		t.Errorf("the file holds %v, want 4 ok", st)
+	}
+}
+
+// peakRSSOf returns process pid's peak resident memory, bytes.
+func peakRSSOf(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no VmHWM")
+	return 0
+}
+
+// TestAcquireRingLimit refuses a profile whose ring of frames would pass
+// source.ring_max_bytes, before listening: exit 2 naming both keys.
+func TestAcquireRingLimit(t *testing.T) {
+	smallDetector(t)
+	t.Setenv("H5INGEST_SOURCE_RING_MAX_BYTES", "1048576")
+	code, _, stderr := runProcess(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(t.TempDir(), "x.h5"), "--slots", "200")
+	if code != exitUsage || !strings.Contains(stderr, "source.ring_max_bytes") || !strings.Contains(stderr, "source.ring_slots") {
+		t.Errorf("exit status %d, want %d naming the keys:\n%s", code, exitUsage, stderr)
+	}
+}
+
+// TestSendSaysWhenPaceNotKept checks send's line when it falls behind
+// --fps, and its silence when it keeps it.
+func TestSendSaysWhenPaceNotKept(t *testing.T) {
+	tests := []struct {
+		fps  float64
+		st   fabric.SendStats
+		want string
+	}{
+		{100, fabric.SendStats{Frames: 101, Sending: time.Second}, ""},
+		{100, fabric.SendStats{Frames: 51, Sending: time.Second}, "could not keep --fps 100: sent 51 frames at 50.0 frames/s; the sender itself"},
+		{100, fabric.SendStats{Frames: 51, Sending: time.Second, HeldBack: 500 * time.Millisecond}, "the receiver held it back 500ms"},
+		{0, fabric.SendStats{Frames: 51, Sending: time.Second}, ""},
+		{100, fabric.SendStats{Frames: 1}, ""},
+	}
+	for _, tt := range tests {
+		var b bytes.Buffer
+		warnPace(&b, tt.fps, tt.st)
+		if got := b.String(); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("fps %g, %+v: %q, want %q", tt.fps, tt.st, got, tt.want)
+		}
+	}
+	// End to end: 20 Pi-mega-sized frames asked at 100000 a second.
+	src := simulateBacklog(t, 20)
+	addr := freeAddr(t)
+	acq := startProc(t, "acquire", "--listen", addr, "-o", filepath.Join(t.TempDir(), "scan.h5"), "--projections", "20", "--connect-timeout", "30s")
+	code, _, stderr := runProcess(t, "send", src, "--to", addr, "--fps", "100000", "--timeout", "30s")
+	if code != exitOK || !strings.Contains(stderr, "could not keep --fps 100000") {
+		t.Errorf("send: exit status %d:\n%s", code, stderr)
+	}
+	if code := acq.wait(t, 30*time.Second); code != exitOK {
+		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
+	}
+}
+
+// TestAcquireModulesBesideHostilePeers runs a scan of two modules while
+// hostile peers connect first: raw TCP connections that close at once,
+// stay silent, or send garbage, and libfabric peers whose hello says
+// another frame format (one of them as module 1). Each is refused or
+// dropped; the real senders of both modules are taken and every frame is
+// written (before: module 1's sender was turned away, "module 1 never
+// connected").
+func TestAcquireModulesBesideHostilePeers(t *testing.T) {
+	smallDetector(t)
+	profile := filepath.Join(t.TempDir(), "two.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n" +
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\n" +
+		"output:\n  template: \"{scan}_mod{module}.h5\"\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for m := range 2 {
+		p, _ := simulate(t, "--frames", "5", "--module", strconv.Itoa(m), "--seed", strconv.Itoa(40+m))
+		paths = append(paths, p)
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	acq := startProc(t, "acquire", "--profile", profile, "--listen", addr, "--output-dir", dir, "--scan-id", "two",
+		"--projections", "5", "--connect-timeout", "30s")
+
+	// Raw TCP peers, not speaking libfabric at all.
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err = net.Dial("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("acquire never listened: %v", err)
+	}
+	conn.Close() // closes at once
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	garbage, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer garbage.Close()
+	garbage.Write(bytes.Repeat([]byte{0xA5}, 4096))
+
+	// libfabric peers with a hello of another format, as module 0 and 1.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wrong := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 64, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	for m := range 2 {
+		s, err := fabric.Dial(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
+			Hello: fabric.Hello{Module: uint16(m), Mode: fabric.ModeWrite, Format: wrong}})
+		if err == nil {
+			s.Abort()
+		}
+		var refused *fabric.RefusedError
+		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan {
+			t.Errorf("a hello of another format as module %d: %v, want refused with code %d", m, err, fabric.RefuseScan)
+		}
+	}
+
+	start := time.Now()
+	sent := make(chan string, 2)
+	for m, p := range paths {
+		go func() {
+			code, _, stderr := runProcess(t, "send", p, "--to", addr, "--module", strconv.Itoa(m), "--timeout", "20s")
+			if code != exitOK {
+				sent <- fmt.Sprintf("module %d: send exit status %d: %s", m, code, stderr)
+				return
+			}
+			sent <- ""
+		}()
+	}
+	for range paths {
+		if msg := <-sent; msg != "" {
+			t.Error(msg)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("the real senders took %v: a bad peer held them up", d)
+	}
+	if code := acq.wait(t, 30*time.Second); code != exitOK || strings.Contains(acq.stderr.String(), "never connected") {
+		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
+	}
+	if n := strings.Count(acq.stderr.String(), "sender refused"); n < 2 {
+		t.Errorf("acquire logged %d refusals, want one for each bad hello:\n%s", n, acq.stderr.String())
+	}
+	for _, line := range strings.Split(acq.stderr.String(), "\n") {
+		if strings.Contains(line, "refused") {
+			t.Log(line)
+		}
+	}
+	for m := range 2 {
+		if st := countStatus(t, filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))); st[frame.StatusOK] != 5 {
+			t.Errorf("module %d's file holds %v, want 5 ok", m, st)
+		}
+	}
+}
+
+// TestAcquireSecondSignalStopsAtOnce sends Ctrl-C twice while the ring is
+// full: the second stops the pipeline at once (its backlog is recorded
+// missing), says so, exits 3, and the file is finished with a record for
+// every frame.
+func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
+	const n = 60
+	src := simulateBacklog(t, n)
+	dir := t.TempDir()
+	out, addr := filepath.Join(dir, "scan.h5"), freeAddr(t)
+	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
+		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
+	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
+	acq.waitForFile(t, writer.TempName(out))
+	time.Sleep(500 * time.Millisecond)
+	acq.cmd.Process.Signal(os.Interrupt)
+	time.Sleep(100 * time.Millisecond)
+	acq.cmd.Process.Signal(os.Interrupt)
+	code := acq.wait(t, 120*time.Second)
+	sender.cmd.Process.Kill()
+	sender.wait(t, 10*time.Second)
+	if msg := acq.stderr.String(); code != exitIncomplete || !strings.Contains(msg, "interrupt again: stopping at once") {
+		t.Errorf("exit status %d, want %d saying it stops at once:\n%s", code, exitIncomplete, msg)
+	}
+	st := countStatus(t, out)
+	received := summaryCount(t, acq.stdout.String(), "received")
+	if st[frame.StatusOK]+st[frame.StatusMissing] != n || st[frame.StatusOK] > received {
+		t.Errorf("the file holds %v after receiving %d: want %d records, ok or missing, at most the received ok", st, received, n)
+	}
+	t.Logf("received %d, written ok %d", received, st[frame.StatusOK])
+}
+
+// TestAcquireModulesDrainOnSignal sends SIGTERM to an acquire of two
+// modules whose rings are full: each module's file holds every frame its
+// stream received.
+func TestAcquireModulesDrainOnSignal(t *testing.T) {
+	const n = 40
+	profile := filepath.Join(t.TempDir(), "two.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 256\n  chip_height: 256\n  modules:\n" +
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 800, y: 0}\n" +
+		"output:\n  template: \"{scan}_mod{module}.h5\"\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for m := range 2 {
+		path := filepath.Join(t.TempDir(), "big.pmcap")
+		args := append([]string{"simulate", "-o", path, "--seed", strconv.Itoa(7 + m), "--frames", strconv.Itoa(n), "--module", strconv.Itoa(m)}, backlogScan...)
+		if code := run(args); code != exitOK {
+			t.Fatalf("simulate: exit status %d", code)
+		}
+		paths = append(paths, path)
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	acq := startProc(t, append([]string{"acquire", "--profile", profile, "--listen", addr, "--output-dir", dir, "--scan-id", "two",
+		"--projections", strconv.Itoa(n), "--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
+	for m, p := range paths {
+		startProc(t, "send", p, "--to", addr, "--module", strconv.Itoa(m), "--timeout", "30s")
+	}
+	for m := range 2 {
+		acq.waitForFile(t, writer.TempName(filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))))
+	}
+	time.Sleep(500 * time.Millisecond)
+	acq.cmd.Process.Signal(syscall.SIGTERM)
+	code := acq.wait(t, 120*time.Second)
+	if code != exitIncomplete || !strings.Contains(acq.stderr.String(), "interrupted (terminated)") {
+		t.Errorf("exit status %d, want %d:\n%s", code, exitIncomplete, acq.stderr.String())
+	}
+	// The summary has a block per module file: its path, then its lines.
+	stdout := acq.stdout.String()
+	for m := range 2 {
+		path := filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))
+		i := strings.Index(stdout, path+"\n")
+		if i < 0 {
+			t.Fatalf("no summary for %s:\n%s", path, stdout)
+		}
+		block := stdout[i:]
+		if j := strings.Index(block[len(path)+1:], "\n/"); j >= 0 {
+			block = block[:len(path)+1+j]
+		}
+		received, ok := summaryCount(t, block, "received"), countStatus(t, path)[frame.StatusOK]
+		t.Logf("module %d: received %d, written ok %d", m, received, ok)
+		if received != ok || (received >= n && !raceEnabled) {
+			t.Errorf("module %d: received %d of %d, the file holds %d ok", m, received, n, ok)
+		}
+	}
+}
