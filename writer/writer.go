@@ -155,7 +155,8 @@ func (o *Options) validate() error {
 // later calls return it. Bad arguments (a frame out of range) do not stick.
 type Writer struct {
 	opts Options
-	temp string // name while writing
+	temp string    // name while writing
+	lock *fileLock // the output file's lock, held until Close
 
 	file, stack, endTime hid
 	timeType             hid            // fixed-length string type of the times
@@ -194,34 +195,47 @@ func TempName(path string) string {
 
 // Create creates the whole layout of the file under a temporary name beside
 // opts.Path and starts SWMR writing. It refuses an existing opts.Path, or a
-// temporary file left by an interrupted scan, unless opts.Overwrite is set.
+// temporary file left by an interrupted scan, unless opts.Overwrite is set,
+// and always refuses, with a *LockedError and before touching any file, a
+// file that another process writes (see LockName).
 func Create(opts Options) (*Writer, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
 	}
 	w := &Writer{opts: opts, temp: TempName(opts.Path), extendible: opts.Frames == 0, frames: opts.Frames}
+	// The lock comes before anything is looked at or touched: a scan
+	// writing this file keeps its .part and its final name.
+	lock, err := lockOutput(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	fail := func(err error) (*Writer, error) {
+		if w.file > 0 {
+			w.closeAll()
+			os.Remove(w.temp)
+		}
+		lock.release()
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
 	for _, name := range []string{opts.Path, w.temp} {
 		if _, err := os.Lstat(name); err == nil && !opts.Overwrite {
-			return nil, fmt.Errorf("create %s: %s %w", opts.Path, name, ErrExists)
+			return fail(fmt.Errorf("%s %w", name, ErrExists))
 		}
 	}
 	w.initFrames()
 	f, err := createFile(w.temp, opts.Overwrite)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
 	w.file = f
 	if err := w.build(); err != nil {
-		w.closeAll()
-		os.Remove(w.temp)
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
 	if err := startSWMR(w.file, w.temp); err != nil {
-		w.closeAll()
-		os.Remove(w.temp)
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
+	w.lock = lock
 	w.lastFlush = time.Now()
 	return w, nil
 }
@@ -363,6 +377,7 @@ func (w *Writer) Close() error {
 	if w.file <= 0 {
 		return w.err
 	}
+	defer w.lock.release()
 	// The records go out even after a failure: they hold only frames whose
 	// chunks were written, so the file keeps every whole frame it has.
 	if err := w.writeColumns(); err != nil {

@@ -89,10 +89,13 @@ func checkTarget(what, path string, overwrite bool) error {
 	return nil
 }
 
-// checkNew reports whether path is free for a scan's file: checkTarget,
-// and unless overwrite no temporary file of a scan to it that did not
-// finish.
+// checkNew reports whether path is free for a scan's file: no scan
+// writing it (even with overwrite), checkTarget, and unless overwrite no
+// temporary file of a scan to it that did not finish.
 func checkNew(path string, overwrite bool) error {
+	if err := writer.CheckUnlocked(path); err != nil {
+		return err
+	}
 	if err := checkTarget("output file", path, overwrite); err != nil || overwrite {
 		return err
 	}
@@ -194,6 +197,7 @@ func (c preScan) run() error {
 		note(checkNew(f, overwrite))
 	}
 	if c.master != "" {
+		note(writer.CheckUnlocked(c.master))
 		note(checkTarget("output file", c.master, true)) // a master written ahead is kept
 	}
 	if c.record != "" {
