@@ -157,6 +157,7 @@ type preScan struct {
 // run runs every check, prints each failure as one line on standard
 // error, and returns an exit error (status 1) if any failed.
 func (c preScan) run() error {
+	warnReaders(os.Stderr, c.profile.Output.Compression)
 	var failed []error
 	var dirs []string
 	for _, f := range c.files {
