@@ -51,10 +51,65 @@ func LockName(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
 }
 
-// fileLock is a held lock of an output file.
+// fileLock is a held lock of an output file. Its file also keeps room on
+// the output's file system for the writer's records (see reserve).
 type fileLock struct {
-	f    *os.File
-	name string
+	f        *os.File
+	name     string
+	head     int64 // bytes of the process id line
+	reserved int64 // bytes allocated to the lock file
+}
+
+// Room kept for the records and the metadata a writer writes after the
+// disk filled: reserveBase, plus reservePerFrame for every frame of an
+// extendible file (its records grow with the scan), reserved in steps of
+// extendibleChunk frames.
+const (
+	reserveBase     = 1 << 20
+	reservePerFrame = 160
+)
+
+// reserveFor returns the room to keep for a file of n frames.
+func reserveFor(n int) int64 {
+	steps := (int64(n) + extendibleChunk - 1) / extendibleChunk
+	return reserveBase + steps*extendibleChunk*reservePerFrame
+}
+
+// reserve makes the lock file take size bytes of the file system, so that
+// when the disk fills, giving them back (unreserve) leaves the writer room
+// to write its records, close the file and clear its open-for-writing
+// flags. A lock that cannot reserve the room fails: the disk is full
+// already, and the scan stops while its records still fit.
+func (l *fileLock) reserve(size int64) error {
+	if l == nil || l.f == nil || size <= l.reserved {
+		return nil
+	}
+	err := syscall.Fallocate(int(l.f.Fd()), 0, 0, size)
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		// No fallocate on this file system: write the room out.
+		zeros := make([]byte, 64<<10)
+		err = nil
+		for off := max(l.reserved, l.head); off < size && err == nil; off += int64(len(zeros)) {
+			_, err = l.f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off)
+		}
+		if err == nil {
+			err = l.f.Sync()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("reserve %d bytes beside the file for its records: %w", size, err)
+	}
+	l.reserved = size
+	return nil
+}
+
+// unreserve gives the reserved room back to the file system.
+func (l *fileLock) unreserve() {
+	if l == nil || l.f == nil || l.reserved == 0 {
+		return
+	}
+	l.f.Truncate(l.head)
+	l.reserved = 0
 }
 
 // lockOutput takes the lock of output file path, or returns a
@@ -90,11 +145,12 @@ func lockOutput(path string) (*fileLock, error) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		head := []byte(strconv.Itoa(os.Getpid()) + "\n")
+		if _, err := f.WriteAt(head, 0); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return &fileLock{f: f, name: name}, nil
+		return &fileLock{f: f, name: name, head: int64(len(head))}, nil
 	}
 	return nil, fmt.Errorf("lock %s: %s keeps changing", path, name)
 }
@@ -158,7 +214,8 @@ func flock(f *os.File, how int) error {
 func readPID(f *os.File) int {
 	buf := make([]byte, 32)
 	n, _ := f.ReadAt(buf, 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {
 		return 0
 	}

@@ -235,6 +235,9 @@ func Create(opts Options) (*Writer, error) {
 	if err := startSWMR(w.file, w.temp); err != nil {
 		return fail(err)
 	}
+	if err := lock.reserve(reserveFor(0)); err != nil {
+		return fail(err)
+	}
 	w.lock = lock
 	w.lastFlush = time.Now()
 	return w, nil
@@ -324,20 +327,31 @@ func (w *Writer) extend(n int) error {
 	w.frames = n
 	w.grow(n)
 	w.dirty = true
-	return nil
+	return w.lock.reserve(reserveFor(n))
 }
 
 // SetRecord keeps r as the record of frame index frame; records reach the
 // file at the next flush. Frames without a record stay frame.StatusMissing. In an
 // extendible file a record may come before its frame's chunk.
+//
+// After a failure of the file, SetRecord still keeps the records of frames
+// that have no chunk (missing or rejected), and returns nil for them, so
+// that Close writes records of the whole scan as the pipeline saw it;
+// other records return the failure.
 func (w *Writer) SetRecord(frame int, r Record) error {
-	if w.err != nil {
-		return w.err
-	}
 	if frame < 0 || (!w.extendible && frame >= w.frames) {
+		if w.err != nil {
+			return w.err
+		}
 		return fmt.Errorf("set record of frame %d in %s: frame outside 0 to %d", frame, w.opts.Path, w.frames-1)
 	}
-	if frame >= w.frames {
+	if w.err != nil {
+		if !chunkless(r.Status) {
+			return w.err
+		}
+		// Kept in memory only; Close grows the file to hold it.
+		w.grow(frame + 1)
+	} else if frame >= w.frames {
 		if err := w.extend(frame + 1); err != nil {
 			return w.fail(fmt.Errorf("set record of frame %d in %s: %w", frame, w.opts.Path, err))
 		}
@@ -349,6 +363,9 @@ func (w *Writer) SetRecord(frame int, r Record) error {
 	w.dirty = true
 	return nil
 }
+
+// chunkless reports whether a frame of status s has no chunk.
+func chunkless(s uint8) bool { return s == frame.StatusMissing || s == frame.StatusRejected }
 
 // Flush writes the records and flushes the file, so that SWMR readers see
 // every chunk written so far.
@@ -379,7 +396,18 @@ func (w *Writer) Close() error {
 	}
 	defer w.lock.release()
 	// The records go out even after a failure: they hold only frames whose
-	// chunks were written, so the file keeps every whole frame it has.
+	// chunks were written, so the file keeps every whole frame it has. The
+	// room reserved beside the file (see fileLock.reserve) was given back
+	// at the failure, for them and for the metadata that closing writes.
+	if n := len(w.status); w.extendible && n > w.frames {
+		// Records of frames the pipeline saw after the failure.
+		if err := setExtent(w.stack, "frame stack", []uint64{uint64(n), uint64(w.opts.Height), uint64(w.opts.Width)}); err != nil {
+			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
+			w.cut(w.frames)
+		} else {
+			w.frames = n
+		}
+	}
 	if err := w.writeColumns(); err != nil {
 		w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 	}
@@ -426,11 +454,31 @@ func (w *Writer) rename() error {
 	return nil
 }
 
+// fail makes err the Writer's sticky error (unless it has one) and gives
+// back the room reserved for the records, which may be what the failure
+// lacks (a full disk).
 func (w *Writer) fail(err error) error {
 	if w.err == nil {
 		w.err = err
 	}
+	w.lock.unreserve()
 	return w.err
+}
+
+// cut shortens the per-frame slices to n frames.
+func (w *Writer) cut(n int) {
+	if n >= len(w.status) {
+		return
+	}
+	w.frameNumber, w.timestamp, w.rawCRC, w.dataCRC, w.status = w.frameNumber[:n], w.timestamp[:n], w.rawCRC[:n], w.dataCRC[:n], w.status[:n]
+	projections := 0
+	for _, k := range w.imageKey[n:] {
+		if k == plan.Projection {
+			projections++
+		}
+	}
+	w.imageKey, w.angle, w.monitor, w.translation = w.imageKey[:n], w.angle[:n], w.monitor[:n], w.translation[:n]
+	w.theta = w.theta[:len(w.theta)-projections]
 }
 
 // closeAll closes every identifier the Writer holds, the file last, and
