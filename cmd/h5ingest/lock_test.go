@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,5 +54,44 @@ func TestTwoScansOneFile(t *testing.T) {
 	}
 	if _, err := os.Lstat(writer.LockName(out)); !os.IsNotExist(err) {
 		t.Errorf("lock file after the scan: %v", err)
+	}
+}
+
+// TestTwoScansOneArray runs a paced replay of a four-module scan (a file
+// per module and a master) and, while it writes, a second one of the same
+// master name with --overwrite: refused naming a module file and the first
+// scan's process; the first scan's files complete and verify.
+func TestTwoScansOneArray(t *testing.T) {
+	paths, _ := simulateModules(t)
+	capturePath := interleave(t, paths)
+	profile := arrayProfile(t)
+	master := filepath.Join(t.TempDir(), "scan.h5")
+	args := append([]string{"replay", capturePath, "--profile", profile, "-o", master, "--fps", "8", "--flush", "100ms"}, arrayPlan...)
+	first := command(args...)
+	var firstErr bytes.Buffer
+	first.Stderr = &firstErr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	module0 := filepath.Join(filepath.Dir(master), "scan_m0.h5")
+	deadline := time.Now().Add(20 * time.Second)
+	for okRecords(writer.TempName(module0)) < 1 {
+		if time.Now().After(deadline) {
+			first.Process.Kill()
+			t.Fatalf("the paced replay wrote nothing:\n%s", firstErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, stdout, stderr := runProcess(t, append(args[:len(args):len(args)], "--overwrite")...)
+	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(first.Process.Pid)) ||
+		!strings.Contains(stderr, "scan_m0.h5") {
+		t.Errorf("second scan of the array: exit status %d, want %d naming a module file and process %d:\n%s%s",
+			code, exitFailure, first.Process.Pid, stdout, stderr)
+	}
+	if code := exitCode(t, first); code != exitOK {
+		t.Fatalf("the first scan: exit status %d, want 0:\n%s", code, firstErr.String())
+	}
+	if code, stdout, _ := runProcess(t, "verify", master); code != exitOK {
+		t.Errorf("verify of the first scan's master: exit status %d\n%s", code, stdout)
 	}
 }
