@@ -417,8 +417,14 @@ func (w *Writer) Close() error {
 			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 		}
 	}
-	if err := w.closeAll(); err != nil && w.err == nil {
-		w.err = fmt.Errorf("close %s: %w", w.opts.Path, err)
+	if err := w.closeAll(); err != nil {
+		if w.err == nil {
+			w.err = fmt.Errorf("close %s: %w", w.opts.Path, err)
+		}
+		// The file may still be marked open for writing, which only SWMR
+		// readers accept: clear the mark where the library can (as
+		// recover does), so that every reader opens what the file holds.
+		clearStatus(w.temp)
 	}
 	if err := w.rename(); err != nil && w.err == nil {
 		w.err = err

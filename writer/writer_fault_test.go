@@ -242,3 +242,56 @@ func TestDiskFullNoPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestDiskFullNoRoomKept fills the disk of a scan without a plan with no
+// room kept for the records (as when another program takes the room the
+// writer gave back), flushing at every frame and never: closing the file
+// may fail (H5Dclose cannot write the chunk index), and still plain h5py,
+// not only a SWMR reader, opens what the file holds, and every frame it
+// records as written has its chunk. After a failed close the writer
+// clears the file's open-for-writing mark as recover does.
+func TestDiskFullNoRoomKept(t *testing.T) {
+	noReserve = true
+	defer func() { noReserve = false }()
+	for _, size := range []string{"2m", "3m"} {
+		for _, flush := range []time.Duration{time.Nanosecond, time.Hour} {
+			t.Run(size+"/"+flush.String(), func(t *testing.T) {
+				dir := tmpfs(t, size)
+				o := testOptions(dir, LayoutNXtomo, pipeNone)
+				o.Frames, o.Height, o.Width, o.ElemSize = 0, 512, 512, 4
+				o.ImageKey, o.RotationAngle = nil, nil
+				o.FlushInterval = flush
+				w, err := Create(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var first error
+				for n := 0; n < 16 && first == nil; n++ {
+					if first = w.WriteChunk(n, 0, pattern(n, o.Height, o.Width, o.ElemSize)); first == nil {
+						first = w.SetRecord(n, testRecord(n))
+					}
+				}
+				if first == nil {
+					t.Fatal("16 MiB of frames fit a small file system")
+				}
+				if err := w.Close(); err == nil {
+					t.Error("Close after a full disk returned no error")
+				}
+				status := plainRead(t, o.Path, "/entry/instrument/detector")
+				r, err := Open(o.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				for i, s := range status {
+					if s != '0' {
+						continue
+					}
+					if chunk, _, err := r.ReadChunk(i, nil); err != nil || !bytes.Equal(chunk, pattern(i, o.Height, o.Width, o.ElemSize)) {
+						t.Errorf("frame %d recorded ok: chunk %v", i, err)
+					}
+				}
+			})
+		}
+	}
+}
