@@ -144,7 +144,7 @@ func verify(out io.Writer, path string) error {
 		return err
 	}
 	step()
-	r, err := writer.Open(path)
+	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return err
 	}
