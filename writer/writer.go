@@ -152,7 +152,14 @@ func (o *Options) validate() error {
 
 // Writer writes one scan's file. Its methods must be called from one
 // goroutine at a time. The first failure of the file (an HDF5 error) sticks:
-// later calls return it. Bad arguments (a frame out of range) do not stick.
+// later calls return it, except SetRecord of a frame without a chunk, which
+// is still kept (see SetRecord). Bad arguments (a frame out of range) do
+// not stick.
+//
+// A Writer holds its output file's lock from Create to Close (see
+// LockName), and keeps room on the file system for its records, which it
+// gives back when the file fails, so that a full disk still leaves room to
+// write them and close the file.
 type Writer struct {
 	opts Options
 	temp string    // name while writing
