@@ -62,7 +62,7 @@ with h5py.File(sys.argv[1], "r") as f:
 // that is still writing: refused, naming the scan's process, and the scan
 // completes untouched.
 func TestRecoverRefusesRunningScan(t *testing.T) {
-	scan, scanErr, out := startPaced(t, t.TempDir())
+	scan, scanErr, _, out := startPaced80(t)
 	code, _, stderr := runProcess(t, "recover", writer.TempName(out))
 	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(scan.Process.Pid)) {
 		t.Errorf("recover of a running scan's file: exit status %d, want %d naming process %d:\n%s", code, exitFailure, scan.Process.Pid, stderr)
