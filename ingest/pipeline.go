@@ -282,8 +282,11 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 			free <- s
 		}
 	}
-	if sinkErr == nil {
-		sinkErr = p.finishRecords(sink)
+	// The frames that never reached the file are recorded missing even
+	// after the sink failed (a full disk), so that the file's records
+	// describe every frame the summary counts.
+	if err := p.finishRecords(sink); sinkErr == nil {
+		sinkErr = err
 	}
 	switch {
 	case sinkErr != nil:

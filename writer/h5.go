@@ -15,6 +15,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"h5ingest/compress"
@@ -714,24 +715,42 @@ func writeChunk(d hid, off *chunkOffset, mask uint32, data []byte) error {
 	return nil
 }
 
+// slowLookups counts chunk lookups that walked the whole chunk index
+// (H5Dget_chunk_info_by_coord), which readChunk does only where the direct
+// lookup failed for a reason other than a chunk never written. Tests read
+// it to prove that reading every chunk stays linear in the frames.
+var slowLookups atomic.Int64
+
 // readChunk appends the stored bytes of the chunk of d at off to dst and
 // returns them with the chunk's filter mask; ok is false when the chunk was
 // never written.
+//
+// The chunk is found by a direct lookup in the chunk index
+// (H5Dget_chunk_storage_size, O(log n) or better), not by
+// H5Dget_chunk_info_by_coord, which in HDF5 1.10 walks the whole index on
+// every call and made reading every chunk of a file quadratic.
 func readChunk(d hid, off *chunkOffset, dst []byte) (data []byte, mask uint32, ok bool, err error) {
 	lock()
 	defer unlock()
-	var (
-		size   C.hsize_t
-		addr   C.haddr_t
-		filter C.uint
-	)
-	// H5Dget_chunk_storage_size fails for a chunk never written once the
-	// dataset has other chunks; H5Dget_chunk_info_by_coord reports it.
-	if C.H5Dget_chunk_info_by_coord(d, &off[0], &filter, &addr, &size) < 0 {
-		return dst, 0, false, lastError(fmt.Sprintf("look up chunk at %v", *off))
-	}
-	if uint64(addr) == ^uint64(0) || size == 0 {
+	var size C.hsize_t
+	switch C.h5i_chunk_size(d, &off[0], &size) {
+	case 0:
 		return dst, 0, false, nil
+	case -1:
+		// Not the "never written" answer: ask the slow way, which tells a
+		// missing chunk from a broken index.
+		C.H5Eclear2(C.H5E_DEFAULT)
+		slowLookups.Add(1)
+		var (
+			addr   C.haddr_t
+			filter C.uint
+		)
+		if C.H5Dget_chunk_info_by_coord(d, &off[0], &filter, &addr, &size) < 0 {
+			return dst, 0, false, lastError(fmt.Sprintf("look up chunk at %v", *off))
+		}
+		if uint64(addr) == ^uint64(0) || size == 0 {
+			return dst, 0, false, nil
+		}
 	}
 	n := len(dst)
 	if cap(dst)-n < int(size) {
@@ -745,6 +764,35 @@ func readChunk(d hid, off *chunkOffset, dst []byte) (data []byte, mask uint32, o
 		return dst[:n], 0, false, lastError(fmt.Sprintf("read chunk at %v", *off))
 	}
 	return dst, uint32(m), true, nil
+}
+
+// libverBounds returns the library version bounds (H5F_libver_t values)
+// file f was opened or created with.
+func libverBounds(f hid) (low, high int, err error) {
+	lock()
+	defer unlock()
+	var lo, hi C.int
+	if C.h5i_libver_bounds(f, &lo, &hi) < 0 {
+		return 0, 0, lastError("library version bounds")
+	}
+	return int(lo), int(hi), nil
+}
+
+// libverV110 is H5F_LIBVER_V110, the file format of HDF5 1.10.
+const libverV110 = C.H5F_LIBVER_V110
+
+// clearStatus clears the status flags that a writer left in the superblock
+// of file name (what h5clear -s does), so that readers other than SWMR
+// readers open it.
+func clearStatus(name string) error {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	lock()
+	defer unlock()
+	if C.h5i_open_clear_status(cname) < 0 {
+		return lastError("clear the status flags of " + name)
+	}
+	return nil
 }
 
 // openObjectsAll returns how many HDF5 identifiers of any file are open in

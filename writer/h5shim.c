@@ -73,7 +73,7 @@ hid_t h5i_create_file(const char *name, int truncate) {
 		return fapl;
 	}
 	hid_t f = -1;
-	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST) >= 0) {
+	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0) {
 		f = H5Fcreate(name, truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	}
 	// H5Pclose clears the error stack: keep the failure's for the caller.
@@ -105,4 +105,65 @@ int h5i_plugins(int enable) {
 		return -1;
 	}
 	return (old & H5PL_FILTER_PLUGIN) != 0;
+}
+
+int h5i_libver_bounds(hid_t file, int *low, int *high) {
+	hid_t fapl = H5Fget_access_plist(file);
+	if (fapl < 0) {
+		return -1;
+	}
+	H5F_libver_t lo, hi;
+	herr_t r = H5Pget_libver_bounds(fapl, &lo, &hi);
+	H5Pclose(fapl);
+	if (r < 0) {
+		return -1;
+	}
+	*low = (int)lo;
+	*high = (int)hi;
+	return 0;
+}
+
+// h5i_not_allocated_walk sets *data when an entry of the stack says that
+// the chunk asked for has no storage.
+static herr_t h5i_not_allocated_walk(unsigned pos, const H5E_error2_t *e, void *data) {
+	(void)pos;
+	if (e->desc && strstr(e->desc, "not allocated")) {
+		*(int *)data = 1;
+	}
+	return 0;
+}
+
+int h5i_chunk_size(hid_t dset, const hsize_t *offset, hsize_t *size) {
+	if (H5Dget_chunk_storage_size(dset, offset, size) >= 0) {
+		return *size > 0;
+	}
+	int absent = 0;
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5i_not_allocated_walk, &absent);
+	if (absent) {
+		H5Eclear2(H5E_DEFAULT);
+		return 0;
+	}
+	return -1;
+}
+
+int h5i_open_clear_status(const char *name) {
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	if (fapl < 0) {
+		return -1;
+	}
+	hbool_t clear = 1;
+	hid_t f = -1;
+	if (H5Pset(fapl, "clear_status_flags", &clear) >= 0) {
+		f = H5Fopen(name, H5F_ACC_RDWR, fapl);
+	}
+	hid_t stack = f < 0 ? H5Eget_current_stack() : -1;
+	H5Pclose(fapl);
+	if (stack >= 0) {
+		H5Eset_current_stack(stack);
+		return -1;
+	}
+	if (H5Fclose(f) < 0) {
+		return -1;
+	}
+	return 0;
 }

@@ -36,8 +36,10 @@ hid_t h5i_type(int kind);
 // null-terminated, or variable-length when size is 0.
 hid_t h5i_string_type(size_t size);
 
-// h5i_create_file creates name with the 1.10 file format as the low bound
-// (needed for SWMR); exclusive unless truncate is set.
+// h5i_create_file creates name with the 1.10 file format as both bounds:
+// the low one because SWMR needs it, the high one so that a build against a
+// newer library still writes files that HDF5 1.10 reads. Exclusive unless
+// truncate is set.
 hid_t h5i_create_file(const char *name, int truncate);
 
 // h5i_open_file opens name read-only, as a SWMR reader when swmr is set.
@@ -49,5 +51,21 @@ hid_t h5i_create_dcpl(void);
 // h5i_plugins sets whether libhdf5 may load filter plugins and returns the
 // previous loading state, or a negative value on failure.
 int h5i_plugins(int enable);
+
+// h5i_libver_bounds reads the library version bounds of open file file into
+// low and high (H5F_libver_t values); 0 on success, -1 on failure.
+int h5i_libver_bounds(hid_t file, int *low, int *high);
+
+// h5i_chunk_size looks up the chunk of dset at offset through the chunk
+// index (a direct lookup, not a walk of the whole index) and stores its
+// size: 1 when the chunk exists, 0 when it was never written, -1 on any
+// other failure (the error stack is left for h5i_error).
+int h5i_chunk_size(hid_t dset, const hsize_t *offset, hsize_t *size);
+
+// h5i_open_clear_status opens name for writing with the status flags of its
+// superblock cleared (what h5clear -s does, through the library's
+// "clear_status_flags" file access property) and closes it again; 0 on
+// success, -1 on failure.
+int h5i_open_clear_status(const char *name);
 
 #endif

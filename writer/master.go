@@ -67,20 +67,28 @@ func CreateMaster(o MasterOptions) error {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	w := &Writer{opts: o.Options, temp: TempName(o.Path), frames: o.Frames, master: o.Modules}
+	lock, err := lockOutput(o.Path)
+	if err != nil {
+		return fmt.Errorf("create master %s: %w", o.Path, err)
+	}
+	w.lock = lock
 	for _, name := range []string{o.Path, w.temp} {
 		if _, err := os.Lstat(name); err == nil && !o.Overwrite {
+			lock.release()
 			return fmt.Errorf("create master %s: %s %w", o.Path, name, ErrExists)
 		}
 	}
 	w.initFrames()
 	f, err := createFile(w.temp, o.Overwrite)
 	if err != nil {
+		lock.release()
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	w.file = f
 	if err := w.build(); err != nil {
 		w.closeAll()
 		os.Remove(w.temp)
+		lock.release()
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	return w.Close()

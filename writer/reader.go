@@ -52,6 +52,29 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
+// OpenPlain opens path read-only as a plain reader where the file allows
+// it (a file whose writer closed it), and as a SWMR reader only where it
+// must (a file being written, or left by a killed writer). A plain reader
+// fails at once on damaged metadata, where a SWMR reader retries the read,
+// taking so long on a damaged file that it seems to hang: checks of whole
+// files (verify) open them so.
+func OpenPlain(path string) (*Reader, error) {
+	r := &Reader{path: path}
+	f, err := openFile(path, false)
+	if err != nil {
+		r.SWMR = true
+		if f, err = openFile(path, true); err != nil {
+			return nil, err
+		}
+	}
+	r.file = f
+	if err := r.init(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return r, nil
+}
+
 func (r *Reader) init() error {
 	switch {
 	case exists(r.file, nxtomoStack):

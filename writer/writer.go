@@ -152,10 +152,18 @@ func (o *Options) validate() error {
 
 // Writer writes one scan's file. Its methods must be called from one
 // goroutine at a time. The first failure of the file (an HDF5 error) sticks:
-// later calls return it. Bad arguments (a frame out of range) do not stick.
+// later calls return it, except SetRecord of a frame without a chunk, which
+// is still kept (see SetRecord). Bad arguments (a frame out of range) do
+// not stick.
+//
+// A Writer holds its output file's lock from Create to Close (see
+// LockName), and keeps room on the file system for its records, which it
+// gives back when the file fails, so that a full disk still leaves room to
+// write them and close the file.
 type Writer struct {
 	opts Options
-	temp string // name while writing
+	temp string    // name while writing
+	lock *fileLock // the output file's lock, held until Close
 
 	file, stack, endTime hid
 	timeType             hid            // fixed-length string type of the times
@@ -194,34 +202,50 @@ func TempName(path string) string {
 
 // Create creates the whole layout of the file under a temporary name beside
 // opts.Path and starts SWMR writing. It refuses an existing opts.Path, or a
-// temporary file left by an interrupted scan, unless opts.Overwrite is set.
+// temporary file left by an interrupted scan, unless opts.Overwrite is set,
+// and always refuses, with a *LockedError and before touching any file, a
+// file that another process writes (see LockName).
 func Create(opts Options) (*Writer, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
 	}
 	w := &Writer{opts: opts, temp: TempName(opts.Path), extendible: opts.Frames == 0, frames: opts.Frames}
+	// The lock comes before anything is looked at or touched: a scan
+	// writing this file keeps its .part and its final name.
+	lock, err := lockOutput(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
+	fail := func(err error) (*Writer, error) {
+		if w.file > 0 {
+			w.closeAll()
+			os.Remove(w.temp)
+		}
+		lock.release()
+		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+	}
 	for _, name := range []string{opts.Path, w.temp} {
 		if _, err := os.Lstat(name); err == nil && !opts.Overwrite {
-			return nil, fmt.Errorf("create %s: %s %w", opts.Path, name, ErrExists)
+			return fail(fmt.Errorf("%s %w", name, ErrExists))
 		}
 	}
 	w.initFrames()
 	f, err := createFile(w.temp, opts.Overwrite)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
 	w.file = f
 	if err := w.build(); err != nil {
-		w.closeAll()
-		os.Remove(w.temp)
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
 	if err := startSWMR(w.file, w.temp); err != nil {
-		w.closeAll()
-		os.Remove(w.temp)
-		return nil, fmt.Errorf("create %s: %w", opts.Path, err)
+		return fail(err)
 	}
+	if err := lock.reserve(reserveFor(0)); err != nil {
+		return fail(err)
+	}
+	w.lock = lock
 	w.lastFlush = time.Now()
 	return w, nil
 }
@@ -310,20 +334,31 @@ func (w *Writer) extend(n int) error {
 	w.frames = n
 	w.grow(n)
 	w.dirty = true
-	return nil
+	return w.lock.reserve(reserveFor(n))
 }
 
 // SetRecord keeps r as the record of frame index frame; records reach the
 // file at the next flush. Frames without a record stay frame.StatusMissing. In an
 // extendible file a record may come before its frame's chunk.
+//
+// After a failure of the file, SetRecord still keeps the records of frames
+// that have no chunk (missing or rejected), and returns nil for them, so
+// that Close writes records of the whole scan as the pipeline saw it;
+// other records return the failure.
 func (w *Writer) SetRecord(frame int, r Record) error {
-	if w.err != nil {
-		return w.err
-	}
 	if frame < 0 || (!w.extendible && frame >= w.frames) {
+		if w.err != nil {
+			return w.err
+		}
 		return fmt.Errorf("set record of frame %d in %s: frame outside 0 to %d", frame, w.opts.Path, w.frames-1)
 	}
-	if frame >= w.frames {
+	if w.err != nil {
+		if !chunkless(r.Status) {
+			return w.err
+		}
+		// Kept in memory only; Close grows the file to hold it.
+		w.grow(frame + 1)
+	} else if frame >= w.frames {
 		if err := w.extend(frame + 1); err != nil {
 			return w.fail(fmt.Errorf("set record of frame %d in %s: %w", frame, w.opts.Path, err))
 		}
@@ -335,6 +370,9 @@ func (w *Writer) SetRecord(frame int, r Record) error {
 	w.dirty = true
 	return nil
 }
+
+// chunkless reports whether a frame of status s has no chunk.
+func chunkless(s uint8) bool { return s == frame.StatusMissing || s == frame.StatusRejected }
 
 // Flush writes the records and flushes the file, so that SWMR readers see
 // every chunk written so far.
@@ -363,8 +401,20 @@ func (w *Writer) Close() error {
 	if w.file <= 0 {
 		return w.err
 	}
+	defer w.lock.release()
 	// The records go out even after a failure: they hold only frames whose
-	// chunks were written, so the file keeps every whole frame it has.
+	// chunks were written, so the file keeps every whole frame it has. The
+	// room reserved beside the file (see fileLock.reserve) was given back
+	// at the failure, for them and for the metadata that closing writes.
+	if n := len(w.status); w.extendible && n > w.frames {
+		// Records of frames the pipeline saw after the failure.
+		if err := setExtent(w.stack, "frame stack", []uint64{uint64(n), uint64(w.opts.Height), uint64(w.opts.Width)}); err != nil {
+			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
+			w.cut(w.frames)
+		} else {
+			w.frames = n
+		}
+	}
 	if err := w.writeColumns(); err != nil {
 		w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 	}
@@ -374,8 +424,14 @@ func (w *Writer) Close() error {
 			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 		}
 	}
-	if err := w.closeAll(); err != nil && w.err == nil {
-		w.err = fmt.Errorf("close %s: %w", w.opts.Path, err)
+	if err := w.closeAll(); err != nil {
+		if w.err == nil {
+			w.err = fmt.Errorf("close %s: %w", w.opts.Path, err)
+		}
+		// The file may still be marked open for writing, which only SWMR
+		// readers accept: clear the mark where the library can (as
+		// recover does), so that every reader opens what the file holds.
+		clearStatus(w.temp)
 	}
 	if err := w.rename(); err != nil && w.err == nil {
 		w.err = err
@@ -411,11 +467,31 @@ func (w *Writer) rename() error {
 	return nil
 }
 
+// fail makes err the Writer's sticky error (unless it has one) and gives
+// back the room reserved for the records, which may be what the failure
+// lacks (a full disk).
 func (w *Writer) fail(err error) error {
 	if w.err == nil {
 		w.err = err
 	}
+	w.lock.unreserve()
 	return w.err
+}
+
+// cut shortens the per-frame slices to n frames.
+func (w *Writer) cut(n int) {
+	if n >= len(w.status) {
+		return
+	}
+	w.frameNumber, w.timestamp, w.rawCRC, w.dataCRC, w.status = w.frameNumber[:n], w.timestamp[:n], w.rawCRC[:n], w.dataCRC[:n], w.status[:n]
+	projections := 0
+	for _, k := range w.imageKey[n:] {
+		if k == plan.Projection {
+			projections++
+		}
+	}
+	w.imageKey, w.angle, w.monitor, w.translation = w.imageKey[:n], w.angle[:n], w.monitor[:n], w.translation[:n]
+	w.theta = w.theta[:len(w.theta)-projections]
 }
 
 // closeAll closes every identifier the Writer holds, the file last, and

@@ -518,8 +518,13 @@ func TestOverwriteAndRename(t *testing.T) {
 	if _, err := os.Stat(o.Path); !os.IsNotExist(err) {
 		t.Errorf("final name exists while writing: %v", err)
 	}
-	if _, err := Create(o); !errors.Is(err, ErrExists) {
-		t.Errorf("Create beside a running scan's temporary file: got %v, want ErrExists", err)
+	if _, err := Create(o); !errors.Is(err, ErrLocked) {
+		t.Errorf("Create beside a running scan: got %v, want ErrLocked", err)
+	}
+	over := o
+	over.Overwrite = true
+	if _, err := Create(over); !errors.Is(err, ErrLocked) {
+		t.Errorf("Create with Overwrite beside a running scan: got %v, want ErrLocked", err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

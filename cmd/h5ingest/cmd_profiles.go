@@ -41,9 +41,11 @@ func newProfilesCmd() *cobra.Command {
 			Short: "Check a profile without running a scan",
 			Args:  usageArgs(cobra.ExactArgs(1)),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if _, err := config.Load(args[0]); err != nil {
+				p, err := config.Load(args[0])
+				if err != nil {
 					return usageError(err)
 				}
+				warnReaders(cmd.ErrOrStderr(), p.Output.Compression)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
 				return nil
 			},

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +22,13 @@ import (
 	"h5ingest/writer"
 )
 
+// defaultVerifyStall is how long verify waits for one step of its reading
+// (opening the file, its records, one chunk) before it gives up.
+const defaultVerifyStall = 2 * time.Minute
+
 func newVerifyCmd() *cobra.Command {
-	return &cobra.Command{
+	var stall time.Duration
+	cmd := &cobra.Command{
 		Use:   "verify FILE.h5",
 		Short: "Prove a file holds what the detector sent: every chunk against its recorded CRC-32C",
 		Long: `verify reads every written chunk of the frame stack raw, decompresses it with
@@ -28,13 +37,95 @@ frame's data_crc32c record. It also checks that the layout is complete and that
 the records agree with the chunks: a frame recorded as written has a chunk, a frame
 recorded as missing or rejected has none.
 
+A damaged file can make the HDF5 library stop answering; verify then gives up
+after --stall-timeout without progress and fails, rather than waiting forever.
+
 Exit status: 0 every frame is good; 3 the file is sound but some frames are
-missing, corrupt or rejected; 1 a chunk or the layout is bad.`,
+missing, corrupt or rejected, or it holds no frame; 1 a chunk or the layout is
+bad, or the file could not be read.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return verify(cmd.OutOrStdout(), args[0])
+			if stall <= 0 {
+				return usageError(fmt.Errorf("--stall-timeout %v is not positive", stall))
+			}
+			return verifyBounded(cmd.OutOrStdout(), args[0], stall)
 		},
 	}
+	cmd.Flags().DurationVar(&stall, "stall-timeout", defaultVerifyStall, "give up when reading the file makes no progress for this long (a damaged file)")
+	return cmd
+}
+
+// verifySteps counts the steps of verify's reading (a file opened, a
+// chunk read); the watchdog of verifyBounded reads it.
+var verifySteps atomic.Int64
+
+// verifyStep, where a test sets it, runs at every step: it stands in for an
+// HDF5 call that does not return.
+var verifyStep func()
+
+// step records progress of verify's reading.
+func step() {
+	verifySteps.Add(1)
+	if verifyStep != nil {
+		verifyStep()
+	}
+}
+
+// verifyBounded runs verify of path on a goroutine of its own and waits for
+// it, giving up when it makes no progress for stall, or when the process is
+// asked to stop (SIGINT, SIGTERM). HDF5 calls cannot be interrupted: the
+// stuck goroutine is left behind, holding the library, and nothing else
+// calls the library before the command returns and the process exits.
+func verifyBounded(out io.Writer, path string, stall time.Duration) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	gated := &gatedWriter{w: out}
+	done := make(chan error, 1)
+	go func() { done <- verify(gated, path) }()
+	tick := time.NewTicker(min(stall/4, time.Second))
+	defer tick.Stop()
+	last, since := verifySteps.Load(), time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case sig := <-sigs:
+			gated.cut()
+			return fmt.Errorf("verify %s: stopped by %v before the end", path, sig)
+		case <-tick.C:
+			if n := verifySteps.Load(); n != last {
+				last, since = n, time.Now()
+				continue
+			}
+			if time.Since(since) >= stall {
+				gated.cut()
+				return fmt.Errorf("verify %s: reading the file made no progress for %v: the file is damaged or its storage does not answer", path, stall)
+			}
+		}
+	}
+}
+
+// gatedWriter passes writes on until cut, and drops them after.
+type gatedWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gatedWriter) cut() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // verifyResult sums up a verification.
@@ -52,11 +143,13 @@ func verify(out io.Writer, path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return err
 	}
-	r, err := writer.Open(path)
+	step()
+	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	step()
 	if r.Modules != nil {
 		return verifyMaster(out, path, r.Modules)
 	}
@@ -78,6 +171,9 @@ func verify(out io.Writer, path string) error {
 	switch {
 	case len(res.bad) > 0:
 		return &exitError{code: exitFailure, err: fmt.Errorf("%s: %d bad chunks or records", path, len(res.bad))}
+	case res.frames == 0:
+		fmt.Fprintf(out, "%s holds no frame\n", path)
+		return &exitError{code: exitIncomplete}
 	case res.byStatus[frame.StatusOK] != res.frames:
 		return &exitError{code: exitIncomplete}
 	}
@@ -129,6 +225,7 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 	if err != nil {
 		return res, err
 	}
+	step()
 	if len(records) != r.Frames {
 		return res, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
 	}
@@ -180,6 +277,7 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 		}
 		buf := <-free
 		data, mask, err := r.ReadChunk(n, buf[:0])
+		step()
 		written := rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch
 		switch {
 		case errors.Is(err, writer.ErrNoChunk):

@@ -70,6 +70,7 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(),
 		newSendCmd(), newAcquireCmd(),
 		newMasterCmd(),
+		newRecoverCmd(),
 	)
 	return root
 }

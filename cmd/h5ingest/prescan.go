@@ -89,10 +89,13 @@ func checkTarget(what, path string, overwrite bool) error {
 	return nil
 }
 
-// checkNew reports whether path is free for a scan's file: checkTarget,
-// and unless overwrite no temporary file of a scan to it that did not
-// finish.
+// checkNew reports whether path is free for a scan's file: no scan
+// writing it (even with overwrite), checkTarget, and unless overwrite no
+// temporary file of a scan to it that did not finish.
 func checkNew(path string, overwrite bool) error {
+	if err := writer.CheckUnlocked(path); err != nil {
+		return err
+	}
 	if err := checkTarget("output file", path, overwrite); err != nil || overwrite {
 		return err
 	}
@@ -154,6 +157,7 @@ type preScan struct {
 // run runs every check, prints each failure as one line on standard
 // error, and returns an exit error (status 1) if any failed.
 func (c preScan) run() error {
+	warnReaders(os.Stderr, c.profile.Output.Compression)
 	var failed []error
 	var dirs []string
 	for _, f := range c.files {
@@ -194,6 +198,7 @@ func (c preScan) run() error {
 		note(checkNew(f, overwrite))
 	}
 	if c.master != "" {
+		note(writer.CheckUnlocked(c.master))
 		note(checkTarget("output file", c.master, true)) // a master written ahead is kept
 	}
 	if c.record != "" {

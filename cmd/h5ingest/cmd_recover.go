@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/writer"
+)
+
+func newRecoverCmd() *cobra.Command {
+	var stall time.Duration
+	cmd := &cobra.Command{
+		Use:   "recover FILE.part",
+		Short: "Finish the file of a scan whose writer was killed: clear its open-for-writing flags, give it its final name, verify it",
+		Long: `recover takes the temporary file (.NAME.part) that a scan leaves when its writer was
+killed, or its machine lost, before the end. It clears the flags that mark the file as
+still open for writing (what h5clear -s does; until then only SWMR readers open it),
+renames it to its final name NAME, and verifies it. The file holds every frame its
+writer had flushed (at the profile's flush cadence); the rest are recorded missing.
+
+FILE may also be the final name, when its temporary file exists. recover refuses a
+file that a scan still writes, and a final name that exists.
+
+Exit status: as verify's (3 when frames are missing, as after a killed scan); 1 when
+the file could not be recovered.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stall <= 0 {
+				return usageError(fmt.Errorf("--stall-timeout %v is not positive", stall))
+			}
+			return recoverScan(cmd.OutOrStdout(), args[0], stall)
+		},
+	}
+	cmd.Flags().DurationVar(&stall, "stall-timeout", defaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")
+	return cmd
+}
+
+// recoverScan recovers the temporary file path (or the temporary file of
+// the final name path) and verifies the result.
+func recoverScan(out io.Writer, path string, stall time.Duration) error {
+	if _, ok := writer.FinalName(path); !ok {
+		if temp := writer.TempName(path); fileExists(temp) {
+			path = temp
+		}
+	}
+	final, err := writer.Recover(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
+	return verifyBounded(out, final, stall)
+}

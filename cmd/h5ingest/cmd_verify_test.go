@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/ingest/frame"
+	"h5ingest/writer"
+)
+
+// init makes a test binary that stands in for the command hang at verify's
+// third step when H5INGEST_TEST_VERIFY_HANG is set, as an HDF5 call on a
+// damaged file can.
+func init() {
+	if os.Getenv("H5INGEST_TEST_VERIFY_HANG") == "" {
+		return
+	}
+	var steps int
+	verifyStep = func() {
+		if steps++; steps == 3 {
+			select {}
+		}
+	}
+}
+
+// writeTinyScan writes a scan of n frames of 2 x 2 pixels with no plan,
+// uncompressed, leaving every seventh frame missing, with records whose
+// CRCs are right; it returns how many frames are ok.
+func writeTinyScan(t *testing.T, path string, n int) int {
+	t.Helper()
+	codec, err := compress.New("none", 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := writer.Create(writer.Options{Path: path, Layout: writer.LayoutNXtomo, Height: 2, Width: 2, ElemSize: 2,
+		Filters: codec.Filters(), FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := make([]byte, 8)
+	ok := 0
+	for i := range n {
+		if i%7 == 3 && i != n-1 {
+			if err := w.SetRecord(i, writer.Record{Status: frame.StatusMissing}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		img[0], img[1] = byte(i), byte(i>>8)
+		if err := w.WriteChunk(i, 0, img); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, writer.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
+			t.Fatal(err)
+		}
+		ok++
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestVerifyLinear verifies scans of n and 4n frames: verify used to look
+// each chunk up by walking the whole chunk index (16,000 frames took 38 s);
+// four times the frames must now take about four times as long, not
+// sixteen.
+func TestVerifyLinear(t *testing.T) {
+	const n = 3000
+	dir := t.TempDir()
+	small, large := filepath.Join(dir, "small.h5"), filepath.Join(dir, "large.h5")
+	okSmall, okLarge := writeTinyScan(t, small, n), writeTinyScan(t, large, 4*n)
+	timed := func(path string, frames, ok int) time.Duration {
+		start := time.Now()
+		code, stdout := runCaptured(t, "verify", path)
+		d := time.Since(start)
+		want := fmt.Sprintf("%d frames, %d chunks verified; ok %d, missing %d", frames, ok, ok, frames-ok)
+		if code != exitIncomplete || !strings.Contains(stdout, want) || strings.Contains(stdout, "BAD") {
+			t.Fatalf("verify %s: exit status %d, want %d and %q:\n%s", path, code, exitIncomplete, want, stdout)
+		}
+		return d
+	}
+	var ts, tl time.Duration
+	for range 3 { // interleaved, the best of three of each
+		if d := timed(small, n, okSmall); ts == 0 || d < ts {
+			ts = d
+		}
+		if d := timed(large, 4*n, okLarge); tl == 0 || d < tl {
+			tl = d
+		}
+	}
+	t.Logf("verify: %d frames %v, %d frames %v (ratio %.1f)", n, ts, 4*n, tl, float64(tl)/float64(ts))
+	if tl > 10*ts && tl > time.Second {
+		t.Errorf("verify of 4 times the frames took %.1f times as long (%v, %v): quadratic", float64(tl)/float64(ts), ts, tl)
+	}
+}
+
+// TestVerifyNoFrame verifies a file that holds no frame (a scan with no
+// plan that received nothing): exit status 3, saying so, not 0.
+func TestVerifyNoFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.h5")
+	writeTinyScan(t, path, 0)
+	code, stdout := runCaptured(t, "verify", path)
+	if code != exitIncomplete || !strings.Contains(stdout, "holds no frame") {
+		t.Errorf("verify of a file with no frame: exit status %d, want %d saying so:\n%s", code, exitIncomplete, stdout)
+	}
+}
+
+// runVerify runs verify of path as a process, whose reading hangs at its
+// third step when hang is set, sends it SIGTERM after a second when term
+// is set, and returns how it ended, what it printed on standard error and
+// how long it ran (a minute at most: then it is killed).
+func runVerify(t *testing.T, path string, hang, term bool, args ...string) (syscall.WaitStatus, string, time.Duration) {
+	t.Helper()
+	cmd := command(append([]string{"verify", path}, args...)...)
+	if hang {
+		cmd.Env = append(cmd.Env, "H5INGEST_TEST_VERIFY_HANG=1")
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	if term {
+		time.Sleep(time.Second)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd.Wait()
+	return cmd.ProcessState.Sys().(syscall.WaitStatus), stderr.String(), time.Since(start)
+}
+
+// TestVerifyStalls makes verify's reading stop answering, as an HDF5 call
+// on a damaged file did (a file two scans wrote at once): verify gives up
+// after --stall-timeout with exit status 1 and a message instead of
+// hanging, and SIGTERM during the stall ends it cleanly with exit status 1,
+// not with a segmentation fault.
+func TestVerifyStalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "scan.h5")
+	writeTinyScan(t, path, 20)
+	for _, tt := range []struct {
+		name string
+		term bool
+		args []string
+		want string
+	}{
+		{"stall timeout", false, []string{"--stall-timeout", "500ms"}, "made no progress for 500ms: the file is damaged"},
+		{"SIGTERM", true, nil, "stopped by terminated"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ws, stderr, d := runVerify(t, path, true, tt.term, tt.args...)
+			if ws.Signaled() || ws.ExitStatus() != exitFailure || d > 30*time.Second || !strings.Contains(stderr, tt.want) {
+				t.Errorf("stalled verify: %v after %v, want exit status %d promptly, saying %q:\n%s", ws, d, exitFailure, tt.want, stderr)
+			}
+			if strings.Contains(stderr, "SIGSEGV") || strings.Contains(stderr, "panic") {
+				t.Errorf("stalled verify crashed:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// TestVerifyDamagedFile verifies a file that two scans wrote at once,
+// before a file had one writer (testdata/two-writers.h5.gz: a replay of
+// 100 frames, and one with --overwrite of 70 started while it ran): as a
+// SWMR reader, HDF5 retried its damaged metadata for minutes and verify
+// seemed to hang; it now fails within a second with the library's
+// message.
+func TestVerifyDamagedFile(t *testing.T) {
+	gz, err := os.Open("testdata/two-writers.h5.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "two-writers.h5")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ws, stderr, d := runVerify(t, path, false, false, "--stall-timeout", "30s")
+	if ws.Signaled() || ws.ExitStatus() != exitFailure || d > 20*time.Second || !strings.Contains(stderr, "incorrect metadata checksum") {
+		t.Errorf("verify of a file two scans wrote: %v after %v, want exit status %d at once with the library's message:\n%s", ws, d, exitFailure, stderr)
+	}
+}

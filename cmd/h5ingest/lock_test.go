@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/writer"
+)
+
+// startPaced80 starts a replay of 80 frames paced at 20 frames/s (four
+// seconds, so that what a test does while it writes comes in time on a
+// loaded machine) and waits until its file has flushed frames. It returns
+// the process, its standard error, the capture and the output file.
+func startPaced80(t *testing.T) (*exec.Cmd, *bytes.Buffer, string, string) {
+	t.Helper()
+	capture, _ := simulate(t, "--frames", "80")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	cmd := command("replay", capture, "-o", out, "--projections", "80", "--fps", "20", "--flush", "100ms")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for okRecords(writer.TempName(out)) < 3 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the paced replay wrote nothing:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, &stderr, capture, out
+}
+
+// TestTwoScansOneFile runs a paced replay (four seconds of frames) and,
+// while it writes, a second replay of the same file with --overwrite and
+// an acquire of it with --overwrite, each a process of its own: both are
+// refused with exit status 1, naming the file and the first scan's
+// process, the acquire in its pre-scan check before it listens, and the
+// first scan's file completes and verifies with every frame.
+func TestTwoScansOneFile(t *testing.T) {
+	first, firstErr, capture, out := startPaced80(t)
+	pid := strconv.Itoa(first.Process.Pid)
+	part, err := os.Stat(writer.TempName(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"replay", capture, "-o", out, "--projections", "80", "--overwrite"},
+		{"acquire", "--listen", freeAddr(t), "--provider", "tcp", "-o", out, "--projections", "80", "--overwrite", "--connect-timeout", "5s"},
+	} {
+		start := time.Now()
+		code, stdout, stderr := runProcess(t, args...)
+		if code != exitFailure || !strings.Contains(stderr, out+" is being written by another scan (process "+pid) {
+			t.Errorf("%s of a file another scan writes: exit status %d, want %d naming %s and process %s:\n%s%s",
+				args[0], code, exitFailure, out, pid, stdout, stderr)
+		}
+		// Its pre-scan check runs before it listens for a detector.
+		if args[0] == "acquire" && (!strings.Contains(stderr, "pre-scan check") || strings.Contains(stderr, "wait for a sender")) {
+			t.Errorf("acquire was not refused by its pre-scan check (after %v):\n%s", time.Since(start), stderr)
+		}
+	}
+	// The refused scans left the first one's file alone: the same file,
+	// not truncated.
+	if now, err := os.Stat(writer.TempName(out)); err != nil || !os.SameFile(now, part) || now.Size() < part.Size() {
+		t.Errorf("the running scan's temporary file was replaced or truncated (%v)", err)
+	}
+	if code := exitCode(t, first); code != exitOK {
+		t.Fatalf("the first scan: exit status %d, want 0:\n%s", code, firstErr.String())
+	}
+	code, stdout, _ := runProcess(t, "verify", out)
+	if code != exitOK || !strings.Contains(stdout, "80 chunks verified") {
+		t.Errorf("verify of the first scan's file: exit status %d, want 0 with 80 chunks:\n%s", code, stdout)
+	}
+	if _, err := os.Lstat(writer.LockName(out)); !os.IsNotExist(err) {
+		t.Errorf("lock file after the scan: %v", err)
+	}
+}
+
+// TestTwoScansOneArray runs a paced replay of a four-module scan (a file
+// per module and a master) and, while it writes, a second one of the same
+// master name with --overwrite: refused naming a module file and the first
+// scan's process; the first scan's files complete and verify.
+func TestTwoScansOneArray(t *testing.T) {
+	paths, _ := simulateModules(t)
+	capturePath := interleave(t, paths)
+	profile := arrayProfile(t)
+	master := filepath.Join(t.TempDir(), "scan.h5")
+	args := append([]string{"replay", capturePath, "--profile", profile, "-o", master, "--fps", "5", "--flush", "100ms"}, arrayPlan...)
+	first := command(args...)
+	var firstErr bytes.Buffer
+	first.Stderr = &firstErr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	module0 := filepath.Join(filepath.Dir(master), "scan_m0.h5")
+	deadline := time.Now().Add(20 * time.Second)
+	for okRecords(writer.TempName(module0)) < 1 {
+		if time.Now().After(deadline) {
+			first.Process.Kill()
+			t.Fatalf("the paced replay wrote nothing:\n%s", firstErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, stdout, stderr := runProcess(t, append(args[:len(args):len(args)], "--overwrite")...)
+	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(first.Process.Pid)) ||
+		!strings.Contains(stderr, "scan_m0.h5") {
+		t.Errorf("second scan of the array: exit status %d, want %d naming a module file and process %d:\n%s%s",
+			code, exitFailure, first.Process.Pid, stdout, stderr)
+	}
+	if code := exitCode(t, first); code != exitOK {
+		t.Fatalf("the first scan: exit status %d, want 0:\n%s", code, firstErr.String())
+	}
+	if code, stdout, _ := runProcess(t, "verify", master); code != exitOK {
+		t.Errorf("verify of the first scan's master: exit status %d\n%s", code, stdout)
+	}
+}

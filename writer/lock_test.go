@@ -1,0 +1,108 @@
+package writer
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLockOneWriter starts a scan and tries a second scan of the same file,
+// with and without Overwrite, while the first writes: both are refused with
+// a *LockedError naming the file and this process, before touching
+// anything, and the first scan's file completes with every frame.
+func TestLockOneWriter(t *testing.T) {
+	o := testOptions(t.TempDir(), LayoutNXtomo, pipeNone)
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := w.WriteChunk(i, 0, pattern(i, o.Height, o.Width, o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	part, err := os.ReadFile(TempName(o.Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overwrite := range []bool{false, true} {
+		second := o
+		second.Overwrite = overwrite
+		_, err := Create(second)
+		var le *LockedError
+		if !errors.As(err, &le) || !errors.Is(err, ErrLocked) || le.PID != os.Getpid() ||
+			!strings.Contains(err.Error(), o.Path) || !strings.Contains(err.Error(), "process "+strconv.Itoa(os.Getpid())) {
+			t.Errorf("second Create (overwrite %v) while the first writes: %v, want a LockedError naming %s and process %d",
+				overwrite, err, o.Path, os.Getpid())
+		}
+	}
+	if now, err := os.ReadFile(TempName(o.Path)); err != nil || !bytes.Equal(now, part) {
+		t.Errorf("the refused scans touched the running scan's temporary file (%v)", err)
+	}
+	if pid, locked, err := LockHolder(o.Path); err != nil || !locked || pid != os.Getpid() {
+		t.Errorf("LockHolder while writing: %d %v %v, want this process", pid, locked, err)
+	}
+	for i := 3; i < o.Frames; i++ {
+		if err := w.WriteChunk(i, 0, pattern(i, o.Height, o.Width, o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkKept(t, o.Path, o, o.Frames)
+	if _, err := os.Lstat(LockName(o.Path)); !os.IsNotExist(err) {
+		t.Errorf("lock file after Close: %v", err)
+	}
+	if _, locked, err := LockHolder(o.Path); locked || err != nil {
+		t.Errorf("LockHolder after Close: locked %v, %v", locked, err)
+	}
+	// Overwriting the finished file is allowed: nobody writes it.
+	o.Overwrite = true
+	writeTestFile(t, o, pipeNone)
+}
+
+// TestLockStale leaves a lock file as a killed writer does (unlocked, with
+// its process id): the next writer takes it over.
+func TestLockStale(t *testing.T) {
+	o := testOptions(t.TempDir(), LayoutCXI, pipeNone)
+	if err := os.WriteFile(LockName(o.Path), []byte("99999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, locked, err := LockHolder(o.Path); locked || err != nil {
+		t.Errorf("LockHolder of a stale lock file: locked %v, %v", locked, err)
+	}
+	writeTestFile(t, o, pipeNone)
+}
+
+// TestLockMaster holds the lock of a master file, as a scan writing it
+// does: CreateMaster, even with Overwrite, is refused and writes nothing.
+func TestLockMaster(t *testing.T) {
+	o := masterOptions(t.TempDir(), LayoutNXtomo)
+	l, err := lockOutput(o.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	o.Overwrite = true
+	if err := CreateMaster(o); !errors.Is(err, ErrLocked) {
+		t.Errorf("CreateMaster of a locked file: %v, want ErrLocked", err)
+	}
+	for _, name := range []string{o.Path, TempName(o.Path)} {
+		if _, err := os.Lstat(name); !os.IsNotExist(err) {
+			t.Errorf("%s after a refused CreateMaster: %v", name, err)
+		}
+	}
+}
