@@ -70,6 +70,10 @@ type Sink interface {
 type Config struct {
 	Format  frame.Format // the scan's frame format; frames of another are rejected
 	Frames  int          // planned frames; 0 when the scan's length is not known
+	// MaxFrameGap bounds a scan without a plan: a frame number more than
+	// this beyond the highest received is rejected as out of range (see
+	// NewTracker); 0 means DefaultMaxFrameGap.
+	MaxFrameGap int
 	Backend gpu.Backend  // decode and checksum
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
@@ -162,7 +166,7 @@ func New(cfg Config) (*Pipeline, error) {
 		log = zap.NewNop()
 	}
 	log = logagg.Wrap(log, 0)
-	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames)}, nil
+	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames, cfg.MaxFrameGap)}, nil
 }
 
 // Progress returns a snapshot of the pipeline's progress. It is safe to call
@@ -397,7 +401,7 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 		verdict := p.tracker.Admit(h)
 		p.mu.Unlock()
 		if verdict != Accept {
-			p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.Stringer("reason", verdict))
+			p.logVerdict(h.FrameNumber, verdict)
 			src.Release(f)
 			s.write, s.n = false, -1
 			writeCh <- s
@@ -430,12 +434,22 @@ func (p *Pipeline) overflow(src Source, f *Frame) {
 		p.tracker.Overflow(h.FrameNumber)
 	}
 	p.mu.Unlock()
-	reason := "pipeline full"
-	if verdict != Accept {
-		reason = verdict.String()
+	if verdict == Accept {
+		p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.String("reason", "pipeline full"))
+	} else {
+		p.logVerdict(h.FrameNumber, verdict)
 	}
-	p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.String("reason", reason))
 	src.Release(f)
+}
+
+// logVerdict logs a frame the tracker did not accept: a later copy is
+// dropped, a frame beyond the scan rejected.
+func (p *Pipeline) logVerdict(n uint64, v Verdict) {
+	msg := "frame dropped"
+	if v == OutOfRange {
+		msg = "frame rejected"
+	}
+	p.log.Warn(msg, zap.Uint64("frame", n), zap.Stringer("reason", v))
 }
 
 // check reports a frame the scan cannot decode: a header inconsistent with
