@@ -88,6 +88,9 @@ type Source struct {
 	// while the pipeline is full are dropped, counted and recorded missing,
 	// instead of holding the detector back.
 	DropWhenFull bool `mapstructure:"drop_when_full"`
+	// MaxFrameGap bounds a scan without a plan: a frame number more than
+	// this beyond the highest received is rejected as out of range.
+	MaxFrameGap int `mapstructure:"max_frame_gap"`
 }
 
 // Output is where and how scans are written.

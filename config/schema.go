@@ -47,6 +47,7 @@ func Default() Profile {
 			ConnectTimeout: time.Minute,
 			IdleTimeout:    10 * time.Second,
 			RingSlots:      32,
+			MaxFrameGap:    10_000,
 		},
 		Backend: "auto",
 		Output: Output{
@@ -93,6 +94,7 @@ var Keys = []Key{
 	{"source.connect_timeout", "how long to wait for the detector to connect, e.g. 60s"},
 	{"source.idle_timeout", "silence mid-scan after which the scan ends, e.g. 10s"},
 	{"source.ring_slots", "frame slots in the receiver's registered ring, 2 or more"},
+	{"source.max_frame_gap", "in a scan without a plan: how far beyond the highest frame number received a frame's number may lie; a frame further out (a corrupt number) is rejected as out of range, not written, so that it cannot grow the scan; 1 to 10000000"},
 	{"source.drop_when_full", "for a detector that cannot wait: drop (count, record missing) the frames that arrive while the pipeline is full, instead of holding the detector back: true or false"},
 	{"backend", "decode backend: auto, cpu or cuda"},
 	{"output.directory", "directory the scan files go to"},
@@ -265,6 +267,8 @@ func (p *Profile) validateSource() error {
 		return bad("source.idle_timeout", "%v, want a duration above 0 such as 10s", s.IdleTimeout)
 	case s.RingSlots < 2 || s.RingSlots > 4096:
 		return bad("source.ring_slots", "%d, want 2 to 4096", s.RingSlots)
+	case s.MaxFrameGap < 1 || s.MaxFrameGap > plan.MaxFrames:
+		return bad("source.max_frame_gap", "%d, want 1 to %d frames", s.MaxFrameGap, plan.MaxFrames)
 	}
 	return nil
 }

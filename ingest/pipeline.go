@@ -68,13 +68,13 @@ type Sink interface {
 
 // Config sets up a pipeline.
 type Config struct {
-	Format  frame.Format // the scan's frame format; frames of another are rejected
-	Frames  int          // planned frames; 0 when the scan's length is not known
+	Format frame.Format // the scan's frame format; frames of another are rejected
+	Frames int          // planned frames; 0 when the scan's length is not known
 	// MaxFrameGap bounds a scan without a plan: a frame number more than
 	// this beyond the highest received is rejected as out of range (see
 	// NewTracker); 0 means DefaultMaxFrameGap.
 	MaxFrameGap int
-	Backend gpu.Backend  // decode and checksum
+	Backend     gpu.Backend // decode and checksum
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
 	Workers  int // compression workers; 0 means one per core

@@ -328,7 +328,7 @@ func outcome(srcErr error, p ingest.Progress) string {
 	case errors.Is(srcErr, context.Canceled):
 		return "incomplete: interrupted"
 	case p.Problems() > 0:
-		return fmt.Sprintf("incomplete: %d missing, %d with a CRC mismatch, %d rejected", p.Missing, p.CRCMismatch, p.Rejected)
+		return fmt.Sprintf("incomplete: %d missing, %d with a CRC mismatch, %d rejected, %d beyond the scan", p.Missing, p.CRCMismatch, p.Rejected, p.OutOfRange)
 	}
 	return "complete: every planned frame is good"
 }

@@ -246,6 +246,7 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		NewCodec:       newCodec,
 		Batch:          batch,
 		DropWhenFull:   profile.Source.DropWhenFull,
+		MaxFrameGap:    profile.Source.MaxFrameGap,
 		BackendShuffle: out.BackendShuffle,
 		Log:            log,
 	})
@@ -325,6 +326,9 @@ func (r *scanRun) finish(srcErr error) error {
 		fmt.Fprintf(os.Stderr, "h5ingest: source stopped early: %v\n", srcErr)
 		return &exitError{code: exitIncomplete}
 	}
+	if n := r.progress.OutOfRange; n > 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file\n", n, r.beyond())
+	}
 	if srcErr != nil || r.progress.Problems() > 0 {
 		switch {
 		case errors.Is(srcErr, context.Canceled):
@@ -339,6 +343,14 @@ func (r *scanRun) finish(srcErr error) error {
 		return &exitError{code: exitIncomplete}
 	}
 	return nil
+}
+
+// beyond says which frames were beyond the scan, for the line about them.
+func (r *scanRun) beyond() string {
+	if r.planned > 0 {
+		return fmt.Sprintf("frame numbers %d and above, past the plan's %d frames; a replay of a --record capture with a longer plan keeps them", r.planned, r.planned)
+	}
+	return "frame numbers more than source.max_frame_gap beyond the highest received"
 }
 
 // abort finishes a scan that finish did not: the file keeps what it has.
@@ -375,7 +387,7 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
 	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
 	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
-	fmt.Fprintf(w, "  out of range    %d dropped\n", p.OutOfRange)
+	fmt.Fprintf(w, "  out of range    %d rejected (beyond the scan, not written)\n", p.OutOfRange)
 	if p.Overflow > 0 {
 		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
 	}
