@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -221,9 +223,20 @@ func TestBuiltinProfiles(t *testing.T) {
 
 func TestFileName(t *testing.T) {
 	o := Output{Directory: "/data/b", Template: "{scan}_{date}_m{module}.h5"}
-	got := o.FileName("s042", 3, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	if want := "/data/b/s042_20261122_m3.h5"; got != want {
-		t.Errorf("FileName = %q, want %q", got, want)
+	got, err := o.FileName("s042", 3, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	if want := "/data/b/s042_20261122_m3.h5"; got != want || err != nil {
+		t.Errorf("FileName = %q, %v, want %q", got, err, want)
+	}
+	// A scan id cannot take the file out of the output directory.
+	for _, id := range []string{"../x", "..", ".", "a/b", "/etc/x", "x/../../y", "a..b", "nul\x00"} {
+		if name, err := o.FileName(id, 0, time.Now()); !errors.Is(err, ErrScanID) {
+			t.Errorf("scan id %q: %q, %v, want ErrScanID", id, name, err)
+		}
+	}
+	for _, id := range []string{"s-1_b.2", ".hidden", "a b"} {
+		if name, err := o.FileName(id, 0, time.Now()); err != nil || path.Dir(name) != "/data/b" {
+			t.Errorf("scan id %q: %q, %v, want a file in /data/b", id, name, err)
+		}
 	}
 }
 

@@ -384,10 +384,32 @@ func readPositions(path string) ([][3]float64, error) {
 	return pos, nil
 }
 
-// FileName returns the output file name for a scan from the template.
-func (o *Output) FileName(scan string, module int, now time.Time) string {
+// ErrScanID is wrapped by the error for a scan id that could name a file
+// outside the output directory.
+var ErrScanID = errors.New("a scan id is part of a file name: it may not contain / or a NUL byte, or be . or ..")
+
+// CheckScanID reports a scan id that, put into a file name, could take the
+// file out of the output directory.
+func CheckScanID(id string) error {
+	if strings.ContainsAny(id, "/\x00") || id == "." || id == ".." || strings.Contains(id, "..") {
+		return fmt.Errorf("scan id %q: %w", id, ErrScanID)
+	}
+	return nil
+}
+
+// FileName returns the output file of a scan from the template, in the
+// output directory. It refuses a scan id that could take the file out of
+// the directory (CheckScanID), and a template whose substituted name does.
+func (o *Output) FileName(scan string, module int, now time.Time) (string, error) {
+	if err := CheckScanID(scan); err != nil {
+		return "", err
+	}
 	r := strings.NewReplacer("{scan}", scan, "{date}", now.Format("20060102"), "{module}", fmt.Sprint(module))
-	return path.Join(o.Directory, r.Replace(o.Template))
+	name := r.Replace(o.Template)
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return "", fmt.Errorf("output.template %q with scan id %q names %q, not a file in output.directory", o.Template, scan, name)
+	}
+	return path.Join(o.Directory, name), nil
 }
 
 //go:embed profiles/*.yaml

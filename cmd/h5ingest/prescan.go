@@ -103,6 +103,32 @@ func checkNew(path string, overwrite bool) error {
 	return nil
 }
 
+// maxNameBytes is the longest file name Linux file systems take (NAME_MAX).
+const maxNameBytes = 255
+
+// checkName reports a file name a scan cannot create, named what: one
+// whose temporary name (.NAME.part) is longer than a file system takes,
+// or a path longer than the system takes. Checked before the detector
+// connects, so that a long scan id does not fail a scan under way.
+func checkName(what, path string, temp bool) error {
+	name := filepath.Base(path)
+	if temp {
+		name = filepath.Base(writer.TempName(path))
+	}
+	if len(name) > maxNameBytes {
+		hint := ""
+		if temp {
+			hint = fmt.Sprintf(", written first as %.20s…", name)
+		}
+		return fmt.Errorf("%s %s: a name of %d bytes%s, where a file system takes %d (shorten --scan-id, -o or output.template)",
+			what, path, len(name), hint, maxNameBytes)
+	}
+	if len(path) >= syscall.PathMax {
+		return fmt.Errorf("%s %.60s…: a path of %d bytes, where the system takes %d", what, path, len(path), syscall.PathMax-1)
+	}
+	return nil
+}
+
 // fileExists reports whether there is a file (of any kind) at path.
 func fileExists(path string) bool {
 	_, err := os.Lstat(path)
@@ -155,6 +181,20 @@ type preScan struct {
 // error, and returns an exit error (status 1) if any failed.
 func (c preScan) run() error {
 	var failed []error
+	note := func(err error) {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	for _, f := range c.files {
+		note(checkName("output file", f, true))
+	}
+	if c.master != "" {
+		note(checkName("master file", c.master, true))
+	}
+	if c.record != "" {
+		note(checkName("capture file", c.record, false))
+	}
 	var dirs []string
 	for _, f := range c.files {
 		if d := filepath.Dir(f); !slices.Contains(dirs, d) {
@@ -182,11 +222,6 @@ func (c preScan) run() error {
 			} else if err != nil {
 				failed = append(failed, err)
 			}
-		}
-	}
-	note := func(err error) {
-		if err != nil {
-			failed = append(failed, err)
 		}
 	}
 	overwrite := c.profile.Output.Overwrite

@@ -114,6 +114,11 @@ func (s *scanFlags) load() (config.Profile, plan.Plan, error) {
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
+	if s.scanID != "" {
+		if err := config.CheckScanID(s.scanID); err != nil {
+			return config.Profile{}, plan.Plan{}, usageError(fmt.Errorf("--scan-id: %w", err))
+		}
+	}
 	// Counts on the command line replace a profile's sequence.
 	for _, name := range []string{"darks", "flats", "projections"} {
 		if _, given := flags["plan."+name]; given {
@@ -160,7 +165,11 @@ func (s *scanFlags) outputPath(p config.Profile, module int) (string, error) {
 	if s.scanID == "" {
 		return "", usageError(errors.New("no output file: give -o FILE.h5, or --scan-id ID for the profile's output.template"))
 	}
-	return p.Output.FileName(s.scanID, module, time.Now()), nil
+	name, err := p.Output.FileName(s.scanID, module, time.Now())
+	if err != nil {
+		return "", usageError(fmt.Errorf("--scan-id: %w", err))
+	}
+	return name, nil
 }
 
 // scanRun is one scan being written: the pipeline and its file.

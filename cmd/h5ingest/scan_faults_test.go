@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestReplayFramesBeyondPlan replays a capture of 12 frames with a plan of
@@ -86,5 +87,84 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > 400<<10 { // KiB
 		t.Errorf("replay peaked at %d MiB of memory for %d small frames", ru.Maxrss>>10, frames)
+	}
+}
+
+// runIn runs h5ingest as a process with extra environment variables and
+// returns its exit status, standard error and how long it took.
+func runIn(t *testing.T, env []string, args ...string) (int, string, time.Duration) {
+	t.Helper()
+	cmd := command(args...)
+	cmd.Env = append(cmd.Env, env...)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	start := time.Now()
+	_ = cmd.Run() // the exit status is checked by the caller
+	return cmd.ProcessState.ExitCode(), errOut.String(), time.Since(start)
+}
+
+// TestScanIDStaysInOutputDir gives every command that names files from a
+// scan id (replay and acquire of one module and of several, master) scan
+// ids that would leave output.directory: each is refused with exit status
+// 2 before any file is made. A scan id whose file name (with its
+// temporary name .NAME.part) is too long for the file system fails the
+// pre-scan check, exit status 1, before acquire listens for the detector.
+func TestScanIDStaysInOutputDir(t *testing.T) {
+	capturePath, _ := simulate(t, "--frames", "3")
+	array := arrayProfile(t)
+	commands := []struct {
+		name string
+		args func(addr string) []string
+	}{
+		{"replay", func(string) []string { return []string{"replay", capturePath} }},
+		{"replay modules", func(string) []string { return []string{"replay", capturePath, "--profile", array} }},
+		{"acquire", func(addr string) []string {
+			return []string{"acquire", "--listen", addr, "--connect-timeout", "20s", "--backend", "cpu"}
+		}},
+		{"acquire modules", func(addr string) []string {
+			return []string{"acquire", "--profile", array, "--listen", addr, "--connect-timeout", "20s", "--backend", "cpu"}
+		}},
+		{"master", func(string) []string { return []string{"master", "--profile", array, "--projections", "3"} }},
+	}
+	long := strings.Repeat("s", 249) // s…s.h5 is 252 bytes, .s…s.h5.part 258
+	for _, c := range commands {
+		for _, id := range []string{"../x", "a/../../x", "..", "sub/x", long} {
+			name := c.name + " " + id
+			if id == long {
+				name = c.name + " long"
+			}
+			t.Run(name, func(t *testing.T) {
+				root := t.TempDir()
+				out := filepath.Join(root, "out")
+				if err := os.Mkdir(out, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				args := append(c.args(freeAddr(t)), "--scan-id", id)
+				code, stderr, took := runIn(t, []string{"H5INGEST_OUTPUT_DIRECTORY=" + out}, args...)
+				want, says := exitUsage, "--scan-id"
+				if id == long {
+					want, says = exitFailure, "pre-scan check: "
+					if c.name == "master" {
+						says = "master file "
+					}
+				}
+				if code != want || !strings.Contains(stderr, says) {
+					t.Errorf("exit status %d, want %d with %q:\n%s", code, want, says, stderr)
+				}
+				if took > 10*time.Second {
+					t.Errorf("took %v: waited for a detector", took)
+				}
+				var made []string
+				filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+					if p != root && p != out {
+						made = append(made, p)
+					}
+					return nil
+				})
+				if len(made) > 0 {
+					t.Errorf("files made: %v", made)
+				}
+			})
+		}
 	}
 }
