@@ -37,8 +37,11 @@ deps:
 		fi; \
 	fi
 
+# The version --version prints and every file and capture records.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 build: deps
-	$(GO) build -o $(BIN) ./cmd/h5ingest
+	$(GO) build -ldflags "-X h5ingest/version.version=$(VERSION)" -o $(BIN) ./cmd/h5ingest
 
 vet:
 	$(GO) vet ./...

@@ -441,6 +441,26 @@ func unflatten(values map[string]any) map[string]any {
 	return out
 }
 
+// Values returns the profile as a profile file would hold it: a nested map
+// by its keys, durations as text ("10s"), ready to encode as JSON or YAML
+// and to load again.
+func (p Profile) Values() map[string]any {
+	m := toMap(p)
+	var text func(m map[string]any)
+	text = func(m map[string]any) {
+		for k, v := range m {
+			switch x := v.(type) {
+			case map[string]any:
+				text(x)
+			case time.Duration:
+				m[k] = x.String()
+			}
+		}
+	}
+	text(m)
+	return m
+}
+
 // toMap turns a profile into a nested map with the profile's keys, through
 // the same field tags that decode reads.
 func toMap(p Profile) map[string]any {

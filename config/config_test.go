@@ -1,10 +1,12 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -304,5 +306,33 @@ func TestEnvTestVariables(t *testing.T) {
 	t.Setenv("H5INGEST_OUTPUT_LEVEL", "0")
 	if _, _, err := LoadLayers(Layers{Profile: "default"}); err != nil {
 		t.Errorf("with H5INGEST_TEST_AS_COMMAND set: %v", err)
+	}
+}
+
+// TestValuesLoadAgain checks that a profile's Values, written as a file
+// (JSON, which YAML reads), load as the same profile: what a capture
+// records of the profile a scan ran with is a profile again.
+func TestValuesLoadAgain(t *testing.T) {
+	for _, name := range BuiltinNames() {
+		p, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Source.IdleTimeout = 1500 * time.Millisecond
+		js, err := json.Marshal(p.Values())
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "again.yaml")
+		if err := os.WriteFile(file, js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Load(file)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, js)
+		}
+		if !reflect.DeepEqual(again, p) {
+			t.Errorf("%s: loads again as\n%+v\nwant\n%+v", name, again, p)
+		}
 	}
 }

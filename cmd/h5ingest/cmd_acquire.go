@@ -144,7 +144,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	rec, closeRec, err := openRecord(f, profile)
+	rec, closeRec, err := openRecord(f, profile, plan)
 	if err != nil {
 		return err
 	}
@@ -178,8 +178,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 // writer is safe to share between the streams of several modules. An
 // existing file is replaced only when the profile says overwrite. The
 // capture records the profile as --profile named it, or the built-in
-// profile's name.
-func openRecord(f *acquireFlags, profile config.Profile) (*lockedRecorder, func(), error) {
+// profile's name, and what a replay needs to write the scan's file: the
+// plan, the merged profile, the geometry (scanMetadata).
+func openRecord(f *acquireFlags, profile config.Profile, pl plan.Plan) (*lockedRecorder, func(), error) {
 	if f.record == "" {
 		return nil, func() {}, nil
 	}
@@ -198,9 +199,12 @@ func openRecord(f *acquireFlags, profile config.Profile) (*lockedRecorder, func(
 	if name == "" {
 		name = profile.Name
 	}
-	w, err := capture.NewWriter(file, capture.Metadata{
-		Profile: name, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
-	})
+	meta, err := scanMetadata("acquire", name, profile, pl, time.Now())
+	if err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
+	}
+	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
@@ -256,7 +260,7 @@ func acquireModules(ctx context.Context, f *acquireFlags, profile config.Profile
 		return err
 	}
 	defer l.Close()
-	rec, closeRec, err := openRecord(f, profile)
+	rec, closeRec, err := openRecord(f, profile, plan)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,16 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 		return err
 	}
 	defer r.Close()
+	if plan.Frames() == 0 {
+		recorded, ok, err := capturePlan(r.Metadata())
+		if err != nil {
+			return fmt.Errorf("capture %s: %w", path, err)
+		}
+		if ok {
+			plan = recorded
+			fmt.Fprintf(os.Stderr, "h5ingest: no plan given: using the plan recorded in %s: %v\n", path, plan)
+		}
+	}
 	src := ingest.NewCaptureSource(r, format.PayloadSize())
 	if fps > 0 {
 		src.Interval = time.Duration(float64(time.Second) / fps)

@@ -14,6 +14,7 @@ import (
 	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/plan"
+	"h5ingest/version"
 )
 
 // simulateFlags holds the command line of h5ingest simulate.
@@ -285,7 +286,16 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool
 	meta := capture.Metadata{
 		Profile:  "simulated",
 		Created:  start.UTC().Format(time.RFC3339),
-		Software: "h5ingest simulate",
+		Software: "h5ingest simulate " + version.String(),
+	}
+	geometry := capture.Geometry{Format: capture.NewFormatInfo(cfg.Format), Modules: []capture.Module{{ID: int(cfg.Module)}}, Orientation: cfg.Orientation}
+	if err := setFields(&meta, capture.KeyVersion, version.String(), capture.KeyGeometry, geometry); err != nil {
+		return err
+	}
+	if cfg.Scene == sim.Tomo {
+		if err := meta.Set(capture.KeyPlan, cfg.Plan); err != nil {
+			return err
+		}
 	}
 	st, err := scan.WriteCapture(out, meta)
 	if cerr := out.Close(); err == nil {

@@ -21,6 +21,7 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/version"
 	"h5ingest/writer"
 )
 
@@ -286,6 +287,7 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 		PixelSize: profile.Detector.PixelSize,
 		Distance:  profile.Detector.Distance,
 		Energy:    profile.Detector.Energy * electronVolt,
+		Creator:   "h5ingest " + version.String(),
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()

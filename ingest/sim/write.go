@@ -15,32 +15,7 @@ import (
 const TruthKey = "simulation"
 
 // FormatInfo is a frame format as the ground truth spells it.
-type FormatInfo struct {
-	ChipsX     int    `json:"chips_x"`
-	ChipsY     int    `json:"chips_y"`
-	ChipWidth  int    `json:"chip_width"`
-	ChipHeight int    `json:"chip_height"`
-	Encoding   string `json:"encoding"`
-	BitDepth   int    `json:"bit_depth"`
-	Coding     string `json:"coding"`
-}
-
-// Format returns the frame format f describes.
-func (f FormatInfo) Format() (frame.Format, error) {
-	enc, err := frame.ParseEncoding(f.Encoding)
-	if err != nil {
-		return frame.Format{}, err
-	}
-	coding, err := frame.ParseCoding(f.Coding)
-	if err != nil {
-		return frame.Format{}, err
-	}
-	ff := frame.Format{
-		Geometry: frame.Geometry{ChipsX: f.ChipsX, ChipsY: f.ChipsY, ChipWidth: f.ChipWidth, ChipHeight: f.ChipHeight},
-		Encoding: enc, BitDepth: f.BitDepth, Coding: coding,
-	}
-	return ff, ff.Validate()
-}
+type FormatInfo = capture.FormatInfo
 
 // Truth is what a simulated scan was meant to deliver, recorded in the
 // capture metadata under TruthKey so that a replay can be checked frame by
@@ -89,10 +64,7 @@ func (s *Scan) truth(crc, flags []uint32) Truth {
 	f := c.Format
 	t := Truth{
 		Scene: c.Scene, Seed: c.Seed, Module: c.Module, FPS: c.FPS, StartNS: c.StartNS,
-		Format: FormatInfo{
-			ChipsX: f.ChipsX, ChipsY: f.ChipsY, ChipWidth: f.ChipWidth, ChipHeight: f.ChipHeight,
-			Encoding: f.Encoding.String(), BitDepth: f.BitDepth, Coding: f.Coding.String(),
-		},
+		Format:      capture.NewFormatInfo(f),
 		Orientation: c.Orientation,
 		Frames:      s.n,
 		Faults:      s.faults,
