@@ -2,9 +2,13 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"h5ingest/ingest/capture"
+	"h5ingest/version"
 )
 
 // TestInspectLabelsFrameNumbers checks that the problems line says which
@@ -68,5 +72,32 @@ func TestMasterAbsentModules(t *testing.T) {
 	code, stdout = runCaptured(t, "inspect", filepath.Join(dir, "s8_modmaster.h5"))
 	if code != exitOK || strings.Count(stdout, ": file absent") != len(arrayModules) {
 		t.Errorf("inspect exit status %d, want every module's file absent:\n%s", code, stdout)
+	}
+}
+
+// TestVersion checks --version, and that the version is in the files a
+// scan writes (the root's creator attribute, the master's too) and in the
+// captures simulate writes.
+func TestVersion(t *testing.T) {
+	code, stdout := runCaptured(t, "--version")
+	if want := "h5ingest " + version.String() + "\n"; code != exitOK || stdout != want {
+		t.Errorf("--version: exit status %d, %q, want %q", code, stdout, want)
+	}
+	path, _ := simulate(t, "--frames", "2")
+	if meta := captureMetadata(t, path); meta.Software != "h5ingest simulate "+version.String() {
+		t.Errorf("capture software %q", meta.Software)
+	}
+	var got string
+	if ok, err := captureMetadata(t, path).Get(capture.KeyVersion, &got); !ok || err != nil || got != version.String() {
+		t.Errorf("capture version %q, %v, %v", got, ok, err)
+	}
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	py := python(t, "h5py")
+	o, err := exec.Command(py, "-c", "import h5py, sys; print(h5py.File(sys.argv[1], 'r').attrs['creator'])", out).CombinedOutput()
+	if want := "h5ingest " + version.String(); err != nil || strings.TrimSpace(string(o)) != want {
+		t.Errorf("creator attribute %q (%v), want %q", o, err, want)
 	}
 }
