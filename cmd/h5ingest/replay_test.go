@@ -253,7 +253,7 @@ func TestReplayFaultTable(t *testing.T) {
 		t.Errorf("verify exit status %d, want %d with no bad chunk:\n%s", code, exitIncomplete, stdout)
 	}
 	code, stdout = runCaptured(t, "inspect", out)
-	if code != exitOK || !strings.Contains(stdout, "3 missing, 9 crc mismatch") ||
+	if code != exitOK || !strings.Contains(stdout, "problems      missing frame 3; crc mismatch frame 9\n") ||
 		!strings.Contains(stdout, "bitshuffle (filter 32008: 0 5 4 0 2)") ||
 		!strings.Contains(stdout, "2 darks, 2 flats, 12 projections at 0 to 165 degrees") {
 		t.Errorf("inspect exit status %d:\n%s", code, stdout)
