@@ -386,7 +386,7 @@ func readPositions(path string) ([][3]float64, error) {
 
 // ErrScanID is wrapped by the error for a scan id that could name a file
 // outside the output directory.
-var ErrScanID = errors.New("a scan id is part of a file name: it may not contain / or a NUL byte, or be . or ..")
+var ErrScanID = errors.New("a scan id is part of a file name: it may not hold a /, a NUL byte or .., nor be . alone")
 
 // CheckScanID reports a scan id that, put into a file name, could take the
 // file out of the output directory.
