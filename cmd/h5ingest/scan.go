@@ -338,7 +338,8 @@ func (r *scanRun) finish(srcErr error) error {
 		return &exitError{code: exitIncomplete}
 	}
 	if n := r.progress.OutOfRange; n > 0 {
-		fmt.Fprintf(os.Stderr, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file\n", n, r.beyond())
+		which, where := r.beyond()
+		fmt.Fprintf(os.Stderr, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file%s\n", n, which, where)
 	}
 	if srcErr != nil || r.progress.Problems() > 0 {
 		switch {
@@ -356,12 +357,14 @@ func (r *scanRun) finish(srcErr error) error {
 	return nil
 }
 
-// beyond says which frames were beyond the scan, for the line about them.
-func (r *scanRun) beyond() string {
+// beyond says, for the line about frames beyond the scan, which they were
+// and where else they may be.
+func (r *scanRun) beyond() (which, where string) {
 	if r.planned > 0 {
-		return fmt.Sprintf("frame numbers %d and above, past the plan's %d frames; a replay of a --record capture with a longer plan keeps them", r.planned, r.planned)
+		return fmt.Sprintf("frame numbers %d and above, past the plan's %d frames", r.planned, r.planned),
+			"; a capture of the scan keeps them, and a replay of it with a longer plan writes them"
 	}
-	return "frame numbers more than source.max_frame_gap beyond the highest received"
+	return "frame numbers more than source.max_frame_gap beyond the highest received", ""
 }
 
 // abort finishes a scan that finish did not: the file keeps what it has.
