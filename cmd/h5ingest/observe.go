@@ -204,7 +204,7 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 		{"not_frame", func(p ingest.Progress) int { return p.NotFrame }},
 		{"pipeline_full", func(p ingest.Progress) int { return p.Overflow }},
 	} {
-		reg.CounterFunc("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected, dropped as duplicate or out of range or because the pipeline was full, bytes that were not a frame.",
+		reg.CounterFunc("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable, or out of range: beyond the scan), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
 			prog(pr.f), m, metrics.Label{Name: "problem", Value: pr.name})
 	}
 	dir := filepath.Dir(scan.Output)
