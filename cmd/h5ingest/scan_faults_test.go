@@ -168,3 +168,31 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireFramesBeyondPlan sends a detector's 12 frames to an acquire
+// whose plan has 8, with a ring of 2 slots so that frames wait for the
+// pipeline: the 4 frames beyond the plan are rejected, exit status 3 (it
+// used to be 0), and the --record capture keeps all 12.
+func TestAcquireFramesBeyondPlan(t *testing.T) {
+	smallProfileEnv(t)
+	sent, truth := simulate(t, "--frames", "12")
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	rec := filepath.Join(dir, "s2.pmcap")
+	done := startAcquire("--listen", addr, "--output-dir", dir, "--scan-id", "s2", "--backend", "cpu", "--slots", "2",
+		"--record", rec, "--connect-timeout", "20s", "--projections", "8")
+	code, stdout := runCaptured(t, "send", sent, "--to", addr, "--timeout", "20s")
+	if code != exitOK {
+		t.Fatalf("send exit status %d\n%s", code, stdout)
+	}
+	if code := waitExit(t, done, 30*time.Second); code != exitIncomplete {
+		t.Fatalf("acquire exit status %d, want %d", code, exitIncomplete)
+	}
+	status, ok := statuses(t, filepath.Join(dir, "s2.h5"), truth)
+	if len(status) != 8 || ok != 8 {
+		t.Errorf("file holds %d frames, %d ok: want the 8 planned, all ok", len(status), ok)
+	}
+	if got := len(records(t, rec)); got != 12 {
+		t.Errorf("the capture holds %d frames, want all 12 that arrived", got)
+	}
+}
