@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"h5ingest/ingest/sim"
 )
 
 // TestReplayFramesBeyondPlan replays a capture of 12 frames with a plan of
@@ -39,13 +41,11 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 	}
 }
 
-// TestReplayStrayFrameNumberNoPlan replays, without a plan, a capture of
-// good frames among which a few carry corrupt frame numbers (2^24-1 was
-// accepted once: 16.7 million records, 3 GB of memory, an 840 MB file):
-// they are rejected as out of range, exit status 3, the file holds the good
-// frames alone, all ok, and memory and file stay small.
-func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
-	const frames = 24
+// strayCapture writes a capture of frames good frames, without a plan in
+// its metadata, among which 5 carry corrupt frame numbers (2^24-1, 20000,
+// 2^40, 2^63, 2^64-1), and returns it with the good frames' truth.
+func strayCapture(t *testing.T, frames int) (string, *sim.Truth) {
+	t.Helper()
 	path, truth := simulate(t, "--frames", strconv.Itoa(frames))
 	var stream [][]byte
 	stray := []uint64{1<<24 - 1, 20_000, 1 << 40, 1 << 63, 1<<64 - 1}
@@ -57,9 +57,20 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 			stream = append(stream, resealed(bad))
 		}
 	}
-	dir := t.TempDir()
-	in := filepath.Join(dir, "stray.pmcap")
+	in := filepath.Join(t.TempDir(), "stray.pmcap")
 	writeRecords(t, in, stream) // metadata without a plan
+	return in, truth
+}
+
+// TestReplayStrayFrameNumberNoPlan replays, without a plan, a capture of
+// good frames among which a few carry corrupt frame numbers (2^24-1 was
+// accepted once: 16.7 million records, 3 GB of memory, an 840 MB file):
+// they are rejected as out of range, exit status 3, the file holds the good
+// frames alone, all ok, and memory and file stay small.
+func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
+	const frames = 24
+	in, truth := strayCapture(t, frames)
+	dir := t.TempDir()
 	out := filepath.Join(dir, "stray.h5")
 	cmd := command("replay", in, "-o", out)
 	var stdout, stderr bytes.Buffer
@@ -194,5 +205,29 @@ func TestAcquireFramesBeyondPlan(t *testing.T) {
 	}
 	if got := len(records(t, rec)); got != 12 {
 		t.Errorf("the capture holds %d frames, want all 12 that arrived", got)
+	}
+}
+
+// TestAcquireStrayFrameNumberNoPlan has a detector send, to an acquire
+// without a plan, good frames among which 5 carry corrupt frame numbers,
+// through a ring of 2 slots: they are rejected as out of range, exit
+// status 3, and the file holds the good frames alone, all ok.
+func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
+	smallProfileEnv(t)
+	const frames = 24
+	sent, truth := strayCapture(t, frames)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	done := startAcquire("--listen", addr, "--output-dir", dir, "--scan-id", "s3", "--backend", "cpu", "--slots", "2",
+		"--connect-timeout", "20s")
+	if code, stdout := runCaptured(t, "send", sent, "--to", addr, "--timeout", "20s"); code != exitOK {
+		t.Fatalf("send exit status %d\n%s", code, stdout)
+	}
+	if code := waitExit(t, done, 30*time.Second); code != exitIncomplete {
+		t.Fatalf("acquire exit status %d, want %d", code, exitIncomplete)
+	}
+	status, ok := statuses(t, filepath.Join(dir, "s3.h5"), truth)
+	if len(status) != frames || ok != frames {
+		t.Errorf("file holds %d frames, %d ok: want the %d good frames, all ok", len(status), ok, frames)
 	}
 }
