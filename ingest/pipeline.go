@@ -68,13 +68,9 @@ type Sink interface {
 
 // Config sets up a pipeline.
 type Config struct {
-	Format frame.Format // the scan's frame format; frames of another are rejected
-	Frames int          // planned frames; 0 when the scan's length is not known
-	// MaxFrameGap bounds a scan without a plan: a frame number more than
-	// this beyond the highest received is rejected as out of range (see
-	// NewTracker); 0 means DefaultMaxFrameGap.
-	MaxFrameGap int
-	Backend     gpu.Backend // decode and checksum
+	Format  frame.Format // the scan's frame format; frames of another are rejected
+	Frames  int          // planned frames; 0 when the scan's length is not known
+	Backend gpu.Backend  // decode and checksum
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
 	Workers  int // compression workers; 0 means one per core
@@ -90,6 +86,10 @@ type Config struct {
 	// compression workers only compress the blocks. The files do not
 	// change. The codec must be a compress.Preshuffled (bslz4, bszstd).
 	BackendShuffle bool
+	// MaxFrameGap bounds a scan without a plan: a frame number more than
+	// this beyond the highest received is rejected as out of range (see
+	// NewTracker); 0 means DefaultMaxFrameGap.
+	MaxFrameGap int
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
