@@ -391,7 +391,7 @@ var ErrScanID = errors.New("a scan id is part of a file name: it may not hold a 
 // CheckScanID reports a scan id that, put into a file name, could take the
 // file out of the output directory.
 func CheckScanID(id string) error {
-	if strings.ContainsAny(id, "/\x00") || id == "." || id == ".." || strings.Contains(id, "..") {
+	if strings.ContainsAny(id, "/\x00") || id == "." || strings.Contains(id, "..") {
 		return fmt.Errorf("scan id %q: %w", id, ErrScanID)
 	}
 	return nil
