@@ -23,19 +23,27 @@ DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-
 
 all: build
 
+# apt waits up to APT_LOCK_WAIT seconds for another apt or dpkg (an
+# unattended upgrade) to let go of the package locks, instead of failing.
+export APT_LOCK_WAIT ?= 600
+APT := tools/apt.sh
+
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing Debian packages:" $$missing; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+			$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq $$missing >/dev/null; \
 		else \
 			echo "missing Debian packages:" $$missing "(run make as root, or apt-get install them)"; exit 1; \
 		fi; \
 	fi
 
+# The version --version prints and every file and capture records.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 build: deps
-	$(GO) build -o $(BIN) ./cmd/h5ingest
+	$(GO) build -ldflags "-X h5ingest/version.version=$(VERSION)" -o $(BIN) ./cmd/h5ingest
 
 vet:
 	$(GO) vet ./...

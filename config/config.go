@@ -91,6 +91,9 @@ type Source struct {
 	// while the pipeline is full are dropped, counted and recorded missing,
 	// instead of holding the detector back.
 	DropWhenFull bool `mapstructure:"drop_when_full"`
+	// MaxFrameGap bounds a scan without a plan: a frame number more than
+	// this beyond the highest received is rejected as out of range.
+	MaxFrameGap int `mapstructure:"max_frame_gap"`
 }
 
 // Output is where and how scans are written.
@@ -439,6 +442,26 @@ func unflatten(values map[string]any) map[string]any {
 		m[parts[len(parts)-1]] = v
 	}
 	return out
+}
+
+// Values returns the profile as a profile file would hold it: a nested map
+// by its keys, durations as text ("10s"), ready to encode as JSON or YAML
+// and to load again.
+func (p Profile) Values() map[string]any {
+	m := toMap(p)
+	var text func(m map[string]any)
+	text = func(m map[string]any) {
+		for k, v := range m {
+			switch x := v.(type) {
+			case map[string]any:
+				text(x)
+			case time.Duration:
+				m[k] = x.String()
+			}
+		}
+	}
+	text(m)
+	return m
 }
 
 // toMap turns a profile into a nested map with the profile's keys, through

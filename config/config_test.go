@@ -1,8 +1,12 @@
 package config
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
+	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -221,9 +225,20 @@ func TestBuiltinProfiles(t *testing.T) {
 
 func TestFileName(t *testing.T) {
 	o := Output{Directory: "/data/b", Template: "{scan}_{date}_m{module}.h5"}
-	got := o.FileName("s042", 3, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	if want := "/data/b/s042_20261122_m3.h5"; got != want {
-		t.Errorf("FileName = %q, want %q", got, want)
+	got, err := o.FileName("s042", 3, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	if want := "/data/b/s042_20261122_m3.h5"; got != want || err != nil {
+		t.Errorf("FileName = %q, %v, want %q", got, err, want)
+	}
+	// A scan id cannot take the file out of the output directory.
+	for _, id := range []string{"../x", "..", ".", "a/b", "/etc/x", "x/../../y", "a..b", "nul\x00"} {
+		if name, err := o.FileName(id, 0, time.Now()); !errors.Is(err, ErrScanID) {
+			t.Errorf("scan id %q: %q, %v, want ErrScanID", id, name, err)
+		}
+	}
+	for _, id := range []string{"s-1_b.2", ".hidden", "a b"} {
+		if name, err := o.FileName(id, 0, time.Now()); err != nil || path.Dir(name) != "/data/b" {
+			t.Errorf("scan id %q: %q, %v, want a file in /data/b", id, name, err)
+		}
 	}
 }
 
@@ -291,5 +306,33 @@ func TestEnvTestVariables(t *testing.T) {
 	t.Setenv("H5INGEST_OUTPUT_LEVEL", "0")
 	if _, _, err := LoadLayers(Layers{Profile: "default"}); err != nil {
 		t.Errorf("with H5INGEST_TEST_AS_COMMAND set: %v", err)
+	}
+}
+
+// TestValuesLoadAgain checks that a profile's Values, written as a file
+// (JSON, which YAML reads), load as the same profile: what a capture
+// records of the profile a scan ran with is a profile again.
+func TestValuesLoadAgain(t *testing.T) {
+	for _, name := range BuiltinNames() {
+		p, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Source.IdleTimeout = 1500 * time.Millisecond
+		js, err := json.Marshal(p.Values())
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "again.yaml")
+		if err := os.WriteFile(file, js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Load(file)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, js)
+		}
+		if !reflect.DeepEqual(again, p) {
+			t.Errorf("%s: loads again as\n%+v\nwant\n%+v", name, again, p)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,19 +24,21 @@ func FuzzLoad(f *testing.F) {
 	f.Add("detector: [\n")
 	f.Add("a: &x [*x]\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		path := filepath.Join(t.TempDir(), "fuzz.yaml")
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		file := filepath.Join(t.TempDir(), "fuzz.yaml")
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, _, err := LoadLayers(Layers{Profile: path})
+		p, _, err := LoadLayers(Layers{Profile: file})
 		if err != nil {
-			if !strings.Contains(err.Error(), path) && !strings.Contains(err.Error(), "H5INGEST_") {
+			if !strings.Contains(err.Error(), file) && !strings.Contains(err.Error(), "H5INGEST_") {
 				t.Fatalf("error does not name the profile: %v", err)
 			}
 			return
 		}
 		if _, err := p.Plan.Plan(); err == nil {
-			_ = p.Output.FileName("scan", 0, time.Unix(0, 0))
+			if name, err := p.Output.FileName("scan", 0, time.Unix(0, 0)); err == nil && path.Dir(name) != path.Clean(p.Output.Directory) {
+				t.Errorf("file %s is not in output.directory %s", name, p.Output.Directory)
+			}
 		}
 	})
 }

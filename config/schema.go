@@ -48,6 +48,7 @@ func Default() Profile {
 			IdleTimeout:    10 * time.Second,
 			RingSlots:      32,
 			RingMaxBytes:   4 << 30,
+			MaxFrameGap:    10_000,
 		},
 		Backend: "auto",
 		Output: Output{
@@ -95,6 +96,7 @@ var Keys = []Key{
 	{"source.idle_timeout", "silence mid-scan after which the scan ends, e.g. 10s"},
 	{"source.ring_slots", "frame slots in the receiver's registered ring, 2 or more"},
 	{"source.ring_max_bytes", "most bytes one module's receive ring may take (ring_slots times the frame size must fit), 1 MiB or more; bounds the receiver's memory"},
+	{"source.max_frame_gap", "in a scan without a plan: how far beyond the highest frame number received a frame's number may lie; a frame further out (a corrupt number) is rejected as out of range, not written, so that it cannot grow the scan; 1 to 10000000"},
 	{"source.drop_when_full", "for a detector that cannot wait: drop (count, record missing) the frames that arrive while the pipeline is full, instead of holding the detector back: true or false"},
 	{"backend", "decode backend: auto, cpu or cuda"},
 	{"output.directory", "directory the scan files go to"},
@@ -269,6 +271,8 @@ func (p *Profile) validateSource() error {
 		return bad("source.ring_slots", "%d, want 2 to 4096", s.RingSlots)
 	case s.RingMaxBytes < 1<<20:
 		return bad("source.ring_max_bytes", "%d, want 1048576 (1 MiB) or more", s.RingMaxBytes)
+	case s.MaxFrameGap < 1 || s.MaxFrameGap > plan.MaxFrames:
+		return bad("source.max_frame_gap", "%d, want 1 to %d frames", s.MaxFrameGap, plan.MaxFrames)
 	}
 	return nil
 }
@@ -384,10 +388,32 @@ func readPositions(path string) ([][3]float64, error) {
 	return pos, nil
 }
 
-// FileName returns the output file name for a scan from the template.
-func (o *Output) FileName(scan string, module int, now time.Time) string {
+// ErrScanID is wrapped by the error for a scan id that could name a file
+// outside the output directory.
+var ErrScanID = errors.New("a scan id is part of a file name: it may not hold a /, a NUL byte or .., nor be . alone")
+
+// CheckScanID reports a scan id that, put into a file name, could take the
+// file out of the output directory.
+func CheckScanID(id string) error {
+	if strings.ContainsAny(id, "/\x00") || id == "." || strings.Contains(id, "..") {
+		return fmt.Errorf("scan id %q: %w", id, ErrScanID)
+	}
+	return nil
+}
+
+// FileName returns the output file of a scan from the template, in the
+// output directory. It refuses a scan id that could take the file out of
+// the directory (CheckScanID), and a template whose substituted name does.
+func (o *Output) FileName(scan string, module int, now time.Time) (string, error) {
+	if err := CheckScanID(scan); err != nil {
+		return "", err
+	}
 	r := strings.NewReplacer("{scan}", scan, "{date}", now.Format("20060102"), "{module}", fmt.Sprint(module))
-	return path.Join(o.Directory, r.Replace(o.Template))
+	name := r.Replace(o.Template)
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return "", fmt.Errorf("output.template %q with scan id %q names %q, not a file in output.directory", o.Template, scan, name)
+	}
+	return path.Join(o.Directory, name), nil
 }
 
 //go:embed profiles/*.yaml

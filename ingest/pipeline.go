@@ -86,6 +86,10 @@ type Config struct {
 	// compression workers only compress the blocks. The files do not
 	// change. The codec must be a compress.Preshuffled (bslz4, bszstd).
 	BackendShuffle bool
+	// MaxFrameGap bounds a scan without a plan: a frame number more than
+	// this beyond the highest received is rejected as out of range (see
+	// NewTracker); 0 means DefaultMaxFrameGap.
+	MaxFrameGap int
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
@@ -163,7 +167,7 @@ func New(cfg Config) (*Pipeline, error) {
 		log = zap.NewNop()
 	}
 	log = logagg.Wrap(log, 0)
-	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames)}, nil
+	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames, cfg.MaxFrameGap)}, nil
 }
 
 // Progress returns a snapshot of the pipeline's progress. It is safe to call
@@ -427,7 +431,7 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 		verdict := p.tracker.Admit(h)
 		p.mu.Unlock()
 		if verdict != Accept {
-			p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.Stringer("reason", verdict))
+			p.logVerdict(h.FrameNumber, verdict)
 			src.Release(f)
 			s.write, s.n = false, -1
 			writeCh <- s
@@ -460,12 +464,22 @@ func (p *Pipeline) overflow(src Source, f *Frame) {
 		p.tracker.Overflow(h.FrameNumber)
 	}
 	p.mu.Unlock()
-	reason := "pipeline full"
-	if verdict != Accept {
-		reason = verdict.String()
+	if verdict == Accept {
+		p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.String("reason", "pipeline full"))
+	} else {
+		p.logVerdict(h.FrameNumber, verdict)
 	}
-	p.log.Warn("frame dropped", zap.Uint64("frame", h.FrameNumber), zap.String("reason", reason))
 	src.Release(f)
+}
+
+// logVerdict logs a frame the tracker did not accept: a later copy is
+// dropped, a frame beyond the scan rejected.
+func (p *Pipeline) logVerdict(n uint64, v Verdict) {
+	msg := "frame dropped"
+	if v == OutOfRange {
+		msg = "frame rejected"
+	}
+	p.log.Warn(msg, zap.Uint64("frame", n), zap.Stringer("reason", v))
 }
 
 // check reports a frame the scan cannot decode: a header inconsistent with

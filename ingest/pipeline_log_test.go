@@ -45,7 +45,11 @@ func TestPipelineLogsAggregated(t *testing.T) {
 	if _, err := p.Run(context.Background(), src, newMemSink()); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][3]int64{"payload CRC mismatch": {20, 10, 29}, "frame dropped": {3, 2, 6}, "frames missing": {3, 30, 32}}
+	want := map[string][3]any{
+		"payload CRC mismatch": {int64(20), uint64(10), uint64(29)},
+		"frame dropped":        {int64(3), uint64(2), uint64(6)},
+		"frames missing":       {int64(3), int64(30), int64(32)},
+	}
 	if logs.Len() != len(want) {
 		t.Fatalf("%d log lines, want %d: %v", logs.Len(), len(want), logs.AllUntimed())
 	}

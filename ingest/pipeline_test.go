@@ -16,6 +16,10 @@ import (
 	"time"
 	"unsafe"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"h5ingest/compress"
 	"h5ingest/gpu"
 	"h5ingest/ingest/frame"
@@ -611,6 +615,71 @@ func TestPipelineHostMemory(t *testing.T) {
 			}
 			if len(be.locked) != 0 {
 				t.Errorf("%d regions left page-locked", len(be.locked))
+			}
+		})
+	}
+}
+
+// TestPipelineStrayFrameNumberNoPlan sends, in a scan without a plan, good
+// frames with corrupt frame numbers among them (2^24-1 was accepted once
+// and grew the scan to 16.7 million records): they are rejected as out of
+// range, logged, and the scan holds the good frames alone, with memory for
+// them alone. The source is always ready, so the frames queue up behind the
+// pipeline's slots (a backlog), with and without drop-when-full.
+func TestPipelineStrayFrameNumberNoPlan(t *testing.T) {
+	const good = 40
+	stray := []uint64{1<<24 - 1, DefaultMaxFrameGap + good, 1 << 40, 1 << 63, 1<<64 - 1}
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drop-when-full=%v", drop), func(t *testing.T) {
+			backend, err := gpu.New("cpu", gpu.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer backend.Close()
+			obs, logs := observer.New(zapcore.WarnLevel)
+			p, err := New(Config{
+				Format: testFormat, Backend: backend, Batch: 2, Slots: 3, DropWhenFull: drop,
+				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+				Log:      zap.New(obs),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := &sliceSource{}
+			for n := range uint64(good) {
+				src.frames = append(src.frames, testFrame(t, testFormat, n))
+				if n%8 == 3 {
+					f := testFrame(t, testFormat, n)
+					f.Header.FrameNumber = stray[n/8]
+					src.frames = append(src.frames, f)
+				}
+			}
+			sink := newMemSink()
+			progress, err := p.Run(context.Background(), src, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Frames() != good || len(sink.records) != good {
+				t.Errorf("the scan holds %d frames and %d records, want the %d good ones", p.Frames(), len(sink.records), good)
+			}
+			if progress.OutOfRange != len(stray) || progress.Problems() < len(stray) {
+				t.Errorf("counts %+v: want %d out of range", progress.Counts, len(stray))
+			}
+			if !drop {
+				if progress.OK != good || len(sink.chunks) != good {
+					t.Errorf("%d ok, %d chunks: want every good frame", progress.OK, len(sink.chunks))
+				}
+				checkOutput(t, sink, "bslz4", good, nil)
+			}
+			var logged bool
+			for _, e := range logs.All() {
+				m := e.ContextMap()
+				if e.Message == "frame rejected" && m["reason"] == "out of range" {
+					logged = m["count"] == int64(len(stray)) && m["last"] == uint64(1<<64-1)
+				}
+			}
+			if !logged {
+				t.Errorf("no log line counting the %d frames out of range up to 2^64-1: %v", len(stray), logs.AllUntimed())
 			}
 		})
 	}

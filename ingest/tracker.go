@@ -13,7 +13,7 @@ type Verdict int
 const (
 	Accept     Verdict = iota // decode and write it
 	Duplicate                 // its number was seen before: drop this copy
-	OutOfRange                // its number is beyond the scan's frame count: drop it
+	OutOfRange                // its number is beyond the scan: reject it, unwritten
 )
 
 // String names the verdict for log lines.
@@ -37,32 +37,47 @@ type Counts struct {
 	CRCMismatch int // written with a payload CRC mismatch, status 2
 	Rejected    int // not decodable, status 3
 	Duplicate   int // later copies of a frame number, dropped
-	OutOfRange  int // frame numbers beyond the plan, dropped
+	OutOfRange  int // frame numbers beyond the plan, or far beyond the highest of a scan without one: rejected, not written
 	Missing     int // never seen by the end, status 1
 	NotFrame    int // bytes that were not a frame header
 	Overflow    int // dropped because the pipeline was full (never held back), status 1
 }
 
-// Problems returns the number of planned frames that are not good:
-// missing, corrupt or rejected.
-func (c Counts) Problems() int { return c.Missing + c.CRCMismatch + c.Rejected }
+// Problems returns the number of frames that make a scan incomplete: the
+// planned frames that are not good (missing, corrupt or rejected) and the
+// frames rejected as beyond the scan, which no file holds.
+func (c Counts) Problems() int { return c.Missing + c.CRCMismatch + c.Rejected + c.OutOfRange }
 
 // Tracker applies the receiver's rules for bad frames: it knows which frame
-// numbers arrived, drops duplicates and frames beyond the plan, and records
-// the status of every frame of the scan. It is not safe for concurrent use.
+// numbers arrived, drops duplicates, rejects frames beyond the plan, and
+// records the status of every frame of the scan. It is not safe for
+// concurrent use.
 type Tracker struct {
 	planned int     // 0: unknown length, the scan grows as frames arrive
+	maxGap  int     // without a plan: how far beyond the highest frame number a new one may lie
 	status  []uint8 // per frame; statusUnseen until something arrives
 	counts  Counts
 }
+
+// DefaultMaxFrameGap is how far beyond the highest frame number seen a
+// frame of a scan without a plan may lie, where nothing else says: ten
+// seconds of a detector at 1000 frames/s. A corrupt frame number further
+// out is rejected as out of range instead of growing the scan (and the
+// records held for it) by that much.
+const DefaultMaxFrameGap = 10_000
 
 // statusUnseen marks a frame number no frame has claimed yet.
 const statusUnseen = 0xFF
 
 // NewTracker returns a tracker for a scan of planned frames; 0 means the
-// length is not known in advance.
-func NewTracker(planned int) *Tracker {
-	t := &Tracker{planned: planned, status: make([]uint8, planned)}
+// length is not known in advance. In such a scan a frame number more than
+// maxGap beyond the highest accepted so far (the first frame: maxGap or
+// more) is out of range; maxGap 0 means DefaultMaxFrameGap.
+func NewTracker(planned, maxGap int) *Tracker {
+	if maxGap <= 0 {
+		maxGap = DefaultMaxFrameGap
+	}
+	t := &Tracker{planned: planned, maxGap: maxGap, status: make([]uint8, planned)}
 	for i := range t.status {
 		t.status[i] = statusUnseen
 	}
@@ -79,7 +94,7 @@ func (t *Tracker) Admit(h *frame.Header) Verdict {
 		t.counts.OutOfRange++
 		return OutOfRange
 	}
-	if n >= maxUnplanned {
+	if t.planned == 0 && (n >= maxUnplanned || n >= uint64(len(t.status))+uint64(t.maxGap)) {
 		t.counts.OutOfRange++
 		return OutOfRange
 	}

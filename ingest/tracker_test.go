@@ -15,6 +15,7 @@ func TestTrackerRules(t *testing.T) {
 	tests := []struct {
 		name     string
 		planned  int
+		maxGap   int // 0: the default
 		arrivals []arrival
 		status   []uint8
 		counts   Counts
@@ -57,10 +58,48 @@ func TestTrackerRules(t *testing.T) {
 			status: []uint8{0, frame.StatusMissing, frame.StatusMissing, 0},
 			counts: Counts{Received: 3, OK: 2, OutOfRange: 1, Missing: 2},
 		},
+		{
+			// One corrupt frame number must not grow the scan by billions
+			// of records: beyond the gap it is rejected, and the scan goes
+			// on from the highest frame accepted.
+			name:    "unknown length, stray frame numbers beyond the gap",
+			planned: 0,
+			maxGap:  4,
+			arrivals: []arrival{
+				{0, Accept, frame.StatusOK}, {1 << 40, OutOfRange, 0}, {1, Accept, frame.StatusOK},
+				{5, Accept, frame.StatusOK}, {10, OutOfRange, 0}, {9, Accept, frame.StatusOK},
+				{1<<64 - 1, OutOfRange, 0}, {1 << 63, OutOfRange, 0}, {2, Accept, frame.StatusOK},
+			},
+			status: []uint8{0, 0, 0, frame.StatusMissing, frame.StatusMissing, 0, frame.StatusMissing, frame.StatusMissing, frame.StatusMissing, 0},
+			counts: Counts{Received: 9, OK: 5, OutOfRange: 4, Missing: 5},
+		},
+		{
+			name:     "unknown length, first frame beyond the gap",
+			planned:  0,
+			maxGap:   4,
+			arrivals: []arrival{{4, OutOfRange, 0}, {3, Accept, frame.StatusOK}},
+			status:   []uint8{frame.StatusMissing, frame.StatusMissing, frame.StatusMissing, 0},
+			counts:   Counts{Received: 2, OK: 1, OutOfRange: 1, Missing: 3},
+		},
+		{
+			name:     "unknown length, default gap",
+			planned:  0,
+			arrivals: []arrival{{0, Accept, frame.StatusOK}, {DefaultMaxFrameGap + 1, OutOfRange, 0}, {DefaultMaxFrameGap, Accept, frame.StatusOK}},
+			status:   append(append([]uint8{0}, make1(DefaultMaxFrameGap-1, frame.StatusMissing)...), 0),
+			counts:   Counts{Received: 3, OK: 2, OutOfRange: 1, Missing: DefaultMaxFrameGap - 1},
+		},
+		{
+			name:     "a plan bounds the scan, not the gap",
+			planned:  100,
+			maxGap:   4,
+			arrivals: []arrival{{50, Accept, frame.StatusOK}, {100, OutOfRange, 0}},
+			status:   append(append(make1(50, frame.StatusMissing), 0), make1(49, frame.StatusMissing)...),
+			counts:   Counts{Planned: 100, Received: 2, OK: 1, OutOfRange: 1, Missing: 99},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(tt.planned)
+			tr := NewTracker(tt.planned, tt.maxGap)
 			for _, a := range tt.arrivals {
 				h := frame.Header{FrameNumber: a.n}
 				v := tr.Admit(&h)
@@ -92,7 +131,7 @@ func TestTrackerRules(t *testing.T) {
 }
 
 func TestTrackerInFlightCountsAsMissing(t *testing.T) {
-	tr := NewTracker(2)
+	tr := NewTracker(2, 0)
 	h := frame.Header{FrameNumber: 0}
 	tr.Admit(&h)
 	if c := tr.Counts(); c.Missing != 2 {
@@ -101,5 +140,29 @@ func TestTrackerInFlightCountsAsMissing(t *testing.T) {
 	tr.Done(0, frame.StatusOK)
 	if c := tr.Counts(); c.Missing != 1 || c.Problems() != 1 {
 		t.Errorf("counts %+v, want 1 missing", c)
+	}
+}
+
+// make1 returns n copies of v.
+func make1(n int, v uint8) []uint8 {
+	s := make([]uint8, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+func TestProblemsCountFramesBeyondTheScan(t *testing.T) {
+	// A scan whose planned frames are all good but which received frames
+	// beyond its plan is incomplete: those frames are in no file.
+	tr := NewTracker(1, 0)
+	for _, n := range []uint64{0, 1} {
+		h := frame.Header{FrameNumber: n}
+		if tr.Admit(&h) == Accept {
+			tr.Done(n, frame.StatusOK)
+		}
+	}
+	if c := tr.Counts(); c.OutOfRange != 1 || c.Problems() != 1 {
+		t.Errorf("counts %+v, problems %d: want 1 out of range, 1 problem", c, c.Problems())
 	}
 }

@@ -11,7 +11,6 @@ package logagg
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -60,7 +59,7 @@ type group struct {
 	reason      string
 	fields      []zapcore.Field // the first event's, without its frame
 	count       int
-	first, last int64
+	first, last uint64 // frame numbers, as the frames carry them
 }
 
 func newCore(inner zapcore.Core, interval time.Duration) *core {
@@ -102,7 +101,7 @@ func (c *core) Sync() error {
 	return c.inner.Sync()
 }
 
-func (w *window) add(e zapcore.Entry, fields []zapcore.Field, n int64) {
+func (w *window) add(e zapcore.Entry, fields []zapcore.Field, n uint64) {
 	reason := fieldString(fields, "reason")
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -142,23 +141,24 @@ func (w *window) flush() {
 		if ce == nil {
 			continue
 		}
-		fields := append([]zapcore.Field{zap.Int("count", g.count), zap.Int64("first", g.first), zap.Int64("last", g.last)}, g.fields...)
+		fields := append([]zapcore.Field{zap.Int("count", g.count), zap.Uint64("first", g.first), zap.Uint64("last", g.last)}, g.fields...)
 		ce.Write(fields...)
 	}
 }
 
-// frameNumber returns the value of an integer field named "frame".
-func frameNumber(fields []zapcore.Field) (int64, bool) {
+// frameNumber returns the value of an integer field named "frame": frame
+// numbers are unsigned 64-bit, so a uint64 keeps its every value (2^63
+// and above too); a negative signed value is no frame number.
+func frameNumber(fields []zapcore.Field) (uint64, bool) {
 	for _, f := range fields {
 		if f.Key != "frame" {
 			continue
 		}
 		switch f.Type {
-		case zapcore.Int64Type, zapcore.Int32Type, zapcore.Int16Type, zapcore.Int8Type,
-			zapcore.Uint32Type, zapcore.Uint16Type, zapcore.Uint8Type:
-			return f.Integer, true
-		case zapcore.Uint64Type, zapcore.UintptrType:
-			return int64(min(uint64(f.Integer), math.MaxInt64)), true
+		case zapcore.Int64Type, zapcore.Int32Type, zapcore.Int16Type, zapcore.Int8Type:
+			return uint64(f.Integer), f.Integer >= 0
+		case zapcore.Uint64Type, zapcore.UintptrType, zapcore.Uint32Type, zapcore.Uint16Type, zapcore.Uint8Type:
+			return uint64(f.Integer), true
 		}
 	}
 	return 0, false

@@ -23,6 +23,8 @@ func TestAggregates(t *testing.T) {
 	log.Warn("frame dropped", zap.Int("frame", 7), zap.Stringer("reason", reason("duplicate")))
 	log.Warn("frame dropped", zap.Int("frame", 3), zap.Stringer("reason", reason("duplicate")))
 	log.Warn("frame dropped", zap.Int("frame", 5000), zap.Stringer("reason", reason("out of range")))
+	log.Warn("frame rejected", zap.Uint64("frame", 1<<63+5), zap.Stringer("reason", reason("beyond the scan")))
+	log.Warn("frame rejected", zap.Uint64("frame", 1<<64-1), zap.Stringer("reason", reason("beyond the scan")))
 	log.Debug("frame rejected", zap.Int("frame", 1)) // below the level
 	log.Info("scan started", zap.String("output", "x.h5"))
 	if got := logs.Len(); got != 1 {
@@ -30,17 +32,19 @@ func TestAggregates(t *testing.T) {
 	}
 	log.Sync()
 	all := logs.AllUntimed()
-	if len(all) != 4 {
-		t.Fatalf("%d entries after Sync, want 4: %v", len(all), all)
+	if len(all) != 5 {
+		t.Fatalf("%d entries after Sync, want 5: %v", len(all), all)
 	}
 	for i, want := range []struct {
-		msg                string
-		count, first, last int64
-		reason             string
+		msg         string
+		count       int64
+		first, last uint64 // frame numbers of 2^63 and above as they are
+		reason      string
 	}{
 		{"frame rejected", 60, 40, 99, ""},
 		{"frame dropped", 2, 3, 7, "duplicate"},
 		{"frame dropped", 1, 5000, 5000, "out of range"},
+		{"frame rejected", 2, 1<<63 + 5, 1<<64 - 1, "beyond the scan"},
 	} {
 		e := all[i+1]
 		m := e.ContextMap()
@@ -58,7 +62,7 @@ func TestAggregates(t *testing.T) {
 		t.Errorf("the first event's error is not kept: %v", m)
 	}
 	log.Sync()
-	if logs.Len() != 4 {
+	if logs.Len() != 5 {
 		t.Error("a second Sync logged again")
 	}
 }
@@ -79,7 +83,7 @@ func TestFlushesEachInterval(t *testing.T) {
 	for logs.Len() == 1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if logs.Len() != 2 || logs.All()[1].ContextMap()["first"] != int64(3) {
+	if logs.Len() != 2 || logs.All()[1].ContextMap()["first"] != uint64(3) {
 		t.Fatalf("second window: %v", logs.AllUntimed())
 	}
 }

@@ -184,7 +184,7 @@ code { font-size: 12px; overflow-wrap: anywhere; }
 <tr><th>frames in the scan</th><td class="n">{{.Frames}}</td><th>written</th><td class="n">{{.Written}}</td></tr>
 <tr><th>ok</th><td class="n">{{.OK}}</td><th>received</th><td class="n">{{.Received}}</td></tr>
 <tr><th>missing</th><td class="n{{if .Missing}} bad{{end}}">{{.Missing}}</td><th>duplicates dropped</th><td class="n{{if .Duplicate}} bad{{end}}">{{.Duplicate}}</td></tr>
-<tr><th>crc mismatch</th><td class="n{{if .CRCMismatch}} bad{{end}}">{{.CRCMismatch}}</td><th>out of range dropped</th><td class="n{{if .OutOfRange}} bad{{end}}">{{.OutOfRange}}</td></tr>
+<tr><th>crc mismatch</th><td class="n{{if .CRCMismatch}} bad{{end}}">{{.CRCMismatch}}</td><th>out of range rejected</th><td class="n{{if .OutOfRange}} bad{{end}}">{{.OutOfRange}}</td></tr>
 <tr><th>rejected</th><td class="n{{if .Rejected}} bad{{end}}">{{.Rejected}}</td><th>not a frame</th><td class="n{{if .NotFrame}} bad{{end}}">{{.NotFrame}}</td></tr>
 <tr><th>dropped, pipeline full</th><td class="n{{if .Overflow}} bad{{end}}">{{.Overflow}}</td><th></th><td></td></tr>
 <tr><th>time</th><td class="n">{{f2 .Elapsed}} s</td><th>sender held back</th><td class="n">{{f3 .HeldBack}} s</td></tr>

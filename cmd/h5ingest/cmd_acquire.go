@@ -150,7 +150,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	rec, closeRec, err := openRecord(f, profile, log)
+	rec, closeRec, err := openRecord(f, profile, plan, log)
 	if err != nil {
 		return err
 	}
@@ -289,8 +289,9 @@ func (i *interrupts) stop() {
 // writer is safe to share between the streams of several modules. An
 // existing file is replaced only when the profile says overwrite. The
 // capture records the profile as --profile named it, or the built-in
-// profile's name.
-func openRecord(f *acquireFlags, profile config.Profile, log *zap.Logger) (*lockedRecorder, func(), error) {
+// profile's name, and what a replay needs to write the scan's file: the
+// plan, the merged profile, the geometry (scanMetadata).
+func openRecord(f *acquireFlags, profile config.Profile, pl plan.Plan, log *zap.Logger) (*lockedRecorder, func(), error) {
 	if f.record == "" {
 		return nil, func() {}, nil
 	}
@@ -309,9 +310,12 @@ func openRecord(f *acquireFlags, profile config.Profile, log *zap.Logger) (*lock
 	if name == "" {
 		name = profile.Name
 	}
-	w, err := capture.NewWriter(file, capture.Metadata{
-		Profile: name, Created: time.Now().UTC().Format(time.RFC3339), Software: "h5ingest acquire",
-	})
+	meta, err := scanMetadata("acquire", name, profile, pl, time.Now())
+	if err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
+	}
+	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", f.record, err)
@@ -431,7 +435,7 @@ func acquireModules(sig *interrupts, f *acquireFlags, profile config.Profile, pl
 			// The capture is made once a module connected: an acquire
 			// interrupted while it waits leaves no file.
 			var closeRec func()
-			if rec, closeRec, err = openRecord(f, profile, log); err != nil {
+			if rec, closeRec, err = openRecord(f, profile, plan, log); err != nil {
 				cancel()
 				return err
 			}

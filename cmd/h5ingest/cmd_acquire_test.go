@@ -14,6 +14,7 @@ import (
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
+	"h5ingest/version"
 	"h5ingest/writer"
 )
 
@@ -164,7 +165,7 @@ func TestAcquireMatchesReplay(t *testing.T) {
 			if !bytes.Equal(captureRecords(t, rec), captureRecords(t, path)) {
 				t.Error("the --record capture's records differ from the sent capture's")
 			}
-			if meta := captureMetadata(t, rec); meta.Profile != "default" || meta.Software != "h5ingest acquire" || meta.Created == "" {
+			if meta := captureMetadata(t, rec); meta.Profile != "default" || meta.Software != "h5ingest acquire "+version.String() || meta.Created == "" {
 				t.Errorf("the --record capture's metadata records profile %q, software %q, created %q; want the default profile",
 					meta.Profile, meta.Software, meta.Created)
 			}

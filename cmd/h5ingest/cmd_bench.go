@@ -183,7 +183,7 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	fmt.Fprintf(logw, "bench: files in %s (%s)\n", dir, describeFS(dir))
 
 	fmt.Fprintf(logw, "bench: simulating %d frames\n", fl.unique)
-	if _, err := benchRun(self, nil, "simulate", "--scene", "tomo", "--projections", strconv.Itoa(fl.unique),
+	if _, err := benchRun(self, nil, "simulate", "--scene", "tomo", "--frames", strconv.Itoa(fl.unique),
 		"--chips", fl.chips, "--chip-size", fl.chipSize, "-o", files.unique, "--overwrite"); err != nil {
 		return err
 	}

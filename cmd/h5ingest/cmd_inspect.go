@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,9 @@ func newInspectCmd() *cobra.Command {
 }
 
 func inspect(out io.Writer, path string) error {
+	if isCapture(path) {
+		return inspectCapture(out, path)
+	}
 	r, err := writer.Open(path)
 	if err != nil {
 		return err
@@ -105,6 +109,12 @@ func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
 	fmt.Fprintf(out, "  layout        %s, master of %d modules\n", r.Layout, len(r.Modules))
 	fmt.Fprintf(out, "  stack         %d x %d x %d uint%d (virtual)\n", r.Frames, r.Height, r.Width, 8*r.ElemSize)
 	for _, m := range r.Modules {
+		file := filepath.Join(filepath.Dir(path), m.File)
+		if !fileExists(file) {
+			fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: file absent (its frames read as the fill value)\n",
+				m.ID, m.Y, m.X, m.Height, m.Width, m.File)
+			continue
+		}
 		recs, err := r.ModuleRecords(m.ID)
 		if err != nil {
 			return fmt.Errorf("inspect %s: %w", path, err)
@@ -142,11 +152,13 @@ func describeFilters(filters []compress.Filter) string {
 	return strings.Join(parts, " then ")
 }
 
-// framesWith lists the frames whose status matches, as "3 12-14 (missing)";
-// long lists are cut.
+// framesWith lists the frames whose status matches by status, the frame
+// numbers labelled as such, e.g. "missing frames 3, 12-14; crc mismatch
+// frame 17"; long lists are cut.
 func framesWith(records []writer.Record, match func(uint8) bool) string {
-	names := [...]string{"ok", "missing", "crc mismatch", "rejected"}
-	var parts []string
+	runs := map[uint8][]string{} // by status: runs of frame numbers
+	var order []uint8
+	count := map[uint8]int{}
 	for i := 0; i < len(records); {
 		s := records[i].Status
 		if !match(s) {
@@ -157,22 +169,33 @@ func framesWith(records []writer.Record, match func(uint8) bool) string {
 		for j+1 < len(records) && records[j+1].Status == s {
 			j++
 		}
-		name := fmt.Sprintf("status %d", s)
-		if int(s) < len(names) {
-			name = names[s]
+		if _, seen := runs[s]; !seen {
+			order = append(order, s)
 		}
 		if i == j {
-			parts = append(parts, fmt.Sprintf("%d %s", i, name))
+			runs[s] = append(runs[s], strconv.Itoa(i))
 		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d %s", i, j, name))
+			runs[s] = append(runs[s], fmt.Sprintf("%d-%d", i, j))
 		}
+		count[s] += j - i + 1
 		i = j + 1
 	}
+	slices.Sort(order)
 	const most = 12
-	if len(parts) > most {
-		return strings.Join(parts[:most], ", ") + fmt.Sprintf(", ... (%d more runs)", len(parts)-most)
+	var parts []string
+	for _, s := range order {
+		label := "frames"
+		if count[s] == 1 {
+			label = "frame"
+		}
+		list := runs[s]
+		text := strings.Join(list[:min(len(list), most)], ", ")
+		if len(list) > most {
+			text += fmt.Sprintf(", … (%d more runs)", len(list)-most)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s", statusName(s), label, text))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }
 
 // printPlan prints what the image keys and angles say about the scan.

@@ -83,6 +83,13 @@ func master(s *scanFlags, now time.Time) error {
 	if files.master == "" {
 		return usageError(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
 	}
+	names := []error{checkName("master file", files.master, true)}
+	for _, m := range files.modules {
+		names = append(names, checkName("module file", m.path, true))
+	}
+	if err := errors.Join(names...); err != nil {
+		return err
+	}
 	format, err := profile.Detector.Format()
 	if err != nil {
 		return usageError(err)
@@ -93,6 +100,19 @@ func master(s *scanFlags, now time.Time) error {
 	}
 	if err := writeMaster(files, profile, plan, format, frames); err != nil {
 		return err
+	}
+	var absent []string
+	for _, m := range files.modules {
+		if !fileExists(m.path) {
+			absent = append(absent, m.path)
+		}
+	}
+	if len(absent) == len(files.modules) {
+		fmt.Fprintf(os.Stderr, "h5ingest: warning: no module file exists yet (%s): the master shows them once a scan writes them there\n",
+			strings.Join(absent, ", "))
+	} else if len(absent) > 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: warning: module files absent: %s; the master shows their frames missing until they exist\n",
+			strings.Join(absent, ", "))
 	}
 	fmt.Fprintf(os.Stdout, "%s: master of %d modules, %d frames of %d x %d\n", files.master, len(files.modules), frames,
 		arrayHeight(profile, format), arrayWidth(profile, format))
@@ -159,18 +179,34 @@ func (s *scanFlags) scanFiles(p config.Profile, now time.Time) (scanFiles, error
 		return scanFiles{}, usageError(errors.New("no output file: give -o MASTER.h5, or --scan-id ID for the profile's output.template"))
 	}
 	var files scanFiles
+	name := func(o config.Output, module int) (string, error) {
+		path, err := o.FileName(s.scanID, module, now)
+		if err != nil {
+			return "", usageError(fmt.Errorf("--scan-id: %w", err))
+		}
+		return path, nil
+	}
+	var err error
 	if s.output == "" && strings.Contains(p.Output.Template, "{module}") {
 		o := p.Output
 		o.Template = strings.ReplaceAll(o.Template, "{module}", "master")
-		files.master = o.FileName(s.scanID, 0, now)
+		if files.master, err = name(o, 0); err != nil {
+			return scanFiles{}, err
+		}
 		for _, m := range mods {
-			files.modules = append(files.modules, scanFile{m, p.Output.FileName(s.scanID, m.ID, now)})
+			path, err := name(p.Output, m.ID)
+			if err != nil {
+				return scanFiles{}, err
+			}
+			files.modules = append(files.modules, scanFile{m, path})
 		}
 		return files, nil
 	}
 	files.master = s.output
 	if files.master == "" {
-		files.master = p.Output.FileName(s.scanID, 0, now)
+		if files.master, err = name(p.Output, 0); err != nil {
+			return scanFiles{}, err
+		}
 	}
 	if !strings.HasSuffix(files.master, ".h5") {
 		return scanFiles{}, usageError(fmt.Errorf("-o %s: the master file's name must end in .h5", files.master))

@@ -29,9 +29,14 @@ func newReplayCmd() *cobra.Command {
 	var fps float64
 	var cpuProfile string
 	cmd := &cobra.Command{
-		Use:   "replay CAPTURE -o OUT.h5",
-		Short: "Turn a capture file into an HDF5 file, through the acquisition pipeline",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:   "replay CAPTURE... -o OUT.h5",
+		Short: "Turn a capture file (or one per module) into an HDF5 file, through the acquisition pipeline",
+		Long: `Replay a capture file through the acquisition pipeline into HDF5, as acquire would
+have written the scan. A capture may hold several modules' frames, interleaved; or
+give one capture per module (for a profile of several modules, such as
+pimega-540d): the frames of all are read in turn and each module's go to its file.
+Without plan flags, the plan the (first) capture records is used.`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if fps < 0 {
 				return usageError(fmt.Errorf("--fps %g: want a rate above 0, or 0 for as fast as possible", fps))
@@ -43,11 +48,11 @@ func newReplayCmd() *cobra.Command {
 				}
 				defer stop()
 			}
-			return replay(cmd.Context(), args[0], &s, fps)
+			return replay(cmd.Context(), args, &s, fps)
 		},
 	}
 	s.register(cmd.Flags())
-	cmd.Flags().Float64Var(&fps, "fps", 0, "replay at this many frames per second, as a detector would send them (0: as fast as possible)")
+	cmd.Flags().Float64Var(&fps, "fps", 0, "replay at this many frames per second (of each capture), as a detector would send them (0: as fast as possible)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the replay to this file (read it with go tool pprof)")
 	return cmd
 }
@@ -69,7 +74,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
+func replay(ctx context.Context, paths []string, s *scanFlags, fps float64) error {
 	profile, plan, err := s.load()
 	if err != nil {
 		return err
@@ -85,16 +90,40 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 		return err
 	}
 	defer s.observe.stopUnused()
-	r, format, err := openCapture(path)
-	if err != nil {
-		return err
+	var format frame.Format
+	var srcs []*ingest.CaptureSource
+	for i, path := range paths {
+		r, f, err := openCapture(path)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if i == 0 {
+			format = f
+		} else if f != format {
+			return fmt.Errorf("capture %s holds frames of %v, capture %s of %v: one scan has one format", path, f, paths[0], format)
+		}
+		if plan.Frames() == 0 {
+			recorded, ok, err := capturePlan(r.Metadata())
+			if err != nil {
+				return fmt.Errorf("capture %s: %w", path, err)
+			}
+			if ok {
+				plan = recorded
+				fmt.Fprintf(os.Stderr, "h5ingest: no plan given: using the plan recorded in %s: %v\n", path, plan)
+			}
+		}
+		src := ingest.NewCaptureSource(r, format.PayloadSize())
+		if fps > 0 {
+			src.Interval = time.Duration(float64(time.Second) / fps)
+		}
+		srcs = append(srcs, src)
 	}
-	defer r.Close()
-	src := ingest.NewCaptureSource(r, format.PayloadSize())
-	if fps > 0 {
-		src.Interval = time.Duration(float64(time.Second) / fps)
+	var src ingest.Source = srcs[0]
+	if len(srcs) > 1 {
+		src = newCaptureSources(srcs)
 	}
-	rp := &replayRun{s: s, path: path, profile: profile, plan: plan, format: format, src: src, log: log}
+	rp := &replayRun{s: s, paths: paths, profile: profile, plan: plan, format: format, src: src, log: log}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(profile.Detector.Modules) > 1 {
@@ -107,11 +136,11 @@ func replay(ctx context.Context, path string, s *scanFlags, fps float64) error {
 // written with.
 type replayRun struct {
 	s       *scanFlags
-	path    string
+	paths   []string // the captures
 	profile config.Profile
 	plan    plan.Plan
 	format  frame.Format
-	src     *ingest.CaptureSource
+	src     ingest.Source // the captures' frames, each capture's in turn
 	log     *zap.Logger
 }
 
@@ -120,7 +149,10 @@ type replayRun struct {
 func (rp *replayRun) preScan(files []string, modules int) preScan {
 	pre := preScan{files: files, frames: rp.plan.Frames(), frameBytes: rp.format.ImageSize(), profile: rp.profile, spaceWarns: true}
 	if pre.frames == 0 {
-		pre.frames = captureFrames(rp.path, rp.format) / modules
+		for _, path := range rp.paths {
+			pre.frames += captureFrames(path, rp.format)
+		}
+		pre.frames /= modules
 	}
 	return pre
 }
@@ -254,6 +286,64 @@ func (rp *replayRun) modules(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
 	}
 	return finishModules(files, profile, plan, format, scans, srcErrs)
+}
+
+// captureSources reads several captures (one per module) as one source:
+// a frame of each in turn, as a detector's modules send them, until every
+// capture has ended. A capture that cannot be read on ends alone; its
+// error comes after the frames of the others.
+type captureSources struct {
+	srcs  []*ingest.CaptureSource
+	next  int    // the source to read next
+	ended []bool // by source
+	err   error  // the first error of a source, other than its end
+
+	mu    sync.Mutex
+	owner map[*ingest.Frame]*ingest.CaptureSource // frames out, by the source that gave them
+}
+
+func newCaptureSources(srcs []*ingest.CaptureSource) *captureSources {
+	return &captureSources{srcs: srcs, ended: make([]bool, len(srcs)), owner: map[*ingest.Frame]*ingest.CaptureSource{}}
+}
+
+// Next returns the next frame of the next capture that has one.
+func (c *captureSources) Next(ctx context.Context) (*ingest.Frame, error) {
+	for range 2 * len(c.srcs) {
+		i := c.next
+		c.next = (c.next + 1) % len(c.srcs)
+		if c.ended[i] {
+			continue
+		}
+		f, err := c.srcs[i].Next(ctx)
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.owner[f] = c.srcs[i]
+			c.mu.Unlock()
+			return f, nil
+		case ctx.Err() != nil:
+			return nil, err
+		case !errors.Is(err, io.EOF) && c.err == nil:
+			c.err = err
+		}
+		c.ended[i] = true
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return nil, io.EOF
+}
+
+// Release gives f back to the capture it came from. It is safe to call
+// from several goroutines.
+func (c *captureSources) Release(f *ingest.Frame) {
+	c.mu.Lock()
+	src := c.owner[f]
+	delete(c.owner, f)
+	c.mu.Unlock()
+	if src != nil {
+		src.Release(f)
+	}
 }
 
 // demuxDepth is how many frames of one module may wait for its pipeline

@@ -3,7 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/plan"
+	"h5ingest/version"
 )
 
 // simulateFlags holds the command line of h5ingest simulate.
@@ -27,6 +31,7 @@ type simulateFlags struct {
 	encoding, coding, orientation        string
 	bitDepth                             int
 	module                               uint16
+	modules                              string
 	fps                                  float64
 	seed                                 uint64
 	missing, duplicate, reorder, corrupt string
@@ -45,14 +50,23 @@ CRC-32C of every frame's image) in its metadata.
 For tomography, --darks, --flats and --projections give the plan (darks,
 then flats, then projections from --angle-start to --angle-end); --frames
 alone means that many projections. For CDI, --frames is the frame count.
-Faults take a comma list of frame numbers or a rate such as 0.01.`,
+Faults take a comma list of frame numbers or a rate such as 0.01.
+
+--modules 0,1,2,3 simulates the modules of an array (such as the profile
+pimega-540d's) and writes their frames interleaved, frame 0 of each module,
+then frame 1 of each, as the modules send them; module K's images come from
+seed + K, and the ground truth of each module is in the metadata.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := fl.config(cmd)
 			if err != nil {
 				return usageError(err)
 			}
-			return runSimulate(cmd, cfg, fl.output, fl.overwrite)
+			ids, err := fl.moduleIDs(cmd)
+			if err != nil {
+				return usageError(err)
+			}
+			return runSimulate(cmd, cfg, ids, fl.output, fl.overwrite)
 		},
 	}
 	f := cmd.Flags()
@@ -73,6 +87,7 @@ Faults take a comma list of frame numbers or a rate such as 0.01.`,
 	f.StringVar(&fl.coding, "coding", "", "counter coding: binary or lfsr (default: lfsr for bitplane, else binary)")
 	f.StringVar(&fl.orientation, "orientation", "", "chip orientations: a comma list of 0 or 180 per chip, or alternate-rows (default all 0)")
 	f.Uint16Var(&fl.module, "module", 0, "module id in every frame header")
+	f.StringVar(&fl.modules, "modules", "", "simulate several modules, a comma list of ids such as 0,1,2,3 (pimega-540d), their frames interleaved (instead of --module)")
 	f.Float64Var(&fl.fps, "fps", def.FPS, "frame rate for the timestamps, frames per second")
 	f.Uint64Var(&fl.seed, "seed", def.Seed, "seed of every random choice")
 	f.StringVar(&fl.missing, "missing", "", "frames never written: list or rate")
@@ -162,6 +177,28 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// moduleIDs returns the modules to simulate: --modules, or --module alone.
+func (fl *simulateFlags) moduleIDs(cmd *cobra.Command) ([]uint16, error) {
+	if !cmd.Flags().Changed("modules") {
+		return []uint16{fl.module}, nil
+	}
+	if cmd.Flags().Changed("module") {
+		return nil, errors.New("--module with --modules: give one or the other")
+	}
+	var ids []uint16
+	for _, f := range strings.Split(fl.modules, ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("--modules %q: %q is not a module id from 0 to 65535", fl.modules, f)
+		}
+		if slices.Contains(ids, uint16(id)) {
+			return nil, fmt.Errorf("--modules %q: module %d listed twice", fl.modules, id)
+		}
+		ids = append(ids, uint16(id))
+	}
+	return ids, nil
 }
 
 // format builds the frame format from the geometry and encoding flags.
@@ -264,9 +301,11 @@ func parseFault(s string, n int) (sim.FaultSpec, error) {
 	return spec, nil
 }
 
-// runSimulate writes the scan and prints one summary line.
-func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool) error {
+// runSimulate writes the scan of the modules ids and prints one summary
+// line.
+func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, overwrite bool) error {
 	start := time.Now()
+	cfg.Module = ids[0]
 	scan, err := sim.New(cfg)
 	if err != nil {
 		return usageError(err)
@@ -282,12 +321,17 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool
 	if err != nil {
 		return err
 	}
-	meta := capture.Metadata{
-		Profile:  "simulated",
-		Created:  start.UTC().Format(time.RFC3339),
-		Software: "h5ingest simulate",
+	meta, err := simulateMetadata(cfg, ids, start)
+	if err != nil {
+		out.Close()
+		return err
 	}
-	st, err := scan.WriteCapture(out, meta)
+	var st sim.Stats
+	if len(ids) == 1 {
+		st, err = scan.WriteCapture(out, meta)
+	} else {
+		st, err = writeModules(out, meta, cfg, ids)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -296,7 +340,111 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, path string, overwrite bool
 		return fmt.Errorf("simulate %s: %w", path, err)
 	}
 	secs := time.Since(start).Seconds()
+	scene := string(cfg.Scene)
+	if len(ids) > 1 {
+		scene += fmt.Sprintf(", %d modules interleaved", len(ids))
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "simulated %s: %d frames (%d records, %d overflowed) of %v, %d bytes in %.2f s (%.1f frames/s, %.0f MB/s) to %s\n",
-		cfg.Scene, st.Frames, st.Records, st.Overflow, cfg.Format, st.Bytes, secs, float64(st.Frames)/secs, float64(st.Bytes)/secs/1e6, path)
+		scene, st.Frames, st.Records, st.Overflow, cfg.Format, st.Bytes, secs, float64(st.Frames)/secs, float64(st.Bytes)/secs/1e6, path)
 	return nil
+}
+
+// simulateMetadata returns the metadata of a simulated capture of the
+// modules ids: the simulator's name and version, the geometry and, for a
+// tomography scan, the plan.
+func simulateMetadata(cfg sim.Config, ids []uint16, start time.Time) (capture.Metadata, error) {
+	meta := capture.Metadata{
+		Profile:  "simulated",
+		Created:  start.UTC().Format(time.RFC3339),
+		Software: "h5ingest simulate " + version.String(),
+	}
+	geometry := capture.Geometry{Format: capture.NewFormatInfo(cfg.Format), Orientation: cfg.Orientation}
+	for _, id := range ids {
+		geometry.Modules = append(geometry.Modules, capture.Module{ID: int(id)})
+	}
+	if err := setFields(&meta, capture.KeyVersion, version.String(), capture.KeyGeometry, geometry); err != nil {
+		return meta, err
+	}
+	if cfg.Scene == sim.Tomo {
+		if err := meta.Set(capture.KeyPlan, cfg.Plan); err != nil {
+			return meta, err
+		}
+	}
+	return meta, nil
+}
+
+// writeModules simulates the modules ids (module K's images from seed +
+// K) and writes their frames to out interleaved, a record of each module
+// in turn, with every module's ground truth under sim.ModulesKey. Each
+// module is simulated into a temporary capture beside out first, so that
+// memory stays that of one frame per module.
+func writeModules(out *os.File, meta capture.Metadata, cfg sim.Config, ids []uint16) (sim.Stats, error) {
+	var total sim.Stats
+	var truths []*sim.Truth
+	var readers []*capture.Reader
+	defer func() {
+		for _, r := range readers {
+			r.Close()
+		}
+	}()
+	for _, id := range ids {
+		c := cfg
+		c.Module, c.Seed = id, cfg.Seed+uint64(id)
+		scan, err := sim.New(c)
+		if err != nil {
+			return total, err
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(out.Name()), "."+filepath.Base(out.Name())+".module-*")
+		if err != nil {
+			return total, err
+		}
+		defer os.Remove(tmp.Name())
+		st, err := scan.WriteCapture(tmp, capture.Metadata{Profile: meta.Profile, Created: meta.Created, Software: meta.Software})
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return total, fmt.Errorf("module %d: %w", id, err)
+		}
+		r, err := capture.Open(tmp.Name())
+		if err != nil {
+			return total, fmt.Errorf("module %d: %w", id, err)
+		}
+		readers = append(readers, r)
+		truth, err := sim.ReadTruth(r.Metadata())
+		if err != nil {
+			return total, err
+		}
+		truths = append(truths, truth)
+		total.Frames += st.Frames
+		total.Records += st.Records
+		total.Overflow += st.Overflow
+	}
+	if err := meta.Set(sim.ModulesKey, truths); err != nil {
+		return total, err
+	}
+	w, err := capture.NewWriter(out, meta)
+	if err != nil {
+		return total, err
+	}
+	buf := make([]byte, cfg.Format.PayloadSize())
+	for live := len(readers); live > 0; {
+		live = 0
+		for _, r := range readers {
+			h, payload, err := r.Next(buf)
+			if errors.Is(err, io.EOF) {
+				continue
+			}
+			if err != nil {
+				return total, err
+			}
+			live++
+			if err := w.WriteFrame(&h, payload); err != nil {
+				return total, err
+			}
+		}
+	}
+	err = w.Close()
+	total.Bytes = w.Size()
+	return total, err
 }

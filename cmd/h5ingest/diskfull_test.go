@@ -10,17 +10,6 @@ import (
 	"testing"
 )
 
-// summaryCount returns the number on the summary line that starts with
-// label, or -1.
-func summaryCount(stdout, label string) int {
-	m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(stdout)
-	if m == nil {
-		return -1
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
 // TestReplayDiskFullNoPlan replays scans without a plan (the file grows
 // with the frames) onto tmpfs file systems that fill at different points,
 // uncompressed and compressed: the command fails saying the disk is full;
@@ -54,7 +43,7 @@ with h5py.File(sys.argv[1], "r") as f:
 				t.Fatalf("h5py printed %q: %v", b, err)
 			}
 			m := regexp.MustCompile(`frames +(\d+) in the scan`).FindStringSubmatch(stdout)
-			if m == nil || m[1] != strconv.Itoa(frames) || summaryCount(stdout, "ok") != ok || summaryCount(stdout, "missing") != missing {
+			if m == nil || m[1] != strconv.Itoa(frames) || summaryCount(t, stdout, "ok") != ok || summaryCount(t, stdout, "missing") != missing {
 				t.Errorf("the file records %d frames, %d ok, %d missing; the summary says:\n%s", frames, ok, missing, stdout)
 			}
 			if ok+missing != frames || ok == 30 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/version"
 	"h5ingest/writer"
 )
 
@@ -50,7 +51,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Move X-ray detector frames from the wire to chunked HDF5 files",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	root.SetVersionTemplate("h5ingest {{.Version}}\n")
 	// With no Run of its own, cobra would print help for any word that is
 	// not a subcommand and succeed.
 	root.Args = cobra.ArbitraryArgs

@@ -209,7 +209,7 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 		{"not_frame", func(p ingest.Progress) int { return p.NotFrame }},
 		{"pipeline_full", func(p ingest.Progress) int { return p.Overflow }},
 	} {
-		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected, dropped as duplicate or out of range or because the pipeline was full, bytes that were not a frame.",
+		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable, or out of range: beyond the scan), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
 			prog(pr.f), "problem", pr.name)
 	}
 	dir := filepath.Dir(scan.Output)
@@ -332,7 +332,7 @@ func outcome(srcErr error, p ingest.Progress) string {
 	case errors.Is(srcErr, context.Canceled):
 		return "incomplete: interrupted"
 	case p.Problems() > 0:
-		return fmt.Sprintf("incomplete: %d missing, %d with a CRC mismatch, %d rejected", p.Missing, p.CRCMismatch, p.Rejected)
+		return fmt.Sprintf("incomplete: %d missing, %d with a CRC mismatch, %d rejected, %d beyond the scan", p.Missing, p.CRCMismatch, p.Rejected, p.OutOfRange)
 	}
 	return "complete: every planned frame is good"
 }

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"h5ingest/config"
 	"h5ingest/gpu"
+	"h5ingest/ingest/fabric"
 	"h5ingest/writer"
 )
 
@@ -106,6 +108,32 @@ func checkNew(path string, overwrite bool) error {
 	return nil
 }
 
+// maxNameBytes is the longest file name Linux file systems take (NAME_MAX).
+const maxNameBytes = 255
+
+// checkName reports a file name a scan cannot create, named what: one
+// whose temporary name (.NAME.part) is longer than a file system takes,
+// or a path longer than the system takes. Checked before the detector
+// connects, so that a long scan id does not fail a scan under way.
+func checkName(what, path string, temp bool) error {
+	name := filepath.Base(path)
+	if temp {
+		name = filepath.Base(writer.TempName(path))
+	}
+	if len(name) > maxNameBytes {
+		hint := ""
+		if temp {
+			hint = fmt.Sprintf(", written first as %.20s…", name)
+		}
+		return fmt.Errorf("%s %s: a name of %d bytes%s, where a file system takes %d (shorten --scan-id, -o or output.template)",
+			what, path, len(name), hint, maxNameBytes)
+	}
+	if len(path) >= syscall.PathMax {
+		return fmt.Errorf("%s %.60s…: a path of %d bytes, where the system takes %d", what, path, len(path), syscall.PathMax-1)
+	}
+	return nil
+}
+
 // fileExists reports whether there is a file (of any kind) at path.
 func fileExists(path string) bool {
 	_, err := os.Lstat(path)
@@ -126,6 +154,27 @@ func checkPortFree(provider, addr string) error {
 	}
 	l.Close()
 	return nil
+}
+
+// checkProvider reports whether libfabric's provider can listen at addr:
+// where it cannot (verbs on a machine without RDMA), it names the
+// providers that can, and suggests tcp.
+func checkProvider(provider, addr string) error {
+	info, err := fabric.GetInfo(provider, addr, true)
+	if err == nil {
+		info.Close()
+		return nil
+	}
+	have := fabric.Providers(addr)
+	list := "none"
+	if len(have) > 0 {
+		list = strings.Join(have, ", ")
+	}
+	hint := ""
+	if slices.Contains(have, "tcp") {
+		hint = "; without RDMA hardware give --provider tcp (profile key source.provider)"
+	}
+	return fmt.Errorf("libfabric provider %s cannot listen on %s (%v); providers that can here: %s%s", provider, addr, err, list, hint)
 }
 
 // checkBackend reports whether the profile's decode backend can start.
@@ -159,6 +208,25 @@ type preScan struct {
 func (c preScan) run() error {
 	warnReaders(os.Stderr, c.profile.Output.Compression)
 	var failed []error
+	note := func(err error) {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if c.addr != "" {
+		// First: a missing provider (verbs without RDMA) is the likeliest
+		// failure of a first try.
+		note(checkProvider(c.provider, c.addr))
+	}
+	for _, f := range c.files {
+		note(checkName("output file", f, true))
+	}
+	if c.master != "" {
+		note(checkName("master file", c.master, true))
+	}
+	if c.record != "" {
+		note(checkName("capture file", c.record, false))
+	}
 	var dirs []string
 	for _, f := range c.files {
 		if d := filepath.Dir(f); !slices.Contains(dirs, d) {
@@ -186,11 +254,6 @@ func (c preScan) run() error {
 			} else if err != nil {
 				failed = append(failed, err)
 			}
-		}
-	}
-	note := func(err error) {
-		if err != nil {
-			failed = append(failed, err)
 		}
 	}
 	overwrite := c.profile.Output.Overwrite

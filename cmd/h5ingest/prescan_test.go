@@ -5,11 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"h5ingest/config"
+	"h5ingest/ingest/fabric"
 	"h5ingest/writer"
 )
 
@@ -167,5 +169,41 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 	}
 	if code, _, stderr := runProcess(t, "replay", path, "-o", left, "--overwrite"); code != exitOK {
 		t.Errorf("replay --overwrite over an unfinished scan: exit status %d\n%s", code, stderr)
+	}
+}
+
+// TestAcquireMissingProvider runs the README's first acquire, whose
+// profile listens with verbs, on a machine without RDMA: the pre-scan check
+// says in one line which providers there are and suggests --provider tcp,
+// exit status 1, before anything is listened on or written. It used to
+// pass the checks and fail in fi_getinfo with "No data available".
+func TestAcquireMissingProvider(t *testing.T) {
+	addr := freeAddr(t)
+	if slices.Contains(fabric.Providers(addr), "verbs") {
+		t.Skip("this machine has an RDMA device: verbs is there")
+	}
+	dir := t.TempDir()
+	code, stderr, took := runIn(t, nil, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
+		"--output-dir", dir, "--listen", addr, "--connect-timeout", "20s", "--backend", "cpu", "--projections", "10")
+	if code != exitFailure {
+		t.Fatalf("exit status %d, want %d\n%s", code, exitFailure, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "h5ingest: pre-scan check: libfabric provider verbs cannot listen on "+addr) ||
+		!strings.Contains(lines[0], "providers that can here: tcp") || !strings.Contains(lines[0], "give --provider tcp") {
+		t.Errorf("want one line naming the providers here and suggesting --provider tcp:\n%s", stderr)
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("files made: %v", entries)
+	}
+	// With --provider tcp, as the line says, the same command passes its
+	// checks and waits for the detector (here: for a second, in vain).
+	code, stderr, _ = runIn(t, nil, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
+		"--output-dir", dir, "--listen", addr, "--connect-timeout", "1s", "--backend", "cpu", "--projections", "10", "--provider", "tcp")
+	if code != exitFailure || strings.Contains(stderr, "pre-scan check") || !strings.Contains(stderr, "wait for a sender") {
+		t.Errorf("with --provider tcp: exit status %d\n%s", code, stderr)
 	}
 }

@@ -253,7 +253,7 @@ func TestReplayFaultTable(t *testing.T) {
 		t.Errorf("verify exit status %d, want %d with no bad chunk:\n%s", code, exitIncomplete, stdout)
 	}
 	code, stdout = runCaptured(t, "inspect", out)
-	if code != exitOK || !strings.Contains(stdout, "3 missing, 9 crc mismatch") ||
+	if code != exitOK || !strings.Contains(stdout, "problems      missing frame 3; crc mismatch frame 9\n") ||
 		!strings.Contains(stdout, "bitshuffle (filter 32008: 0 5 4 0 2)") ||
 		!strings.Contains(stdout, "2 darks, 2 flats, 12 projections at 0 to 165 degrees") {
 		t.Errorf("inspect exit status %d:\n%s", code, stdout)
@@ -403,7 +403,9 @@ func TestReplayUsageErrors(t *testing.T) {
 // TestReplayTruncatedCapture cuts a capture inside its fourth frame: the
 // first three are written, the rest recorded missing, exit status 3.
 func TestReplayTruncatedCapture(t *testing.T) {
-	path, truth := simulate(t, "--frames", "6")
+	simulated, truth := simulate(t, "--frames", "6")
+	path := filepath.Join(t.TempDir(), "noplan.pmcap")
+	writeRecords(t, path, records(t, simulated)) // metadata without a plan: a scan of unknown length
 	info, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -617,7 +619,9 @@ func TestReplayDropWhenFull(t *testing.T) {
 // without a plan: every frame a projection, and no rotation, not a range
 // "0 to 0".
 func TestInspectWithoutPlan(t *testing.T) {
-	path, _ := simulate(t, "--frames", "3")
+	simulated, _ := simulate(t, "--frames", "3")
+	path := filepath.Join(t.TempDir(), "noplan.pmcap")
+	writeRecords(t, path, records(t, simulated)) // metadata without a plan
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
 		t.Fatalf("replay exit status %d\n%s", code, stdout)

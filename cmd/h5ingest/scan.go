@@ -21,6 +21,7 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/version"
 	"h5ingest/writer"
 )
 
@@ -114,6 +115,11 @@ func (s *scanFlags) load() (config.Profile, plan.Plan, error) {
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
+	if s.scanID != "" {
+		if err := config.CheckScanID(s.scanID); err != nil {
+			return config.Profile{}, plan.Plan{}, usageError(fmt.Errorf("--scan-id: %w", err))
+		}
+	}
 	// Counts on the command line replace a profile's sequence.
 	for _, name := range []string{"darks", "flats", "projections"} {
 		if _, given := flags["plan."+name]; given {
@@ -160,7 +166,11 @@ func (s *scanFlags) outputPath(p config.Profile, module int) (string, error) {
 	if s.scanID == "" {
 		return "", usageError(errors.New("no output file: give -o FILE.h5, or --scan-id ID for the profile's output.template"))
 	}
-	return p.Output.FileName(s.scanID, module, time.Now()), nil
+	name, err := p.Output.FileName(s.scanID, module, time.Now())
+	if err != nil {
+		return "", usageError(fmt.Errorf("--scan-id: %w", err))
+	}
+	return name, nil
 }
 
 // scanRun is one scan being written: the pipeline and its file.
@@ -246,6 +256,7 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		NewCodec:       newCodec,
 		Batch:          batch,
 		DropWhenFull:   profile.Source.DropWhenFull,
+		MaxFrameGap:    profile.Source.MaxFrameGap,
 		BackendShuffle: out.BackendShuffle,
 		Log:            log,
 	})
@@ -276,6 +287,7 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 		PixelSize: profile.Detector.PixelSize,
 		Distance:  profile.Detector.Distance,
 		Energy:    profile.Detector.Energy * electronVolt,
+		Creator:   "h5ingest " + version.String(),
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
@@ -325,6 +337,10 @@ func (r *scanRun) finish(srcErr error) error {
 		fmt.Fprintf(os.Stderr, "h5ingest: source stopped early: %v\n", srcErr)
 		return &exitError{code: exitIncomplete}
 	}
+	if n := r.progress.OutOfRange; n > 0 {
+		which, where := r.beyond()
+		fmt.Fprintf(os.Stderr, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file%s\n", n, which, where)
+	}
 	if srcErr != nil || r.progress.Problems() > 0 {
 		switch {
 		case errors.Is(srcErr, context.Canceled):
@@ -339,6 +355,16 @@ func (r *scanRun) finish(srcErr error) error {
 		return &exitError{code: exitIncomplete}
 	}
 	return nil
+}
+
+// beyond says, for the line about frames beyond the scan, which they were
+// and where else they may be.
+func (r *scanRun) beyond() (which, where string) {
+	if r.planned > 0 {
+		return fmt.Sprintf("frame numbers %d and above, past the plan's %d frames", r.planned, r.planned),
+			"; a capture of the scan keeps them, and a replay of it with a longer plan writes them"
+	}
+	return "frame numbers more than source.max_frame_gap beyond the highest received", ""
 }
 
 // abort finishes a scan that finish did not: the file keeps what it has.
@@ -375,7 +401,7 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
 	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
 	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
-	fmt.Fprintf(w, "  out of range    %d dropped\n", p.OutOfRange)
+	fmt.Fprintf(w, "  out of range    %d rejected (beyond the scan, not written)\n", p.OutOfRange)
 	if p.Overflow > 0 {
 		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
 	}

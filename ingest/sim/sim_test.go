@@ -547,3 +547,32 @@ func TestWriteError(t *testing.T) {
 		t.Errorf("WriteCapture to a failing writer = %v", err)
 	}
 }
+
+func TestReadTruths(t *testing.T) {
+	one := Truth{Frames: 2, DataCRC: []uint32{1, 2}, Flags: []uint32{0, 0}}
+	two := Truth{Module: 1, Frames: 1, DataCRC: []uint32{3}, Flags: []uint32{0}}
+	single := capture.Metadata{}
+	if err := single.Set(TruthKey, one); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadTruths(single); err != nil || len(got) != 1 || got[0].Frames != 2 {
+		t.Errorf("ReadTruths of one module: %v, %v", got, err)
+	}
+	several := capture.Metadata{}
+	if err := several.Set(ModulesKey, []Truth{one, two}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadTruths(several); err != nil || len(got) != 2 || got[1].Module != 1 {
+		t.Errorf("ReadTruths of two modules: %v, %v", got, err)
+	}
+	if _, err := ReadTruth(several); err == nil || !strings.Contains(err.Error(), ModulesKey) {
+		t.Errorf("ReadTruth of several modules: %v, want an error naming %q", err, ModulesKey)
+	}
+	bad := capture.Metadata{}
+	if err := bad.Set(ModulesKey, []Truth{{Frames: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadTruths(bad); err == nil {
+		t.Error("ReadTruths of a truth without data CRCs succeeded")
+	}
+}

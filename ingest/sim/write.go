@@ -14,33 +14,13 @@ import (
 // TruthKey is the capture metadata field that holds a simulated scan's Truth.
 const TruthKey = "simulation"
 
-// FormatInfo is a frame format as the ground truth spells it.
-type FormatInfo struct {
-	ChipsX     int    `json:"chips_x"`
-	ChipsY     int    `json:"chips_y"`
-	ChipWidth  int    `json:"chip_width"`
-	ChipHeight int    `json:"chip_height"`
-	Encoding   string `json:"encoding"`
-	BitDepth   int    `json:"bit_depth"`
-	Coding     string `json:"coding"`
-}
+// ModulesKey is the capture metadata field that holds, in a capture of
+// several simulated modules' interleaved frames, the Truth of each module
+// (a list, in the order of the modules); such a capture has no TruthKey.
+const ModulesKey = "simulation_modules"
 
-// Format returns the frame format f describes.
-func (f FormatInfo) Format() (frame.Format, error) {
-	enc, err := frame.ParseEncoding(f.Encoding)
-	if err != nil {
-		return frame.Format{}, err
-	}
-	coding, err := frame.ParseCoding(f.Coding)
-	if err != nil {
-		return frame.Format{}, err
-	}
-	ff := frame.Format{
-		Geometry: frame.Geometry{ChipsX: f.ChipsX, ChipsY: f.ChipsY, ChipWidth: f.ChipWidth, ChipHeight: f.ChipHeight},
-		Encoding: enc, BitDepth: f.BitDepth, Coding: coding,
-	}
-	return ff, ff.Validate()
-}
+// FormatInfo is a frame format as the ground truth spells it.
+type FormatInfo = capture.FormatInfo
 
 // Truth is what a simulated scan was meant to deliver, recorded in the
 // capture metadata under TruthKey so that a replay can be checked frame by
@@ -74,12 +54,39 @@ func ReadTruth(m capture.Metadata) (*Truth, error) {
 		return nil, err
 	}
 	if !ok {
+		if _, several := m.Extra[ModulesKey]; several {
+			return nil, fmt.Errorf("capture of several simulated modules: their truths are in %q (ReadTruths)", ModulesKey)
+		}
 		return nil, fmt.Errorf("capture metadata has no %q field: not a simulated capture", TruthKey)
 	}
 	if len(t.DataCRC) != t.Frames || len(t.Flags) != t.Frames {
 		return nil, fmt.Errorf("simulation truth: %d frames but %d data CRCs and %d flags", t.Frames, len(t.DataCRC), len(t.Flags))
 	}
 	return &t, nil
+}
+
+// ReadTruths returns the ground truth of every module a simulated capture
+// holds: one for a capture of one module (TruthKey), one per module for a
+// capture of several (ModulesKey).
+func ReadTruths(m capture.Metadata) ([]*Truth, error) {
+	var all []*Truth
+	ok, err := m.Get(ModulesKey, &all)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		t, err := ReadTruth(m)
+		if err != nil {
+			return nil, err
+		}
+		return []*Truth{t}, nil
+	}
+	for _, t := range all {
+		if t == nil || len(t.DataCRC) != t.Frames || len(t.Flags) != t.Frames {
+			return nil, fmt.Errorf("metadata field %q: a module's truth without a data CRC and flags per frame", ModulesKey)
+		}
+	}
+	return all, nil
 }
 
 // truth returns the scan's ground truth with the given per-frame checksums
@@ -89,10 +96,7 @@ func (s *Scan) truth(crc, flags []uint32) Truth {
 	f := c.Format
 	t := Truth{
 		Scene: c.Scene, Seed: c.Seed, Module: c.Module, FPS: c.FPS, StartNS: c.StartNS,
-		Format: FormatInfo{
-			ChipsX: f.ChipsX, ChipsY: f.ChipsY, ChipWidth: f.ChipWidth, ChipHeight: f.ChipHeight,
-			Encoding: f.Encoding.String(), BitDepth: f.BitDepth, Coding: f.Coding.String(),
-		},
+		Format:      capture.NewFormatInfo(f),
 		Orientation: c.Orientation,
 		Frames:      s.n,
 		Faults:      s.faults,

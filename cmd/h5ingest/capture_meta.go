@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/ingest/capture"
+	"h5ingest/ingest/sim"
+	"h5ingest/plan"
+	"h5ingest/version"
+)
+
+// scanMetadata returns the metadata of a capture that command (acquire,
+// simulate) writes: the profile's name, the time, the program and its
+// version, and, so that a replay writes the file the scan would have
+// written, the plan (where the scan has one), the merged profile and the
+// detector's geometry.
+func scanMetadata(command, profileName string, profile config.Profile, pl plan.Plan, now time.Time) (capture.Metadata, error) {
+	m := capture.Metadata{
+		Profile:  profileName,
+		Created:  now.UTC().Format(time.RFC3339),
+		Software: fmt.Sprintf("h5ingest %s %s", command, version.String()),
+	}
+	d := profile.Detector
+	g := capture.Geometry{Orientation: d.ChipOrientation, PixelSize: d.PixelSize, Distance: d.Distance, Energy: d.Energy}
+	if format, err := d.Format(); err == nil {
+		g.Format = capture.NewFormatInfo(format)
+	}
+	for _, mod := range d.Modules {
+		g.Modules = append(g.Modules, capture.Module{ID: mod.ID, X: mod.X, Y: mod.Y})
+	}
+	err := setFields(&m, capture.KeyVersion, version.String(), capture.KeyProfileValues, profile.Values(), capture.KeyGeometry, g)
+	if err == nil && pl.Frames() > 0 {
+		err = m.Set(capture.KeyPlan, pl)
+	}
+	return m, err
+}
+
+// setFields sets metadata fields, given as key, value, key, value ...
+func setFields(m *capture.Metadata, kv ...any) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := m.Set(kv[i].(string), kv[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capturePlan returns the scan plan a capture records: its plan field, or
+// in a simulated capture written before there was one, the plan of its
+// ground truth. It reports false where the capture has none.
+func capturePlan(m capture.Metadata) (plan.Plan, bool, error) {
+	var p plan.Plan
+	ok, err := m.Get(capture.KeyPlan, &p)
+	if err != nil {
+		return plan.Plan{}, false, err
+	}
+	if !ok {
+		var truth struct {
+			Plan *plan.Plan `json:"plan"`
+		}
+		if found, err := m.Get(sim.TruthKey, &truth); err != nil || !found || truth.Plan == nil {
+			return plan.Plan{}, false, nil // a truth that does not parse is no plan
+		}
+		p = *truth.Plan
+	}
+	if err := p.Validate(); err != nil {
+		return plan.Plan{}, false, fmt.Errorf("metadata field %q: %w", capture.KeyPlan, err)
+	}
+	return p, p.Frames() > 0, nil
+}
