@@ -67,7 +67,8 @@ fuzz:
 
 test: deps vet fmt-check ptx-check fuzz race unit
 
-# The simulated scan matches the plan of the built-in profile "default".
+# The simulated scan's plan: the capture records it, and replay, given no
+# plan, writes the file by it (darks and flats keyed, angles set).
 DEMO_PLAN := --darks 10 --flats 10 --projections 120 --angle-start 0 --angle-end 180
 
 demo: build

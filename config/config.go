@@ -38,6 +38,19 @@ type Profile struct {
 	Output      Output   `mapstructure:"output"`
 	Plan        PlanKeys `mapstructure:"plan"`
 	Status      Status   `mapstructure:"status"`
+	Stream      Stream   `mapstructure:"stream"`
+}
+
+// Stream is the scan's live stream for online analysis: its images in the
+// DECTRIS Stream V2 format, on a ZeroMQ PUSH socket (package stream).
+type Stream struct {
+	// Address is the endpoint the stream binds, tcp://HOST:PORT; empty
+	// means off. In a scan of several modules, module i's stream binds
+	// PORT+i.
+	Address string  `mapstructure:"address"`
+	Every   int     `mapstructure:"every"`    // send every Nth image; 1 each
+	MaxRate float64 `mapstructure:"max_rate"` // at most this many images a second; 0 no limit
+	Queue   int     `mapstructure:"queue"`    // images that may wait to be sent
 }
 
 // Status is how people and programs watch a scan while it runs.
@@ -264,7 +277,13 @@ func suggest(key string) string {
 	if len(same) > 0 {
 		return " (known keys in " + section + ": " + strings.Join(same, ", ") + ")"
 	}
-	return " (known sections and keys: name, description, backend, detector, source, output, plan, status)"
+	var top []string // in the order Keys lists them
+	for _, k := range Keys {
+		if s, _, _ := strings.Cut(k.Name, "."); !slices.Contains(top, s) {
+			top = append(top, s)
+		}
+	}
+	return " (known sections and keys: " + strings.Join(top, ", ") + ")"
 }
 
 // testEnvPrefix starts the variables of h5ingest's own test suite, which

@@ -50,6 +50,7 @@ func Default() Profile {
 			RingMaxBytes:   4 << 30,
 			MaxFrameGap:    10_000,
 		},
+		Stream: Stream{Every: 1, Queue: 8},
 		Backend: "auto",
 		Output: Output{
 			Directory:     ".",
@@ -115,6 +116,10 @@ var Keys = []Key{
 	{"plan.sequence", `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"; replaces darks, flats and projections`},
 	{"plan.positions", "CSV file of the sample's scan positions for ptychography, x,y[,z] in metres, one line per frame; CXI files record them as translations; empty: none"},
 	{"status.address", "serve the status page and Prometheus metrics while a scan runs: [HOST]:PORT, or PORT alone for loopback; empty: off"},
+	{"stream.address", "send the scan's images to online analysis as DECTRIS Stream V2 (CBOR on a ZeroMQ PUSH socket) bound to tcp://HOST:PORT (31001 is Stream V2's port); module i of several binds PORT+i; needs compression bslz4, lz4 or none; empty: off"},
+	{"stream.every", "stream every Nth image of the scan, for previews: 1 or more (1: each)"},
+	{"stream.max_rate", "stream at most this many images a second, for previews; 0: no limit"},
+	{"stream.queue", "images that may wait to be sent, 1 to 1024; an image that finds the queue full is left out of the stream (never the file) and counted"},
 }
 
 // findKey returns the key named name, or nil.
@@ -139,7 +144,7 @@ var (
 // Validate reports the first value that is out of range, as an error naming
 // the key and what is allowed.
 func (p *Profile) Validate() error {
-	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan, p.validateStatus} {
+	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan, p.validateStatus, p.validateStream} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -316,6 +321,35 @@ func (p *Profile) validateStatus() error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return bad("status.address", "%q, want [HOST]:PORT or PORT with a port of 0 to 65535", a)
+	}
+	return nil
+}
+
+func (p *Profile) validateStream() error {
+	s := p.Stream
+	switch {
+	case s.Every < 1:
+		return bad("stream.every", "%d, want 1 or more", s.Every)
+	case s.MaxRate < 0:
+		return bad("stream.max_rate", "%g, want 0 (no limit) or more", s.MaxRate)
+	case s.Queue < 1 || s.Queue > 1024:
+		return bad("stream.queue", "%d, want 1 to 1024", s.Queue)
+	case s.Address == "":
+		return nil
+	}
+	hostPort, ok := strings.CutPrefix(s.Address, "tcp://")
+	if !ok {
+		return bad("stream.address", "%q, want tcp://HOST:PORT", s.Address)
+	}
+	if _, port, err := net.SplitHostPort(hostPort); err != nil {
+		return bad("stream.address", "%q, want tcp://HOST:PORT", s.Address)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535-len(p.Detector.Modules) {
+		return bad("stream.address", "%q, want a port of 1 to %d", s.Address, 65535-len(p.Detector.Modules))
+	}
+	switch p.Output.Compression {
+	case "bslz4", "lz4", "none":
+	default:
+		return bad("stream.address", "set with output.compression %s, which Stream V2 cannot carry: want bslz4, lz4 or none", p.Output.Compression)
 	}
 	return nil
 }

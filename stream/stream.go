@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -257,33 +258,56 @@ func (s *Stream) offer(n int, chunk []byte) {
 func (s *Stream) send(start []byte, maxChunk int) {
 	defer close(s.done)
 	msg := make([]byte, 0, maxChunk+imageOverhead)
-	s.sock.SendBytes(start, 0) // a consumer that connects later misses it, as with any PUSH stream
-	var deadline time.Time     // once Close is waiting: when it stops waiting
+	// A consumer that connects later misses the start, as with any PUSH
+	// stream; one that is not reading makes the send time out.
+	_, err := s.sock.SendBytes(start, 0)
+	stalled := err != nil  // the last send found no consumer reading
+	var deadline time.Time // once Close is waiting: when it stops waiting
 	for img := range s.queue {
 		if img.end {
-			end, err := endMessage(s.series, s.Stats())
-			if err == nil {
-				_, err = s.sock.SendBytes(end, 0)
-			}
-			s.closeErr = err
+			s.closeErr = s.sendEnd(stalled)
 			return
 		}
 		if deadline.IsZero() && s.ended.Load() {
 			deadline = time.Now().Add(closeBudget)
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		// Once the scan has ended, a consumer that is not reading gets
+		// no more waits: what is queued is dropped at once.
+		if !deadline.IsZero() && (stalled || time.Now().After(deadline)) {
 			s.dropped.Add(1)
 		} else {
 			msg = s.imageMessage(msg[:0], img)
 			if _, err := s.sock.SendBytes(msg, 0); err != nil {
 				s.dropped.Add(1) // no consumer took it in time
+				stalled = true
 			} else {
 				s.sent.Add(1)
+				stalled = false
 			}
 		}
 		s.free <- img
 	}
 }
+
+// sendEnd sends the end of the series with the counts. To a consumer that
+// is not reading it gets one short try, and the socket does not linger on
+// close, so that the scan's end does not wait on it.
+func (s *Stream) sendEnd(stalled bool) error {
+	end, err := endMessage(s.series, s.Stats())
+	if err != nil {
+		return err
+	}
+	if stalled {
+		s.sock.SetSndtimeo(stalledEndTimeout)
+		s.sock.SetLinger(0)
+	}
+	_, err = s.sock.SendBytes(end, 0)
+	return err
+}
+
+// stalledEndTimeout is how long the end of series waits for a consumer
+// that stopped reading.
+const stalledEndTimeout = 50 * time.Millisecond
 
 // Close queues the end of the series, waits for what is queued to be sent
 // (at most a few seconds, then the rest is dropped and counted), sends the
@@ -301,8 +325,11 @@ func (s *Stream) Close() (Stats, error) {
 		if err := s.sock.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = err
 		}
-		if s.closeErr != nil {
-			s.closeErr = fmt.Errorf("stream %s: end of series: %w", s.cfg.Address, s.closeErr)
+		switch {
+		case zmq.AsErrno(s.closeErr) == zmq.Errno(syscall.EAGAIN):
+			s.closeErr = fmt.Errorf("stream %s: the end of series found no consumer reading", s.endpoint)
+		case s.closeErr != nil:
+			s.closeErr = fmt.Errorf("stream %s: end of series: %w", s.endpoint, s.closeErr)
 		}
 	})
 	return s.Stats(), s.closeErr

@@ -167,6 +167,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := scan.observe(&s.observe, s.scanID, int(hello.Module)); err != nil {
 		return err
 	}
+	if err := scan.openLive(s.scanID, int(hello.Module)); err != nil {
+		return err
+	}
 	scan.stream = stream
 	srcErr := scan.run(sig.run, stream)
 	st := stream.Stats()
@@ -514,6 +517,9 @@ func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile
 	scan.stream, _ = src.(*fabric.Stream)
 	m.scans[i] = scan
 	if err := scan.observe(&m.flags.observe, m.flags.scanID, id); err != nil {
+		return err
+	}
+	if err := scan.openLive(m.flags.scanID, id); err != nil {
 		return err
 	}
 	m.wg.Add(1)

@@ -175,6 +175,9 @@ func (rp *replayRun) module(ctx context.Context) error {
 	if err := scan.observe(&s.observe, s.scanID, profile.Detector.Modules[0].ID); err != nil {
 		return err
 	}
+	if err := scan.openLive(s.scanID, profile.Detector.Modules[0].ID); err != nil {
+		return err
+	}
 	src := &oneModule{Source: rp.src, id: uint16(profile.Detector.Modules[0].ID)}
 	srcErr := scan.run(ctx, src)
 	if errors.Is(srcErr, capture.ErrTruncated) {
@@ -263,6 +266,9 @@ func (rp *replayRun) modules(ctx context.Context) error {
 	for i, scan := range scans {
 		defer scan.abort()
 		if err := scan.observe(&s.observe, s.scanID, files.modules[i].module.ID); err != nil {
+			return err
+		}
+		if err := scan.openLive(s.scanID, files.modules[i].module.ID); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/stream"
 	"h5ingest/version"
 	"h5ingest/writer"
 )
@@ -76,6 +77,8 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("sequence", "plan.sequence")
 	fs.String("positions", d.Plan.Positions, "CSV file of scan positions, x,y[,z] in metres, one line per frame (ptychography; CXI translations)")
 	key("positions", "plan.positions")
+	fs.String("stream", d.Stream.Address, "also send the scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT")
+	key("stream", "stream.address")
 	fs.Bool("drop-when-full", d.Source.DropWhenFull, "never hold the detector back: frames arriving while the pipeline is full are dropped, counted and recorded missing")
 	key("drop-when-full", "source.drop_when_full")
 	fs.Float64("angle-start", d.Plan.AngleStart, "rotation angle of the first projection, degrees")
@@ -192,6 +195,11 @@ type scanRun struct {
 
 	// watch holds the counters of every stage, shown by observe.
 	watch *scanWatch
+
+	// liveSetup, where the profile asks for a live stream, opens live,
+	// which every chunk written is offered to.
+	liveSetup *liveSetup
+	live      *stream.Stream
 }
 
 // gpuBatch is the frames per decode call on a GPU, which overlaps one
@@ -269,7 +277,8 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))
-	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, closeBackend: closeBackend, log: log, watch: watch}, nil
+	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, closeBackend: closeBackend, log: log, watch: watch,
+		liveSetup: newLiveSetup(profile, plan, format, path, codec.Bound(format.ImageSize()))}, nil
 }
 
 // fileOptions returns the options of a scan's file at path (or of its
@@ -300,7 +309,11 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 // run moves the frames of src into the file, reporting progress unless
 // the scan is quiet (a module's scan beside others).
 func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
-	src, sink := r.watch.start(src, fileSink{r.file})
+	var sink ingest.Sink = fileSink{r.file}
+	if r.live != nil { // after the file: a chunk is streamed once it is stored
+		sink = r.live.Sink(sink)
+	}
+	src, sink = r.watch.start(src, sink)
 	defer r.watch.stop()
 	if r.quiet {
 		progress, err := r.pipeline.Run(ctx, src, sink)
@@ -322,6 +335,7 @@ func (r *scanRun) finish(srcErr error) error {
 	closeErr := r.file.Close()
 	r.closeBackend()
 	printSummary(os.Stdout, r.output, r.progress, r.pipeline.Frames())
+	r.closeLive(os.Stdout)
 	if r.stream != nil {
 		st := r.stream.Stats()
 		fmt.Fprintf(os.Stdout, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
@@ -370,6 +384,7 @@ func (r *scanRun) beyond() (which, where string) {
 // abort finishes a scan that finish did not: the file keeps what it has.
 func (r *scanRun) abort() {
 	if !r.closed {
+		r.closeLive(io.Discard)
 		r.watch.close()
 		r.file.Close()
 		r.closeBackend()
