@@ -39,6 +39,15 @@ type Profile struct {
 	Plan        PlanKeys `mapstructure:"plan"`
 	Status      Status   `mapstructure:"status"`
 	Stream      Stream   `mapstructure:"stream"`
+	Metadata    Metadata `mapstructure:"metadata"`
+}
+
+// Metadata describes the scan in its files, for the people and catalogues
+// that find it later.
+type Metadata struct {
+	Title        string `mapstructure:"title"`                 // the entry's title; empty: the profile's description
+	Sample       string `mapstructure:"sample"`                // the sample's name
+	ExperimentID string `mapstructure:"experiment_identifier"` // proposal or experiment number
 }
 
 // Stream is the scan's live stream for online analysis: its images in the

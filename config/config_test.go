@@ -108,7 +108,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"unknown key", "detector:\n  pixel_sise_m: 1e-4\n", nil, nil, "",
 			`unknown key "detector.pixel_sise_m" (known keys in detector: detector.model, detector.modules,`},
-		{"unknown section", "writer:\n  x: 1\n", nil, nil, "", `unknown key "writer.x" (known sections and keys: name, description, detector, source, backend, output, plan, status, stream)`},
+		{"unknown section", "writer:\n  x: 1\n", nil, nil, "", `unknown key "writer.x" (known sections and keys: name, description, detector, source, backend, output, plan, status, stream, metadata)`},
 		{"stream address", "stream:\n  address: 127.0.0.1:31001\n", nil, nil, "", `key stream.address: "127.0.0.1:31001", want tcp://HOST:PORT`},
 		{"stream port", "stream:\n  address: tcp://127.0.0.1:0\n", nil, nil, "", `key stream.address: "tcp://127.0.0.1:0", want a port of 1 to 65534`},
 		{"stream of bszstd", "stream:\n  address: tcp://127.0.0.1:31001\noutput:\n  compression: bszstd\n", nil, nil, "",

@@ -120,6 +120,9 @@ var Keys = []Key{
 	{"stream.every", "stream every Nth image of the scan, for previews: 1 or more (1: each)"},
 	{"stream.max_rate", "stream at most this many images a second, for previews; 0: no limit"},
 	{"stream.queue", "images that may wait to be sent, 1 to 1024; an image that finds the queue full is left out of the stream (never the file) and counted"},
+	{"metadata.title", "the scan's title, the file's /entry/title; empty: the profile's description"},
+	{"metadata.sample", "the sample's name, the file's /entry/sample/name"},
+	{"metadata.experiment_identifier", "the proposal or experiment the scan belongs to, the file's /entry/experiment_identifier"},
 }
 
 // findKey returns the key named name, or nil.

@@ -1,9 +1,11 @@
 package writer
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"h5ingest/compress"
@@ -129,6 +131,7 @@ func (b *builder) nxtomo() {
 	b.str(entry, "definition", "NXtomo")
 	b.str(entry, "title", o.Title)
 	b.times(entry)
+	b.scanMetadata(entry)
 
 	inst := b.group(entry, "instrument", "NXinstrument")
 	src := b.group(inst, "source", "NXsource")
@@ -181,6 +184,7 @@ func (b *builder) cxi() {
 		b.str(entry, "title", o.Title)
 	}
 	b.times(entry)
+	b.scanMetadata(entry)
 	inst := b.group(entry, "instrument_1", "NXinstrument")
 	src := b.group(inst, "source_1", "NXsource")
 	b.scalarF64(src, "energy", o.Energy, "J")
@@ -474,20 +478,87 @@ func (b *builder) close(id hid) {
 }
 
 // str creates a scalar fixed-length string dataset holding value.
-func (b *builder) str(loc hid, name, value string) {
+func (b *builder) str(loc hid, name, value string) { b.close(b.strDataset(loc, name, value)) }
+
+// strDataset creates a scalar fixed-length string dataset holding value
+// and returns it, open.
+func (b *builder) strDataset(loc hid, name, value string) hid {
 	if b.err != nil {
-		return
+		return -1
 	}
 	buf := fixedString(value, len(value)+1)
 	t, err := stringType(len(buf))
 	if err != nil {
 		b.fail(err)
-		return
+		return -1
 	}
 	defer closeID(t)
 	d := b.dataset(loc, name, 0, t, nil, nil, dcpl{})
 	b.write(d, name, 0, t, unsafe.Pointer(&buf[0]))
-	b.close(d)
+	return d
+}
+
+// scanMetadata writes what the scan's options say of it besides the
+// data: the experiment, the program and its configuration, the user's
+// metadata.
+func (b *builder) scanMetadata(entry hid) {
+	o := &b.w.opts
+	if o.ExperimentID != "" {
+		b.str(entry, "experiment_identifier", o.ExperimentID)
+	}
+	if o.Version != "" || o.Configuration != "" {
+		p := b.strDataset(entry, "program_name", "h5ingest")
+		if o.Version != "" {
+			b.attr(p, "version", o.Version)
+		}
+		if o.Configuration != "" {
+			b.attr(p, "configuration", o.Configuration)
+		}
+		b.close(p)
+	}
+	if len(o.UserMetadata) > 0 {
+		b.collection(entry, "user_metadata", o.UserMetadata)
+	}
+}
+
+// collection writes m as an NXcollection named name in loc, keys in
+// order.
+func (b *builder) collection(loc hid, name string, m map[string]any) {
+	g := b.group(loc, name, "NXcollection")
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k == "" || k == "." || strings.Contains(k, "/") {
+			b.fail(fmt.Errorf("user metadata key %q: not a name HDF5 can hold", k))
+			return
+		}
+		switch v := m[k].(type) {
+		case string:
+			b.str(g, k, v)
+		case float64:
+			b.scalarF64(g, k, v, "")
+		case int:
+			b.scalarF64(g, k, float64(v), "")
+		case bool:
+			var u uint8
+			if v {
+				u = 1
+			}
+			b.close(b.scalar(g, k, kindU8, unsafe.Pointer(&u)))
+		case map[string]any:
+			b.collection(g, k, v)
+		default:
+			text, err := json.Marshal(v)
+			if err != nil {
+				b.fail(fmt.Errorf("user metadata key %q: %w", k, err))
+				return
+			}
+			b.str(g, k, string(text))
+		}
+	}
 }
 
 // scalar creates a scalar dataset of kind k holding *v and returns it.

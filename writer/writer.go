@@ -75,6 +75,19 @@ type Options struct {
 	SourceType string    // nxtomo; default "Synchrotron X-ray Source"
 	SourceName string    // nxtomo
 	SampleName string    // nxtomo
+	// ExperimentID is the proposal or experiment the scan belongs to:
+	// the entry's experiment_identifier.
+	ExperimentID string
+	// UserMetadata is free-form metadata from the user or the control
+	// system, kept under the entry's NXcollection user_metadata: a string
+	// as a string, a number as a float64, a boolean as a uint8, an object
+	// as an NXcollection inside, anything else as its JSON text.
+	UserMetadata map[string]any
+	// Configuration is how the program was set up for the scan (the
+	// merged profile, as YAML): the entry's program_name carries it, with
+	// Creator's version.
+	Configuration string
+	Version       string // the writing program's version, program_name's version
 	PixelSize  float64   // metres, both axes
 	Distance   float64   // sample to detector, metres
 	Energy     float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)

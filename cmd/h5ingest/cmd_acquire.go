@@ -159,7 +159,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		stream.Record(rec)
 	}
 
-	scan, err := newScan(out, profile, plan, hello.Format, nil, log)
+	scan, err := newScan(out, profile, plan, hello.Format, s.user, nil, log)
 	if err != nil {
 		return err
 	}
@@ -430,7 +430,7 @@ func acquireModules(sig *interrupts, f *acquireFlags, profile config.Profile, pl
 		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
 		if connected == 0 {
 			if files.master != "" && plan.Frames() > 0 {
-				if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
+				if err := writeMaster(files, profile, plan, format, f.scan.user, plan.Frames()); err != nil {
 					cancel()
 					return err
 				}
@@ -465,7 +465,7 @@ func acquireModules(sig *interrupts, f *acquireFlags, profile config.Profile, pl
 	m.wg.Wait()
 	rec.finish()
 	m.finished = true
-	return finishModules(files, profile, plan, format, m.scans, m.errs)
+	return finishModules(files, profile, plan, format, f.scan.user, m.scans, m.errs)
 }
 
 // senderCheck refuses a sender of a module the scan does not take, one
@@ -509,7 +509,7 @@ type moduleRuns struct {
 func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan plan.Plan,
 	format frame.Format, src ingest.Source, log *zap.Logger) error {
 	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
-	scan, err := newScan(files.modules[i].path, profile, plan, format, m.backend, log.With(zap.Int("module", id)))
+	scan, err := newScan(files.modules[i].path, profile, plan, format, m.flags.user, m.backend, log.With(zap.Int("module", id)))
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func master(s *scanFlags, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := writeMaster(files, profile, plan, format, frames); err != nil {
+	if err := writeMaster(files, profile, plan, format, nil, frames); err != nil {
 		return err
 	}
 	var absent []string
@@ -259,8 +259,8 @@ func sameMaster(path, dir string, files scanFiles, frames int) bool {
 // per module, unless the master is there already (and Overwrite is not
 // set) for the same modules and frames. Module files are named relative to
 // the master's directory, so that a scan's files can move together.
-func writeMaster(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, frames int) error {
-	opts := writer.MasterOptions{Options: fileOptions(files.master, profile, plan, format)}
+func writeMaster(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
+	opts := writer.MasterOptions{Options: fileOptions(files.master, profile, plan, format, user)}
 	opts.Frames = frames
 	opts.Height, opts.Width = arrayHeight(profile, format), arrayWidth(profile, format)
 	if plan.Frames() != frames {

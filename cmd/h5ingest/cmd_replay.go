@@ -167,7 +167,7 @@ func (rp *replayRun) module(ctx context.Context) error {
 	if err := rp.preScan([]string{out}, 1).run(); err != nil {
 		return err
 	}
-	scan, err := newScan(out, profile, rp.plan, rp.format, nil, rp.log)
+	scan, err := newScan(out, profile, rp.plan, rp.format, s.user, nil, rp.log)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (rp *replayRun) modules(ctx context.Context) error {
 		return err
 	}
 	if plan.Frames() > 0 {
-		if err := writeMaster(files, profile, plan, format, plan.Frames()); err != nil {
+		if err := writeMaster(files, profile, plan, format, s.user, plan.Frames()); err != nil {
 			return err
 		}
 	}
@@ -259,7 +259,7 @@ func (rp *replayRun) modules(ctx context.Context) error {
 		return err
 	}
 	defer backend.Close()
-	scans, err := newModuleScans(files, profile, plan, format, backend, rp.log)
+	scans, err := newModuleScans(files, profile, plan, format, s.user, backend, rp.log)
 	if err != nil {
 		return err
 	}
@@ -291,7 +291,7 @@ func (rp *replayRun) modules(ctx context.Context) error {
 	if n := d.Unknown(); n > 0 {
 		fmt.Fprintf(os.Stderr, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
 	}
-	return finishModules(files, profile, plan, format, scans, srcErrs)
+	return finishModules(files, profile, plan, format, s.user, scans, srcErrs)
 }
 
 // captureSources reads several captures (one per module) as one source:

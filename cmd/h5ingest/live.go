@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -30,7 +31,7 @@ type liveSetup struct {
 
 // newLiveSetup returns the live stream a scan of format writes under the
 // profile, or nil where the profile asks for none.
-func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, path string, maxChunk int) *liveSetup {
+func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, path string, user map[string]any, maxChunk int) *liveSetup {
 	if profile.Stream.Address == "" {
 		return nil
 	}
@@ -48,6 +49,15 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 		UserData: map[string]any{
 			"h5ingest": version.String(), "profile": profile.Name, "output": path,
 		},
+	}
+	md := profile.Metadata
+	for k, v := range map[string]string{"title": cmp.Or(md.Title, profile.Description), "sample": md.Sample, "experiment_identifier": md.ExperimentID} {
+		if v != "" {
+			s.UserData[k] = v
+		}
+	}
+	if len(user) > 0 {
+		s.UserData["user_metadata"] = user
 	}
 	if d := profile.Detector.BitDepth; d > 0 && d < 64 {
 		s.Saturation = 1<<d - 1

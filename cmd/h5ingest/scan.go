@@ -1,17 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
+	"go.yaml.in/yaml/v3"
 
 	"h5ingest/compress"
 	"h5ingest/config"
@@ -35,6 +39,9 @@ type scanFlags struct {
 	scanID   string
 	logLevel string
 	observe  observeFlags // --metrics, --report
+	meta     []string     // --meta KEY=VALUE
+	// user is the --meta pairs, as the files keep them (load sets it).
+	user map[string]any
 
 	fs   *pflag.FlagSet
 	keys map[string]string // flag name -> profile key
@@ -77,6 +84,13 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	key("sequence", "plan.sequence")
 	fs.String("positions", d.Plan.Positions, "CSV file of scan positions, x,y[,z] in metres, one line per frame (ptychography; CXI translations)")
 	key("positions", "plan.positions")
+	fs.String("title", d.Metadata.Title, "the scan's title in its files (/entry/title); default: the profile's description")
+	key("title", "metadata.title")
+	fs.String("sample", d.Metadata.Sample, "the sample's name in the scan's files (/entry/sample/name)")
+	key("sample", "metadata.sample")
+	fs.String("experiment-id", d.Metadata.ExperimentID, "the proposal or experiment the scan belongs to (/entry/experiment_identifier)")
+	key("experiment-id", "metadata.experiment_identifier")
+	fs.StringArrayVar(&s.meta, "meta", nil, "KEY=VALUE kept in the scan's files under /entry/user_metadata; a VALUE that is JSON (a number, true, an object) is kept as such; repeatable")
 	fs.String("stream", d.Stream.Address, "also send the scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT")
 	key("stream", "stream.address")
 	fs.Bool("drop-when-full", d.Source.DropWhenFull, "never hold the detector back: frames arriving while the pipeline is full are dropped, counted and recorded missing")
@@ -140,7 +154,41 @@ func (s *scanFlags) load() (config.Profile, plan.Plan, error) {
 		return config.Profile{}, plan.Plan{}, usageError(err)
 	}
 	s.observe.metrics = p.Status.Address
+	if s.user, err = parseMeta(s.meta); err != nil {
+		return config.Profile{}, plan.Plan{}, usageError(err)
+	}
 	return p, pl, nil
+}
+
+// parseMeta turns --meta KEY=VALUE pairs into the user metadata a file
+// keeps: a VALUE that parses as JSON keeps its type, any other is text.
+func parseMeta(pairs []string) (map[string]any, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]any{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || k == "." || strings.Contains(k, "/") {
+			return nil, fmt.Errorf("--meta %q: want KEY=VALUE, with a KEY of neither '/' nor '.' alone", kv)
+		}
+		var x any
+		if err := json.Unmarshal([]byte(v), &x); err != nil || x == nil {
+			x = v
+		}
+		m[k] = x
+	}
+	return m, nil
+}
+
+// profileYAML returns the merged profile as a profile file would hold it,
+// for the files to keep how the scan was set up.
+func profileYAML(p config.Profile) string {
+	b, err := yaml.Marshal(p.Values())
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // typedValue returns a flag's value with its Go type.
@@ -225,7 +273,7 @@ func openBackend(profile config.Profile, log *zap.Logger) (gpu.Backend, error) {
 // format, as the profile says. It decodes with shared, a backend the
 // caller closes after the scan, or where shared is nil with a backend of
 // its own.
-func newScan(path string, profile config.Profile, plan plan.Plan, format frame.Format, shared gpu.Backend, log *zap.Logger) (*scanRun, error) {
+func newScan(path string, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, shared gpu.Backend, log *zap.Logger) (*scanRun, error) {
 	orient := profile.Detector.Orientation()
 	if err := orient.Validate(format.Chips()); err != nil {
 		return nil, usageError(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
@@ -243,7 +291,7 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		}
 		closeBackend = func() { backend.Close() }
 	}
-	opts := fileOptions(path, profile, plan, format)
+	opts := fileOptions(path, profile, plan, format, user)
 	opts.Filters = codec.Filters()
 	opts.FlushInterval = out.FlushInterval
 	file, err := writer.Create(opts)
@@ -278,12 +326,12 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))
 	return &scanRun{output: path, planned: plan.Frames(), file: file, pipeline: p, closeBackend: closeBackend, log: log, watch: watch,
-		liveSetup: newLiveSetup(profile, plan, format, path, codec.Bound(format.ImageSize()))}, nil
+		liveSetup: newLiveSetup(profile, plan, format, path, user, codec.Bound(format.ImageSize()))}, nil
 }
 
 // fileOptions returns the options of a scan's file at path (or of its
 // master file) from the profile and the plan, without the compression.
-func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format) writer.Options {
+func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any) writer.Options {
 	opts := writer.Options{
 		Path:      path,
 		Overwrite: profile.Output.Overwrite,
@@ -292,11 +340,17 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 		Height:    format.Height(),
 		Width:     format.Width(),
 		ElemSize:  format.PixelSize(),
-		Title:     profile.Description,
+		Title:     cmp.Or(profile.Metadata.Title, profile.Description),
 		PixelSize: profile.Detector.PixelSize,
 		Distance:  profile.Detector.Distance,
 		Energy:    profile.Detector.Energy * electronVolt,
 		Creator:   "h5ingest " + version.String(),
+
+		SampleName:    profile.Metadata.Sample,
+		ExperimentID:  profile.Metadata.ExperimentID,
+		UserMetadata:  user,
+		Version:       version.String(),
+		Configuration: profileYAML(profile),
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
@@ -429,10 +483,10 @@ func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
 // newModuleScans creates the scan of every module in files, each with its
 // own file and pipeline, all decoding with backend; only the first reports
 // progress.
-func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, backend gpu.Backend, log *zap.Logger) ([]*scanRun, error) {
+func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, backend gpu.Backend, log *zap.Logger) ([]*scanRun, error) {
 	var scans []*scanRun
 	for i, m := range files.modules {
-		scan, err := newScan(m.path, profile, plan, format, backend, log.With(zap.Int("module", m.module.ID)))
+		scan, err := newScan(m.path, profile, plan, format, user, backend, log.With(zap.Int("module", m.module.ID)))
 		if err != nil {
 			for _, s := range scans {
 				s.abort()
@@ -450,7 +504,7 @@ func newModuleScans(files scanFiles, profile config.Profile, plan plan.Plan, for
 // stopped each one's source, and writes the master file if the scan's
 // length was not known before. It returns the worst of the results:
 // a failure, exit status 3 when any module misses frames, or nil.
-func finishModules(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, scans []*scanRun, srcErrs []error) error {
+func finishModules(files scanFiles, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, scans []*scanRun, srcErrs []error) error {
 	var worst error
 	frames := plan.Frames()
 	for i, scan := range scans {
@@ -471,7 +525,7 @@ func finishModules(files scanFiles, profile config.Profile, plan plan.Plan, form
 				worst = worse(worst, &exitError{code: exitIncomplete})
 			}
 		}
-		if err := writeMaster(files, profile, plan, format, frames); err != nil {
+		if err := writeMaster(files, profile, plan, format, user, frames); err != nil {
 			return worse(worst, err)
 		}
 	}
