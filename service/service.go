@@ -59,7 +59,8 @@ type Scan interface {
 
 // Reporter receives what a running scan says about itself.
 type Reporter interface {
-	// Progress reports the counts so far.
+	// Progress reports the counts so far. Calls come from one goroutine
+	// at a time.
 	Progress(Counts)
 	// FileFinalised reports a file closed under its final name.
 	FileFinalised(File)
@@ -131,6 +132,7 @@ func New(r Runner, cfg Config) *Service {
 	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
 	hc.DocsPath = "" // no page that loads scripts from elsewhere
 	hc.SchemasPath = ""
+	hc.CreateHooks = nil // no $schema links to schemas it does not serve
 	hc.OpenAPIPath = "/openapi"
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback)."},
@@ -370,4 +372,23 @@ func (s *Service) list() []Status {
 		out[i] = j.snapshot()
 	}
 	return out
+}
+
+// Drain stops the current scan, if there is one, as a stop request would,
+// and waits for it to end; after timeout it cancels it and waits for that.
+// Call it before the process exits, once nothing arms any more.
+func (s *Service) Drain(timeout time.Duration) {
+	s.mu.Lock()
+	j := s.current
+	s.mu.Unlock()
+	if j == nil {
+		return
+	}
+	s.stop(j.id, false)
+	select {
+	case <-j.done:
+	case <-time.After(timeout):
+		j.cancel()
+		<-j.done
+	}
 }

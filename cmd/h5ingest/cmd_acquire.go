@@ -32,6 +32,9 @@ type acquireFlags struct {
 	listen string
 	record string
 	module int // --module: the one module to take; -1 for every module
+	// onScan, where set, is told of the scan once it is set up, before
+	// its first frame: the scan service follows its progress.
+	onScan func(*scanRun)
 }
 
 func newAcquireCmd() *cobra.Command {
@@ -74,13 +77,51 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err != nil {
 		return err
 	}
-	files, err := s.scanFiles(profile, time.Now())
+	setup, err := newAcquireSetup(f, profile, plan)
 	if err != nil {
 		return err
 	}
-	if s.fs.Changed("module") {
+	if err := setup.pre.run(); err != nil {
+		return err
+	}
+	log, err := s.logger()
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	// The status page is up while the detector is awaited.
+	if _, err := s.observe.start(log); err != nil {
+		return err
+	}
+	defer s.observe.stopUnused()
+	sig := catchInterrupts(ctx, profile.Source.ConnectTimeout)
+	defer sig.stop()
+	if len(setup.files.modules) > 1 {
+		return acquireModules(sig, f, profile, plan, setup.files, setup.cfg, log)
+	}
+	_, err = acquireOne(sig, f, profile, plan, setup.files, setup.cfg, log)
+	return err
+}
+
+// acquireSetup is what an acquire settles before it listens: the files it
+// writes, the receiver's configuration and the pre-scan checks.
+type acquireSetup struct {
+	files scanFiles
+	cfg   fabric.Config
+	pre   preScan
+}
+
+// newAcquireSetup returns the setup of an acquire of profile and plan.
+// Its errors are usage errors.
+func newAcquireSetup(f *acquireFlags, profile config.Profile, plan plan.Plan) (acquireSetup, error) {
+	s := &f.scan
+	files, err := s.scanFiles(profile, time.Now())
+	if err != nil {
+		return acquireSetup{}, err
+	}
+	if f.module >= 0 {
 		if files, err = files.only(f.module); err != nil {
-			return err
+			return acquireSetup{}, err
 		}
 	}
 	src := profile.Source
@@ -95,51 +136,42 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	}
 	mode, err := fabric.ParseMode(src.Mode)
 	if err != nil {
-		return usageError(fmt.Errorf("key source.mode: %w", err))
+		return acquireSetup{}, usageError(fmt.Errorf("key source.mode: %w", err))
 	}
 	format, err := profile.Detector.Format()
 	if err != nil {
-		return usageError(err)
+		return acquireSetup{}, usageError(err)
 	}
 	if ring := int64(src.RingSlots) * int64(frame.HeaderSize+format.PayloadSize()); ring > int64(src.RingMaxBytes) {
-		return usageError(fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d-byte frames takes %d bytes, more than the %d allowed",
+		return acquireSetup{}, usageError(fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d-byte frames takes %d bytes, more than the %d allowed",
 			src.RingSlots, frame.HeaderSize+format.PayloadSize(), ring, src.RingMaxBytes))
 	}
 	cfg.Check = senderCheck(files, mode, format)
 	if err := cfg.Validate(); err != nil {
-		return usageError(err)
+		return acquireSetup{}, usageError(err)
 	}
 	pre := acquireChecks(files, profile, plan, src.Provider, addr)
 	pre.record = f.record
-	if err := pre.run(); err != nil {
-		return err
-	}
-	log, err := s.logger()
-	if err != nil {
-		return err
-	}
-	defer log.Sync()
-	// The status page is up while the detector is awaited.
-	if _, err := s.observe.start(log); err != nil {
-		return err
-	}
-	defer s.observe.stopUnused()
-	sig := catchInterrupts(ctx, src.ConnectTimeout)
-	defer sig.stop()
-	if len(profile.Detector.Modules) > 1 {
-		return acquireModules(sig, f, profile, plan, files, cfg, log)
-	}
+	return acquireSetup{files: files, cfg: cfg, pre: pre}, nil
+}
+
+// acquireOne receives the scan of one module, the only one of files, and
+// returns the scan written (nil where none began) with the command's
+// result.
+func acquireOne(sig *interrupts, f *acquireFlags, profile config.Profile, plan plan.Plan, files scanFiles, cfg fabric.Config, log *zap.Logger) (*scanRun, error) {
+	s := &f.scan
+	src := profile.Source
 	out := files.modules[0].path
 
 	l, err := fabric.Listen(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer l.Close()
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
 	stream, err := acceptSender(sig, l, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stream.Close()
 	sig.add(stream)
@@ -152,7 +184,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 
 	rec, closeRec, err := openRecord(f, profile, plan, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeRec()
 	if rec != nil {
@@ -161,14 +193,17 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 
 	scan, err := newScan(out, profile, plan, hello.Format, s.user, nil, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer scan.abort()
+	if f.onScan != nil {
+		f.onScan(scan)
+	}
 	if err := scan.observe(&s.observe, s.scanID, int(hello.Module)); err != nil {
-		return err
+		return scan, err
 	}
 	if err := scan.openLive(s.scanID, int(hello.Module)); err != nil {
-		return err
+		return scan, err
 	}
 	scan.stream = stream
 	srcErr := scan.run(sig.run, stream)
@@ -176,7 +211,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
 	rec.finish()
-	return scan.finish(srcErr)
+	return scan, scan.finish(srcErr)
 }
 
 // acceptSender waits for a sender whose handshake succeeds, logging the
@@ -218,14 +253,41 @@ type interrupts struct {
 
 // catchInterrupts starts catching SIGINT and SIGTERM; stop ends it.
 func catchInterrupts(ctx context.Context, connectTimeout time.Duration) *interrupts {
+	i := newInterrupts(ctx, connectTimeout)
+	signal.Notify(i.ch, os.Interrupt, syscall.SIGTERM)
+	return i
+}
+
+// newInterrupts returns the interruptions of a scan that only request
+// makes: a scan the scan service runs, whose stop is a request.
+func newInterrupts(ctx context.Context, connectTimeout time.Duration) *interrupts {
 	i := &interrupts{ch: make(chan os.Signal, 2), done: make(chan struct{})}
 	i.run, i.cancelRun = context.WithCancel(ctx)
 	i.wait, i.cancelWait = context.WithTimeout(i.run, connectTimeout)
-	signal.Notify(i.ch, os.Interrupt, syscall.SIGTERM)
 	i.exited.Add(1)
 	go i.loop()
 	return i
 }
+
+// request interrupts the scan as a first signal would: no more frames, the
+// frames received written. Only the first request counts.
+func (i *interrupts) request(why os.Signal) {
+	i.mu.Lock()
+	first := i.sig == nil
+	i.mu.Unlock()
+	if first {
+		select {
+		case i.ch <- why:
+		default:
+		}
+	}
+}
+
+// stopRequest is the interruption a stop request makes.
+type stopRequest struct{}
+
+func (stopRequest) Signal()        {}
+func (stopRequest) String() string { return "stop requested" }
 
 func (i *interrupts) loop() {
 	defer i.exited.Done()

@@ -29,7 +29,12 @@ type exitError struct {
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil { // the command said why already
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 // usageError marks err as a usage or profile error (exit status 2).
@@ -74,6 +79,7 @@ func newRootCmd() *cobra.Command {
 		newSendCmd(), newAcquireCmd(),
 		newMasterCmd(),
 		newRecoverCmd(),
+		newServeCmd(),
 	)
 	return root
 }

@@ -207,6 +207,18 @@ type preScan struct {
 // error, and returns an exit error (status 1) if any failed.
 func (c preScan) run() error {
 	warnReaders(os.Stderr, c.profile.Output.Compression)
+	failed := c.failures()
+	if len(failed) == 0 {
+		return nil
+	}
+	for _, err := range failed {
+		fmt.Fprintf(os.Stderr, "h5ingest: pre-scan check: %v\n", err)
+	}
+	return &exitError{code: exitFailure}
+}
+
+// failures runs every check and returns what failed.
+func (c preScan) failures() []error {
 	var failed []error
 	note := func(err error) {
 		if err != nil {
@@ -271,11 +283,5 @@ func (c preScan) run() error {
 		note(checkPortFree(c.provider, c.addr))
 	}
 	note(checkBackend(c.profile))
-	if len(failed) == 0 {
-		return nil
-	}
-	for _, err := range failed {
-		fmt.Fprintf(os.Stderr, "h5ingest: pre-scan check: %v\n", err)
-	}
-	return &exitError{code: exitFailure}
+	return failed
 }

@@ -58,6 +58,14 @@ class Service:
         return self.call("POST", f"/v1/scans/{scan_id}/cancel")
 
 
+def typed(value):
+    """A --set VALUE: JSON where it parses (numbers, true), else text."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default="http://127.0.0.1:8642")
@@ -69,6 +77,8 @@ def main():
     ap.add_argument("--projections", type=int, default=0)
     ap.add_argument("--title", default="")
     ap.add_argument("--sample", default="")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a profile key over the profile, e.g. output.directory=/data; a VALUE that is JSON keeps its type")
     ap.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--timeout", type=float, default=30, help="seconds per long poll")
     args = ap.parse_args()
@@ -83,6 +93,8 @@ def main():
         request["sample"] = args.sample
     if args.meta:
         request["user_metadata"] = dict(m.split("=", 1) for m in args.meta)
+    if args.set:
+        request["overrides"] = {k: typed(v) for k, v in (s.split("=", 1) for s in args.set)}
 
     svc = Service(args.url, args.token)
     try:
