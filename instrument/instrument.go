@@ -125,6 +125,14 @@ func (s *Stages) Register(reg prometheus.Registerer, module int) error {
 	return nil
 }
 
+// Unregister takes the metrics Register added to reg out of it again.
+func (s *Stages) Unregister(reg prometheus.Registerer, module int) {
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"module": strconv.Itoa(module)}, reg)
+	for _, c := range s.all {
+		reg.Unregister(c)
+	}
+}
+
 // observe records the time since start in h, in seconds.
 func observe(h prometheus.Histogram, start time.Time) { h.Observe(time.Since(start).Seconds()) }
 

@@ -11,6 +11,7 @@ import (
 	"image/png"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -44,7 +45,8 @@ const previewWanted = 5 * time.Second
 // the pipeline.
 type Server struct {
 	reg prometheus.Gatherer
-	ln  net.Listener
+	mux *http.ServeMux
+	ln  net.Listener // nil for a server of NewServer
 	srv *http.Server
 
 	mu       sync.Mutex
@@ -68,19 +70,44 @@ func Listen(addr string, reg prometheus.Gatherer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status server: %w", err)
 	}
-	s := &Server{reg: reg, ln: ln, previews: map[*Monitor]*renderedPreview{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.servePage)
-	mux.HandleFunc("GET /status.json", s.serveStatus)
-	mux.HandleFunc("GET /preview.png", s.servePreview)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s := NewServer(reg)
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil
 }
 
-// Addr returns the address the server listens on.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+// NewServer returns a server with the metrics of reg that listens nowhere:
+// its Handler serves the page, /status.json, /preview.png and /metrics
+// beside another server's handlers (the scan service's).
+func NewServer(reg prometheus.Gatherer) *Server {
+	s := &Server{reg: reg, previews: map[*Monitor]*renderedPreview{}, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /{$}", s.servePage)
+	s.mux.HandleFunc("GET /status.json", s.serveStatus)
+	s.mux.HandleFunc("GET /preview.png", s.servePreview)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	return s
+}
+
+// Handler returns the server's handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Addr returns the address the server listens on; nil for a server of
+// NewServer.
+func (s *Server) Addr() net.Addr {
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Remove makes the server show m's scan no more.
+func (s *Server) Remove(m *Monitor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.monitors = slices.DeleteFunc(s.monitors, func(x *Monitor) bool { return x == m })
+	delete(s.previews, m)
+}
 
 // Add makes the server show m's scan.
 func (s *Server) Add(m *Monitor) {
@@ -93,6 +120,9 @@ func (s *Server) Add(m *Monitor) {
 // Close stops the server, letting requests in progress finish for up to a
 // second.
 func (s *Server) Close() error {
+	if s.srv == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := s.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {

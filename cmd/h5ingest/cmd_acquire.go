@@ -35,6 +35,9 @@ type acquireFlags struct {
 	// onScan, where set, is told of the scan once it is set up, before
 	// its first frame: the scan service follows its progress.
 	onScan func(*scanRun)
+	// observe, where set, shows the scan instead of the --metrics and
+	// --report of scan: the scan service's page and metrics.
+	observe *observeFlags
 }
 
 func newAcquireCmd() *cobra.Command {
@@ -199,7 +202,11 @@ func acquireOne(sig *interrupts, f *acquireFlags, profile config.Profile, plan p
 	if f.onScan != nil {
 		f.onScan(scan)
 	}
-	if err := scan.observe(&s.observe, s.scanID, int(hello.Module)); err != nil {
+	obs := &s.observe
+	if f.observe != nil {
+		obs = f.observe
+	}
+	if err := scan.observe(obs, s.scanID, int(hello.Module)); err != nil {
 		return scan, err
 	}
 	if err := scan.openLive(s.scanID, int(hello.Module)); err != nil {

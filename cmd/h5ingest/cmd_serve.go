@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -24,6 +26,7 @@ import (
 	"h5ingest/ingest"
 	"h5ingest/plan"
 	"h5ingest/service"
+	"h5ingest/status"
 	"h5ingest/version"
 )
 
@@ -85,7 +88,13 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return usageError(err)
 	}
 	defer log.Sync()
-	svc := service.New(&serveRunner{flags: f, log: log}, service.Config{Token: token, Version: version.String()})
+	// The status page and /metrics of the scan running, beside the API.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	watch := &observeFlags{metrics: f.listen}
+	watch.obs = &observer{flags: watch, log: log, reg: reg, srv: status.NewServer(reg), started: time.Now(), persistent: true}
+	svc := service.New(&serveRunner{flags: f, log: log, observe: watch}, service.Config{Token: token, Version: version.String()})
+	svc.Handle("/", watch.obs.srv.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -133,8 +142,9 @@ func readToken(path string) (string, error) {
 // serveRunner prepares the scans the service arms: acquires of the node's
 // module.
 type serveRunner struct {
-	flags *serveFlags
-	log   *zap.Logger
+	flags   *serveFlags
+	log     *zap.Logger
+	observe *observeFlags // the status page and metrics every scan shows on
 }
 
 // Prepare loads the request's profile with its overrides, plan and
@@ -144,7 +154,7 @@ func (r *serveRunner) Prepare(req service.ArmRequest) (service.Scan, error) {
 	if err != nil {
 		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
 	}
-	f := &acquireFlags{module: r.flags.module}
+	f := &acquireFlags{module: r.flags.module, observe: r.observe}
 	f.scan.scanID = req.ScanID
 	if req.Output != "" {
 		f.scan.output = filepath.Join(profile.Output.Directory, req.Output)

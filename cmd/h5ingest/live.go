@@ -108,7 +108,7 @@ func (r *scanRun) openLive(scanID string, module int) error {
 	r.live = live
 	r.log.Info("live stream", zap.String("endpoint", live.Endpoint()))
 	if w := r.watch; w.obs != nil {
-		reg := moduleMetrics{w.obs.reg, w.module}
+		reg := moduleMetrics{w}
 		for _, o := range []struct {
 			name string
 			f    func(stream.Stats) uint64

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,11 @@ type observer struct {
 	started  time.Time
 	monitors []*status.Monitor
 	open     int // scans not finished
+	// persistent is the observer of a server that runs scan after scan
+	// (serve): each scan's metrics and page replace the last one's, and
+	// no scan's end stops the server or writes a report.
+	persistent bool
+	last       *scanWatch // persistent: the scan shown now
 }
 
 // start returns the command's observer, making it (and starting its
@@ -136,6 +142,8 @@ type scanWatch struct {
 	module   int
 	monitor  *status.Monitor
 	progress progressCache
+	// collectors are the scan's metrics beside its stages'.
+	collectors []prometheus.Collector
 }
 
 // newScanWatch returns the instruments of a scan, not shown anywhere yet.
@@ -176,10 +184,13 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 	p := w.pipeline
 	w.progress.p = p
 	w.monitor = status.NewMonitor(scan, p.Progress, w.stages)
+	if obs.persistent {
+		obs.replace(w)
+	}
 	if err := w.stages.Register(obs.reg, module); err != nil {
 		return err
 	}
-	reg := moduleMetrics{obs.reg, module}
+	reg := moduleMetrics{w}
 	if obs.srv != nil {
 		w.stages.Preview.Enable(instrument.PreviewInterval)
 	}
@@ -237,7 +248,7 @@ func (w *scanWatch) start(src ingest.Source, sink ingest.Sink) (ingest.Source, i
 		return w.stages.Source(src), w.stages.Sink(sink)
 	}
 	if st, ok := src.(statser); ok {
-		reg := moduleMetrics{w.obs.reg, w.module}
+		reg := moduleMetrics{w}
 		reg.counter("h5ingest_fabric_frames_total", "Frames the fabric stream received.",
 			func() float64 { return float64(st.Stats().Frames) })
 		reg.counter("h5ingest_fabric_bytes_total", "Bytes the fabric stream received, headers included.",
@@ -286,7 +297,7 @@ func (o *observer) scanDone(out io.Writer, outcome string) error {
 	o.open--
 	last := o.open == 0
 	o.flags.mu.Unlock()
-	if !last {
+	if !last || o.persistent {
 		return nil
 	}
 	var err error
@@ -357,14 +368,11 @@ func (c *progressCache) get() ingest.Progress {
 
 // moduleMetrics registers metrics of one module's scan: each gets the
 // label module beside those given.
-type moduleMetrics struct {
-	reg    *prometheus.Registry
-	module int
-}
+type moduleMetrics struct{ w *scanWatch }
 
 // labels returns the module label and the name, value pairs kv.
 func (m moduleMetrics) labels(kv []string) prometheus.Labels {
-	l := prometheus.Labels{"module": strconv.Itoa(m.module)}
+	l := prometheus.Labels{"module": strconv.Itoa(m.w.module)}
 	for i := 0; i+1 < len(kv); i += 2 {
 		l[kv[i]] = kv[i+1]
 	}
@@ -375,11 +383,34 @@ func (m moduleMetrics) labels(kv []string) prometheus.Labels {
 // are name, value pairs. The names are the command's own, each registered
 // once per module: a clash is a programming error, and panics.
 func (m moduleMetrics) gauge(name, help string, f func() float64, labels ...string) {
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
+	m.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
 }
 
 // counter registers a counter whose value f returns at scrape time, as
 // gauge does.
 func (m moduleMetrics) counter(name, help string, f func() float64, labels ...string) {
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
+	m.register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: m.labels(labels)}, f))
+}
+
+// register adds c to the observer's registry, kept so that a persistent
+// observer can take it out when the next scan replaces this one.
+func (m moduleMetrics) register(c prometheus.Collector) {
+	m.w.obs.reg.MustRegister(c)
+	m.w.collectors = append(m.w.collectors, c)
+}
+
+// replace makes w the scan a persistent observer shows: the last scan's
+// metrics leave the registry and its page the server.
+func (o *observer) replace(w *scanWatch) {
+	if last := o.last; last != nil {
+		last.stages.Unregister(o.reg, last.module)
+		for _, c := range last.collectors {
+			o.reg.Unregister(c)
+		}
+		if o.srv != nil {
+			o.srv.Remove(last.monitor)
+		}
+		o.monitors = slices.DeleteFunc(o.monitors, func(m *status.Monitor) bool { return m == last.monitor })
+	}
+	o.last = w
 }

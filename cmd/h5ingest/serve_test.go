@@ -104,6 +104,18 @@ func (p *serveProcess) call(method, path string, body any) (int, map[string]any)
 	return resp.StatusCode, m
 }
 
+// get returns the body of a GET of path.
+func (p *serveProcess) get(path string) string {
+	p.t.Helper()
+	resp, err := http.Get(p.base + path)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 // armRequest arms scan id with the small detector's frames arriving on
 // port, written to dir.
 func armRequest(id string, port int, dir string, projections int) map[string]any {
@@ -147,6 +159,23 @@ func TestServeScans(t *testing.T) {
 		}
 		if code, vout := runCaptured(t, "verify", filepath.Join(dir, id+".h5")); code != exitOK {
 			t.Errorf("verify %s: %d\n%s", id, code, vout)
+		}
+		// The same server shows the scan's page and metrics: this scan's,
+		// the last one's gone.
+		metrics := p.get("/metrics")
+		for _, want := range []string{`h5ingest_frames_written_total{module="0"} 30`, `scan="` + id + `"`, "h5ingest_write_frames_total", "process_resident_memory_bytes"} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("after %s, /metrics lacks %s", id, want)
+			}
+		}
+		if id == "s2" && strings.Contains(metrics, `scan="s1"`) {
+			t.Error("/metrics still shows s1 after s2")
+		}
+		if page := p.get("/"); !strings.Contains(page, "<html") {
+			t.Errorf("the status page: %.200s", page)
+		}
+		if st := p.get("/status.json"); !strings.Contains(st, `"`+id+`"`) || strings.Count(st, `"output"`) != 1 {
+			t.Errorf("/status.json after %s: %.300s", id, st)
 		}
 	}
 
