@@ -38,6 +38,7 @@ type serveFlags struct {
 	module    int
 	logLevel  string
 	drain     time.Duration
+	stream    string // every scan's live stream, unless its request sets stream.address
 }
 
 func newServeCmd() *cobra.Command {
@@ -63,6 +64,7 @@ every request that changes state must then carry (Authorization: Bearer TOKEN).`
 	fs.StringVar(&f.profiles, "profiles", "", "directory of profile files an arm request may name (besides the built-in profiles)")
 	fs.IntVar(&f.module, "module", -1, "the detector module this node receives, in a profile of several (one serve per module node)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (a request's stream.address overrides it)")
 	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled")
 	return cmd
 }
@@ -197,6 +199,9 @@ func (r *serveRunner) load(req service.ArmRequest) (config.Profile, plan.Plan, e
 	}
 	flags := map[string]config.FlagValue{}
 	set := func(key string, v any) { flags[key] = config.FlagValue{Flag: "request " + key, Value: v} }
+	if r.flags.stream != "" {
+		set("stream.address", r.flags.stream)
+	}
 	for k, v := range req.Overrides {
 		set(k, jsonValue(v))
 	}

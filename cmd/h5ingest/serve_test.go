@@ -136,7 +136,9 @@ func TestServeScans(t *testing.T) {
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "30")
 	dir := t.TempDir()
-	p := startServe(t, "")
+	// Every scan streams its images; nobody reads them, which costs the
+	// scans nothing.
+	p := startServe(t, "", "--stream", fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
 	port := freePort(t)
 
 	for _, id := range []string{"s1", "s2"} {
