@@ -20,7 +20,7 @@ import (
 func TestRecoverKilledScan(t *testing.T) {
 	py := python(t, "h5py", "numpy")
 	dir := t.TempDir()
-	scan, _, out := startPaced(t, dir)
+	scan, _, _, out := startPaced(t, dir, 40)
 	if err := scan.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ with h5py.File(sys.argv[1], "r") as f:
 // that is still writing: refused, naming the scan's process, and the scan
 // completes untouched.
 func TestRecoverRefusesRunningScan(t *testing.T) {
-	scan, scanErr, _, out := startPaced80(t)
+	scan, scanErr, _, out := startPaced(t, t.TempDir(), 80)
 	code, _, stderr := runProcess(t, "recover", writer.TempName(out))
 	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(scan.Process.Pid)) {
 		t.Errorf("recover of a running scan's file: exit status %d, want %d naming process %d:\n%s", code, exitFailure, scan.Process.Pid, stderr)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,31 +12,6 @@ import (
 	"h5ingest/writer"
 )
 
-// startPaced80 starts a replay of 80 frames paced at 20 frames/s (four
-// seconds, so that what a test does while it writes comes in time on a
-// loaded machine) and waits until its file has flushed frames. It returns
-// the process, its standard error, the capture and the output file.
-func startPaced80(t *testing.T) (*exec.Cmd, *bytes.Buffer, string, string) {
-	t.Helper()
-	capture, _ := simulate(t, "--frames", "80")
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	cmd := command("replay", capture, "-o", out, "--projections", "80", "--fps", "20", "--flush", "100ms")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for okRecords(writer.TempName(out)) < 3 {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("the paced replay wrote nothing:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return cmd, &stderr, capture, out
-}
-
 // TestTwoScansOneFile runs a paced replay (four seconds of frames) and,
 // while it writes, a second replay of the same file with --overwrite and
 // an acquire of it with --overwrite, each a process of its own: both are
@@ -45,7 +19,7 @@ func startPaced80(t *testing.T) (*exec.Cmd, *bytes.Buffer, string, string) {
 // process, the acquire in its pre-scan check before it listens, and the
 // first scan's file completes and verifies with every frame.
 func TestTwoScansOneFile(t *testing.T) {
-	first, firstErr, capture, out := startPaced80(t)
+	first, firstErr, capture, out := startPaced(t, t.TempDir(), 80)
 	pid := strconv.Itoa(first.Process.Pid)
 	part, err := os.Stat(writer.TempName(out))
 	if err != nil {

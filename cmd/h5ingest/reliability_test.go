@@ -589,13 +589,17 @@ func TestReplayDiskFull(t *testing.T) {
 	}
 }
 
-// startPaced starts a replay paced at 20 frames/s of 40 frames into dir and
-// waits until its file has flushed frames.
-func startPaced(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer, string) {
+// startPaced starts a replay of frames paced at 20 frames/s into dir (80
+// frames is four seconds, so that what a test does while it writes comes
+// in time on a loaded machine) and waits until its file has flushed
+// frames. It returns the process, its standard error, the capture and the
+// output file.
+func startPaced(t *testing.T, dir string, frames int) (*exec.Cmd, *bytes.Buffer, string, string) {
 	t.Helper()
-	path, _ := simulate(t, "--frames", "40")
+	n := strconv.Itoa(frames)
+	capture, _ := simulate(t, "--frames", n)
 	out := filepath.Join(dir, "scan.h5")
-	cmd := command("replay", path, "-o", out, "--projections", "40", "--fps", "20", "--flush", "100ms")
+	cmd := command("replay", capture, "-o", out, "--projections", n, "--fps", "20", "--flush", "100ms")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -605,11 +609,11 @@ func startPaced(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer, string) {
 	for okRecords(writer.TempName(out)) < 3 {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatal("the paced replay wrote nothing")
+			t.Fatalf("the paced replay wrote nothing:\n%s", stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return cmd, &stderr, out
+	return cmd, &stderr, capture, out
 }
 
 // exitCode waits for cmd and returns its exit status.
@@ -651,7 +655,7 @@ func TestReplayOutputDirFaults(t *testing.T) {
 			t.Skip("chattr +i needs root")
 		}
 		dir := t.TempDir()
-		cmd, stderr, out := startPaced(t, dir)
+		cmd, stderr, _, out := startPaced(t, dir, 40)
 		if o, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -674,7 +678,7 @@ func TestReplayOutputDirFaults(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cmd, stderr, _ := startPaced(t, dir)
+		cmd, stderr, _, _ := startPaced(t, dir, 40)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
