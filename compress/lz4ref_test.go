@@ -81,4 +81,3 @@ func (c *refLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 	}
 	return di, anchor
 }
-
