@@ -58,7 +58,7 @@ var loaded struct {
 // loads it (nor the provider libraries it pulls in, some of which sleep
 // at load). GetInfo calls Load, and so every path to an object does; it
 // does the work once and returns the same result to every call. Without
-// the library the error says "libfabric.so.1 not found: " and why.
+// the library the error says "libfabric.so.1 not found" and why.
 func Load() error {
 	loaded.once.Do(func() { loaded.err = load("libfabric.so.1") })
 	return loaded.err
