@@ -79,19 +79,7 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 			si--
 			ref--
 		}
-		m := si + lz4MinMatch
-		for m+8 <= end {
-			x := binary.LittleEndian.Uint64(src[m:]) ^ binary.LittleEndian.Uint64(src[m-(si-ref):])
-			if x != 0 {
-				m += bits.TrailingZeros64(x) >> 3
-				break
-			}
-			m += 8
-		}
-		for m < end && src[m] == src[m-(si-ref)] {
-			m++
-		}
-		m = min(m, end)
+		m := matchEnd(src[:end], si+lz4MinMatch, si-ref)
 		di = putSequence(out, di, src[anchor:si], si-ref, m-si)
 		si, anchor = m, m
 		if si < limit {
@@ -99,6 +87,48 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 		}
 	}
 	return di, anchor
+}
+
+// matchEnd returns where the match of src[m-off:] with src[m:] ends, at
+// most len(src). Bit-transposed detector data is mostly long runs of zero
+// bytes, where the match runs on for kilobytes: it compares 32 bytes a
+// step while they all match (with AVX2 where the CPU has it, 64), then 8,
+// then one.
+func matchEnd(src []byte, m, off int) int {
+	if n := equalPrefix32(src, m, off); n >= 0 {
+		if n%32 != 0 {
+			return m + n // a difference within the bytes compared
+		}
+		m += n // all equal, or the difference is src[m+n]: the Go loop sees it at once
+	}
+	return matchEndGo(src, m, off)
+}
+
+// matchEndGo is matchEnd in Go alone.
+func matchEndGo(src []byte, m, off int) int {
+	end := len(src)
+	for m+32 <= end {
+		a, b := src[m:m+32], src[m-off:m-off+32]
+		x0 := binary.LittleEndian.Uint64(a) ^ binary.LittleEndian.Uint64(b)
+		x1 := binary.LittleEndian.Uint64(a[8:]) ^ binary.LittleEndian.Uint64(b[8:])
+		x2 := binary.LittleEndian.Uint64(a[16:]) ^ binary.LittleEndian.Uint64(b[16:])
+		x3 := binary.LittleEndian.Uint64(a[24:]) ^ binary.LittleEndian.Uint64(b[24:])
+		if x0|x1|x2|x3 != 0 {
+			break
+		}
+		m += 32
+	}
+	for m+8 <= end {
+		x := binary.LittleEndian.Uint64(src[m:]) ^ binary.LittleEndian.Uint64(src[m-off:])
+		if x != 0 {
+			return m + bits.TrailingZeros64(x)>>3
+		}
+		m += 8
+	}
+	for m < end && src[m] == src[m-off] {
+		m++
+	}
+	return m
 }
 
 // putSequence writes one sequence, literals then a match of length

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,13 +36,18 @@ var benchScripts embed.FS
 type benchFlags struct {
 	frames   int
 	unique   int
+	rounds   int
 	dir      string
+	diskDir  string
 	keep     bool
 	python   string
 	backend  string
 	threads  int
+	workers  string
 	chips    string
 	chipSize string
+
+	workerCounts []int // parsed --workers
 }
 
 func newBenchCmd() *cobra.Command {
@@ -50,23 +56,34 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Compare replay to HDF5 with h5py + hdf5plugin and the C bitshuffle library, on the same frames",
 		Long: `bench simulates a Pi-mega tomography scan (24-bit LFSR bitplane frames) and
-times, on the same frames in one run:
+times, on the same frames, in --rounds interleaved rounds (every row once
+per round, in the same order, so that a machine whose speed drifts weighs
+on every row alike):
 
   - h5ingest replay of the scan's capture to a bitshuffle-LZ4 HDF5 file,
-    and with the bit transpose on the decode backend (--backend-shuffle,
-    profile key output.backend_shuffle): each twice, in the order plain,
-    transposed, transposed, plain, and each row the mean of its two;
+    one compression worker per core; then with GOMAXPROCS set to each
+    other count of --workers (one core's rate shows how it scales); with
+    the bit transpose on the decode backend (--backend-shuffle); and to a
+    file in --disk-dir, flushed to the device (fsync) before the clock
+    stops, beside the same replay to memory;
   - the reference: h5py + hdf5plugin writing the decoded frames through the
-    HDF5 filter pipeline, one chunk per frame;
+    HDF5 filter pipeline, one chunk per frame, as a user runs them (h5py's
+    default chunk cache, the filter's OpenMP threads as installed), and
+    again with one OpenMP thread;
   - the ceiling: the C bitshuffle + LZ4 library compressing the decoded
-    frames on every core, with no I/O (and on one core, for scale);
+    frames on every core, with no I/O, and on one core (whichever is
+    faster gets a ratio too: on a machine whose cores are not all free,
+    the OpenMP threads wait for each other);
   - our HDF5 writer alone, storing chunks compressed beforehand.
 
-Every row runs as a process of its own, so that its peak RSS can be read.
-The scan cycles through --unique simulated frames, renumbered, so that long
-scans need no long simulation. Files go to a new folder in --dir, by default
-on /dev/shm (memory), so that no disk is measured; the folder is removed at
-the end unless --keep, and nothing else in --dir is touched.`,
+Each row shows its best and median round and the spread of its rounds;
+the ratios divide best by best and median by median. Every row runs as a
+process of its own, so that its peak RSS can be read. The scan cycles
+through --unique simulated frames, renumbered, so that long scans need no
+long simulation. Files go to a new folder in --dir, by default on
+/dev/shm (memory), so that no disk is measured but in the disk row; the
+folders are removed at the end unless --keep, and nothing else in --dir or
+--disk-dir is touched.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := fl.validate(); err != nil {
@@ -76,17 +93,28 @@ the end unless --keep, and nothing else in --dir is touched.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&fl.frames, "frames", 1000, "frames each row processes")
+	f.IntVar(&fl.frames, "frames", 200, "frames each row processes")
 	f.IntVar(&fl.unique, "unique", 50, "distinct simulated frames the scan cycles through")
+	f.IntVar(&fl.rounds, "rounds", 5, "interleaved rounds: every row runs once in each")
 	f.StringVar(&fl.dir, "dir", defaultBenchDir(), "directory in which a new folder holds the capture and the output files")
-	f.BoolVar(&fl.keep, "keep", false, "keep that folder afterwards")
+	f.StringVar(&fl.diskDir, "disk-dir", defaultDiskDir(), `directory on a disk for the row that writes to disk ("": no such row)`)
+	f.BoolVar(&fl.keep, "keep", false, "keep those folders afterwards")
 	f.StringVar(&fl.python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
-	f.StringVar(&fl.backend, "backend", "cpu", "decode backend of the replay row: auto, cpu or cuda")
+	f.StringVar(&fl.backend, "backend", "cpu", "decode backend of the replay rows: auto, cpu or cuda")
 	f.IntVar(&fl.threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
+	f.StringVar(&fl.workers, "workers", defaultBenchWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")
 	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")
 	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WxH (Medipix3RX: 256x256)")
 	cmd.AddCommand(newBenchWriteCmd(), newBenchCycleCmd())
 	return cmd
+}
+
+// defaultBenchWorkers is 1 and the number of cores.
+func defaultBenchWorkers() string {
+	if n := runtime.NumCPU(); n > 1 {
+		return "1," + strconv.Itoa(n)
+	}
+	return "1"
 }
 
 func (fl *benchFlags) validate() error {
@@ -95,8 +123,23 @@ func (fl *benchFlags) validate() error {
 		return fmt.Errorf("--frames %d: want at least 1", fl.frames)
 	case fl.unique < 1:
 		return fmt.Errorf("--unique %d: want at least 1", fl.unique)
+	case fl.rounds < 1:
+		return fmt.Errorf("--rounds %d: want at least 1", fl.rounds)
 	case fl.threads < 1:
 		return fmt.Errorf("--threads %d: want at least 1", fl.threads)
+	}
+	fl.workerCounts = nil
+	if fl.workers == "" {
+		fl.workers = defaultBenchWorkers()
+	}
+	for w := range strings.SplitSeq(fl.workers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 || n > 4096 {
+			return fmt.Errorf("--workers %q: want counts from 1 to 4096, comma-separated", fl.workers)
+		}
+		if !slices.Contains(fl.workerCounts, n) {
+			fl.workerCounts = append(fl.workerCounts, n)
+		}
 	}
 	// The frames are 24-bit LFSR bitplane frames of the geometry.
 	f := frame.Format{Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
@@ -123,26 +166,63 @@ func defaultBenchDir() string {
 	return os.TempDir()
 }
 
-// benchRow is one measured row of the table.
-type benchRow struct {
-	name    string
-	frames  int
-	bytes   int64   // decoded image bytes processed
-	stored  int64   // compressed bytes produced
-	seconds float64 // time on the clock
-	maxRSS  int64   // peak resident set of the row's process, bytes
+// defaultDiskDir returns the temporary directory if it is not in memory
+// (tmpfs, ramfs), else the working directory if that is not, else "".
+func defaultDiskDir() string {
+	for _, d := range []string{os.TempDir(), "."} {
+		if !inMemory(d) {
+			return d
+		}
+	}
+	return ""
 }
 
-func (r benchRow) gbps() float64 { return float64(r.bytes) / r.seconds / 1e9 }
+// inMemory reports whether dir is on a file system held in memory.
+func inMemory(dir string) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return true // unusable: not a disk to measure
+	}
+	const tmpfsMagic, ramfsMagic = 0x01021994, 0x858458f6
+	return st.Type == tmpfsMagic || st.Type == ramfsMagic
+}
+
+// benchRow is one row of the table: what it processed and its rounds.
+type benchRow struct {
+	name   string
+	frames int
+	bytes  int64     // decoded image bytes processed per round
+	stored int64     // compressed bytes produced (last round)
+	secs   []float64 // time on the clock, one per round
+	maxRSS int64     // peak resident set of the row's processes, bytes
+}
+
+// best returns the row's fastest round's time.
+func (r *benchRow) best() float64 { return slices.Min(r.secs) }
+
+// median returns the row's median round's time.
+func (r *benchRow) median() float64 {
+	s := slices.Sorted(slices.Values(r.secs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// spread returns the slowest round's time over the fastest's, minus one.
+func (r *benchRow) spread() float64 { return slices.Max(r.secs)/r.best() - 1 }
+
+// fps returns frames per second at the given time.
+func (r *benchRow) fps(secs float64) float64 { return float64(r.frames) / secs }
 
 // benchFiles are the paths a bench run uses.
 type benchFiles struct {
-	unique, capture, decoded, ours, reference, written string
+	unique, capture, decoded, ours, disk, reference, written string
 }
 
-func newBenchFiles(dir string) benchFiles {
+func newBenchFiles(dir, diskDir string) benchFiles {
 	p := func(name string) string { return filepath.Join(dir, name) }
-	return benchFiles{
+	f := benchFiles{
 		unique:    p("unique.pmcap"),
 		capture:   p("scan.pmcap"),
 		decoded:   p("decoded.h5"),
@@ -150,10 +230,34 @@ func newBenchFiles(dir string) benchFiles {
 		reference: p("reference.h5"),
 		written:   p("written.h5"),
 	}
+	if diskDir != "" {
+		f.disk = filepath.Join(diskDir, "ours.h5")
+	}
+	return f
 }
 
-// runBench prepares the scan, runs every row and prints the table to out;
-// progress goes to logw.
+// Row names the ratios and the tests refer to.
+const (
+	benchOursRow      = "h5ingest replay -> HDF5 bslz4"
+	benchOneWorkerRow = "h5ingest replay, GOMAXPROCS=1 (1 worker)"
+	benchShuffledRow  = "h5ingest replay, transpose on the backend"
+	benchDiskRow      = "h5ingest replay, to disk + fsync"
+	benchReferenceRow = "reference: h5py + hdf5plugin bslz4, defaults"
+	benchRef1Row      = "h5py + hdf5plugin, OMP_NUM_THREADS=1"
+	benchCeilingRow   = "ceiling: C bitshuffle+LZ4"
+	benchC1Row        = "C bitshuffle+LZ4, 1 thread, no I/O"
+	benchWriterRow    = "h5ingest writer alone, chunks precompressed"
+)
+
+// benchStep is one row's measurement: it runs one round and returns the
+// time, the stored bytes and the process's peak RSS.
+type benchStep struct {
+	name string
+	run  func() (secs float64, stored, rss int64, err error)
+}
+
+// runBench prepares the scan, runs every row in interleaved rounds and
+// prints the table to out; progress goes to logw.
 func runBench(out, logw io.Writer, fl *benchFlags) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -170,7 +274,16 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	if !fl.keep {
 		defer os.RemoveAll(dir)
 	}
-	files := newBenchFiles(dir)
+	diskDir := ""
+	if fl.diskDir != "" {
+		if diskDir, err = os.MkdirTemp(fl.diskDir, "h5ingest-bench-"); err != nil {
+			return fmt.Errorf("bench: --disk-dir: %w", err)
+		}
+		if !fl.keep {
+			defer os.RemoveAll(diskDir)
+		}
+	}
+	files := newBenchFiles(dir, diskDir)
 	for _, name := range []string{"reference.py", "ceiling.py"} {
 		b, err := benchScripts.ReadFile("bench/" + name)
 		if err != nil {
@@ -181,9 +294,14 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 		}
 	}
 	fmt.Fprintf(logw, "bench: files in %s (%s)\n", dir, describeFS(dir))
+	if diskDir != "" {
+		fmt.Fprintf(logw, "bench: the disk row's file in %s (%s)\n", diskDir, describeFS(diskDir))
+	}
 
 	fmt.Fprintf(logw, "bench: simulating %d frames\n", fl.unique)
-	if _, err := benchRun(self, nil, "simulate", "--scene", "tomo", "--frames", strconv.Itoa(fl.unique),
+	// Projections only: the Python rows read back the first --unique
+	// frames, which must be the frames the replay rows cycle through.
+	if _, err := benchRun(self, nil, "simulate", "--scene", "tomo", "--darks", "0", "--flats", "0", "--projections", strconv.Itoa(fl.unique),
 		"--chips", fl.chips, "--chip-size", fl.chipSize, "-o", files.unique, "--overwrite"); err != nil {
 		return err
 	}
@@ -203,26 +321,70 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 		return err
 	}
 	os.Remove(files.unique)
-
-	n, image := fl.frames, int64(format.ImageSize())
-	rows := make([]benchRow, 0, 6)
-	row := func(name string, timed func() (float64, int64, int64, error)) (benchRow, error) {
-		fmt.Fprintf(logw, "bench: %s\n", name)
-		secs, stored, rss, err := timed()
-		return benchRow{name: name, frames: n, bytes: int64(n) * image, stored: stored, seconds: secs, maxRSS: rss}, err
-	}
-	measure := func(name string, timed func() (float64, int64, int64, error)) error {
-		r, err := row(name, timed)
-		if err == nil {
-			rows = append(rows, r)
-		}
+	// The writer row's chunks: the replay's own file.
+	if _, err := benchRun(self, nil, "replay", files.capture, "-o", files.ours, "--backend", fl.backend,
+		"--compression", "bslz4", "--projections", strconv.Itoa(fl.frames), "--overwrite"); err != nil {
 		return err
 	}
-	python := func(env []string, args ...string) func() (float64, int64, int64, error) {
+
+	steps := benchSteps(self, dir, fl, files)
+	rows := make([]benchRow, len(steps))
+	n, image := fl.frames, int64(format.ImageSize())
+	for i, s := range steps {
+		rows[i] = benchRow{name: s.name, frames: n, bytes: int64(n) * image}
+	}
+	for round := range fl.rounds {
+		for i, s := range steps {
+			fmt.Fprintf(logw, "bench: round %d/%d: %s\n", round+1, fl.rounds, s.name)
+			secs, stored, rss, err := s.run()
+			if err != nil {
+				return err
+			}
+			rows[i].secs = append(rows[i].secs, secs)
+			rows[i].stored = stored
+			rows[i].maxRSS = max(rows[i].maxRSS, rss)
+		}
+	}
+	printBench(out, fl, format, rows)
+	return nil
+}
+
+// benchSteps returns the rows of the table in the order each round runs
+// them.
+func benchSteps(self, dir string, fl *benchFlags, files benchFiles) []benchStep {
+	nstr := strconv.Itoa(fl.frames)
+	cores := runtime.NumCPU()
+	replay := func(out string, sync bool, env []string, more ...string) func() (float64, int64, int64, error) {
+		return func() (float64, int64, int64, error) {
+			args := append([]string{"replay", files.capture, "-o", out, "--backend", fl.backend,
+				"--compression", "bslz4", "--projections", nstr, "--overwrite"}, more...)
+			start := time.Now()
+			res, err := benchRun(self, env, args...)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			secs := res.seconds
+			if sync {
+				// The file and its directory entry reach the device
+				// before the clock stops.
+				if err := syncFile(out); err != nil {
+					return 0, 0, 0, err
+				}
+				secs = time.Since(start).Seconds()
+			}
+			size := fileSize(out)
+			os.Remove(out)
+			return secs, size, res.maxRSS, nil
+		}
+	}
+	python := func(env []string, out string, args ...string) func() (float64, int64, int64, error) {
 		return func() (float64, int64, int64, error) {
 			res, err := benchRun(fl.python, env, args...)
 			if err != nil {
 				return 0, 0, 0, err
+			}
+			if out != "" {
+				os.Remove(out)
 			}
 			var r struct{ Seconds, Stored float64 }
 			if err := json.Unmarshal(res.stdout, &r); err != nil {
@@ -233,109 +395,134 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	}
 	script := func(name string) string { return filepath.Join(dir, name) }
 	omp := func(t int) []string { return []string{"OMP_NUM_THREADS=" + strconv.Itoa(t)} }
-	nstr := strconv.Itoa(n)
+	replayOut := filepath.Join(dir, "replay.h5")
 
-	replay := func(more ...string) func() (float64, int64, int64, error) {
-		return func() (float64, int64, int64, error) {
-			args := append([]string{"replay", files.capture, "-o", files.ours, "--backend", fl.backend,
-				"--compression", "bslz4", "--projections", nstr, "--overwrite"}, more...)
-			res, err := benchRun(self, nil, args...)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			return res.seconds, fileSize(files.ours), res.maxRSS, nil
+	steps := []benchStep{{fmt.Sprintf("%s, %s (one per core)", benchOursRow, plural(cores, "worker")), replay(replayOut, false, nil)}}
+	for _, w := range fl.workerCounts {
+		if w != cores {
+			steps = append(steps, benchStep{fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%s)", w, plural(w, "worker")),
+				replay(replayOut, false, []string{"GOMAXPROCS=" + strconv.Itoa(w)})})
 		}
 	}
-	// The two replays run twice each, in the order plain, transposed,
-	// transposed, plain, and each row is the mean of its two runs: a
-	// machine whose speed drifts over the runs, or that favours a run's
-	// place, weighs on both alike. Both write the same file, which the
-	// writer row reuses.
-	var runs [4]benchRow
-	for i, transpose := range []bool{false, true, true, false} {
-		name, more := "h5ingest replay -> HDF5 bslz4", []string(nil)
-		if transpose {
-			name, more = benchShuffledRow, []string{"--backend-shuffle"}
-		}
-		var err error
-		if runs[i], err = row(name, replay(more...)); err != nil {
-			return err
-		}
+	steps = append(steps, benchStep{benchShuffledRow, replay(replayOut, false, nil, "--backend-shuffle")})
+	if files.disk != "" {
+		steps = append(steps, benchStep{benchDiskRow, replay(files.disk, true, nil)})
 	}
-	rows = append(rows, meanRow(runs[0], runs[3]))
-	shuffled := meanRow(runs[1], runs[2])
-	os.Remove(files.capture)
-	steps := []struct {
-		name  string
-		timed func() (float64, int64, int64, error)
-	}{
-		{"reference: h5py + hdf5plugin bslz4", python(omp(1), script("reference.py"), files.decoded, files.reference, nstr)},
-		{fmt.Sprintf("ceiling: C bitshuffle+LZ4, %d threads, no I/O", fl.threads), python(omp(fl.threads), script("ceiling.py"), files.decoded, nstr)},
-		{"C bitshuffle+LZ4, 1 thread, no I/O", python(omp(1), script("ceiling.py"), files.decoded, nstr)},
-		{"h5ingest writer alone, chunks precompressed", func() (float64, int64, int64, error) {
+	steps = append(steps,
+		// The user's own environment, OpenMP settings included.
+		benchStep{benchReferenceRow, python(nil, files.reference, script("reference.py"), files.decoded, files.reference, nstr)},
+		benchStep{benchRef1Row, python(omp(1), files.reference, script("reference.py"), files.decoded, files.reference, nstr)},
+		// OpenMP's threads spin while they wait, as installed: on a quiet
+		// machine that is the fastest (OMP_WAIT_POLICY=passive took 1.5
+		// to 2.5 times as long), but whenever another process wants a
+		// core 2 threads can run many times slower than 1, hence the
+		// ratio to the faster C row as well.
+		benchStep{fmt.Sprintf("%s, %d threads, no I/O", benchCeilingRow, fl.threads), python(omp(fl.threads), "", script("ceiling.py"), files.decoded, nstr)},
+		benchStep{benchC1Row, python(omp(1), "", script("ceiling.py"), files.decoded, nstr)},
+		benchStep{benchWriterRow, func() (float64, int64, int64, error) {
 			res, err := benchRun(self, nil, "bench", "write-chunks", files.ours, files.written, strconv.Itoa(fl.unique), nstr)
 			if err != nil {
 				return 0, 0, 0, err
 			}
+			size := fileSize(files.written)
+			os.Remove(files.written)
 			var r struct{ Seconds float64 }
 			if err := json.Unmarshal(res.stdout, &r); err != nil {
 				return 0, 0, 0, fmt.Errorf("bench write-chunks: output %q: %w", res.stdout, err)
 			}
-			return r.Seconds, fileSize(files.written), res.maxRSS, nil
+			return r.Seconds, size, res.maxRSS, nil
 		}},
-	}
-	for _, s := range steps {
-		if err := measure(s.name, s.timed); err != nil {
-			return err
+	)
+	return steps
+}
+
+// syncFile flushes the file at path and its directory to the device.
+func syncFile(path string) error {
+	for _, p := range []string{path, filepath.Dir(path)} {
+		f, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("bench: fsync: %w", err)
 		}
-		os.Remove(files.reference)
-		os.Remove(files.written)
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("bench: fsync %s: %w", p, err)
+		}
 	}
-	rows = append(rows, shuffled)
-	printBench(out, fl, format, files, rows)
 	return nil
 }
 
-// meanRow returns the row of two runs of one thing: their mean time and the
-// larger peak RSS.
-func meanRow(a, b benchRow) benchRow {
-	a.seconds = (a.seconds + b.seconds) / 2
-	a.maxRSS = max(a.maxRSS, b.maxRSS)
-	return a
+// findRow returns the first row whose name starts with prefix, or nil.
+func findRow(rows []benchRow, prefix string) *benchRow {
+	for i := range rows {
+		if strings.HasPrefix(rows[i].name, prefix) {
+			return &rows[i]
+		}
+	}
+	return nil
 }
 
-// benchShuffledRow names the replay row with the bit transpose on the
-// decode backend.
-const benchShuffledRow = "h5ingest replay, transpose on the backend"
+// moduleFPS is the frame rate of one Pi-mega module.
+const moduleFPS = 1000
 
-// printBench prints the table and the ratios of the first row to the
-// reference and ceiling rows.
-func printBench(out io.Writer, fl *benchFlags, format frame.Format, files benchFiles, rows []benchRow) {
+// printBench prints the table, the ratios of the first row to the others
+// (best over best, median over median) and what the per-core rate means
+// for one module.
+func printBench(out io.Writer, fl *benchFlags, format frame.Format, rows []benchRow) {
 	fmt.Fprintf(out, "h5ingest bench: %d frames (%d distinct, cycled), %v, tomography scene\n",
 		fl.frames, fl.unique, format)
-	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s\n\n",
-		format.Height(), format.Width(), format.PixelSize(), fl.dir, describeFS(fl.dir), runtime.NumCPU(), fl.backend)
+	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s; %d interleaved rounds\n\n",
+		format.Height(), format.Width(), format.PixelSize(), fl.dir, describeFS(fl.dir), runtime.NumCPU(), fl.backend, fl.rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tframes/s\tGB/s\ttime s\tratio\tpeak RSS MiB\t")
-	for _, r := range rows {
+	fmt.Fprintln(tw, "row\tbest frames/s\tmedian frames/s\tspread\tmedian GB/s\tratio\tpeak RSS MiB\t")
+	for i := range rows {
+		r := &rows[i]
 		ratio := 0.0
 		if r.stored > 0 {
 			ratio = float64(r.bytes) / float64(r.stored)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.0f\t\n",
-			r.name, float64(r.frames)/r.seconds, r.gbps(), r.seconds, ratio, float64(r.maxRSS)/(1<<20))
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f%%\t%.2f\t%.2f\t%.0f\t\n", r.name, r.fps(r.best()), r.fps(r.median()),
+			100*r.spread(), float64(r.bytes)/r.median()/1e9, ratio, float64(r.maxRSS)/(1<<20))
 	}
 	tw.Flush()
-	if len(rows) >= 3 {
-		ours, ref, ceil := rows[0], rows[1], rows[2]
-		fmt.Fprintf(out, "\nours / reference  %.2f\nours / ceiling    %.2f\n", ours.gbps()/ref.gbps(), ours.gbps()/ceil.gbps())
+	ours := &rows[0]
+	// A ratio of rates is the inverse ratio of times.
+	ratio := func(label string, num, den *benchRow) {
+		if num != nil && den != nil {
+			fmt.Fprintf(out, "%-36s median %.2f  best %.2f\n", label, den.median()/num.median(), den.best()/num.best())
+		}
 	}
-	if last := rows[len(rows)-1]; len(rows) >= 2 && last.name == benchShuffledRow {
-		fmt.Fprintf(out, "transpose on the backend / ours  %.2f\n", last.gbps()/rows[0].gbps())
+	fmt.Fprintln(out)
+	ratio("ours / reference (defaults)", ours, findRow(rows, benchReferenceRow))
+	ratio("ours / reference (1 OpenMP thread)", ours, findRow(rows, benchRef1Row))
+	ceiling, oneThread := findRow(rows, benchCeilingRow), findRow(rows, benchC1Row)
+	ratio("ours / ceiling", ours, ceiling)
+	if ceiling != nil && oneThread != nil {
+		// A machine whose cores are not all free can make the threads
+		// of the ceiling wait for each other, and one thread faster.
+		fmt.Fprintf(out, "%-36s median %.2f  best %.2f\n", "ours / the faster C row",
+			min(ceiling.median(), oneThread.median())/ours.median(), min(ceiling.best(), oneThread.best())/ours.best())
 	}
-	fmt.Fprintln(out, "\nGB/s: decoded image bytes (1e9) per second. ratio: decoded over stored bytes.")
-	fmt.Fprintln(out, "Replay is timed as its whole process (capture read, decode, CRCs, compress, write, close);")
-	fmt.Fprintln(out, "the Python rows time their write or compress loop only and hold the distinct frames in memory.")
+	ratio("transpose on the backend / ours", findRow(rows, benchShuffledRow), ours)
+	ratio("to disk + fsync / to memory", findRow(rows, benchDiskRow), ours)
+	cores := runtime.NumCPU()
+	one := findRow(rows, benchOneWorkerRow)
+	if cores == 1 {
+		one = ours
+	}
+	if one != nil {
+		perCore, all := one.fps(one.median()), ours.fps(ours.median())
+		fmt.Fprintf(out, "\nscaling (median rounds): 1 worker %.1f frames/s, %s %.1f frames/s = %.2f times one, %.0f%% per core\n",
+			perCore, plural(cores, "worker"), all, all/perCore, 100*all/perCore/float64(cores))
+		payload := float64(format.PayloadSize()) * moduleFPS / 1e9
+		fmt.Fprintf(out, "one module at %d frames/s (%.2f GB/s of payload) needs %.1f cores at 1 worker's rate, %.1f at the per-core rate of %s\n",
+			moduleFPS, payload, moduleFPS/perCore, moduleFPS/(all/float64(cores)), plural(cores, "worker"))
+	}
+	fmt.Fprintln(out, "\nratios: of rates, median round over median round and best over best. spread: the slowest")
+	fmt.Fprintln(out, "round's time over the fastest's, minus one. GB/s: decoded image bytes (1e9) per second.")
+	fmt.Fprintln(out, "ratio: decoded over stored bytes. Replay is timed as its whole process (start, capture read,")
+	fmt.Fprintln(out, "decode, CRCs, compress, write, close; the disk row also the fsync); the Python rows time")
+	fmt.Fprintln(out, "their write or compress loop only, with the frames already in memory.")
 }
 
 // benchResult is what a row's process left: its standard output, wall

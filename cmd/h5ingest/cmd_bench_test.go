@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +28,9 @@ func TestBenchSmall(t *testing.T) {
 	if err := os.WriteFile(mine, []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fl := benchFlags{frames: 6, unique: 3, dir: dir, python: python, backend: "cpu", threads: 2, chips: "3x2", chipSize: "32x16"}
+	disk := t.TempDir()
+	fl := benchFlags{frames: 6, unique: 3, rounds: 2, dir: dir, diskDir: disk, python: python, backend: "cpu", threads: 2,
+		workers: "1,2,3", chips: "3x2", chipSize: "32x16"}
 	if err := fl.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -35,27 +39,46 @@ func TestBenchSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := out.String()
-	for _, row := range []string{"h5ingest replay -> HDF5", "reference: h5py", "ceiling: C bitshuffle+LZ4, 2 threads", "1 thread", "writer alone",
-		benchShuffledRow} {
+	rows := []string{benchOursRow, benchOneWorkerRow, benchShuffledRow, benchDiskRow, benchReferenceRow, benchRef1Row,
+		"ceiling: C bitshuffle+LZ4, 2 threads", "C bitshuffle+LZ4, 1 thread", benchWriterRow}
+	for _, w := range []int{2, 3} { // the cores, or GOMAXPROCS
+		if w != runtime.NumCPU() {
+			rows = append(rows, fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%d workers)", w, w))
+		}
+	}
+	for _, row := range rows {
 		line := lineWith(table, row)
 		if line == "" {
 			t.Fatalf("no row %q in\n%s", row, table)
 		}
 		f := strings.Fields(line)
-		// frames/s, GB/s, time, ratio, RSS: the last five columns.
-		for _, v := range f[len(f)-5:] {
-			if x, err := strconv.ParseFloat(v, 64); err != nil || x < 0 {
+		// best and median frames/s, spread, GB/s, ratio, RSS: the last six columns.
+		for _, v := range f[len(f)-6:] {
+			if x, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64); err != nil || x < 0 {
 				t.Errorf("row %q: column %q is not a measurement", row, v)
 			}
+		}
+		if best, _ := strconv.ParseFloat(f[len(f)-6], 64); best < must(strconv.ParseFloat(f[len(f)-5], 64)) {
+			t.Errorf("row %q: best round slower than the median: %s", row, line)
 		}
 		if rss, _ := strconv.ParseFloat(f[len(f)-1], 64); rss <= 0 {
 			t.Errorf("row %q: peak RSS %s MiB", row, f[len(f)-1])
 		}
 	}
-	if !regexp.MustCompile(`ours / reference  \d+\.\d\d`).MatchString(table) ||
-		!regexp.MustCompile(`ours / ceiling    \d+\.\d\d`).MatchString(table) ||
-		!regexp.MustCompile(`transpose on the backend / ours  \d+\.\d\d`).MatchString(table) {
-		t.Errorf("ratios missing from\n%s", table)
+	for _, ratio := range []string{"ours / reference (defaults)", "ours / reference (1 OpenMP thread)", "ours / ceiling", "ours / the faster C row",
+		"transpose on the backend / ours", "to disk + fsync / to memory"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(ratio) + ` +median \d+\.\d\d  best \d+\.\d\d\n`).MatchString(table) {
+			t.Errorf("ratio %q missing from\n%s", ratio, table)
+		}
+	}
+	for _, want := range []string{`scaling \(median rounds\): 1 worker \d+\.\d frames/s`,
+		`one module at 1000 frames/s \(\d+\.\d\d GB/s of payload\) needs \d+\.\d cores`} {
+		if !regexp.MustCompile(want).MatchString(table) {
+			t.Errorf("no line %q in\n%s", want, table)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(disk, "*")); len(left) != 0 {
+		t.Errorf("bench left %v in --disk-dir", left)
 	}
 	if b, err := os.ReadFile(mine); err != nil || string(b) != "data" {
 		t.Errorf("bench touched a file of --dir: %q, %v", b, err)
@@ -75,8 +98,35 @@ func lineWith(s, sub string) string {
 	return ""
 }
 
+// must returns v, and panics on err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestBenchRowStatistics checks best, median and spread on rounds whose
+// answers are known, odd and even in number.
+func TestBenchRowStatistics(t *testing.T) {
+	for _, tt := range []struct {
+		secs                 []float64
+		best, median, spread float64
+	}{
+		{[]float64{3, 1, 2}, 1, 2, 2},
+		{[]float64{4, 2, 8, 2}, 2, 3, 3},
+		{[]float64{5}, 5, 5, 0},
+	} {
+		r := benchRow{frames: 10, secs: tt.secs}
+		if r.best() != tt.best || r.median() != tt.median || r.spread() != tt.spread {
+			t.Errorf("rounds %v: best %g median %g spread %g, want %g %g %g", tt.secs, r.best(), r.median(), r.spread(), tt.best, tt.median, tt.spread)
+		}
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--frames", "0"}, {"--unique", "0"}, {"--threads", "0"}} {
+	for _, args := range [][]string{{"--frames", "0"}, {"--unique", "0"}, {"--threads", "0"}, {"--rounds", "0"},
+		{"--workers", "0"}, {"--workers", "1,x"}} {
 		if code := run(append([]string{"bench"}, args...)); code != exitUsage {
 			t.Errorf("bench %v: exit status %d, want %d", args, code, exitUsage)
 		}
@@ -92,12 +142,12 @@ func TestBenchGeometryErrors(t *testing.T) {
 		{"6x6", "60x60", "--chips 6x6 --chip-size 60x60: bitplane chip width 60: must be a multiple of 8"},
 		{"255x255", "65528x65528", "more than a header's payload_size holds"},
 	} {
-		fl := benchFlags{frames: 10, unique: 5, threads: 1, chips: tt.chips, chipSize: tt.chipSize}
+		fl := benchFlags{frames: 10, unique: 5, rounds: 5, threads: 1, chips: tt.chips, chipSize: tt.chipSize}
 		if err := fl.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("--chips %s --chip-size %s: %v, want an error containing %q", tt.chips, tt.chipSize, err, tt.want)
 		}
 	}
-	fl := benchFlags{frames: 10, unique: 5, threads: 1, chips: "6x6", chipSize: "256x256"}
+	fl := benchFlags{frames: 10, unique: 5, rounds: 5, threads: 1, chips: "6x6", chipSize: "256x256"}
 	if err := fl.validate(); err != nil {
 		t.Errorf("the Pi-mega geometry: %v", err)
 	}

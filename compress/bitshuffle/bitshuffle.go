@@ -12,10 +12,11 @@
 // rounds of masked swaps on 64-bit words (words.go, generated into
 // words_gen.go); a byte-gather one built on the 8x8 bit-matrix transpose
 // handles every other element size and the tail of a block that is not a
-// multiple of 64 elements. On amd64 with AVX2 (checked once, at start), an
-// assembly transpose (shuffle_amd64.s) takes the groups of 32 elements of
-// 4-byte blocks in ShuffleBlock instead of the word-wide one, and the
-// byte-gather one does the rest. All give the same bytes for every input.
+// multiple of 64 elements. On amd64 (features checked once, at start),
+// assembly transposes (shuffle_amd64.s) take 4-byte blocks in ShuffleBlock
+// instead of the word-wide one: with AVX-512 VBMI and GFNI the groups of
+// 256 elements, with AVX2 the groups of 32 (left); the byte-gather one does
+// the rest. All give the same bytes for every input.
 package bitshuffle
 
 import "fmt"

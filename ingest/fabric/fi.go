@@ -1,6 +1,6 @@
 package fabric
 
-// #cgo LDFLAGS: -lfabric
+// #cgo LDFLAGS: -ldl
 // #include "fi_helpers.h"
 import "C"
 
@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,13 +48,40 @@ func (e *Error) Temporary() bool {
 	return false
 }
 
+var loaded struct {
+	once sync.Once
+	err  error
+}
+
+// Load opens libfabric.so.1 and resolves the functions the package calls.
+// The library is not linked: a program that never opens the network never
+// loads it (nor the provider libraries it pulls in, some of which sleep
+// at load). GetInfo calls Load, and so every path to an object does; it
+// does the work once and returns the same result to every call. Without
+// the library the error says "libfabric.so.1 not found" and why.
+func Load() error {
+	loaded.once.Do(func() { loaded.err = load("libfabric.so.1") })
+	return loaded.err
+}
+
+// load opens the library soname and resolves the functions the package
+// calls, or leaves everything as it was and says why not.
+func load(soname string) error {
+	cname := C.CString(soname)
+	defer C.free(unsafe.Pointer(cname))
+	if msg := C.h5i_load(cname); msg != nil {
+		return fmt.Errorf("%s not found (Debian package libfabric1): %s", soname, C.GoString(msg))
+	}
+	return nil
+}
+
 // fiError turns a negative libfabric return code into an *Error.
 func fiError(op string, ret C.ssize_t) error {
 	if ret >= 0 {
 		return nil
 	}
 	code := -int(ret)
-	return &Error{Op: op, Code: syscall.Errno(code), Text: C.GoString(C.fi_strerror(C.int(code)))}
+	return &Error{Op: op, Code: syscall.Errno(code), Text: C.GoString(C.h5i_strerror(C.int(code)))}
 }
 
 // Info describes one way to reach a peer: a provider, a fabric, and an
@@ -71,6 +99,9 @@ func GetInfo(provider, addr string, listen bool) (*Info, error) {
 	host, port, err := splitHostPort(addr)
 	if err != nil {
 		return nil, err
+	}
+	if err := Load(); err != nil {
+		return nil, fmt.Errorf("fi_getinfo provider %s address %s: %w", provider, addr, err)
 	}
 	cprov, cnode, cserv := C.CString(provider), C.CString(host), C.CString(port)
 	defer C.free(unsafe.Pointer(cprov))
@@ -140,7 +171,7 @@ func (i *Info) MRMode() uint64 { return uint64(C.h5i_mr_mode(i.p)) }
 // Close frees the info.
 func (i *Info) Close() error {
 	if i.p != nil {
-		C.fi_freeinfo(i.p)
+		C.h5i_freeinfo(i.p)
 		i.p = nil
 		openObjects.Add(-1)
 	}

@@ -1,6 +1,7 @@
 // C helpers for fi.go: libfabric's data-path and object calls are static
 // inline functions, which cgo cannot call directly, so each gets a plain
-// wrapper here. No logic lives here beyond filling structs.
+// wrapper here. No logic lives here beyond filling structs and loading
+// the library.
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,71 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <dlfcn.h>
+#include <stdio.h>
+
 #define H5I_FI_VERSION FI_VERSION(1, 9)
+
+// libfabric is opened with dlopen on first use (h5i_load), not linked:
+// Debian's libfabric links libpsm2 and libinfinipath, whose constructors
+// sleep at load, and a command that never opens the network should not
+// wait for them. Almost every libfabric call is a static inline function
+// of the headers that goes through the ops tables of the objects; only
+// these are symbols of the library, and they are called through the
+// pointers below. The headers' own inline functions that call them
+// (fi_allocinfo) are not used here.
+static int (*h5i_p_getinfo)(uint32_t, const char *, const char *, uint64_t,
+		const struct fi_info *, struct fi_info **);
+static void (*h5i_p_freeinfo)(struct fi_info *);
+static struct fi_info *(*h5i_p_dupinfo)(const struct fi_info *);
+static int (*h5i_p_fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+static const char *(*h5i_p_strerror)(int);
+static char h5i_load_error[512];
+
+#define H5I_SYM(p, name) do { \
+	p = dlsym(lib, name); \
+	if (!p) { \
+		dlclose(lib); \
+		snprintf(h5i_load_error, sizeof h5i_load_error, "%s: no symbol %s", soname, name); \
+		return h5i_load_error; \
+	} \
+} while (0)
+
+// h5i_load opens the library soname (libfabric.so.1) and resolves the few
+// symbols the package calls; on failure it returns a message (dlerror's or
+// the missing symbol's) and sets nothing, else NULL. The caller calls it
+// once.
+static const char *h5i_load(const char *soname) {
+	void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *e = dlerror();
+		snprintf(h5i_load_error, sizeof h5i_load_error, "%s", e ? e : "dlopen failed");
+		return h5i_load_error;
+	}
+	void *getinfo, *freeinfo, *dupinfo, *fabric, *strerror_;
+	H5I_SYM(getinfo, "fi_getinfo");
+	H5I_SYM(freeinfo, "fi_freeinfo");
+	H5I_SYM(dupinfo, "fi_dupinfo");
+	H5I_SYM(fabric, "fi_fabric");
+	H5I_SYM(strerror_, "fi_strerror");
+	*(void **)(&h5i_p_getinfo) = getinfo;
+	*(void **)(&h5i_p_freeinfo) = freeinfo;
+	*(void **)(&h5i_p_dupinfo) = dupinfo;
+	*(void **)(&h5i_p_fabric) = fabric;
+	*(void **)(&h5i_p_strerror) = strerror_;
+	return NULL;
+}
+
+static void h5i_freeinfo(struct fi_info *i) { h5i_p_freeinfo(i); }
+static const char *h5i_strerror(int code) {
+	return h5i_p_strerror ? h5i_p_strerror(code) : "libfabric not loaded";
+}
 
 // h5i_getinfo asks for connected endpoints of provider prov with the
 // capabilities and memory registration modes the receiver and sender use.
 static int h5i_getinfo(const char *prov, const char *node, const char *service,
 		int source, struct fi_info **info) {
-	struct fi_info *hints = fi_allocinfo();
+	struct fi_info *hints = h5i_p_dupinfo(NULL); // fi_allocinfo
 	if (!hints) return -FI_ENOMEM;
 	hints->ep_attr->type = FI_EP_MSG;
 	hints->caps = FI_MSG | FI_RMA;
@@ -26,8 +85,8 @@ static int h5i_getinfo(const char *prov, const char *node, const char *service,
 	hints->domain_attr->threading = FI_THREAD_SAFE;
 	hints->tx_attr->msg_order = FI_ORDER_SAW;
 	hints->fabric_attr->prov_name = strdup(prov);
-	int ret = fi_getinfo(H5I_FI_VERSION, node, service, source ? FI_SOURCE : 0, hints, info);
-	fi_freeinfo(hints);
+	int ret = h5i_p_getinfo(H5I_FI_VERSION, node, service, source ? FI_SOURCE : 0, hints, info);
+	h5i_p_freeinfo(hints);
 	return ret;
 }
 
@@ -43,7 +102,7 @@ static void h5i_set_sizes(struct fi_info *i, size_t tx, size_t rx) {
 }
 
 static int h5i_fabric(struct fi_info *i, struct fid_fabric **f) {
-	return fi_fabric(i->fabric_attr, f, NULL);
+	return h5i_p_fabric(i->fabric_attr, f, NULL);
 }
 static int h5i_domain(struct fid_fabric *f, struct fi_info *i, struct fid_domain **d) {
 	return fi_domain(f, i, d, NULL);

@@ -14,7 +14,7 @@ dir=${2:-/dev/shm/h5ingest-profile}
 mkdir -p "$dir"
 trap 'rm -f "$dir/scan.pmcap" "$dir/scan.h5"' EXIT
 
-bin/h5ingest simulate --scene tomo --projections "$frames" -o "$dir/scan.pmcap" --overwrite
+bin/h5ingest simulate --scene tomo --darks 0 --flats 0 --projections "$frames" -o "$dir/scan.pmcap" --overwrite
 bin/h5ingest replay "$dir/scan.pmcap" -o "$dir/scan.h5" --projections "$frames" --backend cpu \
 	--overwrite --cpuprofile "$dir/profile.pprof"
 go tool pprof -top -nodecount=30 bin/h5ingest "$dir/profile.pprof" 2>/dev/null | sed -n '4,40p'
