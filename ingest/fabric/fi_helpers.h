@@ -14,6 +14,7 @@
 #include <rdma/fi_rma.h>
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 
 #define H5I_FI_VERSION FI_VERSION(1, 9)
@@ -43,12 +44,38 @@ static char h5i_load_error[512];
 	} \
 } while (0)
 
+// The libraries libfabric loads (libpsm2, libinfinipath, the providers)
+// may install signal handlers when they are opened or first used. Loaded
+// after the Go runtime installed its own, theirs would replace Go's: a
+// SIGTERM would end the process at once instead of draining the scan, a
+// fault would not become a Go panic. Every call that can load or start a
+// provider runs between h5i_sigsave and h5i_sigrestore, which puts back
+// each handler that changed.
+typedef struct { struct sigaction a[NSIG]; } h5i_sigset;
+
+static void h5i_sigsave(h5i_sigset *s) {
+	for (int i = 1; i < NSIG; i++) sigaction(i, NULL, &s->a[i]);
+}
+
+static void h5i_sigrestore(const h5i_sigset *s) {
+	for (int i = 1; i < NSIG; i++) {
+		struct sigaction cur;
+		if (sigaction(i, NULL, &cur) != 0) continue;
+		if (cur.sa_handler != s->a[i].sa_handler || cur.sa_flags != s->a[i].sa_flags) {
+			sigaction(i, &s->a[i], NULL);
+		}
+	}
+}
+
 // h5i_load opens the library soname (libfabric.so.1) and resolves the few
 // symbols the package calls; on failure it returns a message (dlerror's or
 // the missing symbol's) and sets nothing, else NULL. The caller calls it
 // once.
 static const char *h5i_load(const char *soname) {
+	h5i_sigset sigs;
+	h5i_sigsave(&sigs);
 	void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	h5i_sigrestore(&sigs);
 	if (!lib) {
 		const char *e = dlerror();
 		snprintf(h5i_load_error, sizeof h5i_load_error, "%s", e ? e : "dlopen failed");
@@ -85,7 +112,10 @@ static int h5i_getinfo(const char *prov, const char *node, const char *service,
 	hints->domain_attr->threading = FI_THREAD_SAFE;
 	hints->tx_attr->msg_order = FI_ORDER_SAW;
 	hints->fabric_attr->prov_name = strdup(prov);
+	h5i_sigset sigs;
+	h5i_sigsave(&sigs);
 	int ret = h5i_p_getinfo(H5I_FI_VERSION, node, service, source ? FI_SOURCE : 0, hints, info);
+	h5i_sigrestore(&sigs);
 	h5i_p_freeinfo(hints);
 	return ret;
 }
@@ -102,10 +132,18 @@ static void h5i_set_sizes(struct fi_info *i, size_t tx, size_t rx) {
 }
 
 static int h5i_fabric(struct fi_info *i, struct fid_fabric **f) {
-	return h5i_p_fabric(i->fabric_attr, f, NULL);
+	h5i_sigset sigs;
+	h5i_sigsave(&sigs);
+	int ret = h5i_p_fabric(i->fabric_attr, f, NULL);
+	h5i_sigrestore(&sigs);
+	return ret;
 }
 static int h5i_domain(struct fid_fabric *f, struct fi_info *i, struct fid_domain **d) {
-	return fi_domain(f, i, d, NULL);
+	h5i_sigset sigs;
+	h5i_sigsave(&sigs);
+	int ret = fi_domain(f, i, d, NULL);
+	h5i_sigrestore(&sigs);
+	return ret;
 }
 static int h5i_close(struct fid *f) { return fi_close(f); }
 static struct fid *h5i_fid_fabric(struct fid_fabric *f) { return &f->fid; }
