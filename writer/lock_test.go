@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,5 +105,41 @@ func TestLockMaster(t *testing.T) {
 		if _, err := os.Lstat(name); !os.IsNotExist(err) {
 			t.Errorf("%s after a refused CreateMaster: %v", name, err)
 		}
+	}
+}
+
+// TestLockHeld takes a file's lock ahead with Hold: others see it locked,
+// Create and CreateMaster in this process take it over (and give it back
+// at Close), and Release of a lock no file took removes its lock file.
+func TestLockHeld(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(dir, LayoutCXI, pipeNone)
+	m := masterOptions(dir, LayoutNXtomo)
+	for _, path := range []string{o.Path, m.Path} {
+		h, err := Hold(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release()
+		if pid, locked, err := LockHolder(path); !locked || pid != os.Getpid() || err != nil {
+			t.Errorf("LockHolder of a held lock: %d, %v, %v; want this process", pid, locked, err)
+		}
+	}
+	writeTestFile(t, o, pipeNone)
+	if err := CreateMaster(m); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{o.Path, m.Path} {
+		if _, err := os.Lstat(LockName(path)); !os.IsNotExist(err) {
+			t.Errorf("lock of %s after Close: %v, want it removed", path, err)
+		}
+	}
+	h, err := Hold(filepath.Join(dir, "other.h5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if _, err := os.Lstat(filepath.Join(dir, ".other.h5.lock")); !os.IsNotExist(err) {
+		t.Errorf("lock after Release: %v, want it removed", err)
 	}
 }

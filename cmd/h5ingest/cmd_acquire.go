@@ -24,6 +24,7 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/writer"
 )
 
 // acquireFlags are the flags of acquire beyond the scan's.
@@ -114,6 +115,13 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := pre.run(); err != nil {
 		return err
 	}
+	// The files are this scan's from now on, while it waits for the
+	// detector: another scan of them is refused, not this one later.
+	release, err := holdFiles(files)
+	if err != nil {
+		return err
+	}
+	defer release()
 	log, err := s.logger()
 	if err != nil {
 		return err
@@ -174,6 +182,33 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
 	rec.finish()
 	return scan.finish(srcErr)
+}
+
+// holdFiles takes the locks of the scan's output files (see writer.Hold)
+// and returns what gives back those no file took over.
+func holdFiles(files scanFiles) (func(), error) {
+	var holds []*writer.Held
+	release := func() {
+		for _, h := range holds {
+			h.Release()
+		}
+	}
+	paths := []string{files.master}
+	for _, m := range files.modules {
+		paths = append(paths, m.path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		h, err := writer.Hold(p)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("pre-scan check: %w", err)
+		}
+		holds = append(holds, h)
+	}
+	return release, nil
 }
 
 // acceptSender waits for a sender whose handshake succeeds, logging the
