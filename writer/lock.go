@@ -216,12 +216,16 @@ func lockOutput(path string) (*fileLock, error) {
 			f.Close()
 			continue
 		}
+		// A lock file that cannot be written (a full disk) is not left
+		// behind: the lock is held, so it is this scan's to remove.
 		if err := f.Truncate(0); err != nil {
+			os.Remove(name)
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		head := []byte(strconv.Itoa(os.Getpid()) + "\n")
 		if _, err := f.WriteAt(head, 0); err != nil {
+			os.Remove(name)
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}

@@ -143,3 +143,25 @@ func TestLockHeld(t *testing.T) {
 		t.Errorf("lock after Release: %v, want it removed", err)
 	}
 }
+
+// TestLockFullDisk creates a file on a file system already full: Create
+// fails naming the disk's error, and leaves no file behind, not even the
+// lock file (it used to leave an empty .NAME.lock).
+func TestLockFullDisk(t *testing.T) {
+	dir := tmpfs(t, "256k")
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = fill.Write(make([]byte, 4096))
+	}
+	fill.Close()
+	o := testOptions(dir, LayoutCXI, pipeNone)
+	if _, err := Create(o); err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("Create on a full disk: %v, want no space left", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("files left on the full disk: %v, want only the filler", entries)
+	}
+}
