@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
+	if err := recordClash(f.record, files); err != nil {
+		return usageError(err)
+	}
 	pre := acquireChecks(files, profile, plan, src.Provider, addr)
 	pre.record = f.record
 	if err := pre.run(); err != nil {
@@ -182,6 +186,34 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
 	rec.finish()
 	return scan.finish(srcErr)
+}
+
+// recordClash refuses a --record capture named as one of the scan's
+// files, their temporary names or their lock files: the capture and the
+// file would be written over each other.
+func recordClash(record string, files scanFiles) error {
+	if record == "" {
+		return nil
+	}
+	rec, err := filepath.Abs(record)
+	if err != nil {
+		return fmt.Errorf("--record %s: %w", record, err)
+	}
+	paths := []string{files.master}
+	for _, m := range files.modules {
+		paths = append(paths, m.path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		for _, name := range []string{p, writer.TempName(p), writer.LockName(p)} {
+			if abs, err := filepath.Abs(name); err == nil && abs == rec {
+				return fmt.Errorf("--record %s: that is the scan's file %s (or its temporary or lock file): give the capture a name of its own", record, p)
+			}
+		}
+	}
+	return nil
 }
 
 // holdFiles takes the locks of the scan's output files (see writer.Hold)
