@@ -121,7 +121,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	}
 	// The files are this scan's from now on, while it waits for the
 	// detector: another scan of them is refused, not this one later.
-	release, err := holdFiles(files)
+	release, err := holdFiles(files, f.record)
 	if err != nil {
 		return err
 	}
@@ -216,16 +216,17 @@ func recordClash(record string, files scanFiles) error {
 	return nil
 }
 
-// holdFiles takes the locks of the scan's output files (see writer.Hold)
-// and returns what gives back those no file took over.
-func holdFiles(files scanFiles) (func(), error) {
+// holdFiles takes the locks of the scan's output files and of its
+// --record capture (see writer.Hold) and returns what gives back those no
+// file took over: two scans never write one capture either.
+func holdFiles(files scanFiles, record string) (func(), error) {
 	var holds []*writer.Held
 	release := func() {
 		for _, h := range holds {
 			h.Release()
 		}
 	}
-	paths := []string{files.master}
+	paths := []string{files.master, record}
 	for _, m := range files.modules {
 		paths = append(paths, m.path)
 	}

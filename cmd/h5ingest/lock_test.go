@@ -131,7 +131,8 @@ func TestTwoScansOneArray(t *testing.T) {
 // and take it only once the detector connected: the replay wrote the
 // file, and the acquire then failed with exit status 1, after the
 // detector had sent its frames into nothing and leaving an empty --record
-// capture.
+// capture. A second acquire recording into the same --record capture is
+// refused the same way (two acquires used to write one capture at once).
 func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
 	smallDetector(t)
 	capture, _ := simulate(t, "--frames", "20")
@@ -153,6 +154,13 @@ func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
 		t.Errorf("replay of the file an acquire waits to write: exit status %d, want %d naming process %s:\n%s%s",
 			code, exitFailure, pid, stdout, stderr)
 	}
+	// Another acquire, of another file, recording into the same capture.
+	code, stdout, stderr = runProcess(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(t.TempDir(), "other.h5"),
+		"--record", rec, "--overwrite", "--projections", "20", "--connect-timeout", "5s")
+	if code != exitFailure || !strings.Contains(stderr, rec+" is being written by another scan (process "+pid) {
+		t.Errorf("acquire recording into the capture another acquire records: exit status %d, want %d naming process %s:\n%s%s",
+			code, exitFailure, pid, stdout, stderr)
+	}
 	if code, stdout, stderr := runProcess(t, "send", capture, "--to", addr, "--timeout", "20s"); code != exitOK {
 		t.Errorf("send: exit status %d, want 0:\n%s%s", code, stdout, stderr)
 	}
@@ -164,5 +172,8 @@ func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("files in the output directory: %v, want the scan and its capture", entries)
+	}
+	if code, stdout, _ := runProcess(t, "inspect", rec); code != exitOK || !strings.Contains(stdout, "20 frames, frame numbers 0 to 19") {
+		t.Errorf("inspect of the capture: exit status %d, want 0 with the 20 frames:\n%s", code, stdout)
 	}
 }
