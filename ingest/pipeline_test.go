@@ -144,6 +144,10 @@ func newTestPipeline(t *testing.T, frames int, codec string) *Pipeline {
 func TestPipelineFaults(t *testing.T) {
 	corrupt := func(f *Frame) *Frame { f.Payload[3] ^= 0x10; return f }
 	resize := func(f *Frame) *Frame { f.Header.PayloadSize--; f.Payload = f.Payload[:len(f.Payload)-1]; return f }
+	// A payload shorter than its header says, as a fabric slot holds one
+	// whose message was cut: the header itself is whole.
+	short := func(f *Frame) *Frame { f.Payload = f.Payload[:len(f.Payload)-1]; return f }
+	long := func(f *Frame) *Frame { f.Payload = append(f.Payload, 0); return f }
 	otherFormat := func(f *Frame) *Frame {
 		g := testFormat
 		g.Coding = frame.Binary
@@ -179,9 +183,9 @@ func TestPipelineFaults(t *testing.T) {
 		{
 			name:   "rejected frames",
 			order:  []uint64{0, 1, 2, 3, 4, 5, 6, 7},
-			mangle: map[int]func(*Frame) *Frame{1: resize, 6: otherFormat},
-			status: map[int]uint8{1: frame.StatusRejected, 6: frame.StatusRejected},
-			counts: Counts{Planned: N, Received: N, OK: 6, Rejected: 2},
+			mangle: map[int]func(*Frame) *Frame{1: resize, 3: long, 4: short, 6: otherFormat},
+			status: map[int]uint8{1: frame.StatusRejected, 3: frame.StatusRejected, 4: frame.StatusRejected, 6: frame.StatusRejected},
+			counts: Counts{Planned: N, Received: N, OK: 4, Rejected: 4},
 		},
 	}
 	for _, codec := range []string{"none", "bslz4"} {

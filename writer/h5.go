@@ -14,6 +14,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -136,6 +137,11 @@ func createFile(name string, truncate bool) (hid, error) {
 }
 
 func openFile(name string, swmr bool) (hid, error) {
+	// A named pipe or a device blocks the library's open(2) or reads
+	// forever: only a regular file is an HDF5 file.
+	if fi, err := os.Stat(name); err == nil && !fi.Mode().IsRegular() {
+		return -1, fmt.Errorf("open hdf5 file %s: not a regular file (mode %v)", name, fi.Mode())
+	}
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	s := C.int(0)

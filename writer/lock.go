@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -116,9 +117,79 @@ func (l *fileLock) unreserve() {
 	l.reserved = 0
 }
 
+// Held is the lock of an output file taken ahead of the scan that writes
+// it (see Hold).
+type Held struct {
+	name string // the lock file, absolute
+}
+
+// held are the locks taken with Hold and not yet taken over by Create or
+// CreateMaster, by the absolute name of their lock file.
+var held = struct {
+	sync.Mutex
+	m map[string]*fileLock
+}{m: map[string]*fileLock{}}
+
+// Hold takes the lock of output file path now, for a scan that checks its
+// files long before it writes them (acquire, while it waits for the
+// detector): meanwhile no other scan can take the file. Create or
+// CreateMaster of path in this process takes the held lock over; Release
+// gives it back if neither did. It returns a *LockedError when another
+// process holds the lock.
+func Hold(path string) (*Held, error) {
+	abs, err := filepath.Abs(LockName(path))
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	l, err := lockOutput(path)
+	if err != nil {
+		return nil, err
+	}
+	held.Lock()
+	defer held.Unlock()
+	held.m[abs] = l
+	return &Held{name: abs}, nil
+}
+
+// Release gives the lock back unless Create or CreateMaster took it over.
+// Releasing nil does nothing.
+func (h *Held) Release() {
+	if h == nil {
+		return
+	}
+	held.Lock()
+	l := held.m[h.name]
+	delete(held.m, h.name)
+	held.Unlock()
+	l.release()
+}
+
+// takeHeld returns the lock of path that Hold took, and forgets it; nil
+// when none is held.
+func takeHeld(path string) *fileLock {
+	abs, err := filepath.Abs(LockName(path))
+	if err != nil {
+		return nil
+	}
+	held.Lock()
+	defer held.Unlock()
+	l := held.m[abs]
+	delete(held.m, abs)
+	if l != nil && !sameFile(l.f, l.name) {
+		// Removed behind our back: no lock any more.
+		l.f.Close()
+		return nil
+	}
+	return l
+}
+
 // lockOutput takes the lock of output file path, or returns a
-// *LockedError when another process holds it.
+// *LockedError when another process holds it. A lock this process holds
+// with Hold is taken over.
 func lockOutput(path string) (*fileLock, error) {
+	if l := takeHeld(path); l != nil {
+		return l, nil
+	}
 	name := LockName(path)
 	busy := 0
 	for range 10 {
@@ -145,12 +216,16 @@ func lockOutput(path string) (*fileLock, error) {
 			f.Close()
 			continue
 		}
+		// A lock file that cannot be written (a full disk) is not left
+		// behind: the lock is held, so it is this scan's to remove.
 		if err := f.Truncate(0); err != nil {
+			os.Remove(name)
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		head := []byte(strconv.Itoa(os.Getpid()) + "\n")
 		if _, err := f.WriteAt(head, 0); err != nil {
+			os.Remove(name)
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,5 +105,63 @@ func TestLockMaster(t *testing.T) {
 		if _, err := os.Lstat(name); !os.IsNotExist(err) {
 			t.Errorf("%s after a refused CreateMaster: %v", name, err)
 		}
+	}
+}
+
+// TestLockHeld takes a file's lock ahead with Hold: others see it locked,
+// Create and CreateMaster in this process take it over (and give it back
+// at Close), and Release of a lock no file took removes its lock file.
+func TestLockHeld(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(dir, LayoutCXI, pipeNone)
+	m := masterOptions(dir, LayoutNXtomo)
+	for _, path := range []string{o.Path, m.Path} {
+		h, err := Hold(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release()
+		if pid, locked, err := LockHolder(path); !locked || pid != os.Getpid() || err != nil {
+			t.Errorf("LockHolder of a held lock: %d, %v, %v; want this process", pid, locked, err)
+		}
+	}
+	writeTestFile(t, o, pipeNone)
+	if err := CreateMaster(m); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{o.Path, m.Path} {
+		if _, err := os.Lstat(LockName(path)); !os.IsNotExist(err) {
+			t.Errorf("lock of %s after Close: %v, want it removed", path, err)
+		}
+	}
+	h, err := Hold(filepath.Join(dir, "other.h5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if _, err := os.Lstat(filepath.Join(dir, ".other.h5.lock")); !os.IsNotExist(err) {
+		t.Errorf("lock after Release: %v, want it removed", err)
+	}
+}
+
+// TestLockFullDisk creates a file on a file system already full: Create
+// fails naming the disk's error, and leaves no file behind, not even the
+// lock file (it used to leave an empty .NAME.lock).
+func TestLockFullDisk(t *testing.T) {
+	dir := tmpfs(t, "256k")
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = fill.Write(make([]byte, 4096))
+	}
+	fill.Close()
+	o := testOptions(dir, LayoutCXI, pipeNone)
+	if _, err := Create(o); err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("Create on a full disk: %v, want no space left", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("files left on the full disk: %v, want only the filler", entries)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"unsafe"
 
 	"h5ingest/compress"
@@ -57,11 +58,16 @@ func Open(path string) (*Reader, error) {
 // must (a file being written, or left by a killed writer). A plain reader
 // fails at once on damaged metadata, where a SWMR reader retries the read,
 // taking so long on a damaged file that it seems to hang: checks of whole
-// files (verify) open them so.
+// files (verify) and summaries (inspect, master) open them so. A file the
+// plain reader refuses for another reason than the open-for-writing mark
+// (damaged metadata) is refused at once, without a SWMR reader's retries.
 func OpenPlain(path string) (*Reader, error) {
 	r := &Reader{path: path}
 	f, err := openFile(path, false)
 	if err != nil {
+		if !markedOpenForWrite(err) {
+			return nil, err
+		}
 		r.SWMR = true
 		if f, err = openFile(path, true); err != nil {
 			return nil, err
@@ -73,6 +79,13 @@ func OpenPlain(path string) (*Reader, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return r, nil
+}
+
+// markedOpenForWrite reports whether a plain reader's open failed on the
+// file's open-for-writing mark (a file being written, or left by a killed
+// writer), which a SWMR reader accepts.
+func markedOpenForWrite(err error) bool {
+	return strings.Contains(err.Error(), "already open for write")
 }
 
 func (r *Reader) init() error {

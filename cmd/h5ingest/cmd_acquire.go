@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"h5ingest/ingest/fabric"
 	"h5ingest/ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/writer"
 )
 
 // acquireFlags are the flags of acquire beyond the scan's.
@@ -87,6 +89,13 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := setup.pre.run(); err != nil {
 		return err
 	}
+	// The files are this scan's from now on, while it waits for the
+	// detector: another scan of them is refused, not this one later.
+	release, err := holdFiles(setup.files, f.record)
+	if err != nil {
+		return err
+	}
+	defer release()
 	log, err := s.logger()
 	if err != nil {
 		return err
@@ -151,6 +160,9 @@ func newAcquireSetup(f *acquireFlags, profile config.Profile, plan plan.Plan) (a
 	}
 	cfg.Check = senderCheck(files, mode, format)
 	if err := cfg.Validate(); err != nil {
+		return acquireSetup{}, usageError(err)
+	}
+	if err := recordClash(f.record, files); err != nil {
 		return acquireSetup{}, usageError(err)
 	}
 	pre := acquireChecks(files, profile, plan, src.Provider, addr)
@@ -219,6 +231,62 @@ func acquireOne(sig *interrupts, f *acquireFlags, profile config.Profile, plan p
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
 	rec.finish()
 	return scan, scan.finish(srcErr)
+}
+
+// recordClash refuses a --record capture named as one of the scan's
+// files, their temporary names or their lock files: the capture and the
+// file would be written over each other.
+func recordClash(record string, files scanFiles) error {
+	if record == "" {
+		return nil
+	}
+	rec, err := filepath.Abs(record)
+	if err != nil {
+		return fmt.Errorf("--record %s: %w", record, err)
+	}
+	paths := []string{files.master}
+	for _, m := range files.modules {
+		paths = append(paths, m.path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		for _, name := range []string{p, writer.TempName(p), writer.LockName(p)} {
+			if abs, err := filepath.Abs(name); err == nil && abs == rec {
+				return fmt.Errorf("--record %s: that is the scan's file %s (or its temporary or lock file): give the capture a name of its own", record, p)
+			}
+		}
+	}
+	return nil
+}
+
+// holdFiles takes the locks of the scan's output files and of its
+// --record capture (see writer.Hold) and returns what gives back those no
+// file took over: two scans never write one capture either.
+func holdFiles(files scanFiles, record string) (func(), error) {
+	var holds []*writer.Held
+	release := func() {
+		for _, h := range holds {
+			h.Release()
+		}
+	}
+	paths := []string{files.master, record}
+	for _, m := range files.modules {
+		paths = append(paths, m.path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		h, err := writer.Hold(p)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("pre-scan check: %w", err)
+		}
+		holds = append(holds, h)
+	}
+	return release, nil
 }
 
 // acceptSender waits for a sender whose handshake succeeds, logging the

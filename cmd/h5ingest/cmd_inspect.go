@@ -54,7 +54,7 @@ func inspect(out io.Writer, path string) error {
 	if isCapture(path) {
 		return inspectCapture(out, path)
 	}
-	r, err := writer.Open(path)
+	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func byteSize(n int64) string {
 // picture cannot show (a frame missing, rejected or received damaged, a
 // module file absent) is said on notes, one line each.
 func renderPNG(notes io.Writer, path string, n int, output string, maxSide int) error {
-	r, err := writer.Open(path)
+	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func arrayImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte, 
 			fmt.Fprintf(notes, "h5ingest: module %d's file %s is absent: its pixels show the fill value 0\n", m.ID, file)
 			continue
 		}
-		mr, err := writer.Open(file)
+		mr, err := writer.OpenPlain(file)
 		if err != nil {
 			return nil, err
 		}

@@ -128,7 +128,7 @@ func moduleFrames(files scanFiles, format frame.Format, planned int) (int, error
 		if _, err := os.Stat(m.path); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		r, err := writer.Open(m.path)
+		r, err := writer.OpenPlain(m.path)
 		if err != nil {
 			return 0, err
 		}
@@ -239,7 +239,7 @@ func arrayWidth(p config.Profile, f frame.Format) int {
 // sameMaster reports whether path is already the master file of files
 // and frames (one written ahead by h5ingest master), which a scan keeps.
 func sameMaster(path, dir string, files scanFiles, frames int) bool {
-	r, err := writer.Open(path)
+	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return false
 	}

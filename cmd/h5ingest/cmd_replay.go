@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -38,7 +39,7 @@ pimega-540d): the frames of all are read in turn and each module's go to its fil
 Without plan flags, the plan the (first) capture records is used.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if fps < 0 {
+			if !(fps >= 0) || math.IsInf(fps, 1) {
 				return usageError(fmt.Errorf("--fps %g: want a rate above 0, or 0 for as fast as possible", fps))
 			}
 			if cpuProfile != "" {

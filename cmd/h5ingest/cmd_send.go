@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -53,7 +54,7 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	if err != nil {
 		return usageError(fmt.Errorf("--mode: %w", err))
 	}
-	if f.fps < 0 {
+	if !(f.fps >= 0) || math.IsInf(f.fps, 1) {
 		return usageError(fmt.Errorf("--fps %g: want 0 or more", f.fps))
 	}
 	if f.module < 0 || f.module > 0xFFFF {

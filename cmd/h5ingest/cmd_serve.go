@@ -179,7 +179,13 @@ func (r *serveRunner) Prepare(req service.ArmRequest) (service.Scan, error) {
 		}
 		return nil, &service.RefusedError{Reasons: reasons}
 	}
-	return &serveScan{flags: f, profile: profile, plan: pl, setup: setup,
+	// The files are this scan's from its arming: another scan of them is
+	// refused, not this one once the detector sent.
+	release, err := holdFiles(setup.files, f.record)
+	if err != nil {
+		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+	}
+	return &serveScan{flags: f, profile: profile, plan: pl, setup: setup, release: release,
 		log: r.log.With(zap.String("scan", req.ScanID))}, nil
 }
 
@@ -280,6 +286,7 @@ type serveScan struct {
 	profile config.Profile
 	plan    plan.Plan
 	setup   acquireSetup
+	release func() // gives up the files' locks, held from the arming
 	log     *zap.Logger
 
 	mu      sync.Mutex
@@ -303,6 +310,7 @@ func (s *serveScan) Stop() {
 // Run acquires the scan, reporting its progress a few times a second, and
 // verifies its file.
 func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Result {
+	defer s.release()
 	sig := newInterrupts(ctx, s.profile.Source.ConnectTimeout)
 	defer sig.stop()
 	s.mu.Lock()

@@ -14,6 +14,10 @@ import (
 
 // isCapture reports whether the file at path starts like a capture file.
 func isCapture(path string) bool {
+	// Opening a named pipe would wait for a writer.
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"h5ingest/ingest/capture"
 	"h5ingest/version"
@@ -99,5 +104,74 @@ func TestVersion(t *testing.T) {
 	o, err := exec.Command(py, "-c", "import h5py, sys; print(h5py.File(sys.argv[1], 'r').attrs['creator'])", out).CombinedOutput()
 	if want := "h5ingest " + version.String(); err != nil || strings.TrimSpace(string(o)) != want {
 		t.Errorf("creator attribute %q (%v), want %q", o, err, want)
+	}
+}
+
+// TestInspectDamagedFile checks that inspect (summary and --png) and
+// verify end at once with exit status 1 on files that are not whole HDF5
+// files: a file two scans wrote at once, a file whose superblock is
+// damaged, and a named pipe. inspect opened every file as a SWMR reader,
+// which retries damaged metadata for minutes (the file two scans wrote
+// hung it for more than 100 s), and it opened a named pipe, which waits
+// for a writer forever.
+func TestInspectDamagedFile(t *testing.T) {
+	dir := t.TempDir()
+	twoWriters := filepath.Join(dir, "two-writers.h5")
+	gunzipTo(t, "testdata/two-writers.h5.gz", twoWriters)
+	superblock := filepath.Join(dir, "superblock.h5")
+	writeTinyScan(t, superblock, 10)
+	b, err := os.ReadFile(superblock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[29] ^= 0xff // inside the superblock, under its checksum
+	if err := os.WriteFile(superblock, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pipe := filepath.Join(dir, "pipe.h5")
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{twoWriters, superblock, pipe} {
+		for _, args := range [][]string{{"inspect", path}, {"inspect", path, "--png", "0", "-o", filepath.Join(dir, "f.png")}, {"verify", path}} {
+			cmd := command(args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			start := time.Now()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+			cmd.Wait()
+			timer.Stop()
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if d := time.Since(start); ws.Signaled() || ws.ExitStatus() != exitFailure || d > 20*time.Second {
+				t.Errorf("%s %s: %v after %v, want exit status %d at once:\n%s", args[0], filepath.Base(path), ws, d, exitFailure, &stderr)
+			}
+		}
+	}
+}
+
+// gunzipTo writes the gzip file from, decompressed, to path.
+func gunzipTo(t *testing.T, from, path string) {
+	t.Helper()
+	gz, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -95,3 +95,59 @@ func TestTwoScansOneArray(t *testing.T) {
 		t.Errorf("verify of the first scan's master: exit status %d\n%s", code, stdout)
 	}
 }
+
+// TestAcquireHoldsItsFileWhileWaiting starts an acquire, which passes its
+// pre-scan check and waits for the detector, then, while it waits, a
+// replay of the same file with --overwrite, a process of its own. The
+// acquire took the file's lock before it waits, so the replay is refused
+// (exit 1, naming the acquire's process), and the detector that connects
+// next gets its whole scan written. The acquire used to check the lock
+// and take it only once the detector connected: the replay wrote the
+// file, and the acquire then failed with exit status 1, after the
+// detector had sent its frames into nothing and leaving an empty --record
+// capture. A second acquire recording into the same --record capture is
+// refused the same way (two acquires used to write one capture at once).
+func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
+	smallDetector(t)
+	capture, _ := simulate(t, "--frames", "20")
+	dir := t.TempDir()
+	out, rec := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap")
+	addr := freeAddr(t)
+	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", "20",
+		"--connect-timeout", "60s", "--idle-timeout", "20s")
+	// Waiting for the detector: its lock taken, or (before) its checks passed long ago.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(writer.LockName(out)); err == nil {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	code, stdout, stderr := runProcess(t, "replay", capture, "-o", out, "--projections", "20", "--overwrite")
+	pid := strconv.Itoa(acq.cmd.Process.Pid)
+	if code != exitFailure || !strings.Contains(stderr, out+" is being written by another scan (process "+pid) {
+		t.Errorf("replay of the file an acquire waits to write: exit status %d, want %d naming process %s:\n%s%s",
+			code, exitFailure, pid, stdout, stderr)
+	}
+	// Another acquire, of another file, recording into the same capture.
+	code, stdout, stderr = runProcess(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(t.TempDir(), "other.h5"),
+		"--record", rec, "--overwrite", "--projections", "20", "--connect-timeout", "5s")
+	if code != exitFailure || !strings.Contains(stderr, rec+" is being written by another scan (process "+pid) {
+		t.Errorf("acquire recording into the capture another acquire records: exit status %d, want %d naming process %s:\n%s%s",
+			code, exitFailure, pid, stdout, stderr)
+	}
+	if code, stdout, stderr := runProcess(t, "send", capture, "--to", addr, "--timeout", "20s"); code != exitOK {
+		t.Errorf("send: exit status %d, want 0:\n%s%s", code, stdout, stderr)
+	}
+	if code := acq.wait(t, 60*time.Second); code != exitOK {
+		t.Fatalf("acquire: exit status %d, want 0:\n%s%s", code, acq.stdout.String(), acq.stderr.String())
+	}
+	if code, stdout, _ := runProcess(t, "verify", out); code != exitOK || !strings.Contains(stdout, "20 chunks verified") {
+		t.Errorf("verify of the acquired file: exit status %d, want 0 with 20 chunks:\n%s", code, stdout)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("files in the output directory: %v, want the scan and its capture", entries)
+	}
+	if code, stdout, _ := runProcess(t, "inspect", rec); code != exitOK || !strings.Contains(stdout, "20 frames, frame numbers 0 to 19") {
+		t.Errorf("inspect of the capture: exit status %d, want 0 with the 20 frames:\n%s", code, stdout)
+	}
+}

@@ -231,3 +231,30 @@ func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
 		t.Errorf("file holds %d frames, %d ok: want the %d good frames, all ok", len(status), ok, frames)
 	}
 }
+
+// TestAcquireRecordIsTheOutput gives acquire's --record the name of the
+// scan's file, its temporary name or its lock file, in a directory of its
+// own, with and without --overwrite: a usage error (exit 2) before it
+// listens, and no file made. Acquire used to take the detector, make the
+// capture under the file's name and then fail with exit status 1 ("exists"),
+// the detector's frames sent into nothing and an empty file left; with
+// --overwrite the scan's file would have replaced the capture.
+func TestAcquireRecordIsTheOutput(t *testing.T) {
+	for _, overwrite := range []bool{false, true} {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "scan.h5")
+		for _, rec := range []string{out, filepath.Join(dir, ".", "scan.h5"), filepath.Join(dir, ".scan.h5.part"), filepath.Join(dir, ".scan.h5.lock")} {
+			args := []string{"acquire", "--listen", freeAddr(t), "-o", out, "--record", rec, "--connect-timeout", "5s"}
+			if overwrite {
+				args = append(args, "--overwrite")
+			}
+			code, stdout, stderr := runProcess(t, args...)
+			if code != exitUsage || !strings.Contains(stderr, "give the capture a name of its own") || strings.Contains(stderr, "wait for a sender") {
+				t.Errorf("acquire --record %s (overwrite %v): exit status %d, want %d before listening:\n%s%s", rec, overwrite, code, exitUsage, stdout, stderr)
+			}
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("files left: %v", entries)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"h5ingest/ingest/capture"
+	"h5ingest/ingest/frame"
 )
 
 // captureRecorder records into a capture in memory.
@@ -390,5 +392,86 @@ func TestHugeFramesRefused(t *testing.T) {
 	defer s.Close()
 	if got, _ := receiveSent(ctx, t, s, done2); len(got) != 3 {
 		t.Errorf("%d frames of 3 after the refusal", len(got))
+	}
+}
+
+// TestFrameOfWrongLengthDoesNotEndTheStream has a sender post, among 8
+// frames that all reach the ring before the receiver takes any, one frame
+// a byte shorter than its header says (both transfer modes). Next hands
+// out all 8, that one with the payload as it arrived, for the pipeline to
+// reject, and then the end of the scan. It used to end the stream at that
+// frame with frame.ErrNotFrame: the 4 good frames after it, which had
+// arrived, were never handed out and the scan ended early.
+func TestFrameOfWrongLengthDoesNotEndTheStream(t *testing.T) {
+	for _, mode := range []Mode{ModeWrite, ModeSend} {
+		t.Run(mode.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l := testListen(t, testConfig())
+			data := testCapture(t, testFormat, 0, 8)
+			sent := make(chan error, 1)
+			go func() {
+				s, err := Dial(ctx, senderConfig(l.Addr().String(), mode, 0, 8))
+				if err != nil {
+					sent <- err
+					return
+				}
+				r, _ := capture.NewReader(bytes.NewReader(data))
+				for i := range 8 {
+					b, err := s.Buffer(ctx)
+					if err != nil {
+						s.Abort()
+						sent <- err
+						return
+					}
+					h, payload, err := r.Next(b[frame.HeaderSize:])
+					if err != nil {
+						s.Abort()
+						sent <- err
+						return
+					}
+					h.Put(b)
+					n := frame.HeaderSize + len(payload)
+					if i == 3 {
+						n--
+					}
+					if err := s.Post(n); err != nil {
+						s.Abort()
+						sent <- err
+						return
+					}
+				}
+				_, err = s.Close(ctx)
+				sent <- err
+			}()
+			st, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var lengths []int
+			for {
+				if len(lengths) == 1 {
+					// Held by the pipeline: the rest reach the ring.
+					time.Sleep(300 * time.Millisecond)
+				}
+				f, err := st.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("after %d frames: %v", len(lengths)+1, err)
+				}
+				lengths = append(lengths, len(f.Payload)-int(f.Header.PayloadSize))
+				st.Release(f)
+			}
+			if want := []int{0, 0, 0, -1, 0, 0, 0, 0}; !slices.Equal(lengths, want) {
+				t.Errorf("frames handed out, payload minus the header's size: %v, want %v", lengths, want)
+			}
+			if err := <-sent; err != nil {
+				t.Errorf("sender: %v", err)
+			}
+		})
 	}
 }

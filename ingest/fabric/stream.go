@@ -437,8 +437,8 @@ func (s *Stream) arrived(c Completion) (arrival, error) {
 }
 
 // record appends the frame of a to the recording, as it arrived. Bytes
-// that do not make a frame record (Next ends the stream on them) are not
-// recorded; a failed write stops the recording, never the stream.
+// that do not make a frame record (no frame header, or a length that is
+// not the header's) are not recorded; a failed write stops the recording, never the stream.
 func (s *Stream) record(a arrival) {
 	if s.rec == nil {
 		return
@@ -463,10 +463,9 @@ func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
 	if err != nil {
 		return nil, fmt.Errorf("slot %d: %w", slot, err)
 	}
-	if int64(h.PayloadSize)+frame.HeaderSize != int64(length) {
-		return nil, fmt.Errorf("%w: slot %d: frame %d of %d bytes, its header says %d", frame.ErrNotFrame,
-			slot, h.FrameNumber, length, int64(h.PayloadSize)+frame.HeaderSize)
-	}
+	// A frame whose length is not its header's is still a frame in a slot
+	// of its own: the pipeline rejects it (its payload does not match its
+	// header), and the frames after it go on.
 	f := &s.frames[slot]
 	f.Header, f.Payload = h, b[frame.HeaderSize:]
 	return f, nil
