@@ -70,11 +70,11 @@ type Options struct {
 	Monitor       []float64    // nxtomo, control/data
 	Translation   [][3]float64 // cxi, metres
 
-	Creator    string    // program that wrote the file; default "h5ingest"
-	Title      string    // nxtomo entry title
-	SourceType string    // nxtomo; default "Synchrotron X-ray Source"
-	SourceName string    // nxtomo
-	SampleName string    // nxtomo
+	Creator    string // program that wrote the file; default "h5ingest"
+	Title      string // nxtomo entry title
+	SourceType string // nxtomo; default "Synchrotron X-ray Source"
+	SourceName string // nxtomo
+	SampleName string // nxtomo
 	// ExperimentID is the proposal or experiment the scan belongs to:
 	// the entry's experiment_identifier.
 	ExperimentID string
@@ -87,11 +87,11 @@ type Options struct {
 	// merged profile, as YAML): the entry's program_name carries it, with
 	// Creator's version.
 	Configuration string
-	Version       string // the writing program's version, program_name's version
-	PixelSize  float64   // metres, both axes
-	Distance   float64   // sample to detector, metres
-	Energy     float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)
-	StartTime  time.Time // zero means now
+	Version       string    // the writing program's version, program_name's version
+	PixelSize     float64   // metres, both axes
+	Distance      float64   // sample to detector, metres
+	Energy        float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)
+	StartTime     time.Time // zero means now
 }
 
 // Record is what the pipeline learned about one frame.
