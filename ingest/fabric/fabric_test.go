@@ -365,10 +365,12 @@ func TestBackPressure(t *testing.T) {
 			if st.SenderHeldBack != res.stats.HeldBack {
 				t.Errorf("receiver heard the sender was held back %v, the sender says %v", st.SenderHeldBack, res.stats.HeldBack)
 			}
-			// The receiver sees the ring full only from when it reads the
-			// completions, so its figure is a lower bound of the sender's.
-			if st.HeldBack > res.stats.HeldBack || res.stats.ReceiverHeldBack != st.HeldBack {
-				t.Errorf("ring full for %v (sender heard %v), want at most the sender's %v and equal",
+			// The receiver sees the ring full from when it takes the last
+			// slot's completion to when a credit goes out; the sender waits
+			// from when it finds no credit to when one comes: the two
+			// agree but for the messages' crossing times, a few of them.
+			if d := st.HeldBack - res.stats.HeldBack; d > 5*time.Millisecond || d < -res.stats.HeldBack/2 || res.stats.ReceiverHeldBack != st.HeldBack {
+				t.Errorf("ring full for %v (sender heard %v), want the sender's %v within its messages' crossing, and equal",
 					st.HeldBack, res.stats.ReceiverHeldBack, res.stats.HeldBack)
 			}
 			t.Logf("sender held back %v, receiver saw its ring full %v", res.stats.HeldBack, st.HeldBack)

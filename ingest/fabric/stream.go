@@ -28,8 +28,10 @@ type Stats struct {
 	Bytes  uint64 // bytes received, headers included
 	// HeldBack is how long every slot of the ring was in use, so that the
 	// sender could not send: the time the pipeline held the sender back.
-	// Slots count as used from when the stream takes their completions, so it
-	// is a lower bound of the sender's own figure.
+	// Slots count as used from when the stream takes their completions,
+	// which it does as they arrive, and free from when their credits go
+	// out, so it is the sender's own figure give or take the time a
+	// message takes to cross.
 	HeldBack time.Duration
 	// SenderFrames and SenderHeldBack are what the sender reported at the
 	// end of the scan: frames sent and time it waited for credits.
