@@ -277,7 +277,7 @@ func (s *Stream) send(start []byte, maxChunk int) {
 			s.dropped.Add(1)
 		} else {
 			msg = s.imageMessage(msg[:0], img)
-			if _, err := s.sock.SendBytes(msg, 0); err != nil {
+			if err := s.sendMessage(msg); err != nil {
 				s.dropped.Add(1) // no consumer took it in time
 				stalled = true
 			} else {
@@ -288,6 +288,32 @@ func (s *Stream) send(start []byte, maxChunk int) {
 		s.free <- img
 	}
 }
+
+// endPatience is how long, once the scan has ended, a message may wait for
+// a consumer before the consumer counts as stalled: one that reads takes a
+// chunk in far less.
+const endPatience = 50 * time.Millisecond
+
+// sendMessage sends msg, waiting up to the send timeout for a consumer to
+// take it; once the scan has ended, up to endPatience. It polls rather
+// than blocking in ZeroMQ, so that the end of the scan cuts a wait short.
+func (s *Stream) sendMessage(msg []byte) error {
+	start := time.Now()
+	for {
+		_, err := s.sock.SendBytes(msg, zmq.DONTWAIT)
+		if err == nil || zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+			return err
+		}
+		waited := time.Since(start)
+		if waited >= s.cfg.SendTimeout || s.ended.Load() && waited >= endPatience {
+			return err
+		}
+		time.Sleep(sendPoll)
+	}
+}
+
+// sendPoll is how often a message waiting for a consumer is offered again.
+const sendPoll = 2 * time.Millisecond
 
 // sendEnd sends the end of the series with the counts. To a consumer that
 // is not reading it gets one short try, and the socket does not linger on
