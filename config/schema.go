@@ -50,7 +50,7 @@ func Default() Profile {
 			RingMaxBytes:   4 << 30,
 			MaxFrameGap:    10_000,
 		},
-		Stream: Stream{Every: 1, Queue: 8},
+		Stream:  Stream{Every: 1, Queue: 8},
 		Backend: "auto",
 		Output: Output{
 			Directory:     ".",
