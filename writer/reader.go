@@ -45,12 +45,7 @@ func Open(path string) (*Reader, error) {
 			return nil, err
 		}
 	}
-	r.file = f
-	if err := r.init(); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	return r, nil
+	return r.start(f)
 }
 
 // OpenPlain opens path read-only as a plain reader where the file allows
@@ -73,10 +68,15 @@ func OpenPlain(path string) (*Reader, error) {
 			return nil, err
 		}
 	}
+	return r.start(f)
+}
+
+// start makes f the reader's file and reads what the reader needs of it.
+func (r *Reader) start(f hid) (*Reader, error) {
 	r.file = f
 	if err := r.init(); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", r.path, err)
 	}
 	return r, nil
 }
