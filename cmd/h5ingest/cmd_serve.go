@@ -358,8 +358,11 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	if err != nil && (res.State == service.Failed || !errors.As(err, &ee) || ee.err != nil) {
 		res.Error = unwrapUsage(err)
 	}
-	if scan == nil {
-		if res.State != service.Failed && res.Error == "" {
+	if scan == nil { // no detector connected: no file
+		switch {
+		case res.State == service.Incomplete: // stopped while waiting
+			res.State = service.Cancelled
+		case res.State == service.Done:
 			res.State = service.Failed
 		}
 		if res.Error == "" {

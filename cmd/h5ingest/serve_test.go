@@ -193,6 +193,15 @@ func TestServeScans(t *testing.T) {
 		t.Errorf("c1 after cancel: %v", st)
 	}
 
+	// A stop before any detector connected: nothing was written.
+	if code, _ := p.call("POST", "/v1/scans", armRequest("e1", port, dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm e1: %d", code)
+	}
+	p.call("POST", "/v1/scans/e1/stop", nil)
+	if _, st := p.call("GET", "/v1/scans/e1/wait?timeout=30", nil); st["state"] != "cancelled" || len(st["files"].([]any)) != 0 {
+		t.Errorf("e1 stopped before the detector: %v", st)
+	}
+
 	// Stop mid-scan: a sender at 20 frames/s, stopped after a few.
 	if code, _ := p.call("POST", "/v1/scans", armRequest("d1", port, dir, 30)); code != http.StatusCreated {
 		t.Fatalf("arm d1: %d", code)
@@ -240,7 +249,7 @@ func TestServeScans(t *testing.T) {
 	if after, _ := os.ReadDir(dir); len(after) != len(before) {
 		t.Errorf("bad requests changed the output directory: %d entries, then %d", len(before), len(after))
 	}
-	if _, list := p.call("GET", "/v1/scans", nil); len(list["scans"].([]any)) != 4 { // s1, s2, c1, d1
+	if _, list := p.call("GET", "/v1/scans", nil); len(list["scans"].([]any)) != 5 { // s1, s2, c1, e1, d1
 		t.Errorf("scans listed: %v", list["scans"])
 	}
 }
