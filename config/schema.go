@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 )
 

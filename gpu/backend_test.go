@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // testFormats lists every encoding, depth and coding of format version 1.

@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"h5ingest/compress/bitshuffle"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // cpu is the pure-Go backend. A fixed pool of workers takes tasks (bands of

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 func TestCRC32CCombineWorkedExample(t *testing.T) {

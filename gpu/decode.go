@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // This file holds the CPU decoders of one chip row: from a row of payload

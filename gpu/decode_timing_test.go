@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // piMegaFormats returns every format on a Pi-mega module.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync"
 
+	"h5ingest/frame"
 	"h5ingest/gpu/kernels"
-	"h5ingest/ingest/frame"
 )
 
 // This file holds the host side of the device backend: how a batch is cut

@@ -54,7 +54,7 @@ import (
 	"runtime"
 	"strings"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // Job is one frame to decode: its header and payload, the caller's image

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/frame"
 	"h5ingest/gpu/internal/fakecuda"
-	"h5ingest/ingest/frame"
 )
 
 // TestFakeDriver runs the cuda backend, driver calls and all, against a

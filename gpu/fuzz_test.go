@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // FuzzDecode decodes arbitrary payload bytes in arbitrary formats and chip

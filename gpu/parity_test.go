@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // This file holds the cross-checks of a backend against the CPU backend,

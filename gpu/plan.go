@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"h5ingest/compress/bitshuffle"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // bandBytes is the image bytes a task aims to write: small enough that the

@@ -3,7 +3,7 @@ package gpu
 import (
 	"encoding/binary"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // This file holds a reference decoder written straight from the text of

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // TestReserve checks, on the device backend with the kernels on the host,

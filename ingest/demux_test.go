@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // interleaved returns frames 0 to n-1 of each module, round robin.

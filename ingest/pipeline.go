@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 	"h5ingest/logagg"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 )
 
 // deviceBackend stands for a device backend (gpu.Reserver) over the CPU

@@ -21,8 +21,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 )
 
 var testFormat = frame.Format{

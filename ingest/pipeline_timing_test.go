@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/plan"
 )

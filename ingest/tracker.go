@@ -3,7 +3,7 @@ package ingest
 import (
 	"fmt"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // Verdict is what the tracker decides for an arriving frame.

@@ -3,7 +3,7 @@ package ingest
 import (
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 func TestTrackerRules(t *testing.T) {

@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
-	"h5ingest/ingest/frame"
 )
 
 // Stages holds the metrics of one pipeline and makes the wrappers that

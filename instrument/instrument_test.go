@@ -14,9 +14,9 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
-	"h5ingest/ingest/frame"
 )
 
 var testFormat = frame.Format{

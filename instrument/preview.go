@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 )
 
 // PreviewInterval is how often the Backend wrapper keeps a decoded image by

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
 )
 

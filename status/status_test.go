@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
-	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
 )
 

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"h5ingest/compress"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // A master file shows the modules of a multi-module detector as one

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // checkKept opens the file at path and checks that frames below kept hold

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"h5ingest/compress"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 )
 

@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
-	"h5ingest/ingest/frame"
 	"h5ingest/writer"
 )
 

@@ -19,11 +19,11 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
-	"h5ingest/ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/writer"
 )

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
 	"h5ingest/ingest/fabric"
-	"h5ingest/ingest/frame"
 	"h5ingest/version"
 	"h5ingest/writer"
 )

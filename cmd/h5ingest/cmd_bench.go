@@ -21,8 +21,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/writer"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/compress"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/preview"
 	"h5ingest/writer"

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"h5ingest/config"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/writer"
 )

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"h5ingest/config"
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/writer"
 )

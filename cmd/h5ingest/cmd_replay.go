@@ -18,10 +18,10 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/plan"
 )
 

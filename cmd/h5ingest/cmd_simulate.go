@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/plan"
 	"h5ingest/version"

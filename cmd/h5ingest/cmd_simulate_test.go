@@ -9,8 +9,8 @@ import (
 	"slices"
 	"testing"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/plan"
 )

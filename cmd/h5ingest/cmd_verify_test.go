@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"h5ingest/compress"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/writer"
 )
 

@@ -8,8 +8,8 @@ import (
 	"os"
 	"slices"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 )
 
 // isCapture reports whether the file at path starts like a capture file.

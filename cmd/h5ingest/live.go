@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/stream"
 	"h5ingest/version"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/ingest/sim"
 )
 

@@ -21,10 +21,10 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/ingest"
 	"h5ingest/ingest/fabric"
-	"h5ingest/ingest/frame"
 	"h5ingest/instrument"
 	"h5ingest/plan"
 	"h5ingest/status"

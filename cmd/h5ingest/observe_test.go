@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // scrape returns the samples of a Prometheus text page, by series.

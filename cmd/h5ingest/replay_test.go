@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/ingest/sim"
 	"h5ingest/writer"
 )

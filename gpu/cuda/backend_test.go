@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/frame"
 )
 
 // These tests hold the gpu package's cuda backend to its cpu backend, bit

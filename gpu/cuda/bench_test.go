@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/gpu/cuda"
 	"h5ingest/gpu/kernels"
-	"h5ingest/ingest/frame"
 )
 
 // Throughput the detector asks for: one Pi-mega module at 1000 frames/s

@@ -30,7 +30,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 //go:generate ./gen.sh decode.ptx

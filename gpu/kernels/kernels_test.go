@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // TestPTX checks that the embedded PTX targets sm_70 and declares every

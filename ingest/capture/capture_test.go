@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // testFormat is a small module: 2x1 chips of 16x4 pixels, 12-bit bitplane.

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // BenchmarkRead reads a capture of full-size frames from a file. The

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // FuzzReader feeds arbitrary bytes to the reader: it must never panic,

@@ -10,7 +10,7 @@ import (
 	"io"
 	"os"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // DefaultMaxPayload is the largest payload_size a Reader accepts unless told

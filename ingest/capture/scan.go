@@ -1,6 +1,6 @@
 package capture
 
-import "h5ingest/ingest/frame"
+import "h5ingest/frame"
 
 // Fields h5ingest records in a capture's metadata beside profile, created
 // and software, so that a replay writes the file the scan would have

@@ -3,7 +3,7 @@ package capture
 import (
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 func TestFormatInfoRoundTrip(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"io"
 	"math"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // WriteBufferSize is the size of a Writer's buffer: large sequential writes.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 func TestBadHelloRefused(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"time"
 	"unsafe"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 )
 
 var testFormat = frame.Format{

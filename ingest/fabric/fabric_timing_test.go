@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // BenchmarkReceive measures the receiver alone over loopback: frames of

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // ProtoVersion is the version of the wire protocol this package speaks.

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 )
 
 // captureRecorder records into a capture in memory.

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 )
 
 // SenderConfig sets up a Sender.

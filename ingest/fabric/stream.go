@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"h5ingest/frame"
 	"h5ingest/ingest"
-	"h5ingest/ingest/frame"
 )
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a

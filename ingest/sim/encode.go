@@ -3,7 +3,7 @@ package sim
 import (
 	"slices"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // Payloads are encoded by frame.Format.AppendPayload, the reference, except

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 )
 
 // generator makes frames of a scan. It holds one worker's buffers and is

@@ -18,7 +18,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 )
 

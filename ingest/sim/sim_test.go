@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/plan"
 )
 

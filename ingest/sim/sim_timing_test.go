@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"h5ingest/ingest/frame"
+	"h5ingest/frame"
 	"h5ingest/plan"
 )
 

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"sync"
 
+	"h5ingest/frame"
 	"h5ingest/ingest/capture"
-	"h5ingest/ingest/frame"
 	"h5ingest/plan"
 )
 
