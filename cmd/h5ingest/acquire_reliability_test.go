@@ -86,14 +86,7 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	go func() { done <- p.cmd.Wait() }()
 	select {
 	case err := <-done:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
+		return statusOf(t, err)
 	case <-time.After(d):
 		p.cmd.Process.Kill()
 		<-done

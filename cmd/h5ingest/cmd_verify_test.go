@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,26 +177,8 @@ func TestVerifyStalls(t *testing.T) {
 // seemed to hang; it now fails within a second with the library's
 // message.
 func TestVerifyDamagedFile(t *testing.T) {
-	gz, err := os.Open("testdata/two-writers.h5.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "two-writers.h5")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(f, zr); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	gunzipTo(t, "testdata/two-writers.h5.gz", path)
 	ws, stderr, d := runVerify(t, path, false, false, "--stall-timeout", "30s")
 	if ws.Signaled() || ws.ExitStatus() != exitFailure || d > 20*time.Second || !strings.Contains(stderr, "incorrect metadata checksum") {
 		t.Errorf("verify of a file two scans wrote: %v after %v, want exit status %d at once with the library's message:\n%s", ws, d, exitFailure, stderr)

@@ -619,7 +619,12 @@ func startPaced(t *testing.T, dir string, frames int) (*exec.Cmd, *bytes.Buffer,
 // exitCode waits for cmd and returns its exit status.
 func exitCode(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
-	err := cmd.Wait()
+	return statusOf(t, cmd.Wait())
+}
+
+// statusOf returns the exit status a process's Wait error says.
+func statusOf(t *testing.T, err error) int {
+	t.Helper()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return ee.ExitCode()
