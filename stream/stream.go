@@ -402,17 +402,23 @@ func endMessage(s Series, st Stats) ([]byte, error) {
 	})
 }
 
+// canonical encodes the start and end messages' fields in CBOR's
+// canonical order.
+var canonical = func() cbor.EncMode {
+	em, err := cbor.CanonicalEncOptions().EncMode()
+	if err != nil {
+		panic(err) // the library's own options
+	}
+	return em
+}()
+
 // encodeTypeFirst encodes m as a CBOR map whose first key is "type", as
 // Stream V2 asks of every message; the other keys follow in CBOR's
 // canonical order.
 func encodeTypeFirst(m map[string]any) ([]byte, error) {
-	em, err := cbor.CanonicalEncOptions().EncMode()
-	if err != nil {
-		return nil, err
-	}
 	typ := m["type"].(string)
 	delete(m, "type")
-	rest, err := em.Marshal(m)
+	rest, err := canonical.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("stream: encode %s message: %w", typ, err)
 	}

@@ -521,6 +521,16 @@ func (b *builder) scanMetadata(entry hid) {
 	}
 }
 
+// CheckMetadataKey reports whether k can name an entry of the user
+// metadata (Options.UserMetadata): an HDF5 link name, neither empty nor
+// "." nor holding "/".
+func CheckMetadataKey(k string) error {
+	if k == "" || k == "." || strings.Contains(k, "/") {
+		return fmt.Errorf("user metadata key %q: a key may be neither empty nor '.', nor hold '/'", k)
+	}
+	return nil
+}
+
 // collection writes m as an NXcollection named name in loc, keys in
 // order.
 func (b *builder) collection(loc hid, name string, m map[string]any) {
@@ -531,8 +541,8 @@ func (b *builder) collection(loc hid, name string, m map[string]any) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if k == "" || k == "." || strings.Contains(k, "/") {
-			b.fail(fmt.Errorf("user metadata key %q: not a name HDF5 can hold", k))
+		if err := CheckMetadataKey(k); err != nil {
+			b.fail(err)
 			return
 		}
 		switch v := m[k].(type) {

@@ -28,6 +28,7 @@ import (
 	"h5ingest/service"
 	"h5ingest/status"
 	"h5ingest/version"
+	"h5ingest/writer"
 )
 
 // serveFlags are the flags of serve.
@@ -251,23 +252,24 @@ func jsonValue(v any) any {
 	return v
 }
 
-// userMetadata checks the request's user metadata as --meta does.
+// userMetadata checks the keys of the request's user metadata, nested
+// objects' too, before anything is written.
 func userMetadata(m map[string]any) (map[string]any, error) {
-	var check func(prefix string, m map[string]any) error
-	check = func(prefix string, m map[string]any) error {
+	var check func(m map[string]any) error
+	check = func(m map[string]any) error {
 		for k, v := range m {
-			if k == "" || k == "." || strings.Contains(k, "/") {
-				return fmt.Errorf("user_metadata key %q: a key may be neither empty nor '.', nor hold '/'", prefix+k)
+			if err := writer.CheckMetadataKey(k); err != nil {
+				return fmt.Errorf("user_metadata: %w", err)
 			}
 			if sub, ok := v.(map[string]any); ok {
-				if err := check(prefix+k+".", sub); err != nil {
+				if err := check(sub); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	return m, check("", m)
+	return m, check(m)
 }
 
 // unwrapUsage returns the message of a usage error.

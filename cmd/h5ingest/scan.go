@@ -169,8 +169,11 @@ func parseMeta(pairs []string) (map[string]any, error) {
 	m := map[string]any{}
 	for _, kv := range pairs {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || k == "." || strings.Contains(k, "/") {
-			return nil, fmt.Errorf("--meta %q: want KEY=VALUE, with a KEY of neither '/' nor '.' alone", kv)
+		if !ok {
+			return nil, fmt.Errorf("--meta %q: want KEY=VALUE", kv)
+		}
+		if err := writer.CheckMetadataKey(k); err != nil {
+			return nil, fmt.Errorf("--meta %q: %w", kv, err)
 		}
 		var x any
 		if err := json.Unmarshal([]byte(v), &x); err != nil || x == nil {

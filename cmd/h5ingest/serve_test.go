@@ -239,6 +239,7 @@ func TestServeScans(t *testing.T) {
 		"dot-dot id":    {map[string]any{"profile": "default", "scan_id": "../b2"}, http.StatusUnprocessableEntity},
 		"dot-dot name":  {map[string]any{"profile": "default", "scan_id": "b3", "output": "../b3.h5"}, http.StatusUnprocessableEntity},
 		"profile path":  {map[string]any{"profile": "/etc/passwd", "scan_id": "b4"}, http.StatusUnprocessableEntity},
+		"metadata key":  {map[string]any{"profile": "default", "scan_id": "b6", "user_metadata": map[string]any{"stage": map[string]any{"x/y": 1}}}, http.StatusUnprocessableEntity},
 		"oversize body": {[]byte(`{"profile":"default","scan_id":"b5","title":"` + strings.Repeat("x", 100<<10) + `"}`), http.StatusRequestEntityTooLarge},
 	}
 	for name, tc := range bad {
