@@ -94,8 +94,7 @@ func dialRetry(ctx context.Context, cfg fabric.SenderConfig) (*fabric.Sender, er
 	deadline := time.Now().Add(cfg.Timeout)
 	for {
 		s, err := fabric.Dial(ctx, cfg)
-		var fe *fabric.Error
-		if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
+		if err == nil || !retryDial(err) || time.Now().After(deadline) {
 			return s, err
 		}
 		select {
@@ -104,6 +103,18 @@ func dialRetry(ctx context.Context, cfg fabric.SenderConfig) (*fabric.Sender, er
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// retryDial reports whether a connect that failed with err may be tried
+// again: a temporary error (the receiver not listening yet), or the
+// connection reset before the receiver answered the hello, when no frame
+// has been sent. A refusal in the protocol is final.
+func retryDial(err error) bool {
+	var fe *fabric.Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	return fe.Temporary() || errors.Is(err, syscall.ECONNRESET)
 }
 
 // printSendSummary prints what the sender of module sent.

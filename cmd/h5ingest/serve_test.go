@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +13,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"h5ingest/ingest/fabric"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -314,5 +318,22 @@ func TestServePythonClient(t *testing.T) {
 func TestExitErrorWithoutCause(t *testing.T) {
 	if got := (&exitError{code: exitIncomplete}).Error(); got != "exit status 3" {
 		t.Errorf("%q", got)
+	}
+}
+
+func TestRetryDial(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&fabric.Error{Op: "connect", Code: syscall.ECONNREFUSED}, true},
+		{fmt.Errorf("dial: %w", &fabric.Error{Op: "connection event", Code: syscall.ECONNRESET}), true},
+		{&fabric.Error{Op: "connect", Code: syscall.EINVAL}, false},
+		{fmt.Errorf("receiver refused the connection (code 5): %w", fabric.ErrProtocol), false},
+		{errors.New("something else"), false},
+	} {
+		if got := retryDial(tc.err); got != tc.want {
+			t.Errorf("retryDial(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
