@@ -26,6 +26,15 @@ const (
 	StatusRejected    = 3 // header inconsistent with its payload; not written
 )
 
+// Record is what a scan keeps about one frame, whatever became of it: the
+// per-frame record of the output file.
+type Record struct {
+	Timestamp uint64 // detector clock, ns; 0 where missing
+	RawCRC    uint32 // CRC-32C of the payload as received, rejected frames' too
+	DataCRC   uint32 // CRC-32C of the decoded image's little-endian bytes
+	Status    uint8  // StatusOK, StatusMissing, StatusCRCMismatch or StatusRejected
+}
+
 // ErrNotFrame is wrapped by errors for bytes that are not a frame header:
 // wrong magic, version, header size or header CRC. On a stream it means the
 // framing is lost.

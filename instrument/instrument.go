@@ -22,7 +22,7 @@ import (
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
+	"h5ingest/pipeline"
 )
 
 // Stages holds the metrics of one pipeline and makes the wrappers that
@@ -137,11 +137,11 @@ func (s *Stages) Unregister(reg prometheus.Registerer, module int) {
 func observe(h prometheus.Histogram, start time.Time) { h.Observe(time.Since(start).Seconds()) }
 
 // Source returns src, counted. The result implements
-// ingest.HostMemorySource and ingest.HostBufferSource where src does.
-func (s *Stages) Source(src ingest.Source) ingest.Source {
+// pipeline.HostMemorySource and pipeline.HostBufferSource where src does.
+func (s *Stages) Source(src pipeline.Source) pipeline.Source {
 	w := &source{src, s}
-	m, mem := src.(ingest.HostMemorySource)
-	b, bufs := src.(ingest.HostBufferSource)
+	m, mem := src.(pipeline.HostMemorySource)
+	b, bufs := src.(pipeline.HostBufferSource)
 	switch {
 	case mem && bufs:
 		return struct {
@@ -163,21 +163,21 @@ func (s *Stages) Source(src ingest.Source) ingest.Source {
 	return w
 }
 
-// hostMemory is the method of ingest.HostMemorySource, to embed beside a
+// hostMemory is the method of pipeline.HostMemorySource, to embed beside a
 // counted source.
 type hostMemory interface{ HostMemory() [][]byte }
 
-// hostBuffers is the method of ingest.HostBufferSource, likewise.
+// hostBuffers is the method of pipeline.HostBufferSource, likewise.
 type hostBuffers interface {
 	ReadIntoHost(gpu.HostAllocator) func()
 }
 
 type source struct {
-	ingest.Source
+	pipeline.Source
 	s *Stages
 }
 
-func (w *source) Next(ctx context.Context) (*ingest.Frame, error) {
+func (w *source) Next(ctx context.Context) (*pipeline.Frame, error) {
 	start := time.Now()
 	f, err := w.Source.Next(ctx)
 	observe(w.s.SourceWait, start)
@@ -189,7 +189,7 @@ func (w *source) Next(ctx context.Context) (*ingest.Frame, error) {
 	return f, err
 }
 
-func (w *source) Release(f *ingest.Frame) {
+func (w *source) Release(f *pipeline.Frame) {
 	w.s.SourceInFlight.Dec()
 	w.Source.Release(f)
 }
@@ -302,10 +302,10 @@ func (w *preshuffledCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) 
 }
 
 // Sink returns sink, counted.
-func (s *Stages) Sink(sink ingest.Sink) ingest.Sink { return &sinkWrapper{sink, s} }
+func (s *Stages) Sink(sink pipeline.Sink) pipeline.Sink { return &sinkWrapper{sink, s} }
 
 type sinkWrapper struct {
-	ingest.Sink
+	pipeline.Sink
 	s *Stages
 }
 
@@ -320,7 +320,7 @@ func (w *sinkWrapper) WriteChunk(n int, chunk []byte) error {
 	return err
 }
 
-func (w *sinkWrapper) SetRecord(n int, r ingest.Record) error {
+func (w *sinkWrapper) SetRecord(n int, r frame.Record) error {
 	err := w.Sink.SetRecord(n, r)
 	if err == nil && int(r.Status) < len(w.s.Records) {
 		w.s.Records[r.Status].Inc()

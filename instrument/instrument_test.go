@@ -16,7 +16,8 @@ import (
 	"h5ingest/compress/bitshuffle"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
+	"h5ingest/pipeline"
+	"h5ingest/source/capture"
 )
 
 var testFormat = frame.Format{
@@ -26,12 +27,12 @@ var testFormat = frame.Format{
 
 // fakeSource hands out n frames of a fixed payload, then io.EOF.
 type fakeSource struct {
-	f        ingest.Frame
+	f        pipeline.Frame
 	n        int
 	released int
 }
 
-func (s *fakeSource) Next(context.Context) (*ingest.Frame, error) {
+func (s *fakeSource) Next(context.Context) (*pipeline.Frame, error) {
 	if s.n == 0 {
 		return nil, io.EOF
 	}
@@ -39,7 +40,7 @@ func (s *fakeSource) Next(context.Context) (*ingest.Frame, error) {
 	return &s.f, nil
 }
 
-func (s *fakeSource) Release(*ingest.Frame) { s.released++ }
+func (s *fakeSource) Release(*pipeline.Frame) { s.released++ }
 
 // fakeBackend fills each image with its frame number; frames whose number
 // is odd fail.
@@ -91,8 +92,8 @@ func (s *ringSource) HostMemory() [][]byte { return [][]byte{s.ring} }
 // countSink counts what it is given.
 type countSink struct{ chunks, records int }
 
-func (s *countSink) WriteChunk(int, []byte) error       { s.chunks++; return nil }
-func (s *countSink) SetRecord(int, ingest.Record) error { s.records++; return nil }
+func (s *countSink) WriteChunk(int, []byte) error      { s.chunks++; return nil }
+func (s *countSink) SetRecord(int, frame.Record) error { s.records++; return nil }
 
 func TestStagesCount(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -101,9 +102,9 @@ func TestStagesCount(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 5}
+	fs := &fakeSource{f: pipeline.Frame{Payload: make([]byte, 100)}, n: 5}
 	src := st.Source(fs)
-	var held []*ingest.Frame
+	var held []*pipeline.Frame
 	for {
 		f, err := src.Next(context.Background())
 		if err != nil {
@@ -120,17 +121,17 @@ func TestStagesCount(t *testing.T) {
 		t.Errorf("%d Next calls timed, want 6", n)
 	}
 
-	if _, ok := src.(ingest.HostMemorySource); ok {
+	if _, ok := src.(pipeline.HostMemorySource); ok {
 		t.Error("the wrapper claims host memory its source lacks")
 	}
 	ring := &ringSource{ring: make([]byte, 64)}
-	if m, ok := st.Source(ring).(ingest.HostMemorySource); !ok || len(m.HostMemory()) != 1 || &m.HostMemory()[0][0] != &ring.ring[0] {
+	if m, ok := st.Source(ring).(pipeline.HostMemorySource); !ok || len(m.HostMemory()) != 1 || &m.HostMemory()[0][0] != &ring.ring[0] {
 		t.Error("the wrapper hides its source's host memory")
 	}
-	if _, ok := src.(ingest.HostBufferSource); ok {
+	if _, ok := src.(pipeline.HostBufferSource); ok {
 		t.Error("the wrapper claims host buffers its source lacks")
 	}
-	if _, ok := st.Source(&ingest.CaptureSource{}).(ingest.HostBufferSource); !ok {
+	if _, ok := st.Source(&capture.Source{}).(pipeline.HostBufferSource); !ok {
 		t.Error("the wrapper hides its source's host buffers")
 	}
 
@@ -182,10 +183,10 @@ func TestStagesCount(t *testing.T) {
 	cs := &countSink{}
 	sink := st.Sink(cs)
 	sink.WriteChunk(0, make([]byte, 7))
-	sink.SetRecord(0, ingest.Record{Status: frame.StatusOK})
-	sink.SetRecord(1, ingest.Record{Status: frame.StatusMissing})
-	sink.SetRecord(2, ingest.Record{Status: frame.StatusMissing})
-	sink.SetRecord(3, ingest.Record{Status: frame.StatusRejected})
+	sink.SetRecord(0, frame.Record{Status: frame.StatusOK})
+	sink.SetRecord(1, frame.Record{Status: frame.StatusMissing})
+	sink.SetRecord(2, frame.Record{Status: frame.StatusMissing})
+	sink.SetRecord(3, frame.Record{Status: frame.StatusRejected})
 	if cs.chunks != 1 || cs.records != 4 || Value(st.WriteBytes) != 7 {
 		t.Errorf("sink: %d chunks, %d records, %g bytes counted", cs.chunks, cs.records, Value(st.WriteBytes))
 	}
@@ -218,7 +219,7 @@ func TestStagesCount(t *testing.T) {
 func TestWrappersAllocateNothing(t *testing.T) {
 	st := New()
 	st.Preview.Enable(PreviewInterval)
-	fs := &fakeSource{f: ingest.Frame{Payload: make([]byte, 100)}, n: 1 << 30}
+	fs := &fakeSource{f: pipeline.Frame{Payload: make([]byte, 100)}, n: 1 << 30}
 	src := st.Source(fs)
 	b := st.Backend(&fakeBackend{})
 	c, _ := st.NewCodec(func() (compress.Codec, error) { return compress.New("none", 2, 0) })()
@@ -237,7 +238,7 @@ func TestWrappersAllocateNothing(t *testing.T) {
 		chunk, _ = ps.(compress.Preshuffled).EncodeShuffled(chunk[:0], jobs[0].Image)
 		chunk, _ = c.Encode(chunk[:0], jobs[1].Image)
 		sink.WriteChunk(0, chunk)
-		sink.SetRecord(0, ingest.Record{})
+		sink.SetRecord(0, frame.Record{})
 		src.Release(f)
 	})
 	if n != 0 {

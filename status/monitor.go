@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"h5ingest/ingest"
 	"h5ingest/instrument"
+	"h5ingest/pipeline"
 )
 
 // Scan describes one module's scan, as the page and the report show it.
@@ -34,9 +34,9 @@ type Scan struct {
 
 // Sample is a scan's state at one moment.
 type Sample struct {
-	At       time.Duration   // since the scan started
-	Progress ingest.Progress // the pipeline's counts
-	HeldBack time.Duration   // time the sender was held back so far
+	At       time.Duration     // since the scan started
+	Progress pipeline.Progress // the pipeline's counts
+	HeldBack time.Duration     // time the sender was held back so far
 }
 
 // SampleInterval is how often a Monitor samples its scan.
@@ -46,7 +46,7 @@ const SampleInterval = time.Second
 // use.
 type Monitor struct {
 	scan     Scan
-	progress func() ingest.Progress
+	progress func() pipeline.Progress
 	stages   *instrument.Stages
 
 	mu       sync.Mutex
@@ -60,7 +60,7 @@ type Monitor struct {
 
 // NewMonitor returns a monitor of scan, whose pipeline progress reports;
 // stages are its instrumented stages, or nil.
-func NewMonitor(scan Scan, progress func() ingest.Progress, stages *instrument.Stages) *Monitor {
+func NewMonitor(scan Scan, progress func() pipeline.Progress, stages *instrument.Stages) *Monitor {
 	return &Monitor{scan: scan, progress: progress, stages: stages}
 }
 
@@ -197,7 +197,7 @@ func (m *Monitor) Status() Status {
 	case m.stop != nil:
 		state = "running"
 	}
-	var p ingest.Progress
+	var p pipeline.Progress
 	elapsed := 0.0
 	if m.stop != nil {
 		p = m.progress()
@@ -207,7 +207,7 @@ func (m *Monitor) Status() Status {
 			elapsed = last.At.Seconds()
 		}
 	}
-	var now *ingest.Progress
+	var now *pipeline.Progress
 	var ref Sample
 	if m.end.IsZero() && m.stop != nil {
 		for i := n - 1; i >= 0; i-- {

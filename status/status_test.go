@@ -13,8 +13,8 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
 	"h5ingest/instrument"
+	"h5ingest/pipeline"
 )
 
 var testFormat = frame.Format{
@@ -25,10 +25,10 @@ var testFormat = frame.Format{
 // fakeProgress is a pipeline's progress that a test moves on.
 type fakeProgress struct {
 	mu sync.Mutex
-	p  ingest.Progress
+	p  pipeline.Progress
 }
 
-func (f *fakeProgress) get() ingest.Progress {
+func (f *fakeProgress) get() pipeline.Progress {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.p

@@ -29,7 +29,8 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	zmq "github.com/pebbe/zmq4"
 
-	"h5ingest/ingest"
+	"h5ingest/frame"
+	"h5ingest/pipeline"
 )
 
 // Config says where and how a scan's stream is sent.
@@ -117,7 +118,7 @@ type Stream struct {
 type image struct {
 	n      int
 	chunk  []byte
-	record ingest.Record
+	record frame.Record
 	end    bool // no image: the end of the series
 }
 
@@ -195,10 +196,10 @@ func (s *Stream) Stats() Stats {
 // Sink returns sink with every chunk it stores offered to the stream: a
 // frame's image is queued once its record is stored, and only frames
 // written to the file are streamed. It adds no wait to the scan.
-func (s *Stream) Sink(sink ingest.Sink) ingest.Sink { return &tap{sink, s} }
+func (s *Stream) Sink(sink pipeline.Sink) pipeline.Sink { return &tap{sink, s} }
 
 type tap struct {
-	ingest.Sink
+	pipeline.Sink
 	s *Stream
 }
 
@@ -210,7 +211,7 @@ func (t *tap) WriteChunk(n int, chunk []byte) error {
 	return nil
 }
 
-func (t *tap) SetRecord(n int, r ingest.Record) error {
+func (t *tap) SetRecord(n int, r frame.Record) error {
 	err := t.Sink.SetRecord(n, r)
 	s := t.s
 	if p := s.pending; p != nil && p.n == n {

@@ -14,7 +14,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"h5ingest/compress"
-	"h5ingest/ingest"
+	"h5ingest/frame"
 )
 
 const (
@@ -36,11 +36,11 @@ func testImage(n int) []byte {
 // memSink keeps what the file would.
 type memSink struct {
 	chunks  map[int][]byte
-	records map[int]ingest.Record
+	records map[int]frame.Record
 }
 
 func newMemSink() *memSink {
-	return &memSink{chunks: map[int][]byte{}, records: map[int]ingest.Record{}}
+	return &memSink{chunks: map[int][]byte{}, records: map[int]frame.Record{}}
 }
 
 func (s *memSink) WriteChunk(n int, c []byte) error {
@@ -48,7 +48,7 @@ func (s *memSink) WriteChunk(n int, c []byte) error {
 	return nil
 }
 
-func (s *memSink) SetRecord(n int, r ingest.Record) error { s.records[n] = r; return nil }
+func (s *memSink) SetRecord(n int, r frame.Record) error { s.records[n] = r; return nil }
 
 func testSeries(frames int) Series {
 	s := Series{
@@ -80,7 +80,7 @@ func feed(t *testing.T, st *Stream, codec compress.Codec, frames int) *memSink {
 		if err := sink.WriteChunk(n, chunk); err != nil {
 			t.Fatal(err)
 		}
-		r := ingest.Record{Timestamp: uint64(n+1) * 1000, RawCRC: 7, DataCRC: crc32.Checksum(img, castagnoli)}
+		r := frame.Record{Timestamp: uint64(n+1) * 1000, RawCRC: 7, DataCRC: crc32.Checksum(img, castagnoli)}
 		if err := sink.SetRecord(n, r); err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestSinkAllocatesNothing(t *testing.T) {
 	n := 0
 	if a := testing.AllocsPerRun(200, func() {
 		sink.WriteChunk(n, chunk)
-		sink.SetRecord(n, ingest.Record{DataCRC: 1})
+		sink.SetRecord(n, frame.Record{DataCRC: 1})
 		n++
 	}); a != 0 {
 		t.Errorf("%v allocations per frame", a)
@@ -296,8 +296,8 @@ func TestSinkAllocatesNothing(t *testing.T) {
 
 type discard struct{}
 
-func (discard) WriteChunk(int, []byte) error       { return nil }
-func (discard) SetRecord(int, ingest.Record) error { return nil }
+func (discard) WriteChunk(int, []byte) error      { return nil }
+func (discard) SetRecord(int, frame.Record) error { return nil }
 
 func TestOpenRefuses(t *testing.T) {
 	for name, tc := range map[string]struct {

@@ -308,7 +308,7 @@ func (r *Reader) masterError(op string) error {
 
 // ModuleRecords returns the per-frame records of module id as a master
 // file maps them: frames of an absent module file read as missing.
-func (r *Reader) ModuleRecords(id int) ([]Record, error) {
+func (r *Reader) ModuleRecords(id int) ([]frame.Record, error) {
 	if !slices.ContainsFunc(r.Modules, func(m MasterModule) bool { return m.ID == id }) {
 		return nil, fmt.Errorf("records of module %d in %s: no such module", id, r.path)
 	}

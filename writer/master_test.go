@@ -2,6 +2,7 @@ package writer
 
 import (
 	"errors"
+	"h5ingest/frame"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -63,7 +64,7 @@ func TestMaster(t *testing.T) {
 			}
 			for _, tt := range []struct {
 				id   int
-				want []Record
+				want []frame.Record
 			}{
 				{0, wantRecords(testFrames)},
 				{1, wantRecords(testFrames, 3)},

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 )
 
 // ErrNoChunk is returned by Reader.ReadChunk for a frame whose chunk was
@@ -159,7 +160,7 @@ func (r *Reader) ReadChunk(frame int, dst []byte) (data []byte, mask uint32, err
 
 // Records returns the per-frame records as last flushed. A master file
 // has records per module: Records returns an error wrapping ErrMaster.
-func (r *Reader) Records() ([]Record, error) {
+func (r *Reader) Records() ([]frame.Record, error) {
 	if r.Modules != nil {
 		return nil, r.masterError("records of")
 	}
@@ -167,7 +168,7 @@ func (r *Reader) Records() ([]Record, error) {
 }
 
 // records reads the per-frame records in group g.
-func (r *Reader) records(g string) ([]Record, error) {
+func (r *Reader) records(g string) ([]frame.Record, error) {
 	status, err := readColumn[uint8](r, g+"/frame_status", kindU8, 1)
 	if err != nil {
 		return nil, err
@@ -187,9 +188,9 @@ func (r *Reader) records(g string) ([]Record, error) {
 	if len(ts) != len(status) || len(raw) != len(status) || len(data) != len(status) {
 		return nil, fmt.Errorf("records of %s have different lengths", r.path)
 	}
-	out := make([]Record, len(status))
+	out := make([]frame.Record, len(status))
 	for i := range out {
-		out[i] = Record{Timestamp: ts[i], RawCRC: raw[i], DataCRC: data[i], Status: status[i]}
+		out[i] = frame.Record{Timestamp: ts[i], RawCRC: raw[i], DataCRC: data[i], Status: status[i]}
 	}
 	return out, nil
 }

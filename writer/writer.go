@@ -94,14 +94,6 @@ type Options struct {
 	StartTime     time.Time // zero means now
 }
 
-// Record is what the pipeline learned about one frame.
-type Record struct {
-	Timestamp uint64 // detector timestamp, ns
-	RawCRC    uint32 // CRC-32C of the payload as received
-	DataCRC   uint32 // CRC-32C of the decoded image's little-endian bytes
-	Status    uint8  // frame.StatusOK, frame.StatusMissing, frame.StatusCRCMismatch or frame.StatusRejected
-}
-
 // timeFormat is ISO 8601 with microseconds and the zone.
 const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
 
@@ -358,7 +350,7 @@ func (w *Writer) extend(n int) error {
 // that have no chunk (missing or rejected), and returns nil for them, so
 // that Close writes records of the whole scan as the pipeline saw it;
 // other records return the failure.
-func (w *Writer) SetRecord(frame int, r Record) error {
+func (w *Writer) SetRecord(frame int, r frame.Record) error {
 	if frame < 0 || (!w.extendible && frame >= w.frames) {
 		if w.err != nil {
 			return w.err

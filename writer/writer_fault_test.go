@@ -203,7 +203,7 @@ func TestDiskFullNoPlan(t *testing.T) {
 			}
 			// The pipeline records the frames it saw after the failure
 			// missing; an ok record is refused.
-			if err := w.SetRecord(n+2, Record{Status: frame.StatusMissing}); err != nil {
+			if err := w.SetRecord(n+2, frame.Record{Status: frame.StatusMissing}); err != nil {
 				t.Errorf("record of a missing frame after the failure: %v", err)
 			}
 			if err := w.SetRecord(n+1, testRecord(n+1)); err != first {

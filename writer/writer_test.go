@@ -120,8 +120,8 @@ func testOptions(dir, layout string, p pipeline) Options {
 	return o
 }
 
-func testRecord(i int) Record {
-	r := Record{Timestamp: 1_000_000 * uint64(i+1), RawCRC: 0x1000 + uint32(i), DataCRC: 0x2000 + uint32(i)}
+func testRecord(i int) frame.Record {
+	r := frame.Record{Timestamp: 1_000_000 * uint64(i+1), RawCRC: 0x1000 + uint32(i), DataCRC: 0x2000 + uint32(i)}
 	if i == 4 {
 		r.Status = frame.StatusCRCMismatch
 	}
@@ -157,12 +157,12 @@ func writeTestFile(t *testing.T, o Options, p pipeline, skip ...int) {
 }
 
 // wantRecords returns the records writeTestFile leaves for n frames.
-func wantRecords(n int, skip ...int) []Record {
-	out := make([]Record, n)
+func wantRecords(n int, skip ...int) []frame.Record {
+	out := make([]frame.Record, n)
 	for i := range out {
 		out[i] = testRecord(i)
 		if slices.Contains(skip, i) {
-			out[i] = Record{Status: frame.StatusMissing}
+			out[i] = frame.Record{Status: frame.StatusMissing}
 		}
 	}
 	return out
@@ -592,7 +592,7 @@ func TestWriteErrors(t *testing.T) {
 	if err := w.WriteChunk(testFrames, 0, chunk); err == nil {
 		t.Error("chunk past the planned frames accepted")
 	}
-	if err := w.SetRecord(-1, Record{}); err == nil {
+	if err := w.SetRecord(-1, frame.Record{}); err == nil {
 		t.Error("record of frame -1 accepted")
 	}
 	if err := w.WriteChunk(0, 0, nil); err == nil {

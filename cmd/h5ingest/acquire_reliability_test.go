@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 

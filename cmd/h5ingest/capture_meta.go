@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"h5ingest/config"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/sim"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/sim"
 	"h5ingest/version"
 )
 

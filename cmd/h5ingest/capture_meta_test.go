@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"h5ingest/ingest/capture"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
 	"h5ingest/version"
 	"h5ingest/writer"
 )

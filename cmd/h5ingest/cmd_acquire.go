@@ -21,10 +21,10 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/fabric"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 
@@ -644,7 +644,7 @@ type moduleRuns struct {
 
 // start creates module id's scan and runs it from src in the background.
 func (m *moduleRuns) start(ctx context.Context, files scanFiles, id int, profile config.Profile, plan plan.Plan,
-	format frame.Format, src ingest.Source, log *zap.Logger) error {
+	format frame.Format, src pipeline.Source, log *zap.Logger) error {
 	i := slices.IndexFunc(files.modules, func(f scanFile) bool { return f.module.ID == id })
 	scan, err := newScan(files.modules[i].path, profile, plan, format, m.flags.user, m.backend, log.With(zap.Int("module", id)))
 	if err != nil {

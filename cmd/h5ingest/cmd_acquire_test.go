@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/version"
 	"h5ingest/writer"
 )
@@ -62,7 +62,7 @@ func startAcquire(args ...string) <-chan int {
 }
 
 // fileRecords returns the per-frame records of the file at path.
-func fileRecords(t *testing.T, path string) []writer.Record {
+func fileRecords(t *testing.T, path string) []frame.Record {
 	t.Helper()
 	r, err := writer.Open(path)
 	if err != nil {
@@ -73,7 +73,7 @@ func fileRecords(t *testing.T, path string) []writer.Record {
 }
 
 // readRecords returns the per-frame records r holds.
-func readRecords(t *testing.T, r *writer.Reader) []writer.Record {
+func readRecords(t *testing.T, r *writer.Reader) []frame.Record {
 	t.Helper()
 	recs, err := r.Records()
 	if err != nil {
@@ -83,7 +83,7 @@ func readRecords(t *testing.T, r *writer.Reader) []writer.Record {
 }
 
 // readFile returns a file's records and chunks.
-func readFile(t *testing.T, path string) ([]writer.Record, [][]byte) {
+func readFile(t *testing.T, path string) ([]frame.Record, [][]byte) {
 	t.Helper()
 	r, err := writer.Open(path)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 	"h5ingest/writer"
 )
 

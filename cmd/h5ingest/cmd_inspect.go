@@ -155,7 +155,7 @@ func describeFilters(filters []compress.Filter) string {
 // framesWith lists the frames whose status matches by status, the frame
 // numbers labelled as such, e.g. "missing frames 3, 12-14; crc mismatch
 // frame 17"; long lists are cut.
-func framesWith(records []writer.Record, match func(uint8) bool) string {
+func framesWith(records []frame.Record, match func(uint8) bool) string {
 	runs := map[uint8][]string{} // by status: runs of frame numbers
 	var order []uint8
 	count := map[uint8]int{}
@@ -236,7 +236,7 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 
 // printTimeSpan prints the detector time the written frames span and their
 // mean rate.
-func printTimeSpan(out io.Writer, records []writer.Record) {
+func printTimeSpan(out io.Writer, records []frame.Record) {
 	var stamps []uint64
 	for _, rec := range records {
 		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {

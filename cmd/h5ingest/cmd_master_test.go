@@ -15,8 +15,8 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/sim"
+	"h5ingest/source/capture"
+	"h5ingest/source/sim"
 	"h5ingest/writer"
 )
 

@@ -20,9 +20,9 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
-	"h5ingest/ingest/capture"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
 )
 
 func newReplayCmd() *cobra.Command {
@@ -92,7 +92,7 @@ func replay(ctx context.Context, paths []string, s *scanFlags, fps float64) erro
 	}
 	defer s.observe.stopUnused()
 	var format frame.Format
-	var srcs []*ingest.CaptureSource
+	var srcs []*capture.Source
 	for i, path := range paths {
 		r, f, err := openCapture(path)
 		if err != nil {
@@ -114,13 +114,13 @@ func replay(ctx context.Context, paths []string, s *scanFlags, fps float64) erro
 				fmt.Fprintf(os.Stderr, "h5ingest: no plan given: using the plan recorded in %s: %v\n", path, plan)
 			}
 		}
-		src := ingest.NewCaptureSource(r, format.PayloadSize())
+		src := capture.NewSource(r, format.PayloadSize())
 		if fps > 0 {
 			src.Interval = time.Duration(float64(time.Second) / fps)
 		}
 		srcs = append(srcs, src)
 	}
-	var src ingest.Source = srcs[0]
+	var src pipeline.Source = srcs[0]
 	if len(srcs) > 1 {
 		src = newCaptureSources(srcs)
 	}
@@ -141,7 +141,7 @@ type replayRun struct {
 	profile config.Profile
 	plan    plan.Plan
 	format  frame.Format
-	src     ingest.Source // the captures' frames, each capture's in turn
+	src     pipeline.Source // the captures' frames, each capture's in turn
 	log     *zap.Logger
 }
 
@@ -199,23 +199,23 @@ func (rp *replayRun) module(ctx context.Context) error {
 // hold several modules' frames, told apart by their module_id: frames of
 // other modules are released and counted, never taken for this module's.
 type oneModule struct {
-	ingest.Source
+	pipeline.Source
 	id    uint16
 	other int    // frames of other modules dropped
 	first uint16 // the module of the first of them
 }
 
 // ReadIntoHost passes a backend's page-locked memory on to the capture
-// (ingest.HostBufferSource).
+// (pipeline.HostBufferSource).
 func (s *oneModule) ReadIntoHost(host gpu.HostAllocator) func() {
-	if bs, ok := s.Source.(ingest.HostBufferSource); ok {
+	if bs, ok := s.Source.(pipeline.HostBufferSource); ok {
 		return bs.ReadIntoHost(host)
 	}
 	return func() {}
 }
 
 // Next returns the module's next frame.
-func (s *oneModule) Next(ctx context.Context) (*ingest.Frame, error) {
+func (s *oneModule) Next(ctx context.Context) (*pipeline.Frame, error) {
 	for {
 		f, err := s.Source.Next(ctx)
 		if err != nil || f.Header.ModuleID == s.id {
@@ -273,7 +273,7 @@ func (rp *replayRun) modules(ctx context.Context) error {
 			return err
 		}
 	}
-	d := ingest.NewDemux(rp.src, ids, demuxDepth)
+	d := pipeline.NewDemux(rp.src, ids, demuxDepth)
 	srcErrs := make([]error, len(scans))
 	var wg sync.WaitGroup
 	for i, scan := range scans {
@@ -300,21 +300,21 @@ func (rp *replayRun) modules(ctx context.Context) error {
 // capture has ended. A capture that cannot be read on ends alone; its
 // error comes after the frames of the others.
 type captureSources struct {
-	srcs  []*ingest.CaptureSource
+	srcs  []*capture.Source
 	next  int    // the source to read next
 	ended []bool // by source
 	err   error  // the first error of a source, other than its end
 
 	mu    sync.Mutex
-	owner map[*ingest.Frame]*ingest.CaptureSource // frames out, by the source that gave them
+	owner map[*pipeline.Frame]*capture.Source // frames out, by the source that gave them
 }
 
-func newCaptureSources(srcs []*ingest.CaptureSource) *captureSources {
-	return &captureSources{srcs: srcs, ended: make([]bool, len(srcs)), owner: map[*ingest.Frame]*ingest.CaptureSource{}}
+func newCaptureSources(srcs []*capture.Source) *captureSources {
+	return &captureSources{srcs: srcs, ended: make([]bool, len(srcs)), owner: map[*pipeline.Frame]*capture.Source{}}
 }
 
 // Next returns the next frame of the next capture that has one.
-func (c *captureSources) Next(ctx context.Context) (*ingest.Frame, error) {
+func (c *captureSources) Next(ctx context.Context) (*pipeline.Frame, error) {
 	for range 2 * len(c.srcs) {
 		i := c.next
 		c.next = (c.next + 1) % len(c.srcs)
@@ -343,7 +343,7 @@ func (c *captureSources) Next(ctx context.Context) (*ingest.Frame, error) {
 
 // Release gives f back to the capture it came from. It is safe to call
 // from several goroutines.
-func (c *captureSources) Release(f *ingest.Frame) {
+func (c *captureSources) Release(f *pipeline.Frame) {
 	c.mu.Lock()
 	src := c.owner[f]
 	delete(c.owner, f)

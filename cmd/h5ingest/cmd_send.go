@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/fabric"
 )
 
 // sendFlags are the flags of the send command.

@@ -23,7 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
-	"h5ingest/ingest"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/service"
 	"h5ingest/status"
@@ -388,7 +388,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 }
 
 // serviceCounts returns a pipeline's progress as the service counts it.
-func serviceCounts(p ingest.Progress, frames int) service.Counts {
+func serviceCounts(p pipeline.Progress, frames int) service.Counts {
 	return service.Counts{
 		Planned: frames, Received: p.Received, Written: p.Written, OK: p.OK, Missing: p.Missing,
 		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected + p.OutOfRange,

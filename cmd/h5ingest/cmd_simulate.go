@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/sim"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/sim"
 	"h5ingest/version"
 )
 

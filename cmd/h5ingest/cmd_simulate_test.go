@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/sim"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/sim"
 )
 
 // readSimulated returns the truth and the frame numbers, in order, of a

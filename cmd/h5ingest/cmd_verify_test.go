@@ -48,7 +48,7 @@ func writeTinyScan(t *testing.T, path string, n int) int {
 	ok := 0
 	for i := range n {
 		if i%7 == 3 && i != n-1 {
-			if err := w.SetRecord(i, writer.Record{Status: frame.StatusMissing}); err != nil {
+			if err := w.SetRecord(i, frame.Record{Status: frame.StatusMissing}); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -57,7 +57,7 @@ func writeTinyScan(t *testing.T, path string, n int) int {
 		if err := w.WriteChunk(i, 0, img); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.SetRecord(i, writer.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
+		if err := w.SetRecord(i, frame.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
 			t.Fatal(err)
 		}
 		ok++

@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 )
 
 // isCapture reports whether the file at path starts like a capture file.

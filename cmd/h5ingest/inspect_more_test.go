@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 	"h5ingest/version"
 )
 

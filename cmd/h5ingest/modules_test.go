@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/sim"
+	"h5ingest/source/sim"
 )
 
 // TestSimulateModules simulates the test array's four modules into one

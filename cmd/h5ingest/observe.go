@@ -23,10 +23,10 @@ import (
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
-	"h5ingest/ingest/fabric"
 	"h5ingest/instrument"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/source/fabric"
 	"h5ingest/status"
 )
 
@@ -136,7 +136,7 @@ func (o *observeFlags) stopUnused() {
 type scanWatch struct {
 	stages   *instrument.Stages
 	scan     status.Scan
-	pipeline *ingest.Pipeline
+	pipeline *pipeline.Pipeline
 
 	obs      *observer // nil: nobody watches
 	module   int
@@ -155,7 +155,7 @@ func (w *scanWatch) wrap(b gpu.Backend, newCodec func() (compress.Codec, error))
 }
 
 // describe notes what the scan is, for the page and the report.
-func (w *scanWatch) describe(p *ingest.Pipeline, path string, plan plan.Plan, format frame.Format, backend, compression string) {
+func (w *scanWatch) describe(p *pipeline.Pipeline, path string, plan plan.Plan, format frame.Format, backend, compression string) {
 	w.pipeline = p
 	w.scan = status.Scan{Output: path, Planned: plan.Frames(), Format: format.String(), Backend: backend, Compression: compression}
 	if plan.Frames() > 0 {
@@ -196,7 +196,7 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 	}
 	reg.gauge("h5ingest_scan_info", "The scan a module writes: always 1, its labels say which.",
 		func() float64 { return 1 }, "scan", scan.ID, "output", scan.Output)
-	prog := func(f func(ingest.Progress) int) func() float64 {
+	prog := func(f func(pipeline.Progress) int) func() float64 {
 		return func() float64 { return float64(f(w.progress.get())) }
 	}
 	reg.gauge("h5ingest_scan_frames", "Frames in the scan: the plan's count, or the frames seen so far when it has none.",
@@ -204,21 +204,21 @@ func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
 	reg.gauge("h5ingest_scan_elapsed_seconds", "Time since the scan started.",
 		func() float64 { return w.progress.get().Elapsed.Seconds() })
 	reg.counter("h5ingest_frames_received_total", "Frames with a good header, whatever came of them.",
-		prog(func(p ingest.Progress) int { return p.Received }))
+		prog(func(p pipeline.Progress) int { return p.Received }))
 	reg.counter("h5ingest_frames_written_total", "Frames written to the file (ok or with a CRC mismatch).",
-		prog(func(p ingest.Progress) int { return p.Written }))
+		prog(func(p pipeline.Progress) int { return p.Written }))
 	reg.gauge("h5ingest_frames_missing", "Frames of the scan not written nor rejected yet; at the end of the scan, the frames missing.",
-		prog(func(p ingest.Progress) int { return p.Missing }))
+		prog(func(p pipeline.Progress) int { return p.Missing }))
 	for _, pr := range []struct {
 		name string
-		f    func(ingest.Progress) int
+		f    func(pipeline.Progress) int
 	}{
-		{"crc_mismatch", func(p ingest.Progress) int { return p.CRCMismatch }},
-		{"rejected", func(p ingest.Progress) int { return p.Rejected }},
-		{"duplicate", func(p ingest.Progress) int { return p.Duplicate }},
-		{"out_of_range", func(p ingest.Progress) int { return p.OutOfRange }},
-		{"not_frame", func(p ingest.Progress) int { return p.NotFrame }},
-		{"pipeline_full", func(p ingest.Progress) int { return p.Overflow }},
+		{"crc_mismatch", func(p pipeline.Progress) int { return p.CRCMismatch }},
+		{"rejected", func(p pipeline.Progress) int { return p.Rejected }},
+		{"duplicate", func(p pipeline.Progress) int { return p.Duplicate }},
+		{"out_of_range", func(p pipeline.Progress) int { return p.OutOfRange }},
+		{"not_frame", func(p pipeline.Progress) int { return p.NotFrame }},
+		{"pipeline_full", func(p pipeline.Progress) int { return p.Overflow }},
 	} {
 		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable, or out of range: beyond the scan), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
 			prog(pr.f), "problem", pr.name)
@@ -243,7 +243,7 @@ type statser interface{ Stats() fabric.Stats }
 
 // start wraps the source and sink and, when the scan is watched, starts
 // sampling it.
-func (w *scanWatch) start(src ingest.Source, sink ingest.Sink) (ingest.Source, ingest.Sink) {
+func (w *scanWatch) start(src pipeline.Source, sink pipeline.Sink) (pipeline.Source, pipeline.Sink) {
 	if w.obs == nil {
 		return w.stages.Source(src), w.stages.Sink(sink)
 	}
@@ -336,7 +336,7 @@ func (o *observer) writeReport(path, outcome string) error {
 }
 
 // outcome says in a line how a scan ended, for the report.
-func outcome(srcErr error, p ingest.Progress) string {
+func outcome(srcErr error, p pipeline.Progress) string {
 	switch {
 	case srcErr != nil && !errors.Is(srcErr, context.Canceled):
 		return "incomplete: the source stopped early: " + srcErr.Error()
@@ -351,13 +351,13 @@ func outcome(srcErr error, p ingest.Progress) string {
 // progressCache reads a pipeline's progress at most every 100 ms, so that
 // a scrape reading many figures takes its lock once.
 type progressCache struct {
-	p    *ingest.Pipeline
+	p    *pipeline.Pipeline
 	mu   sync.Mutex
 	at   time.Time
-	last ingest.Progress
+	last pipeline.Progress
 }
 
-func (c *progressCache) get() ingest.Progress {
+func (c *progressCache) get() pipeline.Progress {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now := time.Now(); now.Sub(c.at) > 100*time.Millisecond {

@@ -13,7 +13,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 

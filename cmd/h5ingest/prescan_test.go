@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"h5ingest/config"
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 

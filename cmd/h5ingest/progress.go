@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/term"
 
-	"h5ingest/ingest"
+	"h5ingest/pipeline"
 )
 
 // progressReporter prints a pipeline's progress while it runs: one line
@@ -24,7 +24,7 @@ type progressReporter struct {
 }
 
 // startProgress starts reporting p's progress on standard error.
-func startProgress(p *ingest.Pipeline, planned int) *progressReporter {
+func startProgress(p *pipeline.Pipeline, planned int) *progressReporter {
 	r := &progressReporter{
 		w:        os.Stderr,
 		terminal: term.IsTerminal(int(os.Stderr.Fd())),
@@ -40,7 +40,7 @@ func startProgress(p *ingest.Pipeline, planned int) *progressReporter {
 	return r
 }
 
-func (r *progressReporter) run(p *ingest.Pipeline) {
+func (r *progressReporter) run(p *pipeline.Pipeline) {
 	defer close(r.done)
 	t := time.NewTicker(r.every)
 	defer t.Stop()
@@ -68,7 +68,7 @@ func (r *progressReporter) Stop() {
 }
 
 // line renders one progress line.
-func (r *progressReporter) line(p ingest.Progress) string {
+func (r *progressReporter) line(p pipeline.Progress) string {
 	secs := p.Elapsed.Seconds()
 	var fps, mbps float64
 	if secs > 0 {

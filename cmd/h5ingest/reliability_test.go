@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/fabric"
-	"h5ingest/ingest/sim"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
+	"h5ingest/source/sim"
 	"h5ingest/writer"
 )
 

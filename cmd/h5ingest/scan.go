@@ -21,10 +21,10 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest"
-	"h5ingest/ingest/capture"
-	"h5ingest/ingest/fabric"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/stream"
 	"h5ingest/version"
 	"h5ingest/writer"
@@ -232,12 +232,12 @@ type scanRun struct {
 	output   string
 	planned  int
 	file     *writer.Writer
-	pipeline *ingest.Pipeline
+	pipeline *pipeline.Pipeline
 	// closeBackend closes the scan's own decode backend; it does nothing
 	// where the scan shares one with other modules' scans.
 	closeBackend func()
 	log          *zap.Logger
-	progress     ingest.Progress
+	progress     pipeline.Progress
 	closed       bool
 	quiet        bool // no progress report
 	// stream, for an acquire, is the detector's connection, whose counts
@@ -308,7 +308,7 @@ func newScan(path string, profile config.Profile, plan plan.Plan, format frame.F
 	if backend.Name() == "cuda" {
 		batch = gpuBatch
 	}
-	p, err := ingest.New(ingest.Config{
+	p, err := pipeline.New(pipeline.Config{
 		Format:         format,
 		Frames:         plan.Frames(),
 		Backend:        backend,
@@ -365,8 +365,8 @@ func fileOptions(path string, profile config.Profile, plan plan.Plan, format fra
 
 // run moves the frames of src into the file, reporting progress unless
 // the scan is quiet (a module's scan beside others).
-func (r *scanRun) run(ctx context.Context, src ingest.Source) error {
-	var sink ingest.Sink = fileSink{r.file}
+func (r *scanRun) run(ctx context.Context, src pipeline.Source) error {
+	var sink pipeline.Sink = fileSink{r.file}
 	if r.live != nil { // after the file: a chunk is streamed once it is stored
 		sink = r.live.Sink(sink)
 	}
@@ -453,12 +453,12 @@ type fileSink struct{ w *writer.Writer }
 
 func (s fileSink) WriteChunk(n int, chunk []byte) error { return s.w.WriteChunk(n, 0, chunk) }
 
-func (s fileSink) SetRecord(n int, r ingest.Record) error {
-	return s.w.SetRecord(n, writer.Record(r))
+func (s fileSink) SetRecord(n int, r frame.Record) error {
+	return s.w.SetRecord(n, frame.Record(r))
 }
 
 // printSummary prints the table a person reads at the end of a scan.
-func printSummary(w io.Writer, path string, p ingest.Progress, frames int) {
+func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
 	secs := p.Elapsed.Seconds()
 	rate := func(v float64) float64 {
 		if secs == 0 {
@@ -560,5 +560,5 @@ func worse(a, b error) error {
 // so that the module's file records every planned frame missing.
 type emptySource struct{}
 
-func (emptySource) Next(context.Context) (*ingest.Frame, error) { return nil, io.EOF }
-func (emptySource) Release(*ingest.Frame)                       {}
+func (emptySource) Next(context.Context) (*pipeline.Frame, error) { return nil, io.EOF }
+func (emptySource) Release(*pipeline.Frame)                       {}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/sim"
+	"h5ingest/source/sim"
 )
 
 // TestReplayFramesBeyondPlan replays a capture of 12 frames with a plan of

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/ingest/fabric"
+	"h5ingest/source/fabric"
 )
 
 // freePort returns a loopback port that was free a moment ago.

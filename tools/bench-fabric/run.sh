@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/h5ingest" ./cmd/h5ingest
 
 echo "== receiver alone (go test -bench Receive), tcp provider on 127.0.0.1"
-go test -run '^$' -bench 'Receive/1536x1536' -benchtime "${frames}x" ./ingest/fabric | grep Benchmark
+go test -run '^$' -bench 'Receive/1536x1536' -benchtime "${frames}x" ./source/fabric | grep Benchmark
 
 echo "== fi_pingpong -p tcp -e msg -S $size (reference, same message size)"
 fi_pingpong -p tcp -e msg -S "$size" -I 200 -B 47990 >"$tmp/pp-server" 2>&1 &

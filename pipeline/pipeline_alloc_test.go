@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"h5ingest/compress"
+	"h5ingest/frame"
 	"h5ingest/gpu"
 )
 
@@ -40,8 +41,8 @@ func (s *cycleSource) Release(*Frame) {}
 // countSink counts what it is given and keeps nothing.
 type countSink struct{ chunks, records int }
 
-func (s *countSink) WriteChunk(int, []byte) error { s.chunks++; return nil }
-func (s *countSink) SetRecord(int, Record) error  { s.records++; return nil }
+func (s *countSink) WriteChunk(int, []byte) error      { s.chunks++; return nil }
+func (s *countSink) SetRecord(int, frame.Record) error { s.records++; return nil }
 
 // TestPipelineSteadyStateAllocs checks that a frame through decode,
 // compression and the sink allocates nothing once the pipeline runs: the

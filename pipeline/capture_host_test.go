@@ -1,4 +1,4 @@
-package ingest
+package pipeline_test
 
 import (
 	"bytes"
@@ -9,13 +9,15 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/gpu"
-	"h5ingest/ingest/capture"
+	"h5ingest/pipeline"
+	"h5ingest/source/capture"
 )
 
-// pinCheckBackend is a hostBackend that counts the payloads it is given
+// pinCheckBackend is a HostBackend that counts the payloads it is given
 // and those of them in memory it handed out (AllocHost).
 type pinCheckBackend struct {
-	*hostBackend
+	*pipeline.HostBackend
+	mu            sync.Mutex
 	total, pinned int
 }
 
@@ -23,15 +25,15 @@ func (b *pinCheckBackend) Decode(jobs []gpu.Job) error {
 	b.mu.Lock()
 	for _, j := range jobs {
 		b.total++
-		if b.out[&j.Payload[0]] {
+		if b.FromHost(j.Payload) {
 			b.pinned++
 		}
 	}
 	b.mu.Unlock()
-	return b.hostBackend.Decode(jobs)
+	return b.HostBackend.Decode(jobs)
 }
 
-// captureOf returns a capture of frames frames of testFormat from modules
+// captureOf returns a capture of frames frames of pipeline.TestFormat from modules
 // modules, interleaved: frame i is module i%modules's frame i/modules.
 func captureOf(t *testing.T, frames, modules int) []byte {
 	t.Helper()
@@ -41,7 +43,7 @@ func captureOf(t *testing.T, frames, modules int) []byte {
 		t.Fatal(err)
 	}
 	for i := range frames {
-		f := testFrame(t, testFormat, uint64(i/modules))
+		f := pipeline.TestFrame(t, pipeline.TestFormat, uint64(i/modules))
 		f.Header.ModuleID = uint16(i % modules)
 		if err := w.WriteFrame(&f.Header, f.Payload); err != nil {
 			t.Fatal(err)
@@ -66,17 +68,17 @@ func TestCaptureSourceHostMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			src := NewCaptureSource(r, testFormat.PayloadSize())
+			src := capture.NewSource(r, pipeline.TestFormat.PayloadSize())
 			cpu, err := gpu.New("cpu", gpu.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			be := &pinCheckBackend{hostBackend: &hostBackend{Backend: cpu, out: map[*byte]bool{}}}
-			run := func(s Source, sink *memSink) error {
-				p, err := New(Config{
-					Format: testFormat, Frames: perModule, Backend: be, Batch: 2,
-					NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+			be := &pinCheckBackend{HostBackend: pipeline.NewHostBackend(cpu, 0)}
+			run := func(s pipeline.Source, sink *pipeline.MemSink) error {
+				p, err := pipeline.New(pipeline.Config{
+					Format: pipeline.TestFormat, Frames: perModule, Backend: be, Batch: 2,
+					NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", pipeline.TestFormat.PixelSize(), 0) },
 				})
 				if err != nil {
 					return err
@@ -84,9 +86,9 @@ func TestCaptureSourceHostMemory(t *testing.T) {
 				_, err = p.Run(context.Background(), s, sink)
 				return err
 			}
-			sinks := make([]*memSink, modules)
+			sinks := make([]*pipeline.MemSink, modules)
 			for m := range sinks {
-				sinks[m] = newMemSink()
+				sinks[m] = pipeline.NewMemSink()
 			}
 			if modules == 1 {
 				if err := run(src, sinks[0]); err != nil {
@@ -94,7 +96,7 @@ func TestCaptureSourceHostMemory(t *testing.T) {
 				}
 			} else {
 				ids := []uint16{0, 1}
-				d := NewDemux(src, ids, 2)
+				d := pipeline.NewDemux(src, ids, 2)
 				var wg sync.WaitGroup
 				errs := make([]error, modules)
 				for m := range modules {
@@ -115,14 +117,14 @@ func TestCaptureSourceHostMemory(t *testing.T) {
 				}
 			}
 			for _, sink := range sinks {
-				checkOutput(t, sink, "bslz4", perModule, nil)
+				pipeline.CheckOutput(t, sink, "bslz4", perModule, nil)
 			}
 			if be.total != perModule*modules || be.pinned != be.total {
 				t.Errorf("%d payloads decoded, %d of them in the backend's page-locked memory; want %d, all",
 					be.total, be.pinned, perModule*modules)
 			}
-			if len(be.out) != 0 {
-				t.Errorf("%d page-locked buffers not given back", len(be.out))
+			if be.Outstanding() != 0 {
+				t.Errorf("%d page-locked buffers not given back", be.Outstanding())
 			}
 		})
 	}
@@ -137,30 +139,30 @@ func TestCaptureSourceHostRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := NewCaptureSource(r, testFormat.PayloadSize())
+	src := capture.NewSource(r, pipeline.TestFormat.PayloadSize())
 	cpu, err := gpu.New("cpu", gpu.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cpu.Close()
 	// The pipeline's 6 image buffers, then 2 payload buffers.
-	be := &pinCheckBackend{hostBackend: &hostBackend{Backend: cpu, out: map[*byte]bool{}, failAfter: 8}}
-	p, err := New(Config{
-		Format: testFormat, Frames: frames, Backend: be, Batch: 2, Workers: 2, Slots: 6,
-		NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+	be := &pinCheckBackend{HostBackend: pipeline.NewHostBackend(cpu, 8)}
+	p, err := pipeline.New(pipeline.Config{
+		Format: pipeline.TestFormat, Frames: frames, Backend: be, Batch: 2, Workers: 2, Slots: 6,
+		NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", pipeline.TestFormat.PixelSize(), 0) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newMemSink()
+	sink := pipeline.NewMemSink()
 	if _, err := p.Run(context.Background(), src, sink); err != nil {
 		t.Fatal(err)
 	}
-	checkOutput(t, sink, "bslz4", frames, nil)
+	pipeline.CheckOutput(t, sink, "bslz4", frames, nil)
 	if be.pinned == 0 || be.pinned == be.total {
 		t.Errorf("%d of %d payloads page-locked; want some, not all", be.pinned, be.total)
 	}
-	if len(be.out) != 0 {
-		t.Errorf("%d page-locked buffers not given back", len(be.out))
+	if be.Outstanding() != 0 {
+		t.Errorf("%d page-locked buffers not given back", be.Outstanding())
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type Demux struct {
 
 // ModuleSource is the Source of one module's frames from a Demux. Frames
 // go back to the underlying source on Release, which must therefore be
-// safe to call from several goroutines (CaptureSource's is).
+// safe to call from several goroutines (package capture's Source's is).
 type ModuleSource struct {
 	d      *Demux
 	frames chan *Frame

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 )
 
 // captureRecorder records into a capture in memory.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 )
 
 // SenderConfig sets up a Sender.

@@ -17,8 +17,8 @@ import (
 	"testing"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
 )
 
 var testMeta = capture.Metadata{Profile: "test", Created: "2025-01-02T03:04:05Z", Software: "h5ingest test"}

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"bytes"
@@ -95,12 +95,12 @@ func (s *sliceSource) Release(*Frame) {
 // memSink keeps chunks and records in memory.
 type memSink struct {
 	chunks  map[int][]byte
-	records map[int]Record
+	records map[int]frame.Record
 	failAt  int // WriteChunk of this frame fails; -1 never
 }
 
 func newMemSink() *memSink {
-	return &memSink{chunks: map[int][]byte{}, records: map[int]Record{}, failAt: -1}
+	return &memSink{chunks: map[int][]byte{}, records: map[int]frame.Record{}, failAt: -1}
 }
 
 func (s *memSink) WriteChunk(n int, chunk []byte) error {
@@ -114,7 +114,7 @@ func (s *memSink) WriteChunk(n int, chunk []byte) error {
 	return nil
 }
 
-func (s *memSink) SetRecord(n int, r Record) error {
+func (s *memSink) SetRecord(n int, r frame.Record) error {
 	s.records[n] = r
 	return nil
 }

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"context"
@@ -49,12 +49,20 @@ type HostMemorySource interface {
 	HostMemory() [][]byte
 }
 
-// Record is what the output keeps about one frame.
-type Record struct {
-	Timestamp uint64 // detector clock, ns; 0 where missing
-	RawCRC    uint32 // payload CRC-32C as received, rejected frames' too
-	DataCRC   uint32 // CRC-32C of the decoded image
-	Status    uint8  // frame.StatusOK, StatusMissing, StatusCRCMismatch or StatusRejected
+// HostBufferSource is implemented by sources that read payloads into
+// buffers of their own, such as a capture replay (package capture's Source). A
+// pipeline whose backend hands out page-locked memory (gpu.HostAllocator)
+// lends it to the source for the scan, so that payloads are read straight
+// into memory the device copies from at full speed, without the driver's
+// staging copy.
+type HostBufferSource interface {
+	Source
+	// ReadIntoHost has the source read payloads into buffers from host
+	// until the returned function is called, once the frames delivered
+	// are all released. Several pipelines sharing the source (through a
+	// Demux) may lend the same backend's memory: the buffers go back when
+	// the last of them is done.
+	ReadIntoHost(host gpu.HostAllocator) (done func())
 }
 
 // Sink stores compressed chunks and per-frame records. The pipeline calls
@@ -63,7 +71,7 @@ type Sink interface {
 	// WriteChunk stores the compressed chunk of frame n.
 	WriteChunk(n int, chunk []byte) error
 	// SetRecord stores the record of frame n.
-	SetRecord(n int, r Record) error
+	SetRecord(n int, r frame.Record) error
 }
 
 // Config sets up a pipeline.
@@ -134,7 +142,7 @@ type slot struct {
 	f      *Frame
 	image  []byte
 	chunk  []byte
-	record Record
+	record frame.Record
 	n      int
 	write  bool // false: only the record goes to the sink
 }
@@ -442,7 +450,7 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 			p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(err))
 			// The payload's CRC as received, as for every frame, not the
 			// header's claim.
-			s.record = Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(f.Payload), Status: frame.StatusRejected}
+			s.record = frame.Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(f.Payload), Status: frame.StatusRejected}
 			src.Release(f)
 			s.write = false
 			writeCh <- s
@@ -607,11 +615,11 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		for i, s := range batch {
 			j := &jobs[i]
 			h := &s.f.Header
-			s.record = Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, DataCRC: j.DataCRC, Status: frame.StatusOK}
+			s.record = frame.Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, DataCRC: j.DataCRC, Status: frame.StatusOK}
 			switch {
 			case j.Err != nil:
 				p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(j.Err))
-				s.record = Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(s.f.Payload), Status: frame.StatusRejected}
+				s.record = frame.Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(s.f.Payload), Status: frame.StatusRejected}
 				s.write = false
 			case j.RawCRC != h.PayloadCRC:
 				p.log.Warn("payload CRC mismatch", zap.Uint64("frame", h.FrameNumber),
@@ -658,7 +666,7 @@ func (p *Pipeline) write(sink Sink, in <-chan *slot, free chan<- *slot) error {
 				return err
 			}
 		}
-		s.n, s.write, s.record = -1, false, Record{}
+		s.n, s.write, s.record = -1, false, frame.Record{}
 		free <- s
 	}
 	return nil
@@ -700,7 +708,7 @@ func (p *Pipeline) finishRecords(sink Sink) error {
 	}
 	p.mu.Unlock()
 	for _, i := range missing {
-		if err := sink.SetRecord(i, Record{Status: frame.StatusMissing}); err != nil {
+		if err := sink.SetRecord(i, frame.Record{Status: frame.StatusMissing}); err != nil {
 			return fmt.Errorf("record missing frame %d: %w", i, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package ingest
+package pipeline_test
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/gpu"
-	"h5ingest/ingest/sim"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/source/sim"
 )
 
 // piMegaFrames returns n distinct Pi-mega projections of the simulator's
 // tomography scene, 24-bit LFSR bitplane payloads as the detector sends
 // them.
-func piMegaFrames(b *testing.B, n int) []*Frame {
+func piMegaFrames(b *testing.B, n int) []*pipeline.Frame {
 	cfg := sim.DefaultConfig()
 	cfg.Plan = plan.Tomo(0, 0, n, 0, 180)
 	scan, err := sim.New(cfg)
@@ -26,7 +27,7 @@ func piMegaFrames(b *testing.B, n int) []*Frame {
 		b.Fatal(err)
 	}
 	f := cfg.Format
-	var frames []*Frame
+	var frames []*pipeline.Frame
 	var counts []uint32
 	for i := range n {
 		counts, _ = scan.Image(i, counts)
@@ -34,7 +35,7 @@ func piMegaFrames(b *testing.B, n int) []*Frame {
 		if err != nil {
 			b.Fatal(err)
 		}
-		frames = append(frames, &Frame{
+		frames = append(frames, &pipeline.Frame{
 			Header: frame.Header{FrameNumber: uint64(i), PayloadSize: uint32(len(payload)),
 				PayloadCRC: frame.Checksum(payload), Format: f},
 			Payload: payload,
@@ -62,10 +63,12 @@ func BenchmarkPipeline(b *testing.B) {
 	ring := newRingFrames(b, distinct)
 	sources := []struct {
 		name string
-		make func() Source
+		make func() pipeline.Source
 	}{
-		{"go", func() Source { return newCycleSource(distinct, frames) }},
-		{"ring", func() Source { return &ringCycleSource{newCycleSource(ring.frames, frames), ring.mem} }},
+		{"go", func() pipeline.Source { return pipeline.NewCycleSource(distinct, frames) }},
+		{"ring", func() pipeline.Source {
+			return &ringCycleSource{pipeline.NewCycleSource(ring.frames, frames), ring.mem}
+		}},
 	}
 	for _, name := range []string{"cpu", "cuda"} {
 		backend, err := gpu.New(name, gpu.Options{})
@@ -83,20 +86,20 @@ func BenchmarkPipeline(b *testing.B) {
 					b.SetBytes(int64(frames * f.PayloadSize()))
 					var elapsed, setup time.Duration
 					for b.Loop() {
-						p, err := New(Config{
+						p, err := pipeline.New(pipeline.Config{
 							Format: f, Frames: frames, Backend: backend, Batch: batch, BackendShuffle: shuffle,
 							NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", f.PixelSize(), 0) },
 						})
 						if err != nil {
 							b.Fatal(err)
 						}
-						sink := &countSink{}
+						sink := &pipeline.CountSink{}
 						prog, err := p.Run(context.Background(), src.make(), sink)
 						if err != nil {
 							b.Fatal(err)
 						}
-						if sink.chunks != frames {
-							b.Fatalf("%d chunks, want %d", sink.chunks, frames)
+						if sink.Chunks() != frames {
+							b.Fatalf("%d chunks, want %d", sink.Chunks(), frames)
 						}
 						elapsed += prog.Elapsed - p.SetupTime()
 						setup += p.SetupTime()
@@ -118,10 +121,10 @@ func BenchmarkPipeline(b *testing.B) {
 // heap, as a receiver's ring holds them.
 type ringFrames struct {
 	mem    []byte
-	frames []*Frame
+	frames []*pipeline.Frame
 }
 
-func newRingFrames(b *testing.B, distinct []*Frame) *ringFrames {
+func newRingFrames(b *testing.B, distinct []*pipeline.Frame) *ringFrames {
 	n := 0
 	for _, f := range distinct {
 		n += len(f.Payload)
@@ -143,10 +146,10 @@ func newRingFrames(b *testing.B, distinct []*Frame) *ringFrames {
 }
 
 // ringCycleSource is a cycleSource over ring frames, naming the ring as a
-// receiver's stream does (HostMemorySource), so that a device backend's
+// receiver's stream does (pipeline.HostMemorySource), so that a device backend's
 // pipeline page-locks it.
 type ringCycleSource struct {
-	*cycleSource
+	*pipeline.CycleSource
 	mem []byte
 }
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/ingest"
+	"h5ingest/pipeline"
 )
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a
@@ -39,7 +39,7 @@ type Stats struct {
 	SenderHeldBack time.Duration
 }
 
-// Stream is one sender's connection: an ingest.Source of the frames it
+// Stream is one sender's connection: an pipeline.Source of the frames it
 // writes into the ring of slots. Frames point into the registered slot
 // memory and stay valid until released; releasing a frame returns its
 // slot's credit to the sender. From the first Next on, a goroutine of the
@@ -55,8 +55,8 @@ type Stream struct {
 	ringMem  *Memory
 	ringMR   *MemoryRegion
 	slotSize int
-	frames   []ingest.Frame // one per slot
-	slots    [][]byte       // slot memory
+	frames   []pipeline.Frame // one per slot
+	slots    [][]byte         // slot memory
 
 	rec  Recorder
 	err  error // sticky: the stream cannot go on
@@ -132,7 +132,7 @@ func (s *Stream) Stats() Stats {
 
 // HostMemory returns the ring, which every payload the stream hands out
 // lies in: memory outside the Go heap that a device backend may page-lock
-// (ingest.HostMemorySource). It is valid until Close.
+// (pipeline.HostMemorySource). It is valid until Close.
 func (s *Stream) HostMemory() [][]byte {
 	if s.ringMem == nil {
 		return nil
@@ -152,7 +152,7 @@ func (s *Stream) makeRing() error {
 	if s.ringMR, err = Register(s.c.dom, s.ringMem.Bytes()); err != nil {
 		return err
 	}
-	s.frames = make([]ingest.Frame, n)
+	s.frames = make([]pipeline.Frame, n)
 	s.arrivals = make(chan arrival, n+2)
 	s.slots = make([][]byte, n)
 	s.inUse = make([]bool, n)
@@ -228,7 +228,7 @@ func (s *Stream) waitCtrl(timeout time.Duration, what string) ([]byte, error) {
 // The first Next starts the stream's receiving goroutine, which takes
 // frames off the connection as they arrive (and records them), whether or
 // not the pipeline is ready for them; the ring's slots bound how many.
-func (s *Stream) Next(ctx context.Context) (*ingest.Frame, error) {
+func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -459,7 +459,7 @@ func (s *Stream) record(a arrival) {
 }
 
 // deliver parses the frame in a slot.
-func (s *Stream) deliver(slot, length int) (*ingest.Frame, error) {
+func (s *Stream) deliver(slot, length int) (*pipeline.Frame, error) {
 	b := s.slots[slot][:length]
 	h, err := frame.ParseHeader(b)
 	if err != nil {
@@ -508,7 +508,7 @@ func (s *Stream) awaitPeerClose(d time.Duration) {
 }
 
 // Release gives f's slot back to the sender.
-func (s *Stream) Release(f *ingest.Frame) {
+func (s *Stream) Release(f *pipeline.Frame) {
 	slot := -1
 	for i := range s.frames {
 		if &s.frames[i] == f {

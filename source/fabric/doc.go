@@ -10,7 +10,7 @@
 //
 // The upper layer speaks the wire protocol of docs/protocol.md: a Listener
 // accepts one connection per detector module and hands out a Stream, an
-// ingest.Source whose frames point into registered slot memory (no copy);
+// pipeline.Source whose frames point into registered slot memory (no copy);
 // a Sender connects to a Listener and writes frames into free slots,
 // waiting for credits when the receiver falls behind. The protocol's
 // messages are encoded and decoded in pure Go (proto.go).

@@ -12,7 +12,7 @@ import (
 	"unsafe"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
+	"h5ingest/source/capture"
 )
 
 var testFormat = frame.Format{

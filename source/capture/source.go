@@ -1,4 +1,4 @@
-package ingest
+package capture
 
 import (
 	"context"
@@ -8,31 +8,15 @@ import (
 	"time"
 
 	"h5ingest/gpu"
-	"h5ingest/ingest/capture"
+	"h5ingest/pipeline"
 )
 
-// HostBufferSource is implemented by sources that read payloads into
-// buffers of their own, such as a capture replay (CaptureSource). A
-// pipeline whose backend hands out page-locked memory (gpu.HostAllocator)
-// lends it to the source for the scan, so that payloads are read straight
-// into memory the device copies from at full speed, without the driver's
-// staging copy.
-type HostBufferSource interface {
-	Source
-	// ReadIntoHost has the source read payloads into buffers from host
-	// until the returned function is called, once the frames delivered
-	// are all released. Several pipelines sharing the source (through a
-	// Demux) may lend the same backend's memory: the buffers go back when
-	// the last of them is done.
-	ReadIntoHost(host gpu.HostAllocator) (done func())
-}
-
-// CaptureSource replays the frames of a capture file, in file order, as a
-// Source. Payload buffers are recycled: it allocates only until as many
+// Source replays the frames of a capture file, in file order, as a
+// pipeline.Source. Payload buffers are recycled: it allocates only until as many
 // frames are in flight as the pipeline holds. Lent a backend's page-locked
 // memory (ReadIntoHost), it reads payloads into that.
-type CaptureSource struct {
-	r           *capture.Reader
+type Source struct {
+	r           *Reader
 	payloadSize int // size of the pooled buffers: the scan format's payload
 
 	// Interval, when positive, paces the replay: one frame per interval,
@@ -42,7 +26,7 @@ type CaptureSource struct {
 	timer    *time.Timer
 
 	mu        sync.Mutex
-	free      []*Frame
+	free      []*pipeline.Frame
 	host      gpu.HostAllocator         // lent page-locked memory; nil: Go memory
 	loan      int                       // the loan under way, or last
 	lenders   map[int]gpu.HostAllocator // each loan's lender, while it has buffers out
@@ -51,19 +35,19 @@ type CaptureSource struct {
 	pinned    map[*byte]int             // page-locked buffers, by first byte: their loan
 }
 
-var _ HostBufferSource = (*CaptureSource)(nil)
+var _ pipeline.HostBufferSource = (*Source)(nil)
 
-// NewCaptureSource returns a source reading r, with buffers sized for
+// NewSource returns a source reading r, with buffers sized for
 // payloads of payloadSize bytes. Larger payloads (frames that will be
 // rejected) still get read, into a buffer of their own.
-func NewCaptureSource(r *capture.Reader, payloadSize int) *CaptureSource {
-	return &CaptureSource{r: r, payloadSize: payloadSize}
+func NewSource(r *Reader, payloadSize int) *Source {
+	return &Source{r: r, payloadSize: payloadSize}
 }
 
 // Next returns the next frame of the capture, or io.EOF after the last one.
 // A capture cut short returns an error wrapping capture.ErrTruncated after
 // its last whole frame.
-func (s *CaptureSource) Next(ctx context.Context) (*Frame, error) {
+func (s *Source) Next(ctx context.Context) (*pipeline.Frame, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -84,7 +68,7 @@ func (s *CaptureSource) Next(ctx context.Context) (*Frame, error) {
 }
 
 // wait blocks until the next frame is due, or ctx is done.
-func (s *CaptureSource) wait(ctx context.Context) error {
+func (s *Source) wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -112,7 +96,7 @@ func (s *CaptureSource) wait(ctx context.Context) error {
 	return nil
 }
 
-func (s *CaptureSource) get() *Frame {
+func (s *Source) get() *pipeline.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.free); n > 0 {
@@ -124,16 +108,16 @@ func (s *CaptureSource) get() *Frame {
 		buf, err := s.host.AllocHost(s.payloadSize)
 		if err == nil {
 			s.pinned[&buf[0]] = s.loan
-			return &Frame{Payload: buf}
+			return &pipeline.Frame{Payload: buf}
 		}
 		s.hostFails = true // only slower: Go memory until the loan ends
 	}
-	return &Frame{Payload: make([]byte, s.payloadSize)}
+	return &pipeline.Frame{Payload: make([]byte, s.payloadSize)}
 }
 
 // Release returns f's buffer for reuse. While host memory is lent, only
 // its buffers are kept; once the loan ends they go back to it.
-func (s *CaptureSource) Release(f *Frame) {
+func (s *Source) Release(f *pipeline.Frame) {
 	if cap(f.Payload) != s.payloadSize || s.payloadSize == 0 {
 		return // an oversized one-off buffer: let it go
 	}
@@ -150,10 +134,10 @@ func (s *CaptureSource) Release(f *Frame) {
 	}
 }
 
-// ReadIntoHost implements HostBufferSource: payloads are read into
+// ReadIntoHost implements pipeline.HostBufferSource: payloads are read into
 // buffers from host (from the first lender, where pipelines on different
 // backends share the source) until the last lender is done.
-func (s *CaptureSource) ReadIntoHost(host gpu.HostAllocator) (done func()) {
+func (s *Source) ReadIntoHost(host gpu.HostAllocator) (done func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.users == 0 {
@@ -171,7 +155,7 @@ func (s *CaptureSource) ReadIntoHost(host gpu.HostAllocator) (done func()) {
 
 // endLoan ends one lender's loan; after the last, the page-locked buffers
 // go back, those in flight as they are released.
-func (s *CaptureSource) endLoan() {
+func (s *Source) endLoan() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.users--; s.users > 0 {
@@ -191,7 +175,7 @@ func (s *CaptureSource) endLoan() {
 
 // freeHost gives a page-locked buffer back to its lender. A refusal (a
 // backend closed already, whose memory went with it) leaves nothing to do.
-func (s *CaptureSource) freeHost(b []byte) {
+func (s *Source) freeHost(b []byte) {
 	loan := s.pinned[&b[0]]
 	delete(s.pinned, &b[0])
 	s.lenders[loan].FreeHost(b)

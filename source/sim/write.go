@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"h5ingest/frame"
-	"h5ingest/ingest/capture"
 	"h5ingest/plan"
+	"h5ingest/source/capture"
 )
 
 // TruthKey is the capture metadata field that holds a simulated scan's Truth.

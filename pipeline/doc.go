@@ -1,0 +1,12 @@
+// Package pipeline moves frames from a source to a sink: it applies the
+// receiver's rules for bad frames (Tracker) and runs the stages, source ->
+// decode + checksum -> process -> compress -> write, over bounded channels
+// and fixed pools of buffers.
+//
+// Each source package carries its own Source: package capture replays a
+// .pmcap file (the built-in simulator, package sim, writes such files),
+// and package fabric's Stream receives frames from a detector over RDMA;
+// Demux splits a source of several modules by module. The decode stage is
+// a gpu.Backend, the compress stage a compress.Codec, and the frame format
+// itself is package frame.
+package pipeline
