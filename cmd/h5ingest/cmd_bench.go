@@ -22,6 +22,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/frame"
+	"h5ingest/scan"
 	"h5ingest/source/capture"
 	"h5ingest/writer"
 )
@@ -87,7 +88,7 @@ folders are removed at the end unless --keep, and nothing else in --dir or
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := fl.validate(); err != nil {
-				return usageError(err)
+				return scan.Usage(err)
 			}
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), &fl)
 		},
@@ -311,7 +312,7 @@ func runBench(out, logw io.Writer, fl *benchFlags) error {
 	if _, err := benchRun(self, nil, "bench", "cycle", files.unique, files.capture, strconv.Itoa(fl.frames)); err != nil {
 		return err
 	}
-	format, err := captureFormat(files.capture)
+	format, err := capture.ScanFormat(files.capture)
 	if err != nil {
 		return err
 	}
@@ -650,7 +651,7 @@ func newBenchCycleCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[2])
 			if err != nil || n < 1 {
-				return usageError(fmt.Errorf("FRAMES %q: want a count of at least 1", args[2]))
+				return scan.Usage(fmt.Errorf("FRAMES %q: want a count of at least 1", args[2]))
 			}
 			_, err = cycleCapture(args[0], args[1], n)
 			return err
@@ -671,7 +672,7 @@ func newBenchWriteCmd() *cobra.Command {
 			k, err1 := strconv.Atoi(args[2])
 			n, err2 := strconv.Atoi(args[3])
 			if err := errors.Join(err1, err2); err != nil || k < 1 || n < 1 {
-				return usageError(fmt.Errorf("CHUNKS %q and FRAMES %q: want counts of at least 1", args[2], args[3]))
+				return scan.Usage(fmt.Errorf("CHUNKS %q and FRAMES %q: want counts of at least 1", args[2], args[3]))
 			}
 			secs, err := benchWrite(args[0], args[1], k, n)
 			if err != nil {

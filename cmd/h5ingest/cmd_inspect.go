@@ -17,6 +17,7 @@ import (
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/preview"
+	"h5ingest/scan"
 	"h5ingest/writer"
 )
 
@@ -30,16 +31,16 @@ func newInspectCmd() *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxSide < 0 {
-				return usageError(fmt.Errorf("--max-side %d: want a number of pixels, or 0 for full size", maxSide))
+				return scan.Usage(fmt.Errorf("--max-side %d: want a number of pixels, or 0 for full size", maxSide))
 			}
 			if cmd.Flags().Changed("png") {
 				if output == "" {
-					return usageError(errors.New("--png needs -o FILE.png"))
+					return scan.Usage(errors.New("--png needs -o FILE.png"))
 				}
 				return renderPNG(cmd.ErrOrStderr(), args[0], pngFrame, output, maxSide)
 			}
 			if output != "" || cmd.Flags().Changed("max-side") {
-				return usageError(errors.New("-o and --max-side go with --png FRAME"))
+				return scan.Usage(errors.New("-o and --max-side go with --png FRAME"))
 			}
 			return inspect(cmd.OutOrStdout(), args[0])
 		},
@@ -70,7 +71,7 @@ func inspect(out io.Writer, path string) error {
 	decoded := int64(r.Frames) * int64(r.Height*r.Width*r.ElemSize)
 	fmt.Fprintf(out, "%s\n", path)
 	fmt.Fprintf(out, "  layout        %s%s\n", r.Layout, map[bool]string{true: " (SWMR file)"}[r.SWMR])
-	fmt.Fprintf(out, "  stack         %d x %d x %d %s, %s decoded\n", r.Frames, r.Height, r.Width, dtype, byteSize(decoded))
+	fmt.Fprintf(out, "  stack         %d x %d x %d %s, %s decoded\n", r.Frames, r.Height, r.Width, dtype, scan.FormatBytes(decoded))
 
 	written := 0
 	var byStatus [4]int
@@ -87,7 +88,7 @@ func inspect(out io.Writer, path string) error {
 	if stored > 0 {
 		ratio = float64(int64(written)*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
 	}
-	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeFilters(r.Filters), byteSize(stored), ratio)
+	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeFilters(r.Filters), scan.FormatBytes(stored), ratio)
 	fmt.Fprintf(out, "  frames        ok %d, missing %d, crc mismatch %d, rejected %d\n",
 		byStatus[frame.StatusOK], byStatus[frame.StatusMissing], byStatus[frame.StatusCRCMismatch], byStatus[frame.StatusRejected])
 	if list := framesWith(records, func(s uint8) bool { return s != frame.StatusOK }); list != "" {
@@ -110,7 +111,7 @@ func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
 	fmt.Fprintf(out, "  stack         %d x %d x %d uint%d (virtual)\n", r.Frames, r.Height, r.Width, 8*r.ElemSize)
 	for _, m := range r.Modules {
 		file := filepath.Join(filepath.Dir(path), m.File)
-		if !fileExists(file) {
+		if !exists(file) {
 			fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: file absent (its frames read as the fill value)\n",
 				m.ID, m.Y, m.X, m.Height, m.Width, m.File)
 			continue
@@ -254,19 +255,6 @@ func printTimeSpan(out io.Writer, records []frame.Record) {
 	fmt.Fprintf(out, "  time span     %.3f s of detector time, mean %.1f frames/s\n", span, float64(len(stamps)-1)/span)
 }
 
-// byteSize writes n bytes with a decimal unit.
-func byteSize(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 // renderPNG writes frame n of the file as a picture; of a master file,
 // the frame of the whole array, each module's image at its place. What the
 // picture cannot show (a frame missing, rejected or received damaged, a
@@ -278,7 +266,7 @@ func renderPNG(notes io.Writer, path string, n int, output string, maxSide int) 
 	}
 	defer r.Close()
 	if n < 0 || n >= r.Frames {
-		return usageError(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
+		return scan.Usage(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
 	}
 	var img []byte
 	if r.Modules != nil {

@@ -11,9 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/source/capture"
 	"h5ingest/source/sim"
@@ -311,54 +309,6 @@ func TestAcquireModules(t *testing.T) {
 		t.Errorf("%d receive counts in the summary, want one per module:\n%s", n, stdout.String())
 	}
 	checkArray(t, master, truths)
-}
-
-func TestScanFiles(t *testing.T) {
-	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	array := config.Default()
-	array.Detector.Modules = []config.Module{{ID: 0}, {ID: 1, X: 1536}}
-	array.Output.Directory = "/data"
-	tests := []struct {
-		name         string
-		output, scan string
-		template     string
-		profile      config.Profile
-		master       string
-		modules      []string
-	}{
-		{"one module -o", "/d/s.h5", "", "{scan}.h5", config.Default(), "", []string{"/d/s.h5"}},
-		{"-o", "/d/s.h5", "", "{scan}_m{module}.h5", array, "/d/s.h5", []string{"/d/s_m0.h5", "/d/s_m1.h5"}},
-		{"template", "", "x", "{scan}_{date}_m{module}.h5", array, "/data/x_20261122_mmaster.h5",
-			[]string{"/data/x_20261122_m0.h5", "/data/x_20261122_m1.h5"}},
-		{"template without {module}", "", "x", "{scan}.h5", array, "/data/x.h5", []string{"/data/x_m0.h5", "/data/x_m1.h5"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := tt.profile
-			p.Output.Template = tt.template
-			files, err := (&scanFlags{output: tt.output, scanID: tt.scan}).scanFiles(p, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, m := range files.modules {
-				got = append(got, m.path)
-			}
-			if files.master != tt.master || !slices.Equal(got, tt.modules) {
-				t.Errorf("master %q modules %v, want %q %v", files.master, got, tt.master, tt.modules)
-			}
-		})
-	}
-	if _, err := (&scanFlags{}).scanFiles(array, now); err == nil {
-		t.Error("no -o and no --scan-id: no error")
-	}
-	files, _ := (&scanFlags{output: "/d/s.h5"}).scanFiles(array, now)
-	if one, err := files.only(1); err != nil || one.master != "" || len(one.modules) != 1 || one.modules[0].path != "/d/s_m1.h5" {
-		t.Errorf("only(1) = %+v, %v", one, err)
-	}
-	if _, err := files.only(5); err == nil || !strings.Contains(err.Error(), "modules 0, 1") {
-		t.Errorf("only(5): %v, want an error listing the modules", err)
-	}
 }
 
 // TestAcquireOneModule receives module 1 of the test array alone, as a

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/config"
+	"h5ingest/scan"
 )
 
 func newProfilesCmd() *cobra.Command {
@@ -43,9 +44,9 @@ func newProfilesCmd() *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error {
 				p, err := config.Load(args[0])
 				if err != nil {
-					return usageError(err)
+					return scan.Usage(err)
 				}
-				warnReaders(cmd.ErrOrStderr(), p.Output.Compression)
+				scan.WarnReaders(cmd.ErrOrStderr(), p.Output.Compression)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
 				return nil
 			},
@@ -70,7 +71,7 @@ func listProfiles(out io.Writer) error {
 func showProfile(out io.Writer, ref string) error {
 	p, sources, err := config.LoadLayers(config.Layers{Profile: ref})
 	if err != nil {
-		return usageError(err)
+		return scan.Usage(err)
 	}
 	values := keyValues(p)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

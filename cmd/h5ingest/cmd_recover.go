@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/scan"
 	"h5ingest/writer"
 )
 
@@ -30,20 +35,22 @@ the file could not be recovered.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stall <= 0 {
-				return usageError(fmt.Errorf("--stall-timeout %v is not positive", stall))
+				return scan.Usage(fmt.Errorf("--stall-timeout %v is not positive", stall))
 			}
-			return recoverScan(cmd.OutOrStdout(), args[0], stall)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return recoverScan(ctx, cmd.OutOrStdout(), args[0], stall)
 		},
 	}
-	cmd.Flags().DurationVar(&stall, "stall-timeout", defaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")
+	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")
 	return cmd
 }
 
 // recoverScan recovers the temporary file path (or the temporary file of
 // the final name path) and verifies the result.
-func recoverScan(out io.Writer, path string, stall time.Duration) error {
+func recoverScan(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
 	if _, ok := writer.FinalName(path); !ok {
-		if temp := writer.TempName(path); fileExists(temp) {
+		if temp := writer.TempName(path); exists(temp) {
 			path = temp
 		}
 	}
@@ -52,5 +59,11 @@ func recoverScan(out io.Writer, path string, stall time.Duration) error {
 		return err
 	}
 	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
-	return verifyBounded(out, final, stall)
+	return scan.Verify(ctx, out, final, stall)
+}
+
+// exists reports whether there is a file (of any kind) at path.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/scan"
+	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 )
 
@@ -48,19 +50,19 @@ func newSendCmd() *cobra.Command {
 
 func send(ctx context.Context, path string, f *sendFlags) error {
 	if f.to == "" {
-		return usageError(errors.New("no receiver: give --to HOST:PORT"))
+		return scan.Usage(errors.New("no receiver: give --to HOST:PORT"))
 	}
 	mode, err := fabric.ParseMode(f.mode)
 	if err != nil {
-		return usageError(fmt.Errorf("--mode: %w", err))
+		return scan.Usage(fmt.Errorf("--mode: %w", err))
 	}
 	if !(f.fps >= 0) || math.IsInf(f.fps, 1) {
-		return usageError(fmt.Errorf("--fps %g: want 0 or more", f.fps))
+		return scan.Usage(fmt.Errorf("--fps %g: want 0 or more", f.fps))
 	}
 	if f.module < 0 || f.module > 0xFFFF {
-		return usageError(fmt.Errorf("--module %d: want 0 to 65535", f.module))
+		return scan.Usage(fmt.Errorf("--module %d: want 0 to 65535", f.module))
 	}
-	r, format, err := openCapture(path)
+	r, format, err := capture.OpenScan(path)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan"
 	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 	"h5ingest/version"
@@ -60,11 +61,11 @@ seed + K, and the ground truth of each module is in the metadata.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := fl.config(cmd)
 			if err != nil {
-				return usageError(err)
+				return scan.Usage(err)
 			}
 			ids, err := fl.moduleIDs(cmd)
 			if err != nil {
-				return usageError(err)
+				return scan.Usage(err)
 			}
 			return runSimulate(cmd, cfg, ids, fl.output, fl.overwrite)
 		},
@@ -306,9 +307,9 @@ func parseFault(s string, n int) (sim.FaultSpec, error) {
 func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, overwrite bool) error {
 	start := time.Now()
 	cfg.Module = ids[0]
-	scan, err := sim.New(cfg)
+	sc, err := sim.New(cfg)
 	if err != nil {
-		return usageError(err)
+		return scan.Usage(err)
 	}
 	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if !overwrite {
@@ -316,7 +317,7 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	}
 	out, err := os.OpenFile(path, flag, 0o644)
 	if errors.Is(err, os.ErrExist) {
-		return usageError(fmt.Errorf("%s exists: give --overwrite to replace it", path))
+		return scan.Usage(fmt.Errorf("%s exists: give --overwrite to replace it", path))
 	}
 	if err != nil {
 		return err
@@ -328,7 +329,7 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	}
 	var st sim.Stats
 	if len(ids) == 1 {
-		st, err = scan.WriteCapture(out, meta)
+		st, err = sc.WriteCapture(out, meta)
 	} else {
 		st, err = writeModules(out, meta, cfg, ids)
 	}
@@ -362,7 +363,7 @@ func simulateMetadata(cfg sim.Config, ids []uint16, start time.Time) (capture.Me
 	for _, id := range ids {
 		geometry.Modules = append(geometry.Modules, capture.Module{ID: int(id)})
 	}
-	if err := setFields(&meta, capture.KeyVersion, version.String(), capture.KeyGeometry, geometry); err != nil {
+	if err := meta.SetFields(capture.KeyVersion, version.String(), capture.KeyGeometry, geometry); err != nil {
 		return meta, err
 	}
 	if cfg.Scene == sim.Tomo {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"h5ingest/frame"
+	"h5ingest/scan"
 	"h5ingest/source/capture"
 )
 
@@ -53,7 +54,7 @@ func inspectCapture(out io.Writer, path string) error {
 	meta := r.Metadata()
 	fmt.Fprintf(out, "%s\n", path)
 	fmt.Fprintf(out, "  capture       written by %s at %s, profile %q\n", orUnknown(meta.Software), orUnknown(meta.Created), meta.Profile)
-	if p, ok, err := capturePlan(meta); err != nil {
+	if p, ok, err := scan.CapturePlan(meta); err != nil {
 		fmt.Fprintf(out, "  plan          unreadable: %v\n", err)
 	} else if ok {
 		fmt.Fprintf(out, "  plan          %v\n", p)
@@ -99,7 +100,7 @@ func inspectCapture(out io.Writer, path string) error {
 	if info != nil {
 		size = info.Size()
 	}
-	fmt.Fprintf(out, "  records       %s of %s, %s\n", plural(total, "frame"), plural(len(modules), "module"), byteSize(size))
+	fmt.Fprintf(out, "  records       %s of %s, %s\n", plural(total, "frame"), plural(len(modules), "module"), scan.FormatBytes(size))
 	ids := make([]uint16, 0, len(modules))
 	for id := range modules {
 		ids = append(ids, id)
@@ -131,7 +132,7 @@ func inspectCapture(out io.Writer, path string) error {
 			what = "cut short"
 		}
 		fmt.Fprintf(out, "  %-13s %v\n", what, readErr)
-		return &exitError{code: exitIncomplete}
+		return scan.ErrIncomplete
 	}
 	return nil
 }

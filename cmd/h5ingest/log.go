@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"h5ingest/scan"
 	"os"
 
 	"go.uber.org/zap"
@@ -15,7 +16,7 @@ import (
 func newLogger(level string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
+		return nil, scan.Usage(fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
 	}
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)

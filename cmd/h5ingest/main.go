@@ -11,11 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/scan"
 	"h5ingest/version"
 	"h5ingest/writer"
 )
 
-// Exit statuses shared by every subcommand.
+// Exit statuses shared by every subcommand. Errors wrapping scan.ErrUsage
+// exit with exitUsage, those wrapping scan.ErrIncomplete with
+// exitIncomplete.
 const (
 	exitOK         = 0 // every planned frame is good
 	exitFailure    = 1 // no usable result
@@ -23,28 +26,11 @@ const (
 	exitIncomplete = 3 // the file is complete but some frames are missing, corrupt or rejected
 )
 
-// exitError carries an exit status out of a subcommand.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil { // the command said why already
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-func (e *exitError) Unwrap() error { return e.err }
-
-// usageError marks err as a usage or profile error (exit status 2).
-func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
-
 // usageArgs makes the errors of an argument check usage errors.
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return usageError(err)
+			return scan.Usage(err)
 		}
 		return nil
 	}
@@ -64,11 +50,11 @@ func newRootCmd() *cobra.Command {
 	root.Args = cobra.ArbitraryArgs
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageError(fmt.Errorf("unknown command %q (see h5ingest --help)", args[0]))
+			return scan.Usage(fmt.Errorf("unknown command %q (see h5ingest --help)", args[0]))
 		}
 		return cmd.Help()
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return scan.Usage(err) })
 	root.AddCommand(
 		newSimulateCmd(),
 		newReplayCmd(),
@@ -98,12 +84,14 @@ func run(args []string) int {
 		return exitOK
 	}
 	code := exitFailure
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code = ee.code
-		if ee.err == nil {
-			return code
-		}
+	switch {
+	case errors.Is(err, scan.ErrUsage):
+		code = exitUsage
+	case errors.Is(err, scan.ErrIncomplete):
+		code = exitIncomplete
+	}
+	if err == scan.ErrIncomplete || err == scan.ErrChecks { // said why already
+		return code
 	}
 	if errors.Is(err, writer.ErrExists) {
 		fmt.Fprintf(os.Stderr, "h5ingest: %v (give --overwrite to replace it)\n", err)

@@ -274,22 +274,6 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 }
 
-func TestListenAddr(t *testing.T) {
-	for in, want := range map[string]string{
-		":9100": "127.0.0.1:9100", "9100": "127.0.0.1:9100", "0.0.0.0:9100": "0.0.0.0:9100",
-		"127.0.0.1:0": "127.0.0.1:0", "[::1]:9100": "[::1]:9100",
-	} {
-		if got, err := listenAddr(in); err != nil || got != want {
-			t.Errorf("listenAddr(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "host", "a:b:c"} {
-		if _, err := listenAddr(bad); err == nil {
-			t.Errorf("listenAddr(%q) accepted", bad)
-		}
-	}
-}
-
 // TestStatusPageWhileWaiting takes the status address from the profile and
 // checks the page answers while acquire still waits for the detector.
 func TestStatusPageWhileWaiting(t *testing.T) {

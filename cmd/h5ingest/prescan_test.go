@@ -10,81 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/config"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
-
-func TestExpectedBytes(t *testing.T) {
-	tests := []struct {
-		frames, frameBytes int
-		compression        string
-		want               uint64
-	}{
-		{100, 1000, "bslz4", 55000},
-		{100, 1000, "none", 110000},
-		{0, 1000, "bslz4", 0},
-		{2040, 1536 * 1536 * 4, "bslz4", 2040 * 1536 * 1536 * 2 * 11 / 10},
-	}
-	for _, tt := range tests {
-		if got := expectedBytes(tt.frames, tt.frameBytes, tt.compression); got != tt.want {
-			t.Errorf("expectedBytes(%d, %d, %s) = %d, want %d", tt.frames, tt.frameBytes, tt.compression, got, tt.want)
-		}
-	}
-}
-
-func TestPreScanChecks(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	left := filepath.Join(dir, "left.h5") // a scan to it was interrupted
-	if err := os.WriteFile(writer.TempName(left), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	cpu, cuda := config.Default(), config.Default()
-	cpu.Backend, cuda.Backend = "cpu", "cuda"
-	tests := []struct {
-		name  string
-		check func() error
-		want  string // "" for no error
-	}{
-		{"space", func() error { return checkFreeSpace(dir, 1) }, ""},
-		{"too little space", func() error { return checkFreeSpace(dir, 1<<62) }, "free space on " + dir},
-		{"no such file system", func() error { return checkFreeSpace(filepath.Join(dir, "none"), 1) }, "no such file"},
-		{"writable", func() error { return checkWritable(dir) }, ""},
-		{"no directory", func() error { return checkWritable(filepath.Join(dir, "none")) }, "does not exist"},
-		{"a file", func() error { return checkWritable(file) }, "is not a directory"},
-		{"new file", func() error { return checkNew(filepath.Join(dir, "new.h5"), false) }, ""},
-		{"file exists", func() error { return checkNew(file, false) }, "output file " + file + " exists (give --overwrite to replace it)"},
-		{"unfinished scan's file", func() error { return checkNew(left, false) }, writer.TempName(left) + " exists: the temporary file of a scan to " + left},
-		{"port free", func() error { return checkPortFree("tcp", freeAddr(t)) }, ""},
-		{"port busy", func() error { return checkPortFree("tcp", busy.Addr().String()) }, "is not free"},
-		{"verbs port not checked", func() error { return checkPortFree("verbs", busy.Addr().String()) }, ""},
-		{"cpu backend", func() error { return checkBackend(cpu) }, ""},
-		{"cuda backend", func() error { return checkBackend(cuda) }, "decode backend cuda"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.check()
-			if tt.name == "cuda backend" && err == nil {
-				t.Skip("this machine has a CUDA device")
-			}
-			if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
-				t.Errorf("got %v, want an error containing %q", err, tt.want)
-			}
-		})
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
-		t.Errorf("the writable check left %d files in %s", len(entries)-2, dir)
-	}
-}
 
 // TestAcquirePreScanFails checks that acquire stops before listening
 // when a check fails: exit status 1, each failure on a line of its own.

@@ -23,8 +23,9 @@ type progressReporter struct {
 	done     chan struct{}
 }
 
-// startProgress starts reporting p's progress on standard error.
-func startProgress(p *pipeline.Pipeline, planned int) *progressReporter {
+// startProgress starts reporting p's progress on standard error, until the
+// function it returns is called (scan.Options.Progress).
+func startProgress(p *pipeline.Pipeline, planned int) (stop func()) {
 	r := &progressReporter{
 		w:        os.Stderr,
 		terminal: term.IsTerminal(int(os.Stderr.Fd())),
@@ -37,7 +38,7 @@ func startProgress(p *pipeline.Pipeline, planned int) *progressReporter {
 		r.every = 200 * time.Millisecond
 	}
 	go r.run(p)
-	return r
+	return r.Stop
 }
 
 func (r *progressReporter) run(p *pipeline.Pipeline) {

@@ -315,12 +315,6 @@ func TestServePythonClient(t *testing.T) {
 	}
 }
 
-func TestExitErrorWithoutCause(t *testing.T) {
-	if got := (&exitError{code: exitIncomplete}).Error(); got != "exit status 3" {
-		t.Errorf("%q", got)
-	}
-}
-
 func TestRetryDial(t *testing.T) {
 	for _, tc := range []struct {
 		err  error

@@ -123,6 +123,16 @@ func (m *Metadata) Set(key string, v any) error {
 	return nil
 }
 
+// SetFields sets several fields, given as key, value, key, value ...
+func (m *Metadata) SetFields(kv ...any) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := m.Set(kv[i].(string), kv[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Get decodes the top-level field key into v. It reports false, with no
 // error, when the field is absent.
 func (m Metadata) Get(key string, v any) (bool, error) {

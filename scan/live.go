@@ -1,11 +1,10 @@
-package main
+package scan
 
 import (
 	"cmp"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -97,7 +96,7 @@ func (l *liveSetup) open(scanID string, module int) (*stream.Stream, error) {
 
 // openLive opens the scan's live stream, where its profile asks for one.
 // Call it before run.
-func (r *scanRun) openLive(scanID string, module int) error {
+func (r *Module) openLive(scanID string, module int) error {
 	if r.liveSetup == nil {
 		return nil
 	}
@@ -127,7 +126,7 @@ func (r *scanRun) openLive(scanID string, module int) error {
 // closeLive ends the live stream, if the scan has one, and prints its
 // counts under the summary. A stream that cannot end cleanly is a
 // warning: the file holds every frame regardless.
-func (r *scanRun) closeLive(w io.Writer) {
+func (r *Module) closeLive(w io.Writer) {
 	if r.live == nil {
 		return
 	}
@@ -136,6 +135,6 @@ func (r *scanRun) closeLive(w io.Writer) {
 	fmt.Fprintf(w, "  stream          %d images sent, %d dropped (the queue was full: in the file, not the stream), %d thinned\n",
 		st.Sent, st.Dropped, st.Thinned)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "h5ingest: warning: %v\n", err)
+		fmt.Fprintf(r.errs, "h5ingest: warning: %v\n", err)
 	}
 }

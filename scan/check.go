@@ -1,8 +1,9 @@
-package main
+package scan
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -50,7 +51,7 @@ func checkFreeSpace(dir string, need uint64) error {
 	free := st.Bavail * uint64(st.Bsize)
 	if free < need {
 		return fmt.Errorf("free space on %s: %s free, the scan needs about %s (frames x frame size / compression ratio %d, +%d%%)",
-			dir, byteSize(int64(min(free, 1<<62))), byteSize(int64(min(need, 1<<62))), assumedRatio, spaceMargin)
+			dir, FormatBytes(int64(min(free, 1<<62))), FormatBytes(int64(min(need, 1<<62))), assumedRatio, spaceMargin)
 	}
 	return nil
 }
@@ -188,64 +189,69 @@ func checkBackend(p config.Profile) error {
 	return nil
 }
 
-// preScan is what a scan is checked for before it starts.
-type preScan struct {
-	files      []string // output files: none may exist unless the profile says overwrite
-	master     string   // the master file of several modules' files, or "": it may exist (a scan keeps one written ahead)
-	record     string   // acquire --record's capture file, or "": it may not exist unless the profile says overwrite
-	frames     int      // frames per file; 0 when not known (no space check)
-	frameBytes int      // decoded bytes per frame
-	provider   string   // listen: provider and address; "" for none
-	addr       string
-	profile    config.Profile
-	// spaceWarns makes too little free space a warning, not a failure:
+// Checks is what a scan is checked for before it starts.
+type Checks struct {
+	Files      []string // output files: none may exist unless the profile says overwrite
+	Master     string   // the master file of several modules' files, or "": it may exist (a scan keeps one written ahead)
+	Record     string   // acquire --record's capture file, or "": it may not exist unless the profile says overwrite
+	Frames     int      // frames per file; 0 when not known (no space check)
+	FrameBytes int      // decoded bytes per frame
+	Provider   string   // listen: provider and address; "" for none
+	Addr       string
+	Profile    config.Profile
+	// SpaceWarns makes too little free space a warning, not a failure:
 	// for a replay, whose frames stay in the capture.
-	spaceWarns bool
+	SpaceWarns bool
 }
 
-// run runs every check, prints each failure as one line on standard
-// error, and returns an exit error (status 1) if any failed.
-func (c preScan) run() error {
-	warnReaders(os.Stderr, c.profile.Output.Compression)
-	failed := c.failures()
+// ErrChecks is returned by Checks.Run when a check failed; each failure
+// went to its writer as one line.
+var ErrChecks = errors.New("pre-scan checks failed")
+
+// Run runs every check, writes the readers' warning, any other warning
+// and each failure as one line on errs, and returns ErrChecks if any
+// failed.
+func (c Checks) Run(errs io.Writer) error {
+	WarnReaders(errs, c.Profile.Output.Compression)
+	failed := c.Failures(errs)
 	if len(failed) == 0 {
 		return nil
 	}
 	for _, err := range failed {
-		fmt.Fprintf(os.Stderr, "h5ingest: pre-scan check: %v\n", err)
+		fmt.Fprintf(errs, "h5ingest: pre-scan check: %v\n", err)
 	}
-	return &exitError{code: exitFailure}
+	return ErrChecks
 }
 
-// failures runs every check and returns what failed.
-func (c preScan) failures() []error {
+// Failures runs every check and returns what failed; warnings go to errs.
+func (c Checks) Failures(errs io.Writer) []error {
 	var failed []error
 	note := func(err error) {
 		if err != nil {
 			failed = append(failed, err)
 		}
 	}
-	if c.addr != "" {
+	if c.Addr != "" {
 		// First: a missing provider (verbs without RDMA) is the likeliest
 		// failure of a first try.
-		note(checkProvider(c.provider, c.addr))
+		note(checkProvider(c.Provider, c.Addr))
 	}
-	for _, f := range c.files {
+	for _, f := range c.Files {
 		note(checkName("output file", f, true))
 	}
-	if c.master != "" {
-		note(checkName("master file", c.master, true))
+	if c.Master != "" {
+		note(checkName("master file", c.Master, true))
 	}
-	if c.record != "" {
-		note(checkName("capture file", c.record, false))
+	if c.Record != "" {
+		note(checkName("capture file", c.Record, false))
 	}
 	var dirs []string
-	for _, f := range c.files {
+	for _, f := range c.Files {
 		if d := filepath.Dir(f); !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
 	}
-	if d := filepath.Dir(c.master); c.master != "" && !slices.Contains(dirs, d) {
+	if d := filepath.Dir(c.Master); c.Master != "" && !slices.Contains(dirs, d) {
 		dirs = append(dirs, d)
 	}
 	for _, d := range dirs {
@@ -253,35 +259,35 @@ func (c preScan) failures() []error {
 			failed = append(failed, err)
 			continue
 		}
-		if c.frames > 0 {
+		if c.Frames > 0 {
 			n := 0 // files on this file system's directory
-			for _, f := range c.files {
+			for _, f := range c.Files {
 				if filepath.Dir(f) == d {
 					n++
 				}
 			}
-			need := uint64(n) * expectedBytes(c.frames, c.frameBytes, c.profile.Output.Compression)
-			if err := checkFreeSpace(d, need); err != nil && c.spaceWarns {
-				fmt.Fprintf(os.Stderr, "h5ingest: warning: %v\n", err)
+			need := uint64(n) * expectedBytes(c.Frames, c.FrameBytes, c.Profile.Output.Compression)
+			if err := checkFreeSpace(d, need); err != nil && c.SpaceWarns {
+				fmt.Fprintf(errs, "h5ingest: warning: %v\n", err)
 			} else if err != nil {
 				failed = append(failed, err)
 			}
 		}
 	}
-	overwrite := c.profile.Output.Overwrite
-	for _, f := range c.files {
+	overwrite := c.Profile.Output.Overwrite
+	for _, f := range c.Files {
 		note(checkNew(f, overwrite))
 	}
-	if c.master != "" {
-		note(writer.CheckUnlocked(c.master))
-		note(checkTarget("output file", c.master, true)) // a master written ahead is kept
+	if c.Master != "" {
+		note(writer.CheckUnlocked(c.Master))
+		note(checkTarget("output file", c.Master, true)) // a master written ahead is kept
 	}
-	if c.record != "" {
-		note(checkTarget("capture file", c.record, overwrite))
+	if c.Record != "" {
+		note(checkTarget("capture file", c.Record, overwrite))
 	}
-	if c.addr != "" {
-		note(checkPortFree(c.provider, c.addr))
+	if c.Addr != "" {
+		note(checkPortFree(c.Provider, c.Addr))
 	}
-	note(checkBackend(c.profile))
+	note(checkBackend(c.Profile))
 	return failed
 }

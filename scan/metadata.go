@@ -1,4 +1,4 @@
-package main
+package scan
 
 import (
 	"fmt"
@@ -11,12 +11,12 @@ import (
 	"h5ingest/version"
 )
 
-// scanMetadata returns the metadata of a capture that command (acquire,
+// CaptureMetadata returns the metadata of a capture that command (acquire,
 // simulate) writes: the profile's name, the time, the program and its
 // version, and, so that a replay writes the file the scan would have
 // written, the plan (where the scan has one), the merged profile and the
 // detector's geometry.
-func scanMetadata(command, profileName string, profile config.Profile, pl plan.Plan, now time.Time) (capture.Metadata, error) {
+func CaptureMetadata(command, profileName string, profile config.Profile, pl plan.Plan, now time.Time) (capture.Metadata, error) {
 	m := capture.Metadata{
 		Profile:  profileName,
 		Created:  now.UTC().Format(time.RFC3339),
@@ -30,27 +30,17 @@ func scanMetadata(command, profileName string, profile config.Profile, pl plan.P
 	for _, mod := range d.Modules {
 		g.Modules = append(g.Modules, capture.Module{ID: mod.ID, X: mod.X, Y: mod.Y})
 	}
-	err := setFields(&m, capture.KeyVersion, version.String(), capture.KeyProfileValues, profile.Values(), capture.KeyGeometry, g)
+	err := m.SetFields(capture.KeyVersion, version.String(), capture.KeyProfileValues, profile.Values(), capture.KeyGeometry, g)
 	if err == nil && pl.Frames() > 0 {
 		err = m.Set(capture.KeyPlan, pl)
 	}
 	return m, err
 }
 
-// setFields sets metadata fields, given as key, value, key, value ...
-func setFields(m *capture.Metadata, kv ...any) error {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if err := m.Set(kv[i].(string), kv[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// capturePlan returns the scan plan a capture records: its plan field, or
+// CapturePlan returns the scan plan a capture records: its plan field, or
 // in a simulated capture written before there was one, the plan of its
 // ground truth. It reports false where the capture has none.
-func capturePlan(m capture.Metadata) (plan.Plan, bool, error) {
+func CapturePlan(m capture.Metadata) (plan.Plan, bool, error) {
 	var p plan.Plan
 	ok, err := m.Get(capture.KeyPlan, &p)
 	if err != nil {

@@ -1,13 +1,13 @@
-package main
+package scan
 
 import (
 	"fmt"
 	"io"
 )
 
-// compressionWarning returns what a user who chooses compression must know
+// ReadersWarning returns what a user who chooses compression must know
 // about the readers of the files, or "" when there is nothing to say.
-func compressionWarning(compression string) string {
+func ReadersWarning(compression string) string {
 	if compression != "bszstd" {
 		return ""
 	}
@@ -18,10 +18,23 @@ func compressionWarning(compression string) string {
 		"(hdf5plugin from PyPI); choose bslz4 for files that Debian 12's readers must open"
 }
 
-// warnReaders prints the warning compression calls for, if any, on w. The
+// WarnReaders prints the warning compression calls for, if any, on w. The
 // commands that start a scan or check a profile call it.
-func warnReaders(w io.Writer, compression string) {
-	if msg := compressionWarning(compression); msg != "" {
+func WarnReaders(w io.Writer, compression string) {
+	if msg := ReadersWarning(compression); msg != "" {
 		fmt.Fprintf(w, "h5ingest: warning: %s\n", msg)
 	}
+}
+
+// FormatBytes returns n bytes as a person reads them: 1.50 GB, 12.3 MB.
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
 }

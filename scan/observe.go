@@ -1,4 +1,4 @@
-package main
+package scan
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"h5ingest/compress"
@@ -30,23 +30,37 @@ import (
 	"h5ingest/status"
 )
 
-// observeFlags are the flags that let people and programs watch the scans
-// of a command while they run (--metrics) and read about them after
-// (--report). It also holds the command's observer once a scan starts.
-type observeFlags struct {
-	metrics string
-	report  string
-	linger  time.Duration
+// Observer is what a command shows of its scans while they run (Metrics:
+// the status page, /status.json, /preview.png and Prometheus /metrics)
+// and after (Report: an HTML page with the throughput over time). Its
+// server starts with the first scan shown on it.
+type Observer struct {
+	Metrics string        // address to serve on: [HOST]:PORT, a lone port on loopback; "" for none
+	Report  string        // file to write the report to after the last scan; "" for none
+	Linger  time.Duration // after the last scan, keep serving Metrics this long
 
 	mu  sync.Mutex
 	obs *observer // made by the first scan
 }
 
-// register defines the flags on fs.
-func (o *observeFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.metrics, "metrics", "", "serve the status page, /status.json, /preview.png and Prometheus /metrics on ADDR (:9100 or 9100: loopback; 0.0.0.0:9100: every interface)")
-	fs.StringVar(&o.report, "report", "", "after the scan, write a report page (HTML, with the throughput over time) to this file")
-	fs.DurationVar(&o.linger, "metrics-linger", 0, "after the scan, keep serving --metrics this long, so that a scraper sees the final figures")
+// NewServingObserver returns the observer of a server that runs scan after
+// scan (h5ingest serve): each scan's metrics and page replace the last
+// one's on its Handler, and no scan's end stops it or writes a report.
+func NewServingObserver(log *zap.Logger) *Observer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o := &Observer{}
+	o.obs = &observer{flags: o, log: log, reg: reg, srv: status.NewServer(reg), started: time.Now(), persistent: true}
+	return o
+}
+
+// Handler returns the status pages and metrics of a serving observer
+// (NewServingObserver); nil for another.
+func (o *Observer) Handler() http.Handler {
+	if o.obs == nil || !o.obs.persistent {
+		return nil
+	}
+	return o.obs.srv.Handler()
 }
 
 // listenAddr returns the address --metrics names: a lone port, with or
@@ -68,7 +82,7 @@ func listenAddr(s string) (string, error) {
 // observer is what a command shows of its scans: one metrics registry, the
 // HTTP server (with --metrics) and the report (with --report).
 type observer struct {
-	flags    *observeFlags
+	flags    *Observer
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	srv      *status.Server // nil without --metrics
@@ -82,29 +96,36 @@ type observer struct {
 	last       *scanWatch // persistent: the scan shown now
 }
 
+// Start starts the observer's server, if it has an address and has not
+// started yet, so that a bad address fails before any scan.
+func (o *Observer) Start(log *zap.Logger) error {
+	_, err := o.start(log)
+	return err
+}
+
 // start returns the command's observer, making it (and starting its
-// server) on the first call; nil when neither flag is given.
-func (o *observeFlags) start(log *zap.Logger) (*observer, error) {
-	if o.metrics == "" && o.report == "" {
-		return nil, nil
-	}
+// server) on the first call; nil when neither Metrics nor Report is set.
+func (o *Observer) start(log *zap.Logger) (*observer, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.obs != nil {
 		return o.obs, nil
 	}
-	if o.report != "" {
-		if fi, err := os.Stat(filepath.Dir(o.report)); err != nil || !fi.IsDir() {
-			return nil, usageError(fmt.Errorf("--report %s: no such directory", o.report))
+	if o.Metrics == "" && o.Report == "" {
+		return nil, nil
+	}
+	if o.Report != "" {
+		if fi, err := os.Stat(filepath.Dir(o.Report)); err != nil || !fi.IsDir() {
+			return nil, Usage(fmt.Errorf("--report %s: no such directory", o.Report))
 		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	obs := &observer{flags: o, log: log, reg: reg, started: time.Now()}
-	if o.metrics != "" {
-		addr, err := listenAddr(o.metrics)
+	if o.Metrics != "" {
+		addr, err := listenAddr(o.Metrics)
 		if err != nil {
-			return nil, usageError(err)
+			return nil, Usage(err)
 		}
 		if obs.srv, err = status.Listen(addr, obs.reg); err != nil {
 			return nil, err
@@ -115,10 +136,10 @@ func (o *observeFlags) start(log *zap.Logger) (*observer, error) {
 	return obs, nil
 }
 
-// stopUnused stops the command's observer (its server) if no scan has
+// StopUnused stops the command's observer (its server) if no scan has
 // been shown on it: for a command that fails before its first scan. An
 // observer with scans stops when the last of them is done.
-func (o *observeFlags) stopUnused() {
+func (o *Observer) StopUnused() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.obs == nil || o.obs.open > 0 || len(o.obs.monitors) > 0 {
@@ -130,8 +151,8 @@ func (o *observeFlags) stopUnused() {
 	o.obs = nil
 }
 
-// scanWatch instruments one scan. newScan wraps every scan's stages (the
-// counters cost nothing to speak of); scanRun.observe shows them, when the
+// scanWatch instruments one scan. Open wraps every scan's stages (the
+// counters cost nothing to speak of); Module.Observe shows them, when the
 // command's flags ask for it.
 type scanWatch struct {
 	stages   *instrument.Stages
@@ -163,10 +184,9 @@ func (w *scanWatch) describe(p *pipeline.Pipeline, path string, plan plan.Plan, 
 	}
 }
 
-// observe shows the scan of module as the command's flags ask: on the
-// status server with --metrics, in the report with --report. Call it
-// before run.
-func (r *scanRun) observe(o *observeFlags, scanID string, module int) error {
+// Observe shows the scan of module on o: on its status server, in its
+// report. Call it before Run.
+func (r *Module) Observe(o *Observer, scanID string, module int) error {
 	obs, err := o.start(r.log)
 	if obs == nil || err != nil {
 		return err
@@ -301,15 +321,15 @@ func (o *observer) scanDone(out io.Writer, outcome string) error {
 		return nil
 	}
 	var err error
-	if path := o.flags.report; path != "" {
+	if path := o.flags.Report; path != "" {
 		if err = o.writeReport(path, outcome); err == nil {
 			fmt.Fprintf(out, "  report          %s\n", path)
 		}
 	}
 	if o.srv != nil {
-		if o.flags.linger > 0 {
-			o.log.Info("serving the final figures", zap.Duration("for", o.flags.linger))
-			time.Sleep(o.flags.linger)
+		if o.flags.Linger > 0 {
+			o.log.Info("serving the final figures", zap.Duration("for", o.flags.Linger))
+			time.Sleep(o.flags.Linger)
 		}
 		o.srv.Close()
 	}

@@ -1,0 +1,634 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/pipeline"
+	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
+	"h5ingest/writer"
+)
+
+// AcquireOptions set up an acquire: the scan of a detector's modules,
+// received over libfabric as they send.
+type AcquireOptions struct {
+	Options        // the scan of each module; Format is the profile's detector's
+	Files   Files  // the scan's files (Files.Only for one module of several)
+	Listen  string // ADDR:PORT to listen on; "": the profile's source.address and source.port
+	// Record, where set, is a capture file that keeps every frame as it
+	// arrived; ProfileName is the profile as the user named it, which the
+	// capture records.
+	Record, ProfileName string
+	ScanID              string    // names the scan on the status page and the live stream
+	Observer            *Observer // shows the scans; nil: none
+	// OnScan, where set, is told of the scan of a lone module once it is
+	// set up, before its first frame: the scan service follows it.
+	OnScan func(*Module)
+}
+
+// Acquisition is an acquire set up, before it listens: its files, the
+// receiver's configuration and the pre-scan checks.
+type Acquisition struct {
+	o      AcquireOptions
+	cfg    fabric.Config
+	checks Checks
+}
+
+// NewAcquisition sets up an acquire as o says. Its errors wrap ErrUsage:
+// the profile, the files or the receiver's settings disagree.
+func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
+	profile, files := o.Profile, o.Files
+	src := profile.Source
+	addr := o.Listen
+	if addr == "" {
+		addr = net.JoinHostPort(src.Address, strconv.Itoa(src.Port))
+	}
+	cfg := fabric.Config{
+		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
+		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
+		MaxRingBytes: int64(src.RingMaxBytes),
+	}
+	mode, err := fabric.ParseMode(src.Mode)
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key source.mode: %w", err))
+	}
+	format, err := profile.Detector.Format()
+	if err != nil {
+		return nil, Usage(err)
+	}
+	if ring := int64(src.RingSlots) * int64(frame.HeaderSize+format.PayloadSize()); ring > int64(src.RingMaxBytes) {
+		return nil, Usage(fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d-byte frames takes %d bytes, more than the %d allowed",
+			src.RingSlots, frame.HeaderSize+format.PayloadSize(), ring, src.RingMaxBytes))
+	}
+	cfg.Check = senderCheck(files, mode, format)
+	if err := cfg.Validate(); err != nil {
+		return nil, Usage(err)
+	}
+	if err := recordClash(o.Record, files); err != nil {
+		return nil, Usage(err)
+	}
+	checks := acquireChecks(files, profile, o.Plan, src.Provider, addr)
+	checks.Record = o.Record
+	o.Format = format
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	o.Out, o.Errs = orDiscard(o.Out), orDiscard(o.Errs)
+	if o.Observer == nil {
+		o.Observer = &Observer{}
+	}
+	return &Acquisition{o: o, cfg: cfg, checks: checks}, nil
+}
+
+// Checks returns the acquire's pre-scan checks.
+func (a *Acquisition) Checks() Checks { return a.checks }
+
+// Hold takes the locks of the scan's files and its capture, so that
+// another scan of them is refused from now on, not this one later; the
+// function it returns gives back those no file took over.
+func (a *Acquisition) Hold() (release func(), err error) { return holdFiles(a.o.Files, a.o.Record) }
+
+// Run listens for the detector and writes the scan: one module, or every
+// module of the files at once. stop ends it early (Stopper).
+func (a *Acquisition) Run(stop *Stopper) error {
+	if len(a.o.Files.Modules) > 1 {
+		return a.modules(stop)
+	}
+	_, err := a.One(stop)
+	return err
+}
+
+// One receives the scan of one module, the only one of the files, and
+// returns the scan written (nil where none began) with its result.
+func (a *Acquisition) One(sig *Stopper) (*Module, error) {
+	o := &a.o
+	profile, plan, log := o.Profile, o.Plan, o.Log
+	src := profile.Source
+	out := o.Files.Modules[0].Path
+
+	l, err := fabric.Listen(a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
+	stream, err := acceptSender(sig, l, log)
+	if err != nil {
+		return nil, err
+	}
+	defer stream.Close()
+	sig.add(stream)
+	hello := stream.Hello()
+	log.Info("detector connected", zap.Uint16("module", hello.Module), zap.Stringer("mode", hello.Mode),
+		zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
+	if plan.Frames() > 0 && hello.Frames > 0 && hello.Frames != uint64(plan.Frames()) {
+		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
+	}
+
+	rec, closeRec, err := a.openRecord()
+	if err != nil {
+		return nil, err
+	}
+	defer closeRec()
+	if rec != nil {
+		stream.Record(rec)
+	}
+
+	mo := o.Options
+	mo.Format, mo.Backend = hello.Format, nil
+	scan, err := Open(out, mo)
+	if err != nil {
+		return nil, err
+	}
+	defer scan.Abort()
+	if o.OnScan != nil {
+		o.OnScan(scan)
+	}
+	if err := scan.Observe(o.Observer, o.ScanID, int(hello.Module)); err != nil {
+		return scan, err
+	}
+	if err := scan.openLive(o.ScanID, int(hello.Module)); err != nil {
+		return scan, err
+	}
+	srcErr := scan.Run(sig.run, stream)
+	st := stream.Stats()
+	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
+		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
+	rec.finish(o.Errs)
+	return scan, scan.Finish(srcErr)
+}
+
+// recordClash refuses a --record capture named as one of the scan's
+// files, their temporary names or their lock files: the capture and the
+// file would be written over each other.
+func recordClash(record string, files Files) error {
+	if record == "" {
+		return nil
+	}
+	rec, err := filepath.Abs(record)
+	if err != nil {
+		return fmt.Errorf("--record %s: %w", record, err)
+	}
+	paths := []string{files.Master}
+	for _, m := range files.Modules {
+		paths = append(paths, m.Path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		for _, name := range []string{p, writer.TempName(p), writer.LockName(p)} {
+			if abs, err := filepath.Abs(name); err == nil && abs == rec {
+				return fmt.Errorf("--record %s: that is the scan's file %s (or its temporary or lock file): give the capture a name of its own", record, p)
+			}
+		}
+	}
+	return nil
+}
+
+// holdFiles takes the locks of the scan's output files and of its
+// --record capture (see writer.Hold) and returns what gives back those no
+// file took over: two scans never write one capture either.
+func holdFiles(files Files, record string) (func(), error) {
+	var holds []*writer.Held
+	release := func() {
+		for _, h := range holds {
+			h.Release()
+		}
+	}
+	paths := []string{files.Master, record}
+	for _, m := range files.Modules {
+		paths = append(paths, m.Path)
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		h, err := writer.Hold(p)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("pre-scan check: %w", err)
+		}
+		holds = append(holds, h)
+	}
+	return release, nil
+}
+
+// acceptSender waits for a sender whose handshake succeeds, logging the
+// peers refused meanwhile (a bad peer never ends the wait), until the
+// connect timeout or an interruption.
+func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.Stream, error) {
+	for {
+		stream, err := l.Accept(sig.wait)
+		switch {
+		case errors.Is(err, fabric.ErrRefused):
+			log.Warn("sender refused", zap.Error(err))
+			continue
+		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
+			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s: no file written", sig.signal(), l.Addr()))
+		}
+		return stream, err
+	}
+}
+
+// Stopper ends an acquire in order: the first request (a person's Ctrl-C,
+// SIGTERM, a stop request to the scan service) stops the waiting for
+// senders and makes every stream take no frame that arrives later, while
+// the frames already received are still decoded and written; a second
+// stops the pipelines at once (their backlog is then recorded missing).
+type Stopper struct {
+	wait context.Context // waiting for senders: done on the first signal or at the connect timeout
+	run  context.Context // the pipelines: done on the second signal
+
+	cancelWait, cancelRun context.CancelFunc
+	ch                    chan os.Signal
+	done                  chan struct{}
+	exited                sync.WaitGroup
+
+	errs io.Writer
+
+	mu      sync.Mutex
+	sig     os.Signal
+	streams []*fabric.Stream
+}
+
+// Notify makes the signals sigs requests (SIGINT and SIGTERM, for a
+// command), until Close.
+func (i *Stopper) Notify(sigs ...os.Signal) { signal.Notify(i.ch, sigs...) }
+
+// NewStopper returns the stopper of an acquire under ctx (cancelling ctx
+// stops it at once) whose wait for the detector ends at connectTimeout;
+// its notes go to errs. Close it after the acquire.
+func NewStopper(ctx context.Context, connectTimeout time.Duration, errs io.Writer) *Stopper {
+	i := &Stopper{ch: make(chan os.Signal, 2), done: make(chan struct{}), errs: orDiscard(errs)}
+	i.run, i.cancelRun = context.WithCancel(ctx)
+	i.wait, i.cancelWait = context.WithTimeout(i.run, connectTimeout)
+	i.exited.Add(1)
+	go i.loop()
+	return i
+}
+
+// Request interrupts the scan as a first signal would: no more frames, the
+// frames received written. Only the first request counts; why says what
+// asked (a signal, StopRequest).
+func (i *Stopper) Request(why os.Signal) {
+	i.mu.Lock()
+	first := i.sig == nil
+	i.mu.Unlock()
+	if first {
+		select {
+		case i.ch <- why:
+		default:
+		}
+	}
+}
+
+// StopRequest is the interruption a stop request makes, as a signal.
+type StopRequest struct{}
+
+// Signal implements os.Signal.
+func (StopRequest) Signal() {}
+
+// String implements os.Signal.
+func (StopRequest) String() string { return "stop requested" }
+
+func (i *Stopper) loop() {
+	defer i.exited.Done()
+	for n := 0; ; n++ {
+		select {
+		case <-i.done:
+			return
+		case s := <-i.ch:
+			if n > 0 {
+				fmt.Fprintf(i.errs, "h5ingest: %v again: stopping at once; frames not yet written are recorded missing\n", s)
+				i.cancelRun()
+				continue
+			}
+			i.mu.Lock()
+			i.sig = s
+			streams := slices.Clone(i.streams)
+			i.mu.Unlock()
+			if len(streams) > 0 {
+				fmt.Fprintf(i.errs, "h5ingest: interrupted (%v): taking no more frames, writing those received (signal again to stop at once)\n", s)
+			}
+			for _, st := range streams {
+				st.Stop(i.cause(s))
+			}
+			i.cancelWait()
+		}
+	}
+}
+
+// cause is what a stream stopped by signal s ends with: an interruption,
+// which the summary reports as such.
+func (i *Stopper) cause(s os.Signal) error {
+	return fmt.Errorf("interrupted (%v): %w", s, context.Canceled)
+}
+
+// add makes a stream stop on the first signal, at once where it came
+// already.
+func (i *Stopper) add(s *fabric.Stream) {
+	i.mu.Lock()
+	i.streams = append(i.streams, s)
+	sig := i.sig
+	i.mu.Unlock()
+	if sig != nil {
+		s.Stop(i.cause(sig))
+	}
+}
+
+// signal returns the first signal caught, or nil.
+func (i *Stopper) signal() os.Signal {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.sig
+}
+
+// Close stops the stopper and its catching of signals.
+func (i *Stopper) Close() {
+	signal.Stop(i.ch)
+	close(i.done)
+	i.exited.Wait()
+	i.cancelWait()
+	i.cancelRun()
+}
+
+// openRecord opens the --record capture, if one is asked for; its
+// writer is safe to share between the streams of several modules. An
+// existing file is replaced only when the profile says overwrite. The
+// capture records the profile as --profile named it, or the built-in
+// profile's name, and what a replay needs to write the scan's file: the
+// plan, the merged profile, the geometry (scanMetadata).
+func (a *Acquisition) openRecord() (*lockedRecorder, func(), error) {
+	o := &a.o
+	profile, pl, log := o.Profile, o.Plan, o.Log
+	if o.Record == "" {
+		return nil, func() {}, nil
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if !profile.Output.Overwrite {
+		flags |= os.O_EXCL
+	}
+	file, err := os.OpenFile(o.Record, flags, 0o666)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, nil, fmt.Errorf("record: capture file %s exists (give --overwrite to replace it)", o.Record)
+		}
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
+	name := o.ProfileName
+	if name == "" {
+		name = profile.Name
+	}
+	meta, err := CaptureMetadata("acquire", name, profile, pl, time.Now())
+	if err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
+	w, err := capture.NewWriter(file, meta)
+	if err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
+	return &lockedRecorder{w: w, path: o.Record, log: log}, func() { file.Close() }, nil
+}
+
+// lockedRecorder is a capture writer that several streams record into,
+// interleaving their frames as they arrive. A failed write stops the
+// recording with a warning, never the scan: the capture is cut there.
+type lockedRecorder struct {
+	mu     sync.Mutex
+	w      *capture.Writer
+	path   string
+	log    *zap.Logger
+	failed error
+}
+
+// WriteRecord appends one frame as it arrived.
+func (r *lockedRecorder) WriteRecord(rec []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed != nil {
+		return r.failed
+	}
+	if err := r.w.WriteRecord(rec); err != nil {
+		r.fail(err)
+		return err
+	}
+	return nil
+}
+
+// fail stops the recording; r.mu is held.
+func (r *lockedRecorder) fail(err error) {
+	r.failed = err
+	r.log.Warn("recording stopped, the scan goes on: the capture is cut here",
+		zap.String("file", r.path), zap.Int64("frames_before", r.w.Records()), zap.Error(err))
+}
+
+// finish flushes the capture and says where a failed recording stopped.
+// It does nothing on a nil recorder.
+func (r *lockedRecorder) finish(errs io.Writer) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed == nil {
+		if err := r.w.Close(); err != nil {
+			r.fail(err)
+		}
+	}
+	if r.failed != nil {
+		fmt.Fprintf(errs, "h5ingest: warning: --record stopped (%v): %s is cut short, with at most %d whole frames; the scan's file is not affected\n",
+			r.failed, r.path, r.w.Records())
+	}
+}
+
+// acquireChecks returns the pre-scan checks of an acquire writing files.
+func acquireChecks(files Files, profile config.Profile, plan plan.Plan, provider, addr string) Checks {
+	pre := Checks{Master: files.Master, Frames: plan.Frames(), Provider: provider, Addr: addr, Profile: profile}
+	if format, err := profile.Detector.Format(); err == nil {
+		pre.FrameBytes = format.ImageSize()
+	}
+	for _, m := range files.Modules {
+		pre.Files = append(pre.Files, m.Path)
+	}
+	return pre
+}
+
+// acquireModules receives the modules of files at once, one connection
+// each on one listener, into a pipeline and a file per module, and writes
+// the master file (when files has one) once the first module says the
+// frame format. A module that never connects gets a file with every frame
+// missing.
+func (a *Acquisition) modules(sig *Stopper) error {
+	o := &a.o
+	profile, plan, files, log := o.Profile, o.Plan, o.Files, o.Log
+	ctx, cancel := context.WithCancel(sig.run)
+	defer cancel()
+	l, err := fabric.Listen(a.cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share, rather than contexts the GPU time-slices.
+	backend, err := OpenBackend(profile, log)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	mo := o.Options
+	mo.Backend = backend
+	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
+	defer m.abort()
+	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.Modules)))
+	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
+	var rec *lockedRecorder
+	for connected := 0; connected < len(files.Modules); {
+		stream, err := acceptSender(sig, l, log)
+		if err != nil {
+			if connected == 0 {
+				return err
+			}
+			log.Warn("not every module connected", zap.Error(err))
+			break
+		}
+		defer stream.Close()
+		sig.add(stream)
+		hello := stream.Hello()
+		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
+		if connected == 0 {
+			if files.Master != "" && plan.Frames() > 0 {
+				if err := WriteMaster(files, profile, plan, format, o.User, plan.Frames()); err != nil {
+					cancel()
+					return err
+				}
+			}
+			// The capture is made once a module connected: an acquire
+			// interrupted while it waits leaves no file.
+			var closeRec func()
+			if rec, closeRec, err = a.openRecord(); err != nil {
+				cancel()
+				return err
+			}
+			defer closeRec()
+		}
+		if rec != nil {
+			stream.Record(rec)
+		}
+		if err := m.start(ctx, files, int(hello.Module), hello.Format, stream); err != nil {
+			cancel()
+			return err
+		}
+		connected++
+	}
+	for i, fm := range files.Modules {
+		if m.scans[i] == nil {
+			fmt.Fprintf(o.Errs, "h5ingest: module %d never connected: its frames are recorded missing\n", fm.Module.ID)
+			if err := m.start(ctx, files, fm.Module.ID, format, EmptySource{}); err != nil {
+				cancel()
+				return err
+			}
+		}
+	}
+	m.wg.Wait()
+	rec.finish(o.Errs)
+	m.finished = true
+	return FinishModules(files, mo, m.scans, m.errs)
+}
+
+// senderCheck refuses a sender of a module the scan does not take, one
+// delivering frames in another mode than the profile's source.mode, or one
+// announcing another frame format than the profile's detector (or frames
+// larger than it), whose ring would not be the one the profile sized.
+func senderCheck(files Files, mode fabric.Mode, format frame.Format) func(fabric.Hello) error {
+	var ids []string
+	want := map[uint16]bool{}
+	for _, m := range files.Modules {
+		want[uint16(m.Module.ID)] = true
+		ids = append(ids, strconv.Itoa(m.Module.ID))
+	}
+	size := frame.HeaderSize + format.PayloadSize()
+	return func(h fabric.Hello) error {
+		switch {
+		case !want[h.Module]:
+			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", h.Module, strings.Join(ids, ", "))
+		case h.Mode != mode:
+			return fmt.Errorf("mode %v: this receiver takes %v (profile key source.mode)", h.Mode, mode)
+		case h.Format != format:
+			return fmt.Errorf("frame format %v: this receiver expects %v (profile keys detector.*)", h.Format, format)
+		case h.FrameSize() > size:
+			return fmt.Errorf("frames of up to %d bytes: this receiver's frames are %d bytes (profile keys detector.*)", h.FrameSize(), size)
+		}
+		return nil
+	}
+}
+
+// moduleRuns are the scans of the modules of an acquire, running.
+type moduleRuns struct {
+	o        Options   // every module's scan; its Backend decodes them all
+	obs      *Observer // shows every module
+	scanID   string
+	wg       sync.WaitGroup
+	scans    []*Module // by the module's place in the scan's files
+	errs     []error   // what stopped each scan's source
+	finished bool
+}
+
+// start creates module id's scan and runs it from src in the background.
+func (m *moduleRuns) start(ctx context.Context, files Files, id int, format frame.Format, src pipeline.Source) error {
+	i := slices.IndexFunc(files.Modules, func(f File) bool { return f.Module.ID == id })
+	o := m.o
+	o.Format, o.Log = format, o.Log.With(zap.Int("module", id))
+	o.Quiet = o.Quiet || slices.ContainsFunc(m.scans, func(s *Module) bool { return s != nil })
+	scan, err := Open(files.Modules[i].Path, o)
+	if err != nil {
+		return err
+	}
+	m.scans[i] = scan
+	if err := scan.Observe(m.obs, m.scanID, id); err != nil {
+		return err
+	}
+	if err := scan.openLive(m.scanID, id); err != nil {
+		return err
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.errs[i] = scan.Run(ctx, src)
+	}()
+	return nil
+}
+
+// abort waits for the scans still running (their context is cancelled
+// first) and closes the files that finish did not.
+func (m *moduleRuns) abort() {
+	m.wg.Wait()
+	if m.finished {
+		return
+	}
+	for _, s := range m.scans {
+		if s != nil {
+			s.Abort()
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/plan"
+	"h5ingest/writer"
+)
+
+// ModuleFrames returns the master's frame count: the plan's, else the
+// longest module file present. Module files present must have the
+// profile's frame size.
+func ModuleFrames(files Files, format frame.Format, planned int) (int, error) {
+	longest := 0
+	for _, m := range files.Modules {
+		if _, err := os.Stat(m.Path); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		r, err := writer.OpenPlain(m.Path)
+		if err != nil {
+			return 0, err
+		}
+		h, w, es, n := r.Height, r.Width, r.ElemSize, r.Frames
+		r.Close()
+		if h != format.Height() || w != format.Width() || es != format.PixelSize() {
+			return 0, fmt.Errorf("module file %s holds %d x %d frames of %d bytes a pixel, the profile's detector %d x %d of %d",
+				m.Path, h, w, es, format.Height(), format.Width(), format.PixelSize())
+		}
+		longest = max(longest, n)
+	}
+	if planned > 0 {
+		return planned, nil
+	}
+	if longest == 0 {
+		return 0, Usage(errors.New("no plan and no module file to take the scan's length from: give the plan (e.g. --projections N)"))
+	}
+	return longest, nil
+}
+
+// File is the file of one module of a scan.
+type File struct {
+	Module config.Module
+	Path   string
+}
+
+// Files are the files of a scan: one per module, and the master file when
+// the detector has several modules ("" otherwise).
+type Files struct {
+	Master  string
+	Modules []File
+}
+
+// Names says what a scan's files are called: Output (-o) names the file
+// of a one-module scan, or the master of several; without it the
+// profile's output.template names them, with the scan's ScanID.
+type Names struct {
+	Output string
+	ScanID string
+	Now    time.Time // for {date}; zero means now
+}
+
+// NewFiles returns the files of a scan of every module of the profile.
+// With one module, the file is n.Output, or the profile's template. With
+// several, Output NAME.h5 names the master and module K's file is
+// NAME_m<K>.h5 beside it; without Output, the template names module K's
+// file with {module} replaced by K and the master's with {module} replaced
+// by "master" (a template without {module} names the master, and the
+// module files take the _m<K> suffix as with Output).
+func NewFiles(p config.Profile, n Names) (Files, error) {
+	if n.Now.IsZero() {
+		n.Now = time.Now()
+	}
+	mods := p.Detector.Modules
+	if len(mods) == 1 {
+		out, err := n.path(p, mods[0].ID)
+		return Files{Modules: []File{{mods[0], out}}}, err
+	}
+	if n.Output == "" && n.ScanID == "" {
+		return Files{}, Usage(errors.New("no output file: give -o MASTER.h5, or --scan-id ID for the profile's output.template"))
+	}
+	var files Files
+	name := func(o config.Output, module int) (string, error) {
+		path, err := o.FileName(n.ScanID, module, n.Now)
+		if err != nil {
+			return "", Usage(fmt.Errorf("--scan-id: %w", err))
+		}
+		return path, nil
+	}
+	var err error
+	if n.Output == "" && strings.Contains(p.Output.Template, "{module}") {
+		o := p.Output
+		o.Template = strings.ReplaceAll(o.Template, "{module}", "master")
+		if files.Master, err = name(o, 0); err != nil {
+			return Files{}, err
+		}
+		for _, m := range mods {
+			path, err := name(p.Output, m.ID)
+			if err != nil {
+				return Files{}, err
+			}
+			files.Modules = append(files.Modules, File{m, path})
+		}
+		return files, nil
+	}
+	files.Master = n.Output
+	if files.Master == "" {
+		if files.Master, err = name(p.Output, 0); err != nil {
+			return Files{}, err
+		}
+	}
+	if !strings.HasSuffix(files.Master, ".h5") {
+		return Files{}, Usage(fmt.Errorf("-o %s: the master file's name must end in .h5", files.Master))
+	}
+	stem := strings.TrimSuffix(files.Master, ".h5")
+	for _, m := range mods {
+		files.Modules = append(files.Modules, File{m, stem + "_m" + strconv.Itoa(m.ID) + ".h5"})
+	}
+	return files, nil
+}
+
+// path returns the file a scan of module writes: Output, or the profile's
+// directory and template.
+func (n Names) path(p config.Profile, module int) (string, error) {
+	if n.Output != "" {
+		return n.Output, nil
+	}
+	if n.ScanID == "" {
+		return "", Usage(errors.New("no output file: give -o FILE.h5, or --scan-id ID for the profile's output.template"))
+	}
+	name, err := p.Output.FileName(n.ScanID, module, n.Now)
+	if err != nil {
+		return "", Usage(fmt.Errorf("--scan-id: %w", err))
+	}
+	return name, nil
+}
+
+// ArraySize returns the size of the array image: the bounding box of the
+// profile's modules at their offsets, each of f's size.
+func ArraySize(p config.Profile, f frame.Format) (height, width int) {
+	for _, m := range p.Detector.Modules {
+		height = max(height, m.Y+f.Height())
+		width = max(width, m.X+f.Width())
+	}
+	return height, width
+}
+
+// sameMaster reports whether path is already the master file of files
+// and frames (one written ahead by h5ingest master), which a scan keeps.
+func sameMaster(path, dir string, files Files, frames int) bool {
+	r, err := writer.OpenPlain(path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	if r.Frames != frames || len(r.Modules) != len(files.Modules) {
+		return false
+	}
+	for i, m := range r.Modules {
+		if m.ID != files.Modules[i].Module.ID || filepath.Join(dir, m.File) != filepath.Clean(files.Modules[i].Path) {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteMaster writes the master file of a scan of frames frames of format
+// per module, unless the master is there already (and Overwrite is not
+// set) for the same modules and frames. Module files are named relative to
+// the master's directory, so that a scan's files can move together.
+func WriteMaster(files Files, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
+	opts := writer.MasterOptions{Options: fileOptions(files.Master, profile, plan, format, user)}
+	opts.Frames = frames
+	opts.Height, opts.Width = ArraySize(profile, format)
+	if plan.Frames() != frames {
+		opts.ImageKey, opts.RotationAngle = nil, nil
+	}
+	dir := filepath.Dir(files.Master)
+	if !opts.Overwrite && sameMaster(files.Master, dir, files, frames) {
+		return nil
+	}
+	for _, m := range files.Modules {
+		rel, err := filepath.Rel(dir, m.Path)
+		if err != nil {
+			rel = m.Path
+		}
+		opts.Modules = append(opts.Modules, writer.MasterModule{ID: m.Module.ID, File: rel,
+			X: m.Module.X, Y: m.Module.Y, Height: format.Height(), Width: format.Width()})
+	}
+	return writer.CreateMaster(opts)
+}
+
+// Only returns the files of module id alone, without a master: what a
+// receiver of one module writes.
+func (f Files) Only(id int) (Files, error) {
+	for _, m := range f.Modules {
+		if m.Module.ID == id {
+			return Files{Modules: []File{m}}, nil
+		}
+	}
+	var ids []string
+	for _, m := range f.Modules {
+		ids = append(ids, strconv.Itoa(m.Module.ID))
+	}
+	return Files{}, Usage(fmt.Errorf("--module %d: the profile's detector.modules has modules %s", id, strings.Join(ids, ", ")))
+}
+
+// WriteMasterAhead writes the master file of a scan before or after its
+// module files (h5ingest master): its length is the plan's, else the
+// longest module file present. Module files not there yet are a warning
+// on errs: the master shows their frames missing until they exist. It
+// returns the master's frame count.
+func WriteMasterAhead(files Files, profile config.Profile, pl plan.Plan, errs io.Writer) (int, error) {
+	if files.Master == "" {
+		return 0, Usage(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
+	}
+	names := []error{checkName("master file", files.Master, true)}
+	for _, m := range files.Modules {
+		names = append(names, checkName("module file", m.Path, true))
+	}
+	if err := errors.Join(names...); err != nil {
+		return 0, err
+	}
+	format, err := profile.Detector.Format()
+	if err != nil {
+		return 0, Usage(err)
+	}
+	frames, err := ModuleFrames(files, format, pl.Frames())
+	if err != nil {
+		return 0, err
+	}
+	if err := WriteMaster(files, profile, pl, format, nil, frames); err != nil {
+		return 0, err
+	}
+	var absent []string
+	for _, m := range files.Modules {
+		if !fileExists(m.Path) {
+			absent = append(absent, m.Path)
+		}
+	}
+	if len(absent) == len(files.Modules) {
+		fmt.Fprintf(errs, "h5ingest: warning: no module file exists yet (%s): the master shows them once a scan writes them there\n",
+			strings.Join(absent, ", "))
+	} else if len(absent) > 0 {
+		fmt.Fprintf(errs, "h5ingest: warning: module files absent: %s; the master shows their frames missing until they exist\n",
+			strings.Join(absent, ", "))
+	}
+	return frames, nil
+}

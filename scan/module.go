@@ -1,0 +1,407 @@
+package scan
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"go.yaml.in/yaml/v3"
+
+	"h5ingest/compress"
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/gpu"
+	"h5ingest/pipeline"
+	"h5ingest/plan"
+	"h5ingest/source/capture"
+	"h5ingest/stream"
+	"h5ingest/version"
+	"h5ingest/writer"
+)
+
+// Options set up the scan of one module.
+type Options struct {
+	Profile config.Profile // merged: the defaults, the profile and the command line
+	Plan    plan.Plan
+	Format  frame.Format   // the frames' format, as the profile or the sender says
+	User    map[string]any // free-form metadata for the files (writer.Options.UserMetadata)
+	// Backend decodes the frames; the caller closes it after the scan.
+	// Nil: the scan opens the profile's backend and closes it itself.
+	Backend gpu.Backend
+	Log     *zap.Logger // nil: none
+	// Out receives the summary a person reads at the end of the scan,
+	// Errs its warnings and the reasons a scan is incomplete; nil
+	// discards them.
+	Out, Errs io.Writer
+	// Progress, where set, reports the progress of a scan as it runs; the
+	// function it returns stops the report. A module's scan beside
+	// others (Quiet) reports none.
+	Progress func(p *pipeline.Pipeline, planned int) (stop func())
+	Quiet    bool
+}
+
+// Module is the scan of one module being written: its pipeline and its
+// file.
+type Module struct {
+	output   string
+	planned  int
+	out      io.Writer
+	errs     io.Writer
+	report   func(p *pipeline.Pipeline, planned int) (stop func())
+	file     *writer.Writer
+	pipeline *pipeline.Pipeline
+	// closeBackend closes the scan's own decode backend; it does nothing
+	// where the scan shares one with other modules' scans.
+	closeBackend func()
+	log          *zap.Logger
+	progress     pipeline.Progress
+	closed       bool
+	// stream, for an acquire, is the detector's connection, whose counts
+	// follow the summary.
+	stream statser
+
+	// watch holds the counters of every stage, shown by observe.
+	watch *scanWatch
+
+	// liveSetup, where the profile asks for a live stream, opens live,
+	// which every chunk written is offered to.
+	liveSetup *liveSetup
+	live      *stream.Stream
+}
+
+// gpuBatch is the frames per decode call on a GPU, which overlaps one
+// call's copies with another's kernels; to be tuned on the hardware.
+const gpuBatch = 4
+
+// electronVolt is one eV in joules, for CXI's photon energy.
+const electronVolt = 1.602176634e-19
+
+// OpenBackend opens the profile's decode backend.
+func OpenBackend(profile config.Profile, log *zap.Logger) (gpu.Backend, error) {
+	backend, err := gpu.New(profile.Backend, gpu.Options{
+		Orientation: profile.Detector.Orientation(),
+		Logger:      slog.New(zapslog.NewHandler(log.Core())),
+	})
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key backend: %w", err))
+	}
+	return backend, nil
+}
+
+// Open creates the output file at path and the pipeline for the scan of
+// one module, as o says. Close it with Finish, or Abort where Finish is
+// not reached.
+func Open(path string, o Options) (*Module, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	profile, plan, format, user, shared, log := o.Profile, o.Plan, o.Format, o.User, o.Backend, o.Log
+	orient := profile.Detector.Orientation()
+	if err := orient.Validate(format.Chips()); err != nil {
+		return nil, Usage(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
+	}
+	out := profile.Output
+	newCodec := func() (compress.Codec, error) { return compress.New(out.Compression, format.PixelSize(), out.Level) }
+	codec, err := newCodec()
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key output.compression: %w", err))
+	}
+	backend, closeBackend := shared, func() {}
+	if shared == nil {
+		if backend, err = OpenBackend(profile, log); err != nil {
+			return nil, err
+		}
+		closeBackend = func() { backend.Close() }
+	}
+	opts := fileOptions(path, profile, plan, format, user)
+	opts.Filters = codec.Filters()
+	opts.FlushInterval = out.FlushInterval
+	file, err := writer.Create(opts)
+	if err != nil {
+		closeBackend()
+		return nil, err
+	}
+	watch := newScanWatch()
+	backend, newCodec = watch.wrap(backend, newCodec)
+	batch := 1 // the CPU backend splits each frame over every core
+	if backend.Name() == "cuda" {
+		batch = gpuBatch
+	}
+	p, err := pipeline.New(pipeline.Config{
+		Format:         format,
+		Frames:         plan.Frames(),
+		Backend:        backend,
+		NewCodec:       newCodec,
+		Batch:          batch,
+		DropWhenFull:   profile.Source.DropWhenFull,
+		MaxFrameGap:    profile.Source.MaxFrameGap,
+		BackendShuffle: out.BackendShuffle,
+		Log:            log,
+	})
+	if err != nil {
+		file.Close()
+		closeBackend()
+		return nil, err
+	}
+	watch.describe(p, path, plan, format, backend.Name(), out.Compression)
+	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
+		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
+		zap.Bool("backend_shuffle", out.BackendShuffle))
+	m := &Module{output: path, planned: plan.Frames(), out: orDiscard(o.Out), errs: orDiscard(o.Errs), file: file, pipeline: p,
+		closeBackend: closeBackend, log: log, watch: watch,
+		liveSetup: newLiveSetup(profile, plan, format, path, user, codec.Bound(format.ImageSize()))}
+	if !o.Quiet {
+		m.report = o.Progress
+	}
+	return m, nil
+}
+
+// orDiscard returns w, or io.Discard for nil.
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// fileOptions returns the options of a scan's file at path (or of its
+// master file) from the profile and the plan, without the compression.
+func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any) writer.Options {
+	opts := writer.Options{
+		Path:      path,
+		Overwrite: profile.Output.Overwrite,
+		Layout:    profile.Output.Layout,
+		Frames:    plan.Frames(),
+		Height:    format.Height(),
+		Width:     format.Width(),
+		ElemSize:  format.PixelSize(),
+		Title:     cmp.Or(profile.Metadata.Title, profile.Description),
+		PixelSize: profile.Detector.PixelSize,
+		Distance:  profile.Detector.Distance,
+		Energy:    profile.Detector.Energy * electronVolt,
+		Creator:   "h5ingest " + version.String(),
+
+		SampleName:    profile.Metadata.Sample,
+		ExperimentID:  profile.Metadata.ExperimentID,
+		UserMetadata:  user,
+		Version:       version.String(),
+		Configuration: ProfileYAML(profile),
+	}
+	if plan.Frames() > 0 {
+		opts.ImageKey = plan.ImageKeys()
+		opts.RotationAngle = plan.Angles()
+		opts.Translation = plan.Positions
+	}
+	return opts
+}
+
+// Run moves the frames of src into the file, reporting progress unless
+// the scan is quiet (a module's scan beside others). Its error is what
+// stopped src early, for Finish.
+func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
+	if st, ok := src.(statser); ok {
+		r.stream = st
+	}
+	var sink pipeline.Sink = fileSink{r.file}
+	if r.live != nil { // after the file: a chunk is streamed once it is stored
+		sink = r.live.Sink(sink)
+	}
+	src, sink = r.watch.start(src, sink)
+	defer r.watch.stop()
+	stop := func() {}
+	if r.report != nil {
+		stop = r.report(r.pipeline, r.planned)
+	}
+	progress, err := r.pipeline.Run(ctx, src, sink)
+	stop()
+	r.progress = progress
+	return err
+}
+
+// Finish closes the file under its final name, given what stopped the
+// scan's source (Run's error), writes the summary and turns the outcome
+// into the scan's result: nil when every planned frame is good,
+// ErrIncomplete when some are not, a failure when the file could not be
+// finished.
+func (r *Module) Finish(srcErr error) error {
+	r.closed = true
+	closeErr := r.file.Close()
+	r.closeBackend()
+	printSummary(r.out, r.output, r.progress, r.pipeline.Frames())
+	r.closeLive(r.out)
+	if r.stream != nil {
+		st := r.stream.Stats()
+		fmt.Fprintf(r.out, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
+			st.Frames, st.Bytes, st.HeldBack.Round(time.Microsecond))
+	}
+	if err := r.watch.finish(r.out, outcome(srcErr, r.progress)); err != nil {
+		fmt.Fprintf(r.errs, "h5ingest: %v\n", err)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("finish %s: %w", r.output, closeErr)
+	}
+	if srcErr != nil && !errors.Is(srcErr, capture.ErrTruncated) && !errors.Is(srcErr, context.Canceled) {
+		fmt.Fprintf(r.errs, "h5ingest: source stopped early: %v\n", srcErr)
+		return ErrIncomplete
+	}
+	if n := r.progress.OutOfRange; n > 0 {
+		which, where := r.beyond()
+		fmt.Fprintf(r.errs, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file%s\n", n, which, where)
+	}
+	if srcErr != nil || r.progress.Problems() > 0 {
+		switch {
+		case errors.Is(srcErr, context.Canceled):
+			fmt.Fprintf(r.errs, "h5ingest: interrupted: %s holds the frames received before\n", r.output)
+		case srcErr != nil:
+			fmt.Fprintf(r.errs, "h5ingest: %v\n", srcErr)
+		}
+		return ErrIncomplete
+	}
+	if r.pipeline.Frames() == 0 {
+		fmt.Fprintf(r.errs, "h5ingest: no frame arrived and no plan gave a count: %s holds no frame\n", r.output)
+		return ErrIncomplete
+	}
+	return nil
+}
+
+// beyond says, for the line about frames beyond the scan, which they were
+// and where else they may be.
+func (r *Module) beyond() (which, where string) {
+	if r.planned > 0 {
+		return fmt.Sprintf("frame numbers %d and above, past the plan's %d frames", r.planned, r.planned),
+			"; a capture of the scan keeps them, and a replay of it with a longer plan writes them"
+	}
+	return "frame numbers more than source.max_frame_gap beyond the highest received", ""
+}
+
+// Abort finishes a scan that Finish did not: the file keeps what it has.
+func (r *Module) Abort() {
+	if !r.closed {
+		r.closeLive(io.Discard)
+		r.watch.close()
+		r.file.Close()
+		r.closeBackend()
+	}
+}
+
+// fileSink adapts the HDF5 writer to the pipeline's Sink.
+type fileSink struct{ w *writer.Writer }
+
+func (s fileSink) WriteChunk(n int, chunk []byte) error { return s.w.WriteChunk(n, 0, chunk) }
+
+func (s fileSink) SetRecord(n int, r frame.Record) error {
+	return s.w.SetRecord(n, r)
+}
+
+// printSummary prints the table a person reads at the end of a scan.
+func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
+	secs := p.Elapsed.Seconds()
+	rate := func(v float64) float64 {
+		if secs == 0 {
+			return 0
+		}
+		return v / secs
+	}
+	fmt.Fprintf(w, "%s\n", path)
+	fmt.Fprintf(w, "  frames          %d in the scan, %d written\n", frames, p.Written)
+	fmt.Fprintf(w, "  ok              %d\n", p.OK)
+	fmt.Fprintf(w, "  missing         %d\n", p.Missing)
+	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
+	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
+	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
+	fmt.Fprintf(w, "  out of range    %d rejected (beyond the scan, not written)\n", p.OutOfRange)
+	if p.Overflow > 0 {
+		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
+	}
+	fmt.Fprintf(w, "  time            %.2f s, %.1f frames/s\n", secs, rate(float64(p.Written)))
+	fmt.Fprintf(w, "  throughput      %.0f MB/s raw in, %.0f MB/s decoded, %.0f MB/s stored\n",
+		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
+	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())
+}
+
+// OpenModules creates the scan of every module in files, each with its
+// own file and pipeline, all decoding with o.Backend; only the first
+// reports progress.
+func OpenModules(files Files, o Options) ([]*Module, error) {
+	var scans []*Module
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	for i, m := range files.Modules {
+		mo := o
+		mo.Log, mo.Quiet = log.With(zap.Int("module", m.Module.ID)), o.Quiet || i > 0
+		scan, err := Open(m.Path, mo)
+		if err != nil {
+			for _, s := range scans {
+				s.Abort()
+			}
+			return nil, err
+		}
+		scans = append(scans, scan)
+	}
+	return scans, nil
+}
+
+// FinishModules finishes the scans of a multi-module scan (scans[i] of
+// files.Modules[i]), given what stopped each one's source, and writes the
+// master file if the scan's length was not known before. It returns the
+// worst of the results: a failure, ErrIncomplete when any module misses
+// frames, or nil.
+func FinishModules(files Files, o Options, scans []*Module, srcErrs []error) error {
+	var worst error
+	out, errs := orDiscard(o.Out), orDiscard(o.Errs)
+	profile, plan, format := o.Profile, o.Plan, o.Format
+	frames := plan.Frames()
+	for i, scan := range scans {
+		worst = Worse(worst, scan.Finish(srcErrs[i]))
+		frames = max(frames, scan.pipeline.Frames())
+	}
+	if files.Master == "" {
+		return worst
+	}
+	if plan.Frames() == 0 {
+		if frames == 0 {
+			return Worse(worst, errors.New("no frame of any module arrived: no master file written"))
+		}
+		for i, scan := range scans {
+			if n := scan.pipeline.Frames(); n < frames {
+				fmt.Fprintf(errs, "h5ingest: module %d has %d of the scan's %d frames; the master shows the rest missing\n",
+					files.Modules[i].Module.ID, n, frames)
+				worst = Worse(worst, ErrIncomplete)
+			}
+		}
+		if err := WriteMaster(files, profile, plan, format, o.User, frames); err != nil {
+			return Worse(worst, err)
+		}
+	}
+	h, w := ArraySize(profile, format)
+	fmt.Fprintf(out, "%s\n  master          %d modules, %d frames of %d x %d\n", files.Master, len(files.Modules), frames, h, w)
+	return worst
+}
+
+// EmptySource is the source of a module that never sent: it ends at
+// once, so that the module's file records every planned frame missing.
+type EmptySource struct{}
+
+// Next implements pipeline.Source: the end at once.
+func (EmptySource) Next(context.Context) (*pipeline.Frame, error) { return nil, io.EOF }
+
+// Release implements pipeline.Source.
+func (EmptySource) Release(*pipeline.Frame) {}
+
+// ProfileYAML returns the merged profile as a profile file would hold it,
+// for the files to keep how the scan was set up.
+func ProfileYAML(p config.Profile) string {
+	b, err := yaml.Marshal(p.Values())
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

@@ -1,0 +1,252 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"h5ingest/frame"
+	"h5ingest/gpu"
+	"h5ingest/pipeline"
+	"h5ingest/source/capture"
+)
+
+// ReplayOptions set up a replay: the scan in one or more captures (one
+// per module, or one holding every module's frames) written as acquire
+// would have written it.
+type ReplayOptions struct {
+	Options           // the scan of each module; Format is the captures'
+	Files    Files    // the scan's files
+	Captures []string // capture files, read in turn
+	// FPS, when positive, paces each capture as a detector at that rate
+	// would send its frames.
+	FPS      float64
+	ScanID   string    // names the scan on the status page and the live stream
+	Observer *Observer // shows the scans; nil: none
+}
+
+// Replay writes the scan of the captures into its files. Without a plan
+// in o.Plan, the plan the first capture records is used. ctx ends it
+// early: the files keep the frames written.
+func Replay(ctx context.Context, o ReplayOptions) error {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	o.Out, o.Errs = orDiscard(o.Out), orDiscard(o.Errs)
+	if o.Observer == nil {
+		o.Observer = &Observer{}
+	}
+	paths, plan := o.Captures, o.Plan
+	var format frame.Format
+	var srcs []*capture.Source
+	for i, path := range paths {
+		r, f, err := capture.OpenScan(path)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if i == 0 {
+			format = f
+		} else if f != format {
+			return fmt.Errorf("capture %s holds frames of %v, capture %s of %v: one scan has one format", path, f, paths[0], format)
+		}
+		if plan.Frames() == 0 {
+			recorded, ok, err := CapturePlan(r.Metadata())
+			if err != nil {
+				return fmt.Errorf("capture %s: %w", path, err)
+			}
+			if ok {
+				plan = recorded
+				fmt.Fprintf(o.Errs, "h5ingest: no plan given: using the plan recorded in %s: %v\n", path, plan)
+			}
+		}
+		src := capture.NewSource(r, format.PayloadSize())
+		if o.FPS > 0 {
+			src.Interval = time.Duration(float64(time.Second) / o.FPS)
+		}
+		srcs = append(srcs, src)
+	}
+	var src pipeline.Source = srcs[0]
+	if len(srcs) > 1 {
+		src = capture.NewSources(srcs)
+	}
+	o.Plan, o.Format = plan, format
+	rp := &replayRun{o: o, src: src}
+	if len(o.Files.Modules) > 1 {
+		return rp.modules(ctx)
+	}
+	return rp.module(ctx)
+}
+
+// replayRun is one replay: a capture, and the profile and plan it is
+// written with.
+type replayRun struct {
+	o   ReplayOptions
+	src pipeline.Source // the captures' frames, each capture's in turn
+}
+
+// preScan returns the checks before a replay into files; frames are the
+// plan's, or the capture's (per module) when there is no plan.
+func (rp *replayRun) checks(files Files) Checks {
+	o := &rp.o
+	pre := Checks{Master: files.Master, Frames: o.Plan.Frames(), FrameBytes: o.Format.ImageSize(), Profile: o.Profile, SpaceWarns: true}
+	if pre.Frames == 0 {
+		for _, path := range o.Captures {
+			pre.Frames += captureFrames(path, o.Format)
+		}
+		pre.Frames /= len(files.Modules)
+	}
+	for _, m := range files.Modules {
+		pre.Files = append(pre.Files, m.Path)
+	}
+	return pre
+}
+
+// module replays a capture of one module into its file.
+func (rp *replayRun) module(ctx context.Context) error {
+	o := &rp.o
+	if err := rp.checks(o.Files).Run(o.Errs); err != nil {
+		return err
+	}
+	id := o.Files.Modules[0].Module.ID
+	scan, err := Open(o.Files.Modules[0].Path, o.Options)
+	if err != nil {
+		return err
+	}
+	defer scan.Abort()
+	if err := scan.Observe(o.Observer, o.ScanID, id); err != nil {
+		return err
+	}
+	if err := scan.openLive(o.ScanID, id); err != nil {
+		return err
+	}
+	src := &oneModule{Source: rp.src, id: uint16(id)}
+	srcErr := scan.Run(ctx, src)
+	if errors.Is(srcErr, capture.ErrTruncated) {
+		o.Log.Warn("capture cut short", zap.Error(srcErr))
+	}
+	if src.other > 0 {
+		fmt.Fprintf(o.Errs, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
+			src.other, src.id)
+		if scan.pipeline.Progress().Written == 0 {
+			fmt.Fprintf(o.Errs, "h5ingest: to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"\n",
+				src.first, src.first)
+		}
+	}
+	return scan.Finish(srcErr)
+}
+
+// oneModule is the source of one module's frames in a capture that may
+// hold several modules' frames, told apart by their module_id: frames of
+// other modules are released and counted, never taken for this module's.
+type oneModule struct {
+	pipeline.Source
+	id    uint16
+	other int    // frames of other modules dropped
+	first uint16 // the module of the first of them
+}
+
+// ReadIntoHost passes a backend's page-locked memory on to the capture
+// (pipeline.HostBufferSource).
+func (s *oneModule) ReadIntoHost(host gpu.HostAllocator) func() {
+	if bs, ok := s.Source.(pipeline.HostBufferSource); ok {
+		return bs.ReadIntoHost(host)
+	}
+	return func() {}
+}
+
+// Next returns the module's next frame.
+func (s *oneModule) Next(ctx context.Context) (*pipeline.Frame, error) {
+	for {
+		f, err := s.Source.Next(ctx)
+		if err != nil || f.Header.ModuleID == s.id {
+			return f, err
+		}
+		if s.other == 0 {
+			s.first = f.Header.ModuleID
+		}
+		s.other++
+		s.Source.Release(f)
+	}
+}
+
+// modules replays a capture of several modules' interleaved frames: each
+// module's frames go through a pipeline of their own into the module's
+// file, and the master file shows the array.
+func (rp *replayRun) modules(ctx context.Context) error {
+	o := &rp.o
+	profile, plan, format, files := o.Profile, o.Plan, o.Format, o.Files
+	ids := make([]uint16, len(files.Modules))
+	for i, m := range files.Modules {
+		ids[i] = uint16(m.Module.ID)
+	}
+	if err := rp.checks(files).Run(o.Errs); err != nil {
+		return err
+	}
+	if plan.Frames() > 0 {
+		if err := WriteMaster(files, profile, plan, format, o.User, plan.Frames()); err != nil {
+			return err
+		}
+	}
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share, rather than contexts the GPU time-slices.
+	backend, err := OpenBackend(profile, o.Log)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	mo := o.Options
+	mo.Backend = backend
+	scans, err := OpenModules(files, mo)
+	if err != nil {
+		return err
+	}
+	for i, scan := range scans {
+		defer scan.Abort()
+		if err := scan.Observe(o.Observer, o.ScanID, files.Modules[i].Module.ID); err != nil {
+			return err
+		}
+		if err := scan.openLive(o.ScanID, files.Modules[i].Module.ID); err != nil {
+			return err
+		}
+	}
+	d := pipeline.NewDemux(rp.src, ids, demuxDepth)
+	srcErrs := make([]error, len(scans))
+	var wg sync.WaitGroup
+	for i, scan := range scans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := d.Module(ids[i])
+			srcErrs[i] = scan.Run(ctx, m)
+			m.Close()
+		}()
+	}
+	if err := d.Run(ctx); errors.Is(err, capture.ErrTruncated) {
+		o.Log.Warn("capture cut short", zap.Error(err))
+	}
+	wg.Wait()
+	if n := d.Unknown(); n > 0 {
+		fmt.Fprintf(o.Errs, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
+	}
+	return FinishModules(files, mo, scans, srcErrs)
+}
+
+// demuxDepth is how many frames of one module may wait for its pipeline
+// while the capture is read on for the others.
+const demuxDepth = 8
+
+// captureFrames estimates the frames in a capture of format from its
+// size; 0 when it cannot be read.
+func captureFrames(path string, format frame.Format) int {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return int(info.Size() / (frame.HeaderSize + int64(format.PayloadSize())))
+}

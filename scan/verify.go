@@ -1,0 +1,298 @@
+package scan
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/frame"
+	"h5ingest/writer"
+)
+
+// errBad is wrapped by the error of a file with bad chunks or records,
+// each of which Verify listed.
+var errBad = errors.New("bad chunks or records")
+
+// DefaultVerifyStall is how long Verify waits for one step of its reading
+// (opening the file, its records, one chunk) before it gives up.
+const DefaultVerifyStall = 2 * time.Minute
+
+// verifySteps counts the steps of verify's reading (a file opened, a
+// chunk read); the watchdog of verifyBounded reads it.
+var verifySteps atomic.Int64
+
+// verifyStep, where a test sets it, runs at every step: it stands in for an
+// HDF5 call that does not return.
+var verifyStep atomic.Pointer[func()]
+
+// step records progress of verify's reading.
+func step() {
+	verifySteps.Add(1)
+	if f := verifyStep.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// Verify proves the file at path, a module's file or a master (and then
+// every module file it names), against its records: every written chunk
+// decompressed with h5ingest's own codecs and its CRC-32C compared with
+// the frame's data_crc32c, the layout complete, records and chunks in
+// agreement. It writes what it finds on out, a line per problem and one
+// summing up. It returns nil when every frame is good, ErrIncomplete when
+// the file is sound but some frames are missing, corrupt or rejected (or
+// it holds none), and an error for a bad chunk or layout or a file that
+// cannot be read.
+//
+// Verify reads on a goroutine of its own and gives up when the reading
+// makes no progress for stall (a damaged file can make the HDF5 library
+// stop answering), or when ctx is done. HDF5 calls cannot be interrupted:
+// a stuck goroutine is left behind, holding the library, and the caller
+// should call the library no more (a command exits).
+func Verify(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
+	gated := &gatedWriter{w: out}
+	done := make(chan error, 1)
+	go func() { done <- verify(gated, path) }()
+	tick := time.NewTicker(min(stall/4, time.Second))
+	defer tick.Stop()
+	last, since := verifySteps.Load(), time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			gated.cut()
+			return fmt.Errorf("verify %s: stopped (%v) before the end", path, context.Cause(ctx))
+		case <-tick.C:
+			if n := verifySteps.Load(); n != last {
+				last, since = n, time.Now()
+				continue
+			}
+			if time.Since(since) >= stall {
+				gated.cut()
+				return fmt.Errorf("verify %s: reading the file made no progress for %v: the file is damaged or its storage does not answer", path, stall)
+			}
+		}
+	}
+}
+
+// gatedWriter passes writes on until cut, and drops them after.
+type gatedWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gatedWriter) cut() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+// verifyResult sums up a verification.
+type verifyResult struct {
+	frames   int
+	checked  int       // chunks decompressed and compared
+	bad      []problem // chunks or records that do not hold up
+	byStatus [4]int    // frames per recorded status
+	// unrecorded lists frames with a chunk but no record: the writer
+	// stopped between the two.
+	unrecorded []int
+}
+
+// verify proves path as Verify does, with no bound on the time it takes.
+func verify(out io.Writer, path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	step()
+	r, err := writer.OpenPlain(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	step()
+	if r.Modules != nil {
+		return verifyMaster(out, path, r.Modules)
+	}
+	res, err := verifyFile(r)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", path, err)
+	}
+	slices.SortStableFunc(res.bad, func(a, b problem) int { return cmp.Compare(a.n, b.n) })
+	for _, p := range res.bad {
+		fmt.Fprintf(out, "BAD %s\n", p.msg)
+	}
+	if n := len(res.unrecorded); n > 0 {
+		fmt.Fprintf(out, "note: %d frames (first %d) have a chunk but no record, as a writer stopped mid-scan leaves them: counted as missing\n",
+			n, res.unrecorded[0])
+	}
+	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; ok %d, missing %d, crc mismatch %d, rejected %d\n",
+		path, res.frames, res.checked, res.byStatus[frame.StatusOK], res.byStatus[frame.StatusMissing],
+		res.byStatus[frame.StatusCRCMismatch], res.byStatus[frame.StatusRejected])
+	switch {
+	case len(res.bad) > 0:
+		return fmt.Errorf("%s: %d %w", path, len(res.bad), errBad)
+	case res.frames == 0:
+		fmt.Fprintf(out, "%s holds no frame\n", path)
+		return ErrIncomplete
+	case res.byStatus[frame.StatusOK] != res.frames:
+		return ErrIncomplete
+	}
+	return nil
+}
+
+// verifyMaster verifies every module file of a master and returns the worst
+// outcome: a module file that is missing or bad fails the master.
+func verifyMaster(out io.Writer, path string, modules []writer.MasterModule) error {
+	var worst error
+	for _, m := range modules {
+		file := m.File
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(filepath.Dir(path), file)
+		}
+		err := verify(out, file)
+		if err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, errBad) {
+			fmt.Fprintf(out, "BAD module %d: %v\n", m.ID, err)
+			err = fmt.Errorf("module %d: %w", m.ID, err)
+		}
+		worst = Worse(worst, err)
+	}
+	fmt.Fprintf(out, "%s: master of %d modules\n", path, len(modules))
+	return worst
+}
+
+// problem is something verify found wrong with frame n (-1: the layout).
+type problem struct {
+	n   int
+	msg string
+}
+
+// chunkCheck is one chunk handed to a verification worker.
+type chunkCheck struct {
+	n    int
+	data []byte
+	want uint32
+}
+
+// verifyFile checks the layout, then every frame's record and chunk.
+// Chunks are read on this goroutine (the HDF5 library is not used
+// concurrently) and decompressed on one worker per core.
+func verifyFile(r *writer.Reader) (verifyResult, error) {
+	res := verifyResult{frames: r.Frames}
+	for _, p := range r.MissingPaths() {
+		res.bad = append(res.bad, problem{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
+	}
+	records, err := r.Records()
+	if err != nil {
+		return res, err
+	}
+	step()
+	if len(records) != r.Frames {
+		return res, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
+	}
+	codecs := make([]compress.Codec, runtime.GOMAXPROCS(0))
+	for i := range codecs {
+		if codecs[i], err = compress.FromFilters(r.Filters, r.ElemSize); err != nil {
+			return res, err
+		}
+	}
+	imageSize := r.Height * r.Width * r.ElemSize
+
+	var mu sync.Mutex
+	report := func(n int, format string, args ...any) {
+		mu.Lock()
+		res.bad = append(res.bad, problem{n, fmt.Sprintf("frame %d: ", n) + fmt.Sprintf(format, args...)})
+		mu.Unlock()
+	}
+	work := make(chan chunkCheck, len(codecs))
+	free := make(chan []byte, 2*len(codecs))
+	for range cap(free) {
+		free <- nil
+	}
+	var wg sync.WaitGroup
+	for _, codec := range codecs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var img []byte
+			for c := range work {
+				var err error
+				img, err = codec.Decode(img[:0], c.data)
+				switch {
+				case err != nil:
+					report(c.n, "chunk does not decompress: %v", err)
+				case len(img) != imageSize:
+					report(c.n, "chunk decompresses to %d bytes, a frame is %d", len(img), imageSize)
+				case frame.Checksum(img) != c.want:
+					report(c.n, "data CRC %08x, recorded %08x", frame.Checksum(img), c.want)
+				}
+				free <- c.data
+			}
+		}()
+	}
+	for n, rec := range records {
+		if int(rec.Status) < len(res.byStatus) {
+			res.byStatus[rec.Status]++
+		} else {
+			report(n, "unknown status %d", rec.Status)
+		}
+		buf := <-free
+		data, mask, err := r.ReadChunk(n, buf[:0])
+		step()
+		written := rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch
+		switch {
+		case errors.Is(err, writer.ErrNoChunk):
+			if written {
+				report(n, "recorded as written (status %d) but has no chunk", rec.Status)
+			}
+			free <- data
+		case err != nil:
+			close(work)
+			wg.Wait()
+			return res, err
+		case rec.Status == frame.StatusMissing:
+			// The writer stored the chunk but stopped (killed, or the disk
+			// filled) before its record reached the file: nothing vouches
+			// for it, so the frame stays missing.
+			res.unrecorded = append(res.unrecorded, n)
+			free <- data
+		case !written:
+			report(n, "recorded with status %d but has a chunk", rec.Status)
+			free <- data
+		case mask != 0:
+			report(n, "chunk skipped filters (mask %#x)", mask)
+			free <- data
+		default:
+			res.checked++
+			work <- chunkCheck{n: n, data: data, want: rec.DataCRC}
+		}
+	}
+	close(work)
+	wg.Wait()
+	return res, nil
+}
+
+// VerifyPath proves the file at path as Verify does, writing nothing,
+// with DefaultVerifyStall.
+func VerifyPath(path string) error {
+	return Verify(context.Background(), io.Discard, path, DefaultVerifyStall)
+}

@@ -1,0 +1,90 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"h5ingest/compress"
+	"h5ingest/frame"
+	"h5ingest/writer"
+)
+
+// writeFrames writes a file of n good frames of 2 x 2 pixels with no
+// plan, uncompressed.
+func writeFrames(t *testing.T, path string, n int) {
+	t.Helper()
+	codec, err := compress.New("none", 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := writer.Create(writer.Options{Path: path, Layout: writer.LayoutNXtomo, Height: 2, Width: 2, ElemSize: 2,
+		Filters: codec.Filters(), FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := make([]byte, 8)
+	for i := range n {
+		img[0] = byte(i)
+		if err := w.WriteChunk(i, 0, img); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, frame.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyStalls makes Verify's reading stop answering at its third
+// step, as an HDF5 call on a damaged file did (a file two scans wrote at
+// once): Verify gives up after the stall timeout with an error instead of
+// hanging, and so it does at once when its context ends (a command's
+// SIGTERM) during the stall.
+func TestVerifyStalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "scan.h5")
+	writeFrames(t, path, 20)
+	if err := Verify(context.Background(), io.Discard, path, time.Second); err != nil {
+		t.Fatalf("verify of a good file: %v", err)
+	}
+	// The stalled readings stay stalled until the test ends: a stuck
+	// reading left behind must not take the next one's steps.
+	release := make(chan struct{})
+	defer close(release)
+	for _, tt := range []struct {
+		name   string
+		cancel bool
+		want   string
+	}{
+		{"stall timeout", false, "made no progress for 500ms: the file is damaged"},
+		{"context ended", true, "stopped (terminated) before the end"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var steps atomic.Int64
+			hang := func() {
+				if steps.Add(1) == 3 {
+					<-release
+				}
+			}
+			verifyStep.Store(&hang)
+			defer verifyStep.Store(nil)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			if tt.cancel {
+				time.AfterFunc(200*time.Millisecond, func() { cancel(errors.New("terminated")) })
+			}
+			start := time.Now()
+			err := Verify(ctx, io.Discard, path, 500*time.Millisecond)
+			if d := time.Since(start); err == nil || !strings.Contains(err.Error(), tt.want) || d > 10*time.Second {
+				t.Errorf("stalled verify: %v after %v, want an error saying %q promptly", err, d, tt.want)
+			}
+		})
+	}
+}
