@@ -19,6 +19,7 @@ type Demux struct {
 	src     Source
 	modules map[uint16]*ModuleSource
 	unknown atomic.Int64
+	first   atomic.Uint32 // the module of the first unknown frame
 	// started closes when a module first asks for a frame, lends host
 	// memory or closes: a source that reads into buffers of its own
 	// (HostBufferSource) is read only then, so that a pipeline lending it
@@ -52,8 +53,11 @@ func NewDemux(src Source, modules []uint16, depth int) *Demux {
 // the Demux was not made with.
 func (d *Demux) Module(id uint16) *ModuleSource { return d.modules[id] }
 
-// Unknown returns how many frames of other modules Run dropped.
-func (d *Demux) Unknown() int64 { return d.unknown.Load() }
+// Unknown returns how many frames of other modules Run dropped, and the
+// module of the first of them.
+func (d *Demux) Unknown() (frames int64, first uint16) {
+	return d.unknown.Load(), uint16(d.first.Load())
+}
 
 // Run hands every frame of the source to its module's source until the
 // source ends, then ends every module's source the same way: io.EOF, or
@@ -90,7 +94,9 @@ func (d *Demux) pump(ctx context.Context) error {
 		}
 		m := d.modules[f.Header.ModuleID]
 		if m == nil {
-			d.unknown.Add(1)
+			if d.unknown.Add(1) == 1 {
+				d.first.Store(uint32(f.Header.ModuleID))
+			}
 			d.src.Release(f)
 			continue
 		}

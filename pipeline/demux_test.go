@@ -90,8 +90,12 @@ func TestDemux(t *testing.T) {
 			if !errors.Is(runErr, tt.end) || (tt.end == nil && runErr != nil) {
 				t.Errorf("Run returned %v, want %v", runErr, tt.end)
 			}
-			if d.Unknown() != tt.unknown {
-				t.Errorf("%d frames of unknown modules, want %d", d.Unknown(), tt.unknown)
+			var wantFirst uint16
+			if i := slices.IndexFunc(tt.frames, func(f *Frame) bool { return !slices.Contains(tt.modules, f.Header.ModuleID) }); i >= 0 {
+				wantFirst = tt.frames[i].Header.ModuleID
+			}
+			if n, first := d.Unknown(); n != tt.unknown || first != wantFirst {
+				t.Errorf("%d frames of unknown modules, the first of module %d; want %d, %d", n, first, tt.unknown, wantFirst)
 			}
 			if src.released != len(tt.frames) {
 				t.Errorf("%d of %d frames released", src.released, len(tt.frames))

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/frame"
-	"h5ingest/gpu"
 	"h5ingest/pipeline"
 	"h5ingest/source/capture"
 )
@@ -77,10 +76,7 @@ func Replay(ctx context.Context, o ReplayOptions) error {
 	}
 	o.Plan, o.Format = plan, format
 	rp := &replayRun{o: o, src: src}
-	if len(o.Files.Modules) > 1 {
-		return rp.modules(ctx)
-	}
-	return rp.module(ctx)
+	return rp.run(ctx)
 }
 
 // replayRun is one replay: a capture, and the profile and plan it is
@@ -107,78 +103,11 @@ func (rp *replayRun) checks(files Files) Checks {
 	return pre
 }
 
-// module replays a capture of one module into its file.
-func (rp *replayRun) module(ctx context.Context) error {
-	o := &rp.o
-	if err := rp.checks(o.Files).Run(o.Errs); err != nil {
-		return err
-	}
-	id := o.Files.Modules[0].Module.ID
-	scan, err := Open(o.Files.Modules[0].Path, o.Options)
-	if err != nil {
-		return err
-	}
-	defer scan.Abort()
-	if err := scan.Observe(o.Observer, o.ScanID, id); err != nil {
-		return err
-	}
-	if err := scan.openLive(o.ScanID, id); err != nil {
-		return err
-	}
-	src := &oneModule{Source: rp.src, id: uint16(id)}
-	srcErr := scan.Run(ctx, src)
-	if errors.Is(srcErr, capture.ErrTruncated) {
-		o.Log.Warn("capture cut short", zap.Error(srcErr))
-	}
-	if src.other > 0 {
-		fmt.Fprintf(o.Errs, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
-			src.other, src.id)
-		if scan.pipeline.Progress().Written == 0 {
-			fmt.Fprintf(o.Errs, "h5ingest: to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"\n",
-				src.first, src.first)
-		}
-	}
-	return scan.Finish(srcErr)
-}
-
-// oneModule is the source of one module's frames in a capture that may
-// hold several modules' frames, told apart by their module_id: frames of
-// other modules are released and counted, never taken for this module's.
-type oneModule struct {
-	pipeline.Source
-	id    uint16
-	other int    // frames of other modules dropped
-	first uint16 // the module of the first of them
-}
-
-// ReadIntoHost passes a backend's page-locked memory on to the capture
-// (pipeline.HostBufferSource).
-func (s *oneModule) ReadIntoHost(host gpu.HostAllocator) func() {
-	if bs, ok := s.Source.(pipeline.HostBufferSource); ok {
-		return bs.ReadIntoHost(host)
-	}
-	return func() {}
-}
-
-// Next returns the module's next frame.
-func (s *oneModule) Next(ctx context.Context) (*pipeline.Frame, error) {
-	for {
-		f, err := s.Source.Next(ctx)
-		if err != nil || f.Header.ModuleID == s.id {
-			return f, err
-		}
-		if s.other == 0 {
-			s.first = f.Header.ModuleID
-		}
-		s.other++
-		s.Source.Release(f)
-	}
-}
-
-// modules replays a capture of several modules' interleaved frames: each
-// module's frames go through a pipeline of their own into the module's
-// file, and the master file shows the array.
-func (rp *replayRun) modules(ctx context.Context) error {
+// run replays the captures: each module's frames, told apart by their
+// module_id, go through a pipeline of their own into the module's file
+// (frames of modules the profile does not list are dropped and counted),
+// and the master file of several modules shows the array.
+func (rp *replayRun) run(ctx context.Context) error {
 	o := &rp.o
 	profile, plan, format, files := o.Profile, o.Plan, o.Format, o.Files
 	ids := make([]uint16, len(files.Modules))
@@ -188,7 +117,7 @@ func (rp *replayRun) modules(ctx context.Context) error {
 	if err := rp.checks(files).Run(o.Errs); err != nil {
 		return err
 	}
-	if plan.Frames() > 0 {
+	if files.Master != "" && plan.Frames() > 0 {
 		if err := WriteMaster(files, profile, plan, format, o.User, plan.Frames()); err != nil {
 			return err
 		}
@@ -231,10 +160,28 @@ func (rp *replayRun) modules(ctx context.Context) error {
 		o.Log.Warn("capture cut short", zap.Error(err))
 	}
 	wg.Wait()
-	if n := d.Unknown(); n > 0 {
-		fmt.Fprintf(o.Errs, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
-	}
+	rp.dropped(d, scans)
 	return FinishModules(files, mo, scans, srcErrs)
+}
+
+// dropped says how many frames of modules the profile does not list were
+// dropped; where a one-module replay wrote none, it says how to replay
+// the module the capture holds.
+func (rp *replayRun) dropped(d *pipeline.Demux, scans []*Module) {
+	n, first := d.Unknown()
+	files, errs := rp.o.Files, rp.o.Errs
+	switch {
+	case n == 0:
+	case len(files.Modules) > 1:
+		fmt.Fprintf(errs, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
+	default:
+		fmt.Fprintf(errs, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
+			n, files.Modules[0].Module.ID)
+		if scans[0].pipeline.Progress().Written == 0 {
+			fmt.Fprintf(errs, "h5ingest: to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"\n",
+				first, first)
+		}
+	}
 }
 
 // demuxDepth is how many frames of one module may wait for its pipeline
