@@ -144,7 +144,11 @@ func (rp *replayRun) run(ctx context.Context) error {
 			return err
 		}
 	}
-	d := pipeline.NewDemux(rp.src, ids, demuxDepth)
+	depth := demuxDepth
+	if len(ids) == 1 { // no other module's pipeline to keep reading for
+		depth = 1
+	}
+	d := pipeline.NewDemux(rp.src, ids, depth)
 	srcErrs := make([]error, len(scans))
 	var wg sync.WaitGroup
 	for i, scan := range scans {
