@@ -44,6 +44,10 @@ type Stages struct {
 	CompressOut     prometheus.Counter   // chunk bytes out
 	CompressSeconds prometheus.Histogram // seconds per Encode call
 
+	ProcessFrames  prometheus.Counter   // images a processor stage worked on
+	ProcessErrors  prometheus.Counter   // images it failed on (recorded missing)
+	ProcessSeconds prometheus.Histogram // seconds per Process call
+
 	WriteFrames  prometheus.Counter    // chunks written
 	WriteBytes   prometheus.Counter    // chunk bytes written
 	WriteSeconds prometheus.Histogram  // seconds per WriteChunk call
@@ -95,6 +99,9 @@ func New() *Stages {
 	s.CompressIn = counter("h5ingest_compress_bytes_in_total", "Image bytes compressed.")
 	s.CompressOut = counter("h5ingest_compress_bytes_out_total", "Compressed chunk bytes.")
 	s.CompressSeconds = histogram("h5ingest_compress_frame_seconds", "Time to compress one frame.")
+	s.ProcessFrames = counter("h5ingest_process_frames_total", "Images the processor stage worked on.")
+	s.ProcessErrors = counter("h5ingest_process_errors_total", "Images the processor stage failed on (not written, recorded missing).")
+	s.ProcessSeconds = histogram("h5ingest_process_frame_seconds", "Time the processor stage took on one image.")
 	s.WriteFrames = counter("h5ingest_write_frames_total", "Chunks written to the file.")
 	s.WriteBytes = counter("h5ingest_write_bytes_total", "Chunk bytes written to the file.")
 	s.WriteSeconds = histogram("h5ingest_write_frame_seconds", "Time to write one chunk to the file.")
@@ -299,6 +306,38 @@ func (w *preshuffledCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) 
 	out, err := w.ps.EncodeShuffled(dst, shuffled)
 	w.count(start, len(shuffled), len(out)-len(dst), err)
 	return out, err
+}
+
+// NewProcessor returns a processor maker whose processors are
+// newProcessor's, counted and timed like every stage; nil for nil (no
+// processor stage).
+func (s *Stages) NewProcessor(newProcessor func() (pipeline.Processor, error)) func() (pipeline.Processor, error) {
+	if newProcessor == nil {
+		return nil
+	}
+	return func() (pipeline.Processor, error) {
+		p, err := newProcessor()
+		if err != nil {
+			return nil, err
+		}
+		return &processor{p, s}, nil
+	}
+}
+
+type processor struct {
+	pipeline.Processor
+	s *Stages
+}
+
+func (w *processor) Process(n int, f frame.Format, image []byte) error {
+	start := time.Now()
+	err := w.Processor.Process(n, f, image)
+	observe(w.s.ProcessSeconds, start)
+	w.s.ProcessFrames.Inc()
+	if err != nil {
+		w.s.ProcessErrors.Inc()
+	}
+	return err
 }
 
 // Sink returns sink, counted.

@@ -383,3 +383,32 @@ func TestRegisterTwiceFails(t *testing.T) {
 		t.Errorf("a second module: %v", err)
 	}
 }
+
+// failOdd is a processor that fails on odd frames.
+type failOdd struct{}
+
+func (failOdd) Process(n int, _ frame.Format, _ []byte) error {
+	if n%2 == 1 {
+		return errors.New("odd")
+	}
+	return nil
+}
+
+func TestProcessorCounted(t *testing.T) {
+	s := New()
+	if s.NewProcessor(nil) != nil {
+		t.Error("no processor stage: a maker all the same")
+	}
+	p, err := s.NewProcessor(func() (pipeline.Processor, error) { return failOdd{}, nil })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range 5 {
+		if err := p.Process(n, frame.Format{}, nil); (err != nil) != (n%2 == 1) {
+			t.Errorf("frame %d: %v, want the processor's result", n, err)
+		}
+	}
+	if Value(s.ProcessFrames) != 5 || Value(s.ProcessErrors) != 2 || Snapshot(s.ProcessSeconds).Count != 5 {
+		t.Errorf("frames %v errors %v timed %d; want 5, 2, 5", Value(s.ProcessFrames), Value(s.ProcessErrors), Snapshot(s.ProcessSeconds).Count)
+	}
+}

@@ -74,6 +74,26 @@ type Sink interface {
 	SetRecord(n int, r frame.Record) error
 }
 
+// Processor is the optional stage between decode and compress: it sees
+// each decoded image in place and may change it, as a flat-field
+// normalisation, a mask or a region of interest set to zero would. The
+// pipeline makes one Processor per compression worker
+// (Config.NewProcessor), so each is used by one goroutine at a time and
+// may keep scratch memory of its own; it must not allocate per frame.
+//
+// The record of a processed frame keeps the CRC-32C of the payload as
+// received (the detector's data); its data CRC is that of the image as
+// processed and stored, so that verify proves the file.
+type Processor interface {
+	// Process works on the decoded image of frame n: f.Height() rows of
+	// f.Width() little-endian pixels of f.PixelSize() bytes. It may
+	// rewrite the pixels in place and must not keep image once it
+	// returns. An error leaves the frame unwritten and recorded missing,
+	// with the error logged: a frame a processor could not process is
+	// never stored as if it were good.
+	Process(n int, f frame.Format, image []byte) error
+}
+
 // Config sets up a pipeline.
 type Config struct {
 	Format  frame.Format // the scan's frame format; frames of another are rejected
@@ -81,7 +101,10 @@ type Config struct {
 	Backend gpu.Backend  // decode and checksum
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
-	Workers  int // compression workers; 0 means one per core
+	// NewProcessor, where set, makes one Processor for each compression
+	// worker: every decoded image goes through it before compression.
+	NewProcessor func() (Processor, error)
+	Workers      int // compression workers; 0 means one per core
 	Batch    int // frames per decode call; 0 means 1 (a GPU backend wants more)
 	Slots    int // frames in flight, bounding memory; 0 means Workers + 2*Batch
 	// DropWhenFull never holds the source back, for a detector that cannot
@@ -154,6 +177,9 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Backend == nil || cfg.NewCodec == nil {
 		return nil, errors.New("pipeline needs a backend and a codec")
+	}
+	if cfg.BackendShuffle && cfg.NewProcessor != nil {
+		return nil, errors.New("a processor stage needs the images as decoded: not with the bit transpose on the backend")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
@@ -231,6 +257,17 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		}
 		codecs[i] = c
 	}
+	procs := make([]Processor, cfg.Workers)
+	for i := range procs {
+		if cfg.NewProcessor == nil {
+			break
+		}
+		pr, err := cfg.NewProcessor()
+		if err != nil {
+			return p.Progress(), fmt.Errorf("make processor: %w", err)
+		}
+		procs[i] = pr
+	}
 	if cfg.BackendShuffle {
 		for _, c := range codecs { // compress takes the shuffled path of each
 			ps, ok := c.(compress.Preshuffled)
@@ -277,10 +314,10 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 			cancel(decodeErr)
 		}
 	}()
-	for _, codec := range codecs {
+	for i, codec := range codecs {
 		go func() {
 			defer producers.Done()
-			p.compress(codec, compressCh, writeCh)
+			p.compress(codec, procs[i], compressCh, writeCh)
 		}()
 	}
 	go func() {
@@ -635,14 +672,18 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 	return nil
 }
 
-// compress encodes decoded images into chunks; images the backend has
-// transposed go to the codec's block compressor alone.
-func (p *Pipeline) compress(codec compress.Codec, in <-chan *slot, out chan<- *slot) {
+// compress runs each decoded image through the processor, where there is
+// one, and encodes it into a chunk; images the backend has transposed go
+// to the codec's block compressor alone.
+func (p *Pipeline) compress(codec compress.Codec, proc Processor, in <-chan *slot, out chan<- *slot) {
 	encode := codec.Encode
 	if p.shuffle != 0 {
 		encode = codec.(compress.Preshuffled).EncodeShuffled
 	}
 	for s := range in {
+		if s.write && proc != nil {
+			p.process(proc, s)
+		}
 		if s.write {
 			chunk, err := encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
 			if err != nil {
@@ -654,6 +695,19 @@ func (p *Pipeline) compress(codec compress.Codec, in <-chan *slot, out chan<- *s
 		}
 		out <- s
 	}
+}
+
+// process runs s's image through proc; the record's data CRC becomes the
+// processed image's. A failure leaves the frame unwritten and missing.
+func (p *Pipeline) process(proc Processor, s *slot) {
+	image := s.image[:p.cfg.Format.ImageSize()]
+	if err := proc.Process(s.n, p.cfg.Format, image); err != nil {
+		p.log.Error("processor failed: frame not written", zap.Int("frame", s.n), zap.Error(err))
+		s.write = false
+		s.record = frame.Record{Timestamp: s.record.Timestamp, RawCRC: s.record.RawCRC, Status: frame.StatusMissing}
+		return
+	}
+	s.record.DataCRC = frame.Checksum(image)
 }
 
 // write hands chunks and records to the sink, one goroutine, and returns

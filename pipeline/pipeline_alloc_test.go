@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"testing"
 
@@ -57,18 +56,26 @@ func TestPipelineSteadyStateAllocs(t *testing.T) {
 	}
 	defer backend.Close()
 	distinct := []*Frame{testFrame(t, testFormat, 0), testFrame(t, testFormat, 1), testFrame(t, testFormat, 2)}
-	for _, shuffle := range []bool{false, true} {
-		t.Run(fmt.Sprint("backend-shuffle=", shuffle), func(t *testing.T) {
-			testSteadyStateAllocs(t, backend, distinct, shuffle)
+	for _, tc := range []struct {
+		name    string
+		shuffle bool
+		proc    func() (Processor, error)
+	}{
+		{"backend-shuffle=false", false, nil},
+		{"backend-shuffle=true", true, nil},
+		{"processor", false, func() (Processor, error) { return invert{}, nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testSteadyStateAllocs(t, backend, distinct, tc.shuffle, tc.proc)
 		})
 	}
 }
 
-func testSteadyStateAllocs(t *testing.T, backend gpu.Backend, distinct []*Frame, shuffle bool) {
+func testSteadyStateAllocs(t *testing.T, backend gpu.Backend, distinct []*Frame, shuffle bool, proc func() (Processor, error)) {
 	allocs := func(n int) float64 {
 		return testing.AllocsPerRun(20, func() {
 			p, err := New(Config{
-				Format: testFormat, Frames: n, Backend: backend, BackendShuffle: shuffle,
+				Format: testFormat, Frames: n, Backend: backend, BackendShuffle: shuffle, NewProcessor: proc,
 				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
 			})
 			if err != nil {
