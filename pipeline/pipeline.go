@@ -105,8 +105,8 @@ type Config struct {
 	// worker: every decoded image goes through it before compression.
 	NewProcessor func() (Processor, error)
 	Workers      int // compression workers; 0 means one per core
-	Batch    int // frames per decode call; 0 means 1 (a GPU backend wants more)
-	Slots    int // frames in flight, bounding memory; 0 means Workers + 2*Batch
+	Batch        int // frames per decode call; 0 means 1 (a GPU backend wants more)
+	Slots        int // frames in flight, bounding memory; 0 means Workers + 2*Batch
 	// DropWhenFull never holds the source back, for a detector that cannot
 	// wait: a frame that arrives while every slot is busy is dropped,
 	// counted (Counts.Overflow) and recorded missing. Without it the source
