@@ -131,6 +131,9 @@ type Output struct {
 	// decode backend (on the GPU with cuda), leaving the CPU only the block
 	// compression. The files do not change.
 	BackendShuffle bool `mapstructure:"backend_shuffle"`
+	// Processors name the processor stages every decoded image goes
+	// through, in order, before compression.
+	Processors []string `mapstructure:"processors"`
 }
 
 // PlanKeys are a profile's scan plan defaults.
@@ -166,6 +169,9 @@ type Layers struct {
 	// Flags are values given on the command line, by key, with the flag
 	// that gave each (for messages); they override everything else.
 	Flags map[string]FlagValue
+	// Names are the stages the keys that name one may choose from: a
+	// registry's (package registry).
+	Names Names
 }
 
 // FlagValue is a key's value from a command-line flag.
@@ -175,10 +181,11 @@ type FlagValue struct {
 }
 
 // Load returns the profile at path (a file, or a built-in profile's name)
-// layered over the defaults, with the environment on top. An empty path
-// means the defaults and the environment alone.
-func Load(path string) (Profile, error) {
-	p, _, err := LoadLayers(Layers{Profile: path})
+// layered over the defaults, with the environment on top, its keys that
+// name a stage checked against names. An empty path means the defaults
+// and the environment alone.
+func Load(path string, names Names) (Profile, error) {
+	p, _, err := LoadLayers(Layers{Profile: path, Names: names})
 	return p, err
 }
 
@@ -219,7 +226,7 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 	if err != nil {
 		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.Validate(l.Names); err != nil {
 		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
 	}
 	return p, sources, nil

@@ -13,6 +13,15 @@ import (
 	"time"
 )
 
+// testNames are the stages of h5ingest's own registry (stock),
+// which these tests cannot import: it imports this package.
+var testNames = Names{
+	Transports: []string{"fabric"},
+	Backends:   []string{"auto", "cpu", "cuda"},
+	Codecs:     []string{"bslz4", "bszstd", "lz4", "deflate", "none"},
+	Layouts:    []string{"nxtomo", "cxi"},
+}
+
 func writeProfile(t *testing.T, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "beamline.yaml")
@@ -23,7 +32,7 @@ func writeProfile(t *testing.T, text string) string {
 }
 
 func TestDefaults(t *testing.T) {
-	p, sources, err := LoadLayers(Layers{})
+	p, sources, err := LoadLayers(Layers{Names: testNames})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +87,7 @@ output:
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			p, sources, err := LoadLayers(Layers{Profile: path, Flags: tt.flags})
+			p, sources, err := LoadLayers(Layers{Profile: path, Flags: tt.flags, Names: testNames})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +179,7 @@ func TestErrors(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			path := writeProfile(t, tt.text)
-			_, _, err := LoadLayers(Layers{Profile: path, Flags: tt.flags})
+			_, _, err := LoadLayers(Layers{Profile: path, Flags: tt.flags, Names: testNames})
 			if err == nil {
 				t.Fatal("loaded")
 			}
@@ -183,10 +192,10 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), testNames); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
-	if _, err := Load("pimega-9000"); err == nil || !strings.Contains(err.Error(), "no built-in profile of that name (built in: default, pimega-135d-cdi") {
+	if _, err := Load("pimega-9000", testNames); err == nil || !strings.Contains(err.Error(), "no built-in profile of that name (built in: default, pimega-135d-cdi") {
 		t.Errorf("unknown built-in: %v", err)
 	}
 }
@@ -199,7 +208,7 @@ func TestBuiltinProfiles(t *testing.T) {
 		}
 	}
 	for _, name := range names {
-		p, sources, err := LoadLayers(Layers{Profile: name})
+		p, sources, err := LoadLayers(Layers{Profile: name, Names: testNames})
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -208,7 +217,7 @@ func TestBuiltinProfiles(t *testing.T) {
 			t.Errorf("%s: name %q from %q", name, p.Name, sources["name"])
 		}
 	}
-	p, err := Load("pimega-540d")
+	p, err := Load("pimega-540d", testNames)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +228,7 @@ func TestBuiltinProfiles(t *testing.T) {
 	if err != nil || plan.Frames() != 2040 {
 		t.Errorf("540D plan %v, %v", plan, err)
 	}
-	tomo, err := Load("pimega-135d-tomo")
+	tomo, err := Load("pimega-135d-tomo", testNames)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +293,7 @@ func TestPlanPositions(t *testing.T) {
 	if err := os.WriteFile(csv, []byte("x,y\n0,0\n1e-6,0\n2e-6,1e-6\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Load(writeProfile(t, "plan:\n  positions: "+csv+"\n"))
+	p, err := Load(writeProfile(t, "plan:\n  positions: "+csv+"\n"), testNames)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +308,7 @@ func TestPlanPositions(t *testing.T) {
 		{"plan:\n  positions: " + csv + "\n  projections: 5\n", "key plan.positions: 3 positions in " + csv + " for a plan of 5 frames"},
 		{"plan:\n  positions: " + filepath.Join(dir, "none.csv") + "\n", "key plan.positions: open " + filepath.Join(dir, "none.csv")},
 	} {
-		if _, err := Load(writeProfile(t, tt.text)); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := Load(writeProfile(t, tt.text), testNames); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("error %v, want %q", err, tt.want)
 		}
 	}
@@ -310,7 +319,7 @@ func TestPlanPositions(t *testing.T) {
 func TestEnvTestVariables(t *testing.T) {
 	t.Setenv("H5INGEST_TEST_AS_COMMAND", "1")
 	t.Setenv("H5INGEST_OUTPUT_LEVEL", "0")
-	if _, _, err := LoadLayers(Layers{Profile: "default"}); err != nil {
+	if _, _, err := LoadLayers(Layers{Profile: "default", Names: testNames}); err != nil {
 		t.Errorf("with H5INGEST_TEST_AS_COMMAND set: %v", err)
 	}
 }
@@ -320,7 +329,7 @@ func TestEnvTestVariables(t *testing.T) {
 // records of the profile a scan ran with is a profile again.
 func TestValuesLoadAgain(t *testing.T) {
 	for _, name := range BuiltinNames() {
-		p, err := Load(name)
+		p, err := Load(name, testNames)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +342,7 @@ func TestValuesLoadAgain(t *testing.T) {
 		if err := os.WriteFile(file, js, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		again, err := Load(file)
+		again, err := Load(file, testNames)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, js)
 		}

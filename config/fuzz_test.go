@@ -28,7 +28,7 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, _, err := LoadLayers(Layers{Profile: file})
+		p, _, err := LoadLayers(Layers{Profile: file, Names: testNames})
 		if err != nil {
 			if !strings.Contains(err.Error(), file) && !strings.Contains(err.Error(), "H5INGEST_") {
 				t.Fatalf("error does not name the profile: %v", err)

@@ -56,6 +56,7 @@ func Default() Profile {
 			Directory:     ".",
 			Template:      "{scan}.h5",
 			Layout:        "nxtomo",
+			Processors:    []string{},
 			Compression:   "bslz4",
 			Level:         0,
 			FlushInterval: time.Second,
@@ -88,7 +89,7 @@ var Keys = []Key{
 	{"detector.encoding", "payload encoding the detector sends: bitplane, packed12, packed24, u16le or u32le"},
 	{"detector.bit_depth", "counter bits: 1, 6, 12 or 24 for bitplane; 12 packed12, 24 packed24, 16 u16le, 32 u32le"},
 	{"detector.coding", "counter coding: binary or lfsr (bitplane only)"},
-	{"source.transport", "how frames arrive: fabric (libfabric connected endpoints)"},
+	{"source.transport", "how frames arrive"},
 	{"source.provider", "libfabric provider: verbs on RoCE or InfiniBand, tcp elsewhere"},
 	{"source.address", "address the receiver listens on"},
 	{"source.port", "port the receiver listens on, for every module of the array, 1 to 65535"},
@@ -99,14 +100,15 @@ var Keys = []Key{
 	{"source.ring_max_bytes", "most bytes one module's receive ring may take (ring_slots times the frame size must fit), 1 MiB or more; bounds the receiver's memory"},
 	{"source.max_frame_gap", "in a scan without a plan: how far beyond the highest frame number received a frame's number may lie; a frame further out (a corrupt number) is rejected as out of range, not written, so that it cannot grow the scan; 1 to 10000000"},
 	{"source.drop_when_full", "for a detector that cannot wait: drop (count, record missing) the frames that arrive while the pipeline is full, instead of holding the detector back: true or false"},
-	{"backend", "decode backend: auto, cpu or cuda"},
+	{"backend", "decode backend"},
 	{"output.directory", "directory the scan files go to"},
 	{"output.template", "file name of a scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id; ends in .h5"},
-	{"output.layout", "file layout: nxtomo or cxi"},
-	{"output.compression", "chunk compression: bslz4, bszstd, lz4, deflate or none"},
+	{"output.layout", "file layout"},
+	{"output.compression", "chunk compression"},
 	{"output.level", "compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default"},
 	{"output.flush_interval", "how often readers following the file see new frames, e.g. 1s"},
 	{"output.overwrite", "replace an existing file of the same name: true or false"},
+	{"output.processors", "processor stages every decoded image goes through, in order, before compression (a flat field, a mask); the file stores the processed images; a list, empty for none"},
 	{"output.backend_shuffle", "do the bit transpose of bslz4 and bszstd on the decode backend (the GPU with cuda), leaving the CPU only LZ4 or zstd; the files do not change: true or false"},
 	{"plan.darks", "dark fields at the start of a scan"},
 	{"plan.flats", "flat fields after the darks"},
@@ -125,6 +127,14 @@ var Keys = []Key{
 	{"metadata.experiment_identifier", "the proposal or experiment the scan belongs to, the file's /entry/experiment_identifier"},
 }
 
+// KeyNamed returns the key named name.
+func KeyNamed(name string) (Key, bool) {
+	if k := findKey(name); k != nil {
+		return *k, true
+	}
+	return Key{}, false
+}
+
 // findKey returns the key named name, or nil.
 func findKey(name string) *Key {
 	for i := range Keys {
@@ -135,24 +145,81 @@ func findKey(name string) *Key {
 	return nil
 }
 
-// Allowed values of the keys that take names.
-var (
-	backends     = []string{"auto", "cpu", "cuda"}
-	layouts      = []string{"nxtomo", "cxi"}
-	compressions = []string{"bslz4", "bszstd", "lz4", "deflate", "none"}
-	transports   = []string{"fabric"}
-	modes        = []string{"write", "send"}
-)
+// modes are the values of source.mode.
+var modes = []string{"write", "send"}
+
+// Names are the names a profile may choose for the keys that name a
+// stage: those of a registry (package registry), which says which stages
+// the program has.
+type Names struct {
+	Transports []string // source.transport
+	Backends   []string // backend
+	Codecs     []string // output.compression
+	Layouts    []string // output.layout
+	Processors []string // output.processors
+}
+
+// Of returns the names key may take, and whether key names a stage.
+func (n Names) Of(key string) ([]string, bool) {
+	switch key {
+	case "source.transport":
+		return n.Transports, true
+	case "backend":
+		return n.Backends, true
+	case "output.compression":
+		return n.Codecs, true
+	case "output.layout":
+		return n.Layouts, true
+	case "output.processors":
+		return n.Processors, true
+	}
+	return nil, false
+}
+
+// KeyHelp returns what k means, with the names it may take where it
+// names a stage.
+func (n Names) KeyHelp(k Key) string {
+	names, ok := n.Of(k.Name)
+	if !ok {
+		return k.Help
+	}
+	if len(names) == 0 {
+		return k.Help + " (none registered)"
+	}
+	return k.Help + ": " + OneOf(names)
+}
+
+// OneOf returns names as a person reads a choice: "a, b or c".
+func OneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // Validate reports the first value that is out of range, as an error naming
-// the key and what is allowed.
-func (p *Profile) Validate() error {
+// the key and what is allowed; names are the stages that keys may name.
+func (p *Profile) Validate(names Names) error {
 	for _, check := range []func() error{p.validateDetector, p.validateSource, p.validateOutput, p.validatePlan, p.validateStatus, p.validateStream} {
 		if err := check(); err != nil {
 			return err
 		}
 	}
-	return oneOf("backend", p.Backend, backends)
+	for _, c := range []struct {
+		key   string
+		value string
+	}{{"source.transport", p.Source.Transport}, {"backend", p.Backend}, {"output.layout", p.Output.Layout}, {"output.compression", p.Output.Compression}} {
+		allowed, _ := names.Of(c.key)
+		if err := oneOf(c.key, c.value, allowed); err != nil {
+			return err
+		}
+	}
+	for _, proc := range p.Output.Processors {
+		if err := oneOf("output.processors", proc, names.Processors); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func bad(key, format string, args ...any) error {
@@ -258,9 +325,6 @@ func (d *Detector) ModuleIDs() []int {
 
 func (p *Profile) validateSource() error {
 	s := &p.Source
-	if err := oneOf("source.transport", s.Transport, transports); err != nil {
-		return err
-	}
 	if err := oneOf("source.mode", s.Mode, modes); err != nil {
 		return err
 	}
@@ -287,12 +351,6 @@ func (p *Profile) validateSource() error {
 
 func (p *Profile) validateOutput() error {
 	o := &p.Output
-	if err := oneOf("output.layout", o.Layout, layouts); err != nil {
-		return err
-	}
-	if err := oneOf("output.compression", o.Compression, compressions); err != nil {
-		return err
-	}
 	switch {
 	case o.Directory == "":
 		return bad("output.directory", "empty, want a directory (. for the current one)")

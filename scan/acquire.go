@@ -491,7 +491,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 
 	// One backend decodes every module: on a GPU one context, whose
 	// streams the modules share, rather than contexts the GPU time-slices.
-	backend, err := OpenBackend(profile, log)
+	backend, err := openBackend(o.Stages, profile, log)
 	if err != nil {
 		return err
 	}
@@ -518,7 +518,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
 		if connected == 0 {
 			if files.Master != "" && plan.Frames() > 0 {
-				if err := WriteMaster(files, profile, plan, format, o.User, plan.Frames()); err != nil {
+				if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
 					cancel()
 					return err
 				}

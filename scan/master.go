@@ -13,6 +13,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/registry"
 	"h5ingest/writer"
 )
 
@@ -176,8 +177,12 @@ func sameMaster(path, dir string, files Files, frames int) bool {
 // per module, unless the master is there already (and Overwrite is not
 // set) for the same modules and frames. Module files are named relative to
 // the master's directory, so that a scan's files can move together.
-func WriteMaster(files Files, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
-	opts := writer.MasterOptions{Options: fileOptions(files.Master, profile, plan, format, user)}
+func WriteMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
+	layout, err := layoutOf(reg, profile)
+	if err != nil {
+		return err
+	}
+	opts := writer.MasterOptions{Options: fileOptions(files.Master, layout, profile, plan, format, user)}
 	opts.Frames = frames
 	opts.Height, opts.Width = ArraySize(profile, format)
 	if plan.Frames() != frames {
@@ -218,7 +223,7 @@ func (f Files) Only(id int) (Files, error) {
 // longest module file present. Module files not there yet are a warning
 // on errs: the master shows their frames missing until they exist. It
 // returns the master's frame count.
-func WriteMasterAhead(files Files, profile config.Profile, pl plan.Plan, errs io.Writer) (int, error) {
+func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profile, pl plan.Plan, errs io.Writer) (int, error) {
 	if files.Master == "" {
 		return 0, Usage(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
 	}
@@ -237,7 +242,7 @@ func WriteMasterAhead(files Files, profile config.Profile, pl plan.Plan, errs io
 	if err != nil {
 		return 0, err
 	}
-	if err := WriteMaster(files, profile, pl, format, nil, frames); err != nil {
+	if err := WriteMaster(files, reg, profile, pl, format, nil, frames); err != nil {
 		return 0, err
 	}
 	var absent []string

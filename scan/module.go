@@ -6,19 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/exp/zapslog"
 	"go.yaml.in/yaml/v3"
 
-	"h5ingest/compress"
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/registry"
 	"h5ingest/source/capture"
 	"h5ingest/stream"
 	"h5ingest/version"
@@ -44,6 +42,10 @@ type Options struct {
 	// others (Quiet) reports none.
 	Progress func(p *pipeline.Pipeline, planned int) (stop func())
 	Quiet    bool
+	// Stages makes the stages the profile names: the codec, the backend,
+	// the layout and the processors (stock registers
+	// h5ingest's own).
+	Stages *registry.Registry
 }
 
 // Module is the scan of one module being written: its pipeline and its
@@ -82,18 +84,6 @@ const gpuBatch = 4
 // electronVolt is one eV in joules, for CXI's photon energy.
 const electronVolt = 1.602176634e-19
 
-// OpenBackend opens the profile's decode backend.
-func OpenBackend(profile config.Profile, log *zap.Logger) (gpu.Backend, error) {
-	backend, err := gpu.New(profile.Backend, gpu.Options{
-		Orientation: profile.Detector.Orientation(),
-		Logger:      slog.New(zapslog.NewHandler(log.Core())),
-	})
-	if err != nil {
-		return nil, Usage(fmt.Errorf("key backend: %w", err))
-	}
-	return backend, nil
-}
-
 // Open creates the output file at path and the pipeline for the scan of
 // one module, as o says. Close it with Finish, or Abort where Finish is
 // not reached.
@@ -107,19 +97,23 @@ func Open(path string, o Options) (*Module, error) {
 		return nil, Usage(fmt.Errorf("profile key detector.chip_orientation: %w (the frames are %v)", err, format.Geometry))
 	}
 	out := profile.Output
-	newCodec := func() (compress.Codec, error) { return compress.New(out.Compression, format.PixelSize(), out.Level) }
+	st, err := makeStages(o.Stages, profile, format)
+	if err != nil {
+		return nil, err
+	}
+	newCodec := st.newCodec
 	codec, err := newCodec()
 	if err != nil {
 		return nil, Usage(fmt.Errorf("key output.compression: %w", err))
 	}
 	backend, closeBackend := shared, func() {}
 	if shared == nil {
-		if backend, err = OpenBackend(profile, log); err != nil {
+		if backend, err = openBackend(o.Stages, profile, log); err != nil {
 			return nil, err
 		}
 		closeBackend = func() { backend.Close() }
 	}
-	opts := fileOptions(path, profile, plan, format, user)
+	opts := fileOptions(path, st.layout, profile, plan, format, user)
 	opts.Filters = codec.Filters()
 	opts.FlushInterval = out.FlushInterval
 	file, err := writer.Create(opts)
@@ -129,6 +123,7 @@ func Open(path string, o Options) (*Module, error) {
 	}
 	watch := newScanWatch()
 	backend, newCodec = watch.wrap(backend, newCodec)
+	newProcessor := watch.stages.NewProcessor(st.newProcessor)
 	batch := 1 // the CPU backend splits each frame over every core
 	if backend.Name() == "cuda" {
 		batch = gpuBatch
@@ -138,6 +133,7 @@ func Open(path string, o Options) (*Module, error) {
 		Frames:         plan.Frames(),
 		Backend:        backend,
 		NewCodec:       newCodec,
+		NewProcessor:   newProcessor,
 		Batch:          batch,
 		DropWhenFull:   profile.Source.DropWhenFull,
 		MaxFrameGap:    profile.Source.MaxFrameGap,
@@ -172,11 +168,11 @@ func orDiscard(w io.Writer) io.Writer {
 
 // fileOptions returns the options of a scan's file at path (or of its
 // master file) from the profile and the plan, without the compression.
-func fileOptions(path string, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any) writer.Options {
+func fileOptions(path string, layout writer.Layout, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any) writer.Options {
 	opts := writer.Options{
 		Path:      path,
 		Overwrite: profile.Output.Overwrite,
-		Layout:    profile.Output.Layout,
+		Layout:    layout,
 		Frames:    plan.Frames(),
 		Height:    format.Height(),
 		Width:     format.Width(),
@@ -377,7 +373,7 @@ func FinishModules(files Files, o Options, scans []*Module, srcErrs []error) err
 				worst = Worse(worst, ErrIncomplete)
 			}
 		}
-		if err := WriteMaster(files, profile, plan, format, o.User, frames); err != nil {
+		if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, frames); err != nil {
 			return Worse(worst, err)
 		}
 	}

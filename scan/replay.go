@@ -118,13 +118,13 @@ func (rp *replayRun) run(ctx context.Context) error {
 		return err
 	}
 	if files.Master != "" && plan.Frames() > 0 {
-		if err := WriteMaster(files, profile, plan, format, o.User, plan.Frames()); err != nil {
+		if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
 			return err
 		}
 	}
 	// One backend decodes every module: on a GPU one context, whose
 	// streams the modules share, rather than contexts the GPU time-slices.
-	backend, err := OpenBackend(profile, o.Log)
+	backend, err := openBackend(o.Stages, profile, o.Log)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/registry"
 	"h5ingest/service"
 	"h5ingest/writer"
 	"io"
@@ -34,12 +35,16 @@ type Runner struct {
 	// stream.address; "" for none.
 	Stream   string
 	Log      *zap.Logger
-	Observer *Observer // the status page and metrics every scan shows on (NewServingObserver)
+	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
+	Stages   *registry.Registry // the stages a request's profile may name
 }
 
 // Prepare loads the request's profile with its overrides, plan and
 // metadata on top, and runs acquire's pre-scan checks.
 func (r *Runner) Prepare(req service.ArmRequest) (service.Scan, error) {
+	if r.Stages == nil {
+		return nil, errNoRegistry
+	}
 	profile, pl, err := r.load(req)
 	if err != nil {
 		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
@@ -66,7 +71,7 @@ func (r *Runner) Prepare(req service.ArmRequest) (service.Scan, error) {
 	log := r.Log.With(zap.String("scan", req.ScanID))
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
 	a, err := NewAcquisition(AcquireOptions{
-		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log},
+		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
 		Files:   files, ScanID: req.ScanID, Observer: r.Observer,
 	})
 	if err != nil {
@@ -125,7 +130,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 			set(key, v)
 		}
 	}
-	p, _, err := config.LoadLayers(config.Layers{Profile: ref, Flags: flags})
+	p, _, err := config.LoadLayers(config.Layers{Profile: ref, Flags: flags, Names: r.Stages.Names()})
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, err
 	}

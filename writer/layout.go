@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -63,9 +64,10 @@ func (w *Writer) writeColumn(c *column) error {
 	return writeAll(c.id, c.name, c.kind, 0, ptr)
 }
 
-// builder creates a layout; its first error sticks and makes the later
-// steps no-ops.
-type builder struct {
+// Builder is what a Layout creates a new file's groups and datasets with.
+// Its first error sticks and makes the later steps no-ops; Build returns
+// it.
+type Builder struct {
 	w      *Writer
 	err    error
 	groups []hid
@@ -78,12 +80,16 @@ func (w *Writer) build() error {
 		return err
 	}
 	w.timeType = t
-	b := &builder{w: w}
-	switch w.opts.Layout {
-	case LayoutNXtomo:
-		b.nxtomo()
-	case LayoutCXI:
-		b.cxi()
+	b := &Builder{w: w}
+	if err := w.opts.Layout.Build(b); err != nil {
+		b.fail(fmt.Errorf("layout %s: %w", w.opts.Layout.Name(), err))
+	}
+	switch {
+	case b.err != nil:
+	case w.stack <= 0 && w.master == nil:
+		b.fail(fmt.Errorf("layout %s made no frame stack (Builder.Stack)", w.opts.Layout.Name()))
+	case w.endTime <= 0:
+		b.fail(fmt.Errorf("layout %s wrote no header (Builder.Header)", w.opts.Layout.Name()))
 	}
 	for _, g := range b.groups {
 		if err := closeID(g); err != nil && b.err == nil {
@@ -93,13 +99,13 @@ func (w *Writer) build() error {
 	return b.err
 }
 
-func (b *builder) fail(err error) {
+func (b *Builder) fail(err error) {
 	if b.err == nil {
 		b.err = err
 	}
 }
 
-func (b *builder) rootAttrs(defaultEntry string) {
+func (b *Builder) rootAttrs(defaultEntry string) {
 	o := &b.w.opts
 	b.attr(b.w.file, "default", defaultEntry)
 	b.attr(b.w.file, "creator", o.Creator)
@@ -109,7 +115,7 @@ func (b *builder) rootAttrs(defaultEntry string) {
 
 // times creates start_time and end_time in entry; end_time holds the start
 // time until Close rewrites it.
-func (b *builder) times(entry hid) {
+func (b *Builder) times(entry hid) {
 	start := fixedString(b.w.opts.StartTime.Format(timeFormat), timeSize)
 	for _, name := range []string{"start_time", "end_time"} {
 		d := b.dataset(entry, name, 0, b.w.timeType, nil, nil, dcpl{})
@@ -122,7 +128,7 @@ func (b *builder) times(entry hid) {
 	}
 }
 
-func (b *builder) nxtomo() {
+func (b *Builder) nxtomo(l NXtomo) {
 	w, o := b.w, &b.w.opts
 	b.rootAttrs("entry")
 	b.attr(w.file, "NX_class", "NXroot") // NeXus: every group names its class, the root too
@@ -135,8 +141,8 @@ func (b *builder) nxtomo() {
 
 	inst := b.group(entry, "instrument", "NXinstrument")
 	src := b.group(inst, "source", "NXsource")
-	b.str(src, "type", o.SourceType)
-	b.str(src, "name", o.SourceName)
+	b.str(src, "type", cmp.Or(l.SourceType, "Synchrotron X-ray Source"))
+	b.str(src, "name", l.SourceName)
 	b.str(src, "probe", "x-ray")
 	if o.Energy > 0 {
 		// The photon energy, where NeXus keeps it: the monochromator's.
@@ -173,7 +179,7 @@ func (b *builder) nxtomo() {
 	b.exchange()
 }
 
-func (b *builder) cxi() {
+func (b *Builder) cxi() {
 	w, o := b.w, &b.w.opts
 	b.rootAttrs("entry_1")
 	version := int32(150)
@@ -208,7 +214,7 @@ func (b *builder) cxi() {
 }
 
 // records creates the five per-frame record datasets in det.
-func (b *builder) records(det hid) {
+func (b *Builder) records(det hid) {
 	if b.w.master != nil {
 		b.masterRecords(det)
 		return
@@ -249,7 +255,7 @@ func (w *Writer) stackDims() (dims, max []uint64) {
 // stack creates the frame stack "data" in det, chunked by frame, fill value
 // 0, with the filter pipeline of the options, and checks the pipeline as
 // stored.
-func (b *builder) stack(det hid, path string) {
+func (b *Builder) stack(det hid, path string) {
 	if b.err != nil {
 		return
 	}
@@ -325,7 +331,7 @@ const (
 // exchange creates /exchange: data, data_white and data_dark as virtual
 // datasets selecting the frames of image key 0, 1 and 2 from the stack,
 // and theta, the angles of the projections.
-func (b *builder) exchange() {
+func (b *Builder) exchange() {
 	w := b.w
 	ex := b.group(w.file, "exchange", "NXcollection")
 	b.virtual(ex, "data", plan.Projection)
@@ -357,7 +363,7 @@ func runs(keys []int8, k int8) []run {
 // virtual creates the virtual dataset name in ex holding the frames of
 // image key k, one mapping per run. In an extendible file the planned
 // image keys cover the first frames; every later frame is a projection.
-func (b *builder) virtual(ex hid, name string, k int8) {
+func (b *Builder) virtual(ex hid, name string, k int8) {
 	if b.err != nil {
 		return
 	}
@@ -412,8 +418,8 @@ func (b *builder) virtual(ex hid, name string, k int8) {
 	b.close(b.dataset(ex, name, w.stackKind(), 0, vDims, vMax, p))
 }
 
-// group creates a group with its NX_class; the builder closes it.
-func (b *builder) group(loc hid, name, class string) hid {
+// group creates a group with its NX_class; the Builder closes it.
+func (b *Builder) group(loc hid, name, class string) hid {
 	if b.err != nil {
 		return -1
 	}
@@ -423,11 +429,13 @@ func (b *builder) group(loc hid, name, class string) hid {
 		return -1
 	}
 	b.groups = append(b.groups, g)
-	b.attr(g, "NX_class", class)
+	if class != "" {
+		b.attr(g, "NX_class", class)
+	}
 	return g
 }
 
-func (b *builder) attr(obj hid, name, value string) {
+func (b *Builder) attr(obj hid, name, value string) {
 	if b.err == nil {
 		if err := setAttrString(obj, name, value); err != nil {
 			b.fail(err)
@@ -435,7 +443,7 @@ func (b *builder) attr(obj hid, name, value string) {
 	}
 }
 
-func (b *builder) attrs(obj hid, name string, values ...string) {
+func (b *Builder) attrs(obj hid, name string, values ...string) {
 	if b.err == nil {
 		if err := setAttrStrings(obj, name, false, values...); err != nil {
 			b.fail(err)
@@ -443,7 +451,7 @@ func (b *builder) attrs(obj hid, name string, values ...string) {
 	}
 }
 
-func (b *builder) attrInt(obj hid, name string, v int32) {
+func (b *Builder) attrInt(obj hid, name string, v int32) {
 	if b.err == nil {
 		if err := setAttrInt32(obj, name, v); err != nil {
 			b.fail(err)
@@ -451,7 +459,7 @@ func (b *builder) attrInt(obj hid, name string, v int32) {
 	}
 }
 
-func (b *builder) dataset(loc hid, name string, k kind, t hid, dims, max []uint64, p dcpl) hid {
+func (b *Builder) dataset(loc hid, name string, k kind, t hid, dims, max []uint64, p dcpl) hid {
 	if b.err != nil {
 		return -1
 	}
@@ -463,7 +471,7 @@ func (b *builder) dataset(loc hid, name string, k kind, t hid, dims, max []uint6
 	return d
 }
 
-func (b *builder) write(d hid, name string, k kind, t hid, buf unsafe.Pointer) {
+func (b *Builder) write(d hid, name string, k kind, t hid, buf unsafe.Pointer) {
 	if b.err == nil {
 		if err := writeAll(d, name, k, t, buf); err != nil {
 			b.fail(err)
@@ -471,18 +479,18 @@ func (b *builder) write(d hid, name string, k kind, t hid, buf unsafe.Pointer) {
 	}
 }
 
-func (b *builder) close(id hid) {
+func (b *Builder) close(id hid) {
 	if err := closeID(id); err != nil {
 		b.fail(err)
 	}
 }
 
 // str creates a scalar fixed-length string dataset holding value.
-func (b *builder) str(loc hid, name, value string) { b.close(b.strDataset(loc, name, value)) }
+func (b *Builder) str(loc hid, name, value string) { b.close(b.strDataset(loc, name, value)) }
 
 // strDataset creates a scalar fixed-length string dataset holding value
 // and returns it, open.
-func (b *builder) strDataset(loc hid, name, value string) hid {
+func (b *Builder) strDataset(loc hid, name, value string) hid {
 	if b.err != nil {
 		return -1
 	}
@@ -501,7 +509,7 @@ func (b *builder) strDataset(loc hid, name, value string) hid {
 // scanMetadata writes what the scan's options say of it besides the
 // data: the experiment, the program and its configuration, the user's
 // metadata.
-func (b *builder) scanMetadata(entry hid) {
+func (b *Builder) scanMetadata(entry hid) {
 	o := &b.w.opts
 	if o.ExperimentID != "" {
 		b.str(entry, "experiment_identifier", o.ExperimentID)
@@ -533,7 +541,7 @@ func CheckMetadataKey(k string) error {
 
 // collection writes m as an NXcollection named name in loc, keys in
 // order.
-func (b *builder) collection(loc hid, name string, m map[string]any) {
+func (b *Builder) collection(loc hid, name string, m map[string]any) {
 	g := b.group(loc, name, "NXcollection")
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -572,13 +580,13 @@ func (b *builder) collection(loc hid, name string, m map[string]any) {
 }
 
 // scalar creates a scalar dataset of kind k holding *v and returns it.
-func (b *builder) scalar(loc hid, name string, k kind, v unsafe.Pointer) hid {
+func (b *Builder) scalar(loc hid, name string, k kind, v unsafe.Pointer) hid {
 	d := b.dataset(loc, name, k, 0, nil, nil, dcpl{})
 	b.write(d, name, k, 0, v)
 	return d
 }
 
-func (b *builder) scalarF64(loc hid, name string, v float64, units string) {
+func (b *Builder) scalarF64(loc hid, name string, v float64, units string) {
 	d := b.scalar(loc, name, kindF64, unsafe.Pointer(&v))
 	if units != "" {
 		b.attr(d, "units", units)
@@ -588,7 +596,7 @@ func (b *builder) scalarF64(loc hid, name string, v float64, units string) {
 
 // column creates a per-frame dataset of width values per frame and writes
 // what memory holds now. The Writer keeps it open to rewrite it at flushes.
-func (b *builder) column(loc hid, name string, k kind, width uint64, static bool, units string, data func() (unsafe.Pointer, int)) hid {
+func (b *Builder) column(loc hid, name string, k kind, width uint64, static bool, units string, data func() (unsafe.Pointer, int)) hid {
 	if b.err != nil {
 		return -1
 	}
@@ -634,7 +642,7 @@ func (b *builder) column(loc hid, name string, k kind, width uint64, static bool
 	return d
 }
 
-func (b *builder) hardLink(loc hid, target, name string) {
+func (b *Builder) hardLink(loc hid, target, name string) {
 	if b.err == nil {
 		if err := linkHard(loc, target, name); err != nil {
 			b.fail(err)
@@ -642,7 +650,7 @@ func (b *builder) hardLink(loc hid, target, name string) {
 	}
 }
 
-func (b *builder) softLink(loc hid, target, name string) {
+func (b *Builder) softLink(loc hid, target, name string) {
 	if b.err == nil {
 		if err := linkSoft(loc, target, name); err != nil {
 			b.fail(err)

@@ -125,15 +125,12 @@ func (o *MasterOptions) validate() error {
 // moduleStack returns the path of the frame stack in a module file of
 // the master's layout.
 func (w *Writer) moduleStack() string {
-	if w.opts.Layout == LayoutCXI {
-		return cxiStack
-	}
-	return nxtomoStack
+	return w.opts.Layout.StackPath()
 }
 
 // virtualStack creates the master's frame stack "data" in det: the
 // array, fill value 0, with each module's stack at its offset.
-func (b *builder) virtualStack(det hid, stackPath string) {
+func (b *Builder) virtualStack(det hid, stackPath string) {
 	w, o := b.w, &b.w.opts
 	var fill uint32
 	p, err := newDCPL(nil, w.stackKind(), unsafe.Pointer(&fill))
@@ -162,7 +159,7 @@ var recordKinds = []kind{kindU64, kindU64, kindU32, kindU32, kindU8}
 
 // masterRecords creates the module descriptions, each module's records
 // and the combined view of them in det.
-func (b *builder) masterRecords(det hid) {
+func (b *Builder) masterRecords(det hid) {
 	w := b.w
 	ms := w.master
 	ids := make([]int32, len(ms))
@@ -208,7 +205,7 @@ func recordFill(name string) uint64 {
 
 // moduleRecord creates record name in g, (N), mapping src of the module's
 // file.
-func (b *builder) moduleRecord(g hid, name string, k kind, mod MasterModule, src string) {
+func (b *Builder) moduleRecord(g hid, name string, k kind, mod MasterModule, src string) {
 	if b.err != nil {
 		return
 	}
@@ -229,7 +226,7 @@ func (b *builder) moduleRecord(g hid, name string, k kind, mod MasterModule, src
 
 // combinedRecord creates record name in det, (N, M), column j mapping src
 // of module j's file.
-func (b *builder) combinedRecord(det hid, name string, k kind, src string) {
+func (b *Builder) combinedRecord(det hid, name string, k kind, src string) {
 	if b.err != nil {
 		return
 	}
@@ -255,7 +252,7 @@ func (b *builder) combinedRecord(det hid, name string, k kind, src string) {
 }
 
 // int32s creates a dataset of dims holding v and returns it.
-func (b *builder) int32s(loc hid, name string, dims []uint64, v []int32) hid {
+func (b *Builder) int32s(loc hid, name string, dims []uint64, v []int32) hid {
 	d := b.dataset(loc, name, kindI32, 0, dims, dims, dcpl{})
 	b.write(d, name, kindI32, 0, ptr(v))
 	return d

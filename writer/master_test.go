@@ -135,7 +135,7 @@ func TestMasterOptionErrors(t *testing.T) {
 		{"no file", func(o *MasterOptions) { o.Modules[2].File = "" }, "module 7 has no file name"},
 		{"outside", func(o *MasterOptions) { o.Modules[1].X++ }, "module 1 at (x 25, y 0) of 16x24 pixels is outside the 32x48 array"},
 		{"size", func(o *MasterOptions) { o.Modules[0].Height = 0 }, "module 0: size 0x24 is not positive"},
-		{"layout", func(o *MasterOptions) { o.Layout = "nexus" }, `unknown layout "nexus"`},
+		{"layout", func(o *MasterOptions) { o.Layout = nil }, `no layout`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

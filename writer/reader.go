@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -18,7 +19,7 @@ var ErrNoChunk = errors.New("chunk never written")
 // Reader reads a file in one of the package's layouts. Its methods must be
 // called from one goroutine at a time.
 type Reader struct {
-	Layout        string            // LayoutNXtomo or LayoutCXI
+	Layout        string            // LayoutNXtomo, LayoutCXI or LayoutOther
 	Frames        int               // current length of the stack
 	Height, Width int               // frame size
 	ElemSize      int               // bytes per pixel
@@ -89,6 +90,31 @@ func markedOpenForWrite(err error) bool {
 	return strings.Contains(err.Error(), "already open for write")
 }
 
+// LayoutOther is Reader.Layout of a file of a layout other than
+// h5ingest's (a facility's own, see Layout): its frame stack is the
+// dataset "data" of the group the NeXus default attributes lead to (the
+// root's default entry, the entry's default group), its records beside.
+const LayoutOther = "other"
+
+// defaultData returns the group the file's NeXus default attributes lead
+// to, where it holds a frame stack and its records.
+func (r *Reader) defaultData() (string, bool) {
+	p := ""
+	for range 2 {
+		g, err := openGroup(r.file, cmp.Or(p, "/"))
+		if err != nil {
+			return "", false
+		}
+		v, err := readAttrStrings(g, "default")
+		closeID(g)
+		if err != nil || len(v) != 1 || v[0] == "" || strings.ContainsAny(v[0], "/.") {
+			return "", false
+		}
+		p += "/" + v[0]
+	}
+	return p, exists(r.file, p+"/data") && exists(r.file, p+"/frame_status")
+}
+
 func (r *Reader) init() error {
 	switch {
 	case exists(r.file, nxtomoStack):
@@ -96,7 +122,11 @@ func (r *Reader) init() error {
 	case exists(r.file, cxiStack):
 		r.Layout, r.det = LayoutCXI, path.Dir(cxiStack)
 	default:
-		return errors.New("neither an nxtomo nor a cxi layout")
+		det, ok := r.defaultData()
+		if !ok {
+			return errors.New("neither an nxtomo nor a cxi layout, nor a frame stack where the NeXus default attributes lead")
+		}
+		r.Layout, r.det = LayoutOther, det
 	}
 	d, err := openDataset(r.file, r.det+"/data")
 	if err != nil {

@@ -43,7 +43,7 @@ const DefaultFlushInterval = time.Second
 type Options struct {
 	Path      string // final name of the file
 	Overwrite bool   // replace an existing file (and a stale temporary one)
-	Layout    string // LayoutNXtomo or LayoutCXI
+	Layout    Layout // NXtomo, CXI or a facility's own
 
 	// Frames is the number of frames of the scan plan, N; 0 makes every
 	// per-frame dataset extendible, growing as frames arrive.
@@ -62,19 +62,19 @@ type Options struct {
 
 	FlushInterval time.Duration // SWMR flush cadence; 0 means DefaultFlushInterval
 
-	// Per frame, N values each (nil means defaults: projections, angle 0,
-	// monitor 1, translation zeros). With Frames == 0 they may have any
-	// length; later frames take the defaults.
-	ImageKey      []int8       // nxtomo
-	RotationAngle []float64    // nxtomo, degrees
-	Monitor       []float64    // nxtomo, control/data
-	Translation   [][3]float64 // cxi, metres
+	// The scan plan's values per frame, N values each (nil means
+	// defaults: projections, angle 0, monitor 1, translation zeros); each
+	// layout stores those it has (NXtomo the first three, CXI the
+	// translations). With Frames == 0 they may have any length; later
+	// frames take the defaults.
+	ImageKey      []int8       // dark, flat or projection (package plan)
+	RotationAngle []float64    // degrees
+	Monitor       []float64    // beam monitor
+	Translation   [][3]float64 // scan positions, metres
 
 	Creator    string // program that wrote the file; default "h5ingest"
-	Title      string // nxtomo entry title
-	SourceType string // nxtomo; default "Synchrotron X-ray Source"
-	SourceName string // nxtomo
-	SampleName string // nxtomo
+	Title      string // the entry's title
+	SampleName string // the sample's name
 	// ExperimentID is the proposal or experiment the scan belongs to:
 	// the entry's experiment_identifier.
 	ExperimentID string
@@ -111,9 +111,6 @@ func (o *Options) setDefaults() {
 	if o.Creator == "" {
 		o.Creator = "h5ingest"
 	}
-	if o.SourceType == "" {
-		o.SourceType = "Synchrotron X-ray Source"
-	}
 	if o.StartTime.IsZero() {
 		o.StartTime = time.Now()
 	}
@@ -123,8 +120,8 @@ func (o *Options) validate() error {
 	switch {
 	case o.Path == "":
 		return errors.New("no path")
-	case o.Layout != LayoutNXtomo && o.Layout != LayoutCXI:
-		return fmt.Errorf("unknown layout %q (want %q or %q)", o.Layout, LayoutNXtomo, LayoutCXI)
+	case o.Layout == nil:
+		return errors.New("no layout")
 	case o.Frames < 0:
 		return fmt.Errorf("frame count %d is negative", o.Frames)
 	case o.Height <= 0 || o.Width <= 0:

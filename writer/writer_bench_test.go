@@ -15,7 +15,7 @@ func BenchmarkWriteChunk(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%dx%d", g.h, g.w, g.elem), func(b *testing.B) {
 			const frames = 64
 			w, err := Create(Options{
-				Path: filepath.Join(b.TempDir(), "bench.h5"), Layout: LayoutNXtomo,
+				Path: filepath.Join(b.TempDir(), "bench.h5"), Layout: NXtomo{},
 				Frames: frames, Height: g.h, Width: g.w, ElemSize: g.elem, FlushInterval: time.Second,
 			})
 			if err != nil {

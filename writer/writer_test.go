@@ -91,10 +91,18 @@ func byteShuffle(raw []byte, elemSize int) []byte {
 	return out
 }
 
+// layoutNamed returns the built-in layout of name.
+func layoutNamed(name string) Layout {
+	if name == LayoutCXI {
+		return CXI{}
+	}
+	return NXtomo{}
+}
+
 func testOptions(dir, layout string, p pipeline) Options {
 	o := Options{
 		Path:          filepath.Join(dir, "scan_"+layout+"_"+p.name+".h5"),
-		Layout:        layout,
+		Layout:        layoutNamed(layout),
 		Frames:        testFrames,
 		Height:        testH,
 		Width:         testW,
@@ -102,7 +110,6 @@ func testOptions(dir, layout string, p pipeline) Options {
 		Filters:       p.filters,
 		FlushInterval: time.Hour,
 		Title:         "test scan",
-		SourceName:    "test ring",
 		SampleName:    "test sample",
 		PixelSize:     55e-6,
 		Distance:      0.25,
@@ -110,6 +117,7 @@ func testOptions(dir, layout string, p pipeline) Options {
 		StartTime:     time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
 	}
 	if layout == LayoutNXtomo {
+		o.Layout = NXtomo{SourceName: "test ring"}
 		o.ImageKey = testKeys
 		o.RotationAngle = []float64{0, 0, 0, 45, 90, 135}
 	} else {
@@ -564,7 +572,7 @@ func TestOptionErrors(t *testing.T) {
 		name   string
 		change func(*Options)
 	}{
-		{"layout", func(o *Options) { o.Layout = "nexus" }},
+		{"layout", func(o *Options) { o.Layout = nil }},
 		{"element size", func(o *Options) { o.ElemSize = 3 }},
 		{"height", func(o *Options) { o.Height = 0 }},
 		{"frames", func(o *Options) { o.Frames = -1 }},
@@ -723,7 +731,7 @@ type expectation struct {
 func pyCheck(t *testing.T, o Options, skip []int, angles []float64, keys []int8) {
 	t.Helper()
 	python := pythonWith(t, "h5py", "numpy", "dxchange")
-	e := expectation{Layout: o.Layout, Frames: testFrames, Height: o.Height, Width: o.Width, ElemSize: o.ElemSize,
+	e := expectation{Layout: o.Layout.Name(), Frames: testFrames, Height: o.Height, Width: o.Width, ElemSize: o.ElemSize,
 		ImageKey: keys, RotationAngle: angles, Energy: o.Energy, Written: []int{}}
 	for i, r := range wantRecords(testFrames, skip...) {
 		if !slices.Contains(skip, i) {
@@ -825,7 +833,7 @@ func TestReaderMissingPathsAndStoredBytes(t *testing.T) {
 	for _, layout := range []string{LayoutNXtomo, LayoutCXI} {
 		t.Run(layout, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "scan.h5")
-			w, err := Create(Options{Path: path, Layout: layout, Frames: 3, Height: 4, Width: 8, ElemSize: 2})
+			w, err := Create(Options{Path: path, Layout: layoutNamed(layout), Frames: 3, Height: 4, Width: 8, ElemSize: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -704,8 +704,13 @@ func benchWrite(from, to string, k, n int) (float64, error) {
 		r.Close()
 		return 0, err
 	}
+	layout, ok := stages.Layout(r.Layout)
+	if !ok {
+		r.Close()
+		return 0, fmt.Errorf("%s: layout %s is not registered", from, r.Layout)
+	}
 	opts := writer.Options{
-		Path: to, Overwrite: true, Layout: r.Layout, Frames: n,
+		Path: to, Overwrite: true, Layout: layout.New(), Frames: n,
 		Height: r.Height, Width: r.Width, ElemSize: r.ElemSize, Filters: r.Filters,
 	}
 	if err := r.Close(); err != nil {

@@ -72,7 +72,7 @@ func master(s *scanFlags, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	frames, err := scan.WriteMasterAhead(files, profile, plan, os.Stderr)
+	frames, err := scan.WriteMasterAhead(files, stages, profile, plan, os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -38,11 +38,23 @@ func newProfilesCmd() *cobra.Command {
 			},
 		},
 		&cobra.Command{
+			Use:   "names",
+			Short: "List the stages a profile may name: sources, backends, codecs, layouts and processors",
+			Args:  usageArgs(cobra.NoArgs),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				for _, e := range stages.Entries() {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", e.Kind, e.Name, e.Doc)
+				}
+				return w.Flush()
+			},
+		},
+		&cobra.Command{
 			Use:   "check FILE",
 			Short: "Check a profile without running a scan",
 			Args:  usageArgs(cobra.ExactArgs(1)),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				p, err := config.Load(args[0])
+				p, err := config.Load(args[0], stages.Names())
 				if err != nil {
 					return scan.Usage(err)
 				}
@@ -58,7 +70,7 @@ func newProfilesCmd() *cobra.Command {
 func listProfiles(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, name := range config.BuiltinNames() {
-		p, err := config.Load(name)
+		p, err := config.Load(name, stages.Names())
 		if err != nil {
 			return err
 		}
@@ -69,14 +81,22 @@ func listProfiles(out io.Writer) error {
 
 // showProfile prints every key's merged value and its layer.
 func showProfile(out io.Writer, ref string) error {
-	p, sources, err := config.LoadLayers(config.Layers{Profile: ref})
+	p, sources, err := config.LoadLayers(config.Layers{Profile: ref, Names: stages.Names()})
 	if err != nil {
 		return scan.Usage(err)
 	}
 	values := keyValues(p)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	names := stages.Names()
 	for _, k := range config.Keys {
-		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Name, values[k.Name], sources[k.Name])
+		from := sources[k.Name]
+		if allowed, ok := names.Of(k.Name); ok {
+			from += "; one of " + config.OneOf(allowed)
+			if len(allowed) == 0 {
+				from += "none registered"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Name, values[k.Name], from)
 	}
 	return w.Flush()
 }

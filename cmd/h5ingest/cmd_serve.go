@@ -81,7 +81,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	defer log.Sync()
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
-	runner := &scan.Runner{Profiles: f.profiles, Module: f.module, Stream: f.stream, Log: log, Observer: watch}
+	runner := &scan.Runner{Profiles: f.profiles, Module: f.module, Stream: f.stream, Log: log, Observer: watch, Stages: stages}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String()})
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)

@@ -23,7 +23,7 @@ func writeTinyScan(t *testing.T, path string, n int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := writer.Create(writer.Options{Path: path, Layout: writer.LayoutNXtomo, Height: 2, Width: 2, ElemSize: 2,
+	w, err := writer.Create(writer.Options{Path: path, Layout: writer.NXtomo{}, Height: 2, Width: 2, ElemSize: 2,
 		Filters: codec.Filters(), FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -48,13 +48,13 @@ func (s *scanFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.observe.Report, "report", "", "after the scan, write a report page (HTML, with the throughput over time) to this file")
 	fs.DurationVar(&s.observe.Linger, "metrics-linger", 0, "after the scan, keep serving --metrics this long, so that a scraper sees the final figures")
 	key("metrics", "status.address")
-	fs.String("backend", d.Backend, "decode backend: auto, cpu or cuda")
+	fs.String("backend", d.Backend, keyHelp("backend"))
 	key("backend", "backend")
-	fs.String("compression", d.Output.Compression, "chunk compression: bslz4, bszstd, lz4, deflate or none")
+	fs.String("compression", d.Output.Compression, keyHelp("output.compression"))
 	key("compression", "output.compression")
 	fs.Int("level", d.Output.Level, "compression level for bszstd and deflate (0: the codec's default)")
 	key("level", "output.level")
-	fs.String("layout", d.Output.Layout, "file layout: nxtomo or cxi")
+	fs.String("layout", d.Output.Layout, keyHelp("output.layout"))
 	key("layout", "output.layout")
 	fs.Bool("overwrite", d.Output.Overwrite, "replace an existing output file")
 	key("overwrite", "output.overwrite")
@@ -133,7 +133,7 @@ func (s *scanFlags) load() (config.Profile, plan.Plan, error) {
 			}
 		}
 	}
-	p, _, err := config.LoadLayers(config.Layers{Profile: s.profile, Flags: flags})
+	p, _, err := config.LoadLayers(config.Layers{Profile: s.profile, Flags: flags, Names: stages.Names()})
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, scan.Usage(err)
 	}
@@ -201,5 +201,15 @@ func (s *scanFlags) files(p config.Profile, now time.Time) (scan.Files, error) {
 func (s *scanFlags) options(profile config.Profile, pl plan.Plan, log *zap.Logger) scan.Options {
 	format, _ := profile.Detector.Format() // checked with the profile; a sender's or capture's replaces it
 	return scan.Options{Profile: profile, Plan: pl, Format: format, User: s.user, Log: log,
-		Out: os.Stdout, Errs: os.Stderr, Progress: startProgress}
+		Out: os.Stdout, Errs: os.Stderr, Progress: startProgress, Stages: stages}
+}
+
+// keyHelp returns the help of the profile key name, with the names of the
+// stages it may take from the command's registry.
+func keyHelp(name string) string {
+	k, ok := config.KeyNamed(name)
+	if !ok {
+		panic("no profile key " + name)
+	}
+	return stages.Names().KeyHelp(k)
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"h5ingest/registry"
+	"h5ingest/stock"
 	"h5ingest/scan"
 	"h5ingest/version"
 	"h5ingest/writer"
@@ -34,6 +36,19 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// stages are the command's named stages: h5ingest's own. A facility's
+// build of the command registers its own beside them here.
+var stages = newStages()
+
+// newStages returns a registry of h5ingest's own stages.
+func newStages() *registry.Registry {
+	r := registry.New()
+	if err := stock.Register(r); err != nil {
+		panic(err) // an empty registry takes every built-in name
+	}
+	return r
 }
 
 func newRootCmd() *cobra.Command {

@@ -1,0 +1,73 @@
+package registry_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"h5ingest/compress"
+	"h5ingest/registry"
+	"h5ingest/stock"
+	"h5ingest/writer"
+)
+
+func TestBuiltin(t *testing.T) {
+	r := registry.New()
+	if err := stock.Register(r); err != nil {
+		t.Fatal(err)
+	}
+	n := r.Names()
+	for _, tc := range []struct {
+		kind      string
+		got, want []string
+	}{
+		{"sources", n.Transports, []string{"fabric"}},
+		{"codecs", n.Codecs, compress.Names()},
+		{"layouts", n.Layouts, []string{writer.LayoutNXtomo, writer.LayoutCXI}},
+	} {
+		if !slices.Equal(tc.got, tc.want) {
+			t.Errorf("%s %v, want %v", tc.kind, tc.got, tc.want)
+		}
+	}
+	for _, e := range r.Entries() {
+		if e.Doc == "" {
+			t.Errorf("%s %s has no doc", e.Kind, e.Name)
+		}
+	}
+	c, ok := r.Codec("bslz4")
+	if !ok {
+		t.Fatal("no bslz4")
+	}
+	codec, err := c.New(4, 0)
+	if err != nil || len(codec.Filters()) == 0 {
+		t.Errorf("bslz4 codec %v, %v", codec, err)
+	}
+	if l, ok := r.Layout("cxi"); !ok || l.New().StackPath() != "/entry_1/instrument_1/detector_1/data" {
+		t.Errorf("cxi layout %v %v", l, ok)
+	}
+	if err := stock.Register(r); err == nil || !strings.Contains(err.Error(), "taken") {
+		t.Errorf("built-ins registered twice: %v", err)
+	}
+}
+
+func TestRefusedEntries(t *testing.T) {
+	r := registry.New()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"no name", r.AddSource(registry.Source{}), "no name"},
+		{"codec without New", r.AddCodec(registry.Codec{Name: "x"}), "no New"},
+		{"backend without New", r.AddBackend(registry.Backend{Name: "x"}), "no New"},
+		{"processor without New", r.AddProcessor(registry.Processor{Name: "x"}), "no New"},
+		{"layout named otherwise", r.AddLayout(registry.Layout{Name: "nexus", New: func() writer.Layout { return writer.NXtomo{} }}), `says its name is "nxtomo"`},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, tc.err, tc.want)
+		}
+	}
+	if len(r.Entries()) != 0 {
+		t.Errorf("refused entries registered: %v", r.Entries())
+	}
+}

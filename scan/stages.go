@@ -1,0 +1,117 @@
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+
+	"h5ingest/compress"
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/gpu"
+	"h5ingest/pipeline"
+	"h5ingest/registry"
+	"h5ingest/writer"
+)
+
+// errNoRegistry is the error of a scan given no registry to make its
+// stages from.
+var errNoRegistry = errors.New("scan: no registry of stages (Options.Stages)")
+
+// stages are the stages a profile names, made from a registry.
+type stages struct {
+	newCodec     func() (compress.Codec, error)
+	layout       writer.Layout
+	newProcessor func() (pipeline.Processor, error) // nil: no processor stage
+}
+
+// makeStages returns the codec maker, the layout and the processors that
+// profile p names for frames of format f.
+func makeStages(reg *registry.Registry, p config.Profile, f frame.Format) (stages, error) {
+	if reg == nil {
+		return stages{}, errNoRegistry
+	}
+	out := p.Output
+	c, ok := reg.Codec(out.Compression)
+	if !ok {
+		return stages{}, Usage(fmt.Errorf("key output.compression: %q is not registered", out.Compression))
+	}
+	layout, err := layoutOf(reg, p)
+	if err != nil {
+		return stages{}, err
+	}
+	s := stages{layout: layout, newCodec: func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }}
+	if len(out.Processors) == 0 {
+		return s, nil
+	}
+	var procs []registry.Processor
+	for _, name := range out.Processors {
+		pr, ok := reg.Processor(name)
+		if !ok {
+			return stages{}, Usage(fmt.Errorf("key output.processors: %q is not registered", name))
+		}
+		procs = append(procs, pr)
+	}
+	s.newProcessor = func() (pipeline.Processor, error) {
+		var ch chain
+		for _, pr := range procs {
+			p, err := pr.New(f)
+			if err != nil {
+				return nil, fmt.Errorf("processor %s: %w", pr.Name, err)
+			}
+			ch = append(ch, p)
+		}
+		if len(ch) == 1 {
+			return ch[0], nil
+		}
+		return ch, nil
+	}
+	return s, nil
+}
+
+// layoutOf returns the file layout profile p names.
+func layoutOf(reg *registry.Registry, p config.Profile) (writer.Layout, error) {
+	if reg == nil {
+		return nil, errNoRegistry
+	}
+	l, ok := reg.Layout(p.Output.Layout)
+	if !ok {
+		return nil, Usage(fmt.Errorf("key output.layout: %q is not registered", p.Output.Layout))
+	}
+	return l.New(), nil
+}
+
+// openBackend opens the decode backend profile names.
+func openBackend(reg *registry.Registry, profile config.Profile, log *zap.Logger) (gpu.Backend, error) {
+	if reg == nil {
+		return nil, errNoRegistry
+	}
+	b, ok := reg.Backend(profile.Backend)
+	if !ok {
+		return nil, Usage(fmt.Errorf("key backend: %q is not registered", profile.Backend))
+	}
+	backend, err := b.New(gpu.Options{
+		Orientation: profile.Detector.Orientation(),
+		Logger:      slog.New(zapslog.NewHandler(log.Core())),
+	})
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key backend: %w", err))
+	}
+	return backend, nil
+}
+
+// chain runs several processors in turn; the first error stops it.
+type chain []pipeline.Processor
+
+// Process implements pipeline.Processor.
+func (c chain) Process(n int, f frame.Format, image []byte) error {
+	for _, p := range c {
+		if err := p.Process(n, f, image); err != nil {
+			return err
+		}
+	}
+	return nil
+}
