@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"h5ingest/registry"
-	"h5ingest/stock"
 	"h5ingest/scan"
+	"h5ingest/stock"
 	"h5ingest/version"
 	"h5ingest/writer"
 )

@@ -15,10 +15,10 @@ import (
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/registry"
-	"h5ingest/stock"
 	"h5ingest/scan"
 	"h5ingest/source/capture"
 	"h5ingest/source/sim"
+	"h5ingest/stock"
 	"h5ingest/writer"
 )
 

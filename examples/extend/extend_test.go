@@ -8,13 +8,18 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/compress/compresstest"
 	"h5ingest/config"
 	"h5ingest/examples/extend"
+	"h5ingest/frame"
+	"h5ingest/pipeline"
+	"h5ingest/pipeline/pipelinetest"
 	"h5ingest/plan"
 	"h5ingest/registry"
-	"h5ingest/stock"
 	"h5ingest/scan"
+	"h5ingest/stock"
 	"h5ingest/writer"
+	"h5ingest/writer/writertest"
 )
 
 // replayWith replays a simulated scan under the profile text with the
@@ -109,4 +114,22 @@ func TestUnregisteredNamesRefused(t *testing.T) {
 	if err := extend.Register(stages, 1); err == nil {
 		t.Error("the same names registered twice: no error")
 	}
+}
+
+// TestConformance runs h5ingest's conformance suites on the stages of
+// package extend, one line each.
+func TestConformance(t *testing.T) {
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	pipelinetest.Processor(t, func() (pipeline.Processor, error) { return extend.NewThreshold(f, 100) }, f)
+	writertest.Layout(t, extend.Flat{})
+	stages := registry.New()
+	if err := extend.Register(stages, 100); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := stages.Codec("deflate-max")
+	codec, err := c.New(4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compresstest.Codec(t, codec, 4)
 }
