@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"h5ingest/bench"
 	"io"
 	"os"
 	"os/exec"
@@ -35,12 +36,17 @@ func TestBenchSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := runBench(&out, io.Discard, &fl); err != nil {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.cfg.Self = self
+	if err := bench.Run(&out, io.Discard, &fl.cfg); err != nil {
 		t.Fatal(err)
 	}
 	table := out.String()
-	rows := []string{benchOursRow, benchOneWorkerRow, benchShuffledRow, benchDiskRow, benchReferenceRow, benchRef1Row,
-		"ceiling: C bitshuffle+LZ4, 2 threads", "C bitshuffle+LZ4, 1 thread", benchWriterRow}
+	rows := []string{bench.RowOurs, bench.RowOneWorker, bench.RowShuffled, bench.RowDisk, bench.RowReference, bench.RowReference1,
+		"ceiling: C bitshuffle+LZ4, 2 threads", "C bitshuffle+LZ4, 1 thread", bench.RowWriter}
 	for _, w := range []int{2, 3} { // the cores, or GOMAXPROCS
 		if w != runtime.NumCPU() {
 			rows = append(rows, fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%d workers)", w, w))
@@ -104,24 +110,6 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
-}
-
-// TestBenchRowStatistics checks best, median and spread on rounds whose
-// answers are known, odd and even in number.
-func TestBenchRowStatistics(t *testing.T) {
-	for _, tt := range []struct {
-		secs                 []float64
-		best, median, spread float64
-	}{
-		{[]float64{3, 1, 2}, 1, 2, 2},
-		{[]float64{4, 2, 8, 2}, 2, 3, 3},
-		{[]float64{5}, 5, 5, 0},
-	} {
-		r := benchRow{frames: 10, secs: tt.secs}
-		if r.best() != tt.best || r.median() != tt.median || r.spread() != tt.spread {
-			t.Errorf("rounds %v: best %g median %g spread %g, want %g %g %g", tt.secs, r.best(), r.median(), r.spread(), tt.best, tt.median, tt.spread)
-		}
-	}
 }
 
 func TestBenchFlagErrors(t *testing.T) {

@@ -24,7 +24,7 @@ var layers = [][]string{
 	{"source/capture", "pipeline/pipelinetest"},
 	{"source/sim", "source/fabric", "writer"},
 	{"writer/writertest"},
-	{"instrument", "preview", "stream", "registry"},
+	{"instrument", "preview", "stream", "registry", "bench"},
 	{"stock", "status", "service"},
 	{"scan"},
 	{"examples/extend", "cmd/h5ingest", "tools/gpu"},
