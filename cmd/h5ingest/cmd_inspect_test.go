@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/scan"
 	"h5ingest/writer"
 )
 
@@ -62,10 +63,11 @@ func TestInspectPNGOfMaster(t *testing.T) {
 	defer r.Close()
 	const n = 3
 	var notes bytes.Buffer
-	img, err := arrayImage(&notes, r, master, n)
+	fr, err := scan.ReadImage(&notes, master, n)
 	if err != nil {
 		t.Fatal(err)
 	}
+	img := fr.Data
 	if want := fmt.Sprintf("module 2's file %s is absent", filepath.Join(dir, "scan_m2.h5")); !strings.Contains(notes.String(), want) {
 		t.Errorf("notes %q lack %q", notes.String(), want)
 	}
@@ -76,15 +78,11 @@ func TestInspectPNGOfMaster(t *testing.T) {
 			continue
 		}
 		file := filepath.Join(dir, m.File)
-		mr, err := writer.Open(file)
+		mf, err := scan.ReadImage(&notes, file, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mod, err := moduleImage(&notes, mr, file, n)
-		mr.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := mf.Data
 		for y := range m.Height {
 			at := ((m.Y+y)*r.Width + m.X) * es
 			copy(want[at:], mod[y*m.Width*es:(y+1)*m.Width*es])

@@ -3,9 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/scan"
-	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 	"h5ingest/version"
 )
@@ -322,7 +319,7 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	if err != nil {
 		return err
 	}
-	meta, err := simulateMetadata(cfg, ids, start)
+	meta, err := sim.Metadata(cfg, ids, start, "h5ingest simulate "+version.String())
 	if err != nil {
 		out.Close()
 		return err
@@ -331,7 +328,7 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	if len(ids) == 1 {
 		st, err = sc.WriteCapture(out, meta)
 	} else {
-		st, err = writeModules(out, meta, cfg, ids)
+		st, err = sim.WriteModules(out, meta, cfg, ids)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -348,104 +345,4 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	fmt.Fprintf(cmd.OutOrStdout(), "simulated %s: %d frames (%d records, %d overflowed) of %v, %d bytes in %.2f s (%.1f frames/s, %.0f MB/s) to %s\n",
 		scene, st.Frames, st.Records, st.Overflow, cfg.Format, st.Bytes, secs, float64(st.Frames)/secs, float64(st.Bytes)/secs/1e6, path)
 	return nil
-}
-
-// simulateMetadata returns the metadata of a simulated capture of the
-// modules ids: the simulator's name and version, the geometry and, for a
-// tomography scan, the plan.
-func simulateMetadata(cfg sim.Config, ids []uint16, start time.Time) (capture.Metadata, error) {
-	meta := capture.Metadata{
-		Profile:  "simulated",
-		Created:  start.UTC().Format(time.RFC3339),
-		Software: "h5ingest simulate " + version.String(),
-	}
-	geometry := capture.Geometry{Format: capture.NewFormatInfo(cfg.Format), Orientation: cfg.Orientation}
-	for _, id := range ids {
-		geometry.Modules = append(geometry.Modules, capture.Module{ID: int(id)})
-	}
-	if err := meta.SetFields(capture.KeyVersion, version.String(), capture.KeyGeometry, geometry); err != nil {
-		return meta, err
-	}
-	if cfg.Scene == sim.Tomo {
-		if err := meta.Set(capture.KeyPlan, cfg.Plan); err != nil {
-			return meta, err
-		}
-	}
-	return meta, nil
-}
-
-// writeModules simulates the modules ids (module K's images from seed +
-// K) and writes their frames to out interleaved, a record of each module
-// in turn, with every module's ground truth under sim.ModulesKey. Each
-// module is simulated into a temporary capture beside out first, so that
-// memory stays that of one frame per module.
-func writeModules(out *os.File, meta capture.Metadata, cfg sim.Config, ids []uint16) (sim.Stats, error) {
-	var total sim.Stats
-	var truths []*sim.Truth
-	var readers []*capture.Reader
-	defer func() {
-		for _, r := range readers {
-			r.Close()
-		}
-	}()
-	for _, id := range ids {
-		c := cfg
-		c.Module, c.Seed = id, cfg.Seed+uint64(id)
-		scan, err := sim.New(c)
-		if err != nil {
-			return total, err
-		}
-		tmp, err := os.CreateTemp(filepath.Dir(out.Name()), "."+filepath.Base(out.Name())+".module-*")
-		if err != nil {
-			return total, err
-		}
-		defer os.Remove(tmp.Name())
-		st, err := scan.WriteCapture(tmp, capture.Metadata{Profile: meta.Profile, Created: meta.Created, Software: meta.Software})
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return total, fmt.Errorf("module %d: %w", id, err)
-		}
-		r, err := capture.Open(tmp.Name())
-		if err != nil {
-			return total, fmt.Errorf("module %d: %w", id, err)
-		}
-		readers = append(readers, r)
-		truth, err := sim.ReadTruth(r.Metadata())
-		if err != nil {
-			return total, err
-		}
-		truths = append(truths, truth)
-		total.Frames += st.Frames
-		total.Records += st.Records
-		total.Overflow += st.Overflow
-	}
-	if err := meta.Set(sim.ModulesKey, truths); err != nil {
-		return total, err
-	}
-	w, err := capture.NewWriter(out, meta)
-	if err != nil {
-		return total, err
-	}
-	buf := make([]byte, cfg.Format.PayloadSize())
-	for live := len(readers); live > 0; {
-		live = 0
-		for _, r := range readers {
-			h, payload, err := r.Next(buf)
-			if errors.Is(err, io.EOF) {
-				continue
-			}
-			if err != nil {
-				return total, err
-			}
-			live++
-			if err := w.WriteFrame(&h, payload); err != nil {
-				return total, err
-			}
-		}
-	}
-	err = w.Close()
-	total.Bytes = w.Size()
-	return total, err
 }
