@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // benchFlags are the flags of h5ingest bench.
@@ -82,7 +83,13 @@ folders are removed at the end unless --keep, and nothing else in --dir or
 			return bench.Run(cmd.OutOrStdout(), cmd.ErrOrStderr(), &fl.cfg)
 		},
 	}
-	f := cmd.Flags()
+	fl.register(cmd.Flags())
+	cmd.AddCommand(newBenchWriteCmd(), newBenchCycleCmd())
+	return cmd
+}
+
+// register defines the flags on f.
+func (fl *benchFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&fl.frames, "frames", 200, "frames each row processes")
 	f.IntVar(&fl.unique, "unique", 50, "distinct simulated frames the scan cycles through")
 	f.IntVar(&fl.rounds, "rounds", 5, "interleaved rounds: every row runs once in each")
@@ -95,8 +102,6 @@ folders are removed at the end unless --keep, and nothing else in --dir or
 	f.StringVar(&fl.workers, "workers", defaultBenchWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")
 	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")
 	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WxH (Medipix3RX: 256x256)")
-	cmd.AddCommand(newBenchWriteCmd(), newBenchCycleCmd())
-	return cmd
 }
 
 // defaultBenchWorkers is 1 and the number of cores.

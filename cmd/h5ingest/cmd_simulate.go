@@ -118,34 +118,8 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 			return cfg, fmt.Errorf("--%s %d: must not be negative", n.name, n.v)
 		}
 	}
-	givenPlan := changed("darks") || changed("flats") || changed("projections") || changed("sequence")
-	cfg.Plan = plan.Tomo(fl.darks, fl.flats, fl.projections, fl.angleStart, fl.angleEnd)
-	if changed("sequence") {
-		if changed("darks") || changed("flats") || changed("projections") {
-			return cfg, errors.New("--sequence with --darks, --flats or --projections: give one or the other")
-		}
-		steps, err := plan.ParseSequence(fl.sequence)
-		if err != nil {
-			return cfg, fmt.Errorf("--sequence: %w", err)
-		}
-		cfg.Plan.Steps = steps
-	}
-	switch {
-	case cfg.Scene == sim.Tomo && changed("frames") && givenPlan:
-		return cfg, errors.New("--frames with --darks, --flats or --projections: give the plan or --frames, not both")
-	case cfg.Scene == sim.Tomo && changed("frames"):
-		cfg.Plan = plan.Tomo(0, 0, fl.frames, fl.angleStart, fl.angleEnd)
-	case cfg.Scene == sim.CDI && givenPlan:
-		return cfg, errors.New("--darks, --flats and --projections are for --scene tomo; give --frames for cdi")
-	case cfg.Scene == sim.CDI && changed("frames"):
-		cfg.Frames = fl.frames
-	}
-	if changed("frames") {
-		if fl.frames > plan.MaxFrames {
-			return cfg, fmt.Errorf("--frames %d: %w", fl.frames, plan.ErrTooLong)
-		}
-	} else if err := cfg.Plan.Validate(); err != nil {
-		return cfg, fmt.Errorf("--darks, --flats, --projections or --sequence: %w", err)
+	if err := fl.plan(&cfg, changed); err != nil {
+		return cfg, err
 	}
 	if cfg.NumFrames() < 1 {
 		return cfg, errors.New("the scan has no frames: give --frames or a plan with at least one frame")
@@ -161,6 +135,52 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 		return cfg, fmt.Errorf("--fps %v: must be positive", fl.fps)
 	}
 	cfg.Module, cfg.FPS, cfg.Seed = fl.module, fl.fps, fl.seed
+	if err := fl.faults(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// plan sets the scan's plan (tomo) or frame count (cdi) from the flags.
+func (fl *simulateFlags) plan(cfg *sim.Config, changed func(string) bool) error {
+	givenPlan := changed("darks") || changed("flats") || changed("projections") || changed("sequence")
+	cfg.Plan = plan.Tomo(fl.darks, fl.flats, fl.projections, fl.angleStart, fl.angleEnd)
+	if changed("sequence") {
+		if changed("darks") || changed("flats") || changed("projections") {
+			return errors.New("--sequence with --darks, --flats or --projections: give one or the other")
+		}
+		steps, err := plan.ParseSequence(fl.sequence)
+		if err != nil {
+			return fmt.Errorf("--sequence: %w", err)
+		}
+		cfg.Plan.Steps = steps
+	}
+	switch {
+	case cfg.Scene == sim.Tomo && changed("frames") && givenPlan:
+		return errors.New("--frames with --darks, --flats or --projections: give the plan or --frames, not both")
+	case cfg.Scene == sim.Tomo && changed("frames"):
+		cfg.Plan = plan.Tomo(0, 0, fl.frames, fl.angleStart, fl.angleEnd)
+	case cfg.Scene == sim.CDI && givenPlan:
+		return errors.New("--darks, --flats and --projections are for --scene tomo; give --frames for cdi")
+	case cfg.Scene == sim.CDI && changed("frames"):
+		cfg.Frames = fl.frames
+	}
+	if changed("frames") {
+		if fl.frames > plan.MaxFrames {
+			return fmt.Errorf("--frames %d: %w", fl.frames, plan.ErrTooLong)
+		}
+	} else if err := cfg.Plan.Validate(); err != nil {
+		return fmt.Errorf("--darks, --flats, --projections or --sequence: %w", err)
+	}
+	return nil
+}
+
+// faults sets the faults the flags ask for.
+func (fl *simulateFlags) faults(cfg *sim.Config) error {
+	var err error
 	for _, fault := range []struct {
 		name string
 		v    string
@@ -168,13 +188,10 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 	}{{"missing", fl.missing, &cfg.Missing}, {"duplicate", fl.duplicate, &cfg.Duplicate},
 		{"reorder", fl.reorder, &cfg.Reorder}, {"corrupt", fl.corrupt, &cfg.Corrupt}} {
 		if *fault.dst, err = parseFault(fault.v, cfg.NumFrames()); err != nil {
-			return cfg, fmt.Errorf("--%s %q: %w", fault.name, fault.v, err)
+			return fmt.Errorf("--%s %q: %w", fault.name, fault.v, err)
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return nil
 }
 
 // moduleIDs returns the modules to simulate: --modules, or --module alone.

@@ -41,6 +41,61 @@ type captureModule struct {
 	payloads int64
 }
 
+// add counts one record of the module.
+func (m *captureModule) add(h frame.Header, payload []byte) {
+	m.records++
+	m.numbers[h.FrameNumber] = true
+	m.lo, m.hi = min(m.lo, h.FrameNumber), max(m.hi, h.FrameNumber)
+	m.tsLo, m.tsHi = min(m.tsLo, h.Timestamp), max(m.tsHi, h.Timestamp)
+	m.payloads += int64(len(payload))
+	if h.Check() != nil {
+		m.bad++
+	} else if !slices.Contains(m.formats, h.Format) {
+		m.formats = append(m.formats, h.Format)
+	}
+}
+
+// tally reads every record of r and counts them by module; readErr is
+// what stopped the reading before the end.
+func tally(r *capture.Reader) (modules map[uint16]*captureModule, total int, readErr error) {
+	modules = map[uint16]*captureModule{}
+	var buf []byte
+	for {
+		h, payload, err := r.Next(buf)
+		if errors.Is(err, io.ErrShortBuffer) {
+			buf = make([]byte, h.PayloadSize)
+			h, payload, err = r.Next(buf)
+		}
+		if errors.Is(err, io.EOF) {
+			return modules, total, nil
+		}
+		if err != nil {
+			return modules, total, err
+		}
+		total++
+		m := modules[h.ModuleID]
+		if m == nil {
+			m = &captureModule{numbers: map[uint64]bool{}, lo: h.FrameNumber, hi: h.FrameNumber, tsLo: h.Timestamp, tsHi: h.Timestamp}
+			modules[h.ModuleID] = m
+		}
+		m.add(h, payload)
+	}
+}
+
+// printCaptureHeader prints who wrote the capture at path, when, and the
+// plan it records.
+func printCaptureHeader(out io.Writer, path string, meta capture.Metadata) {
+	fmt.Fprintf(out, "%s\n", path)
+	fmt.Fprintf(out, "  capture       written by %s at %s, profile %q\n", orUnknown(meta.Software), orUnknown(meta.Created), meta.Profile)
+	if p, ok, err := scan.CapturePlan(meta); err != nil {
+		fmt.Fprintf(out, "  plan          unreadable: %v\n", err)
+	} else if ok {
+		fmt.Fprintf(out, "  plan          %v\n", p)
+	} else {
+		fmt.Fprintf(out, "  plan          none recorded\n")
+	}
+}
+
 // inspectCapture summarises a capture file: who wrote it and when, the
 // plan it records, and per module the frames it holds, their numbers and
 // formats. A capture that cannot be read to its end is summarised up to
@@ -51,50 +106,8 @@ func inspectCapture(out io.Writer, path string) error {
 		return err
 	}
 	defer r.Close()
-	meta := r.Metadata()
-	fmt.Fprintf(out, "%s\n", path)
-	fmt.Fprintf(out, "  capture       written by %s at %s, profile %q\n", orUnknown(meta.Software), orUnknown(meta.Created), meta.Profile)
-	if p, ok, err := scan.CapturePlan(meta); err != nil {
-		fmt.Fprintf(out, "  plan          unreadable: %v\n", err)
-	} else if ok {
-		fmt.Fprintf(out, "  plan          %v\n", p)
-	} else {
-		fmt.Fprintf(out, "  plan          none recorded\n")
-	}
-	modules := map[uint16]*captureModule{}
-	var buf []byte
-	var readErr error
-	total := 0
-	for {
-		h, payload, err := r.Next(buf)
-		if errors.Is(err, io.ErrShortBuffer) {
-			buf = make([]byte, h.PayloadSize)
-			h, payload, err = r.Next(buf)
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			readErr = err
-			break
-		}
-		total++
-		m := modules[h.ModuleID]
-		if m == nil {
-			m = &captureModule{numbers: map[uint64]bool{}, lo: h.FrameNumber, hi: h.FrameNumber, tsLo: h.Timestamp, tsHi: h.Timestamp}
-			modules[h.ModuleID] = m
-		}
-		m.records++
-		m.numbers[h.FrameNumber] = true
-		m.lo, m.hi = min(m.lo, h.FrameNumber), max(m.hi, h.FrameNumber)
-		m.tsLo, m.tsHi = min(m.tsLo, h.Timestamp), max(m.tsHi, h.Timestamp)
-		m.payloads += int64(len(payload))
-		if h.Check() != nil {
-			m.bad++
-		} else if !slices.Contains(m.formats, h.Format) {
-			m.formats = append(m.formats, h.Format)
-		}
-	}
+	printCaptureHeader(out, path, r.Metadata())
+	modules, total, readErr := tally(r)
 	info, _ := os.Stat(path)
 	size := int64(0)
 	if info != nil {
