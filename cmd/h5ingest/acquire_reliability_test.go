@@ -197,7 +197,11 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
 	acq.waitForFile(t, writer.TempName(out)) // the detector connected
-	time.Sleep(500 * time.Millisecond)       // the ring fills at once; the pipeline takes a few frames
+	// The ring fills at once and the pipeline takes a few frames: wait
+	// until the capture holds more frames than the ring has slots (on a
+	// loaded machine the sender takes a while), then half a second more.
+	waitForSize(t, rec, frameBytes(t, src, n)*int64(backlogSlots+4), 20*time.Second)
+	time.Sleep(500 * time.Millisecond)
 	switch end {
 	case "kill":
 		sender.cmd.Process.Kill()
@@ -667,4 +671,27 @@ func TestAcquireModulesDrainOnSignal(t *testing.T) {
 			t.Errorf("module %d: received %d of %d, the file holds %d ok", m, received, n, ok)
 		}
 	}
+}
+
+// frameBytes returns the mean size of a frame record of the capture at
+// path, which holds n frames.
+func frameBytes(t *testing.T, path string, n int) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size() / int64(n)
+}
+
+// waitForSize waits until the file at path holds size bytes, for at most
+// limit.
+func waitForSize(t *testing.T, path string, size int64, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if info, err := os.Stat(path); err == nil && info.Size() >= size {
+			return
+		}
+	}
+	t.Logf("%s did not reach %d bytes in %v", path, size, limit)
 }
