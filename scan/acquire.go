@@ -397,7 +397,7 @@ func (a *Acquisition) openRecord() (*lockedRecorder, func(), error) {
 	if name == "" {
 		name = profile.Name
 	}
-	meta, err := CaptureMetadata("acquire", name, profile, pl, time.Now())
+	meta, err := captureMetadata("acquire", name, profile, pl, time.Now())
 	if err != nil {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
@@ -518,7 +518,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
 		if connected == 0 {
 			if files.Master != "" && plan.Frames() > 0 {
-				if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
+				if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
 					cancel()
 					return err
 				}
@@ -544,7 +544,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	for i, fm := range files.Modules {
 		if m.scans[i] == nil {
 			fmt.Fprintf(o.Errs, "h5ingest: module %d never connected: its frames are recorded missing\n", fm.Module.ID)
-			if err := m.start(ctx, files, fm.Module.ID, format, EmptySource{}); err != nil {
+			if err := m.start(ctx, files, fm.Module.ID, format, emptySource{}); err != nil {
 				cancel()
 				return err
 			}
@@ -553,7 +553,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	m.wg.Wait()
 	rec.finish(o.Errs)
 	m.finished = true
-	return FinishModules(files, mo, m.scans, m.errs)
+	return finishModules(files, mo, m.scans, m.errs)
 }
 
 // senderCheck refuses a sender of a module the scan does not take, one

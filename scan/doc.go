@@ -46,9 +46,9 @@ func (e *incompleteErr) Unwrap() []error { return []error{e.err, ErrIncomplete} 
 // err's.
 func Incomplete(err error) error { return &incompleteErr{err} }
 
-// Worse returns the worse of two scan results: any failure outranks
+// worse returns the worse of two scan results: any failure outranks
 // ErrIncomplete, which outranks nil.
-func Worse(a, b error) error {
+func worse(a, b error) error {
 	rank := func(err error) int {
 		switch {
 		case err == nil:

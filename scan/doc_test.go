@@ -34,8 +34,8 @@ func TestErrorClasses(t *testing.T) {
 		{failed, ErrIncomplete, failed},
 		{failed, usage, failed}, // the first failure stays
 	} {
-		if got := Worse(tc.a, tc.b); got != tc.want {
-			t.Errorf("Worse(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		if got := worse(tc.a, tc.b); got != tc.want {
+			t.Errorf("worse(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

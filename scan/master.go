@@ -17,10 +17,10 @@ import (
 	"h5ingest/writer"
 )
 
-// ModuleFrames returns the master's frame count: the plan's, else the
+// moduleFrames returns the master's frame count: the plan's, else the
 // longest module file present. Module files present must have the
 // profile's frame size.
-func ModuleFrames(files Files, format frame.Format, planned int) (int, error) {
+func moduleFrames(files Files, format frame.Format, planned int) (int, error) {
 	longest := 0
 	for _, m := range files.Modules {
 		if _, err := os.Stat(m.Path); errors.Is(err, os.ErrNotExist) {
@@ -173,11 +173,11 @@ func sameMaster(path, dir string, files Files, frames int) bool {
 	return true
 }
 
-// WriteMaster writes the master file of a scan of frames frames of format
+// writeMaster writes the master file of a scan of frames frames of format
 // per module, unless the master is there already (and Overwrite is not
 // set) for the same modules and frames. Module files are named relative to
 // the master's directory, so that a scan's files can move together.
-func WriteMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
+func writeMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
 	layout, err := layoutOf(reg, profile)
 	if err != nil {
 		return err
@@ -238,11 +238,11 @@ func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profil
 	if err != nil {
 		return 0, Usage(err)
 	}
-	frames, err := ModuleFrames(files, format, pl.Frames())
+	frames, err := moduleFrames(files, format, pl.Frames())
 	if err != nil {
 		return 0, err
 	}
-	if err := WriteMaster(files, reg, profile, pl, format, nil, frames); err != nil {
+	if err := writeMaster(files, reg, profile, pl, format, nil, frames); err != nil {
 		return 0, err
 	}
 	var absent []string

@@ -11,12 +11,12 @@ import (
 	"h5ingest/version"
 )
 
-// CaptureMetadata returns the metadata of a capture that command (acquire,
+// captureMetadata returns the metadata of a capture that command (acquire,
 // simulate) writes: the profile's name, the time, the program and its
 // version, and, so that a replay writes the file the scan would have
 // written, the plan (where the scan has one), the merged profile and the
 // detector's geometry.
-func CaptureMetadata(command, profileName string, profile config.Profile, pl plan.Plan, now time.Time) (capture.Metadata, error) {
+func captureMetadata(command, profileName string, profile config.Profile, pl plan.Plan, now time.Time) (capture.Metadata, error) {
 	m := capture.Metadata{
 		Profile:  profileName,
 		Created:  now.UTC().Format(time.RFC3339),

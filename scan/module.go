@@ -187,7 +187,7 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 		ExperimentID:  profile.Metadata.ExperimentID,
 		UserMetadata:  user,
 		Version:       version.String(),
-		Configuration: ProfileYAML(profile),
+		Configuration: profileYAML(profile),
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
@@ -321,10 +321,10 @@ func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
 	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())
 }
 
-// OpenModules creates the scan of every module in files, each with its
+// openModules creates the scan of every module in files, each with its
 // own file and pipeline, all decoding with o.Backend; only the first
 // reports progress.
-func OpenModules(files Files, o Options) ([]*Module, error) {
+func openModules(files Files, o Options) ([]*Module, error) {
 	var scans []*Module
 	log := o.Log
 	if log == nil {
@@ -345,18 +345,18 @@ func OpenModules(files Files, o Options) ([]*Module, error) {
 	return scans, nil
 }
 
-// FinishModules finishes the scans of a multi-module scan (scans[i] of
+// finishModules finishes the scans of a multi-module scan (scans[i] of
 // files.Modules[i]), given what stopped each one's source, and writes the
 // master file if the scan's length was not known before. It returns the
 // worst of the results: a failure, ErrIncomplete when any module misses
 // frames, or nil.
-func FinishModules(files Files, o Options, scans []*Module, srcErrs []error) error {
+func finishModules(files Files, o Options, scans []*Module, srcErrs []error) error {
 	var worst error
 	out, errs := orDiscard(o.Out), orDiscard(o.Errs)
 	profile, plan, format := o.Profile, o.Plan, o.Format
 	frames := plan.Frames()
 	for i, scan := range scans {
-		worst = Worse(worst, scan.Finish(srcErrs[i]))
+		worst = worse(worst, scan.Finish(srcErrs[i]))
 		frames = max(frames, scan.pipeline.Frames())
 	}
 	if files.Master == "" {
@@ -364,17 +364,17 @@ func FinishModules(files Files, o Options, scans []*Module, srcErrs []error) err
 	}
 	if plan.Frames() == 0 {
 		if frames == 0 {
-			return Worse(worst, errors.New("no frame of any module arrived: no master file written"))
+			return worse(worst, errors.New("no frame of any module arrived: no master file written"))
 		}
 		for i, scan := range scans {
 			if n := scan.pipeline.Frames(); n < frames {
 				fmt.Fprintf(errs, "h5ingest: module %d has %d of the scan's %d frames; the master shows the rest missing\n",
 					files.Modules[i].Module.ID, n, frames)
-				worst = Worse(worst, ErrIncomplete)
+				worst = worse(worst, ErrIncomplete)
 			}
 		}
-		if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, frames); err != nil {
-			return Worse(worst, err)
+		if err := writeMaster(files, o.Stages, profile, plan, format, o.User, frames); err != nil {
+			return worse(worst, err)
 		}
 	}
 	h, w := ArraySize(profile, format)
@@ -382,19 +382,19 @@ func FinishModules(files Files, o Options, scans []*Module, srcErrs []error) err
 	return worst
 }
 
-// EmptySource is the source of a module that never sent: it ends at
+// emptySource is the source of a module that never sent: it ends at
 // once, so that the module's file records every planned frame missing.
-type EmptySource struct{}
+type emptySource struct{}
 
 // Next implements pipeline.Source: the end at once.
-func (EmptySource) Next(context.Context) (*pipeline.Frame, error) { return nil, io.EOF }
+func (emptySource) Next(context.Context) (*pipeline.Frame, error) { return nil, io.EOF }
 
 // Release implements pipeline.Source.
-func (EmptySource) Release(*pipeline.Frame) {}
+func (emptySource) Release(*pipeline.Frame) {}
 
-// ProfileYAML returns the merged profile as a profile file would hold it,
+// profileYAML returns the merged profile as a profile file would hold it,
 // for the files to keep how the scan was set up.
-func ProfileYAML(p config.Profile) string {
+func profileYAML(p config.Profile) string {
 	b, err := yaml.Marshal(p.Values())
 	if err != nil {
 		return ""

@@ -5,9 +5,9 @@ import (
 	"io"
 )
 
-// ReadersWarning returns what a user who chooses compression must know
+// readersWarning returns what a user who chooses compression must know
 // about the readers of the files, or "" when there is nothing to say.
-func ReadersWarning(compression string) string {
+func readersWarning(compression string) string {
 	if compression != "bszstd" {
 		return ""
 	}
@@ -21,7 +21,7 @@ func ReadersWarning(compression string) string {
 // WarnReaders prints the warning compression calls for, if any, on w. The
 // commands that start a scan or check a profile call it.
 func WarnReaders(w io.Writer, compression string) {
-	if msg := ReadersWarning(compression); msg != "" {
+	if msg := readersWarning(compression); msg != "" {
 		fmt.Fprintf(w, "h5ingest: warning: %s\n", msg)
 	}
 }

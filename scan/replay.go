@@ -118,7 +118,7 @@ func (rp *replayRun) run(ctx context.Context) error {
 		return err
 	}
 	if files.Master != "" && plan.Frames() > 0 {
-		if err := WriteMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
+		if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
 			return err
 		}
 	}
@@ -131,7 +131,7 @@ func (rp *replayRun) run(ctx context.Context) error {
 	defer backend.Close()
 	mo := o.Options
 	mo.Backend = backend
-	scans, err := OpenModules(files, mo)
+	scans, err := openModules(files, mo)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (rp *replayRun) run(ctx context.Context) error {
 	}
 	wg.Wait()
 	rp.dropped(d, scans)
-	return FinishModules(files, mo, scans, srcErrs)
+	return finishModules(files, mo, scans, srcErrs)
 }
 
 // dropped says how many frames of modules the profile does not list were

@@ -266,7 +266,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	res.Counts = serviceCounts(scan.progress, scan.pipeline.Frames())
 	rep.Progress(res.Counts)
 	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
-	switch verr := VerifyPath(scan.output); {
+	switch verr := verifyPath(scan.output); {
 	case verr == nil, errors.Is(verr, ErrIncomplete):
 		file.Verified = true
 	default:

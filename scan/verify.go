@@ -174,7 +174,7 @@ func verifyMaster(out io.Writer, path string, modules []writer.MasterModule) err
 			fmt.Fprintf(out, "BAD module %d: %v\n", m.ID, err)
 			err = fmt.Errorf("module %d: %w", m.ID, err)
 		}
-		worst = Worse(worst, err)
+		worst = worse(worst, err)
 	}
 	fmt.Fprintf(out, "%s: master of %d modules\n", path, len(modules))
 	return worst
@@ -291,8 +291,8 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 	return res, nil
 }
 
-// VerifyPath proves the file at path as Verify does, writing nothing,
+// verifyPath proves the file at path as Verify does, writing nothing,
 // with DefaultVerifyStall.
-func VerifyPath(path string) error {
+func verifyPath(path string) error {
 	return Verify(context.Background(), io.Discard, path, DefaultVerifyStall)
 }
