@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 
 	"h5ingest/config"
@@ -157,27 +156,6 @@ func checkPortFree(provider, addr string) error {
 	return nil
 }
 
-// checkProvider reports whether libfabric's provider can listen at addr:
-// where it cannot (verbs on a machine without RDMA), it names the
-// providers that can, and suggests tcp.
-func checkProvider(provider, addr string) error {
-	info, err := fabric.GetInfo(provider, addr, true)
-	if err == nil {
-		info.Close()
-		return nil
-	}
-	have := fabric.Providers(addr)
-	list := "none"
-	if len(have) > 0 {
-		list = strings.Join(have, ", ")
-	}
-	hint := ""
-	if slices.Contains(have, "tcp") {
-		hint = "; without RDMA hardware give --provider tcp (profile key source.provider)"
-	}
-	return fmt.Errorf("libfabric provider %s cannot listen on %s (%v); providers that can here: %s%s", provider, addr, err, list, hint)
-}
-
 // checkBackend reports whether the profile's decode backend can start.
 func checkBackend(p config.Profile) error {
 	// The scan's own backend logs the choice "auto" makes; this one is quiet.
@@ -234,7 +212,7 @@ func (c Checks) Failures(errs io.Writer) []error {
 	if c.Addr != "" {
 		// First: a missing provider (verbs without RDMA) is the likeliest
 		// failure of a first try.
-		note(checkProvider(c.Provider, c.Addr))
+		note(fabric.CheckProvider(c.Provider, c.Addr))
 	}
 	for _, f := range c.Files {
 		note(checkName("output file", f, true))

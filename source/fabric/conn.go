@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"h5ingest/source/fabric/internal/fi"
 	"time"
 )
 
@@ -14,7 +15,7 @@ var ErrDisconnected = errors.New("peer disconnected")
 // or send in time.
 var ErrTimeout = errors.New("timed out")
 
-// Completion contexts: the kind of buffer in the high bits, its index in
+// fi.Completion contexts: the kind of buffer in the high bits, its index in
 // the low ones.
 const (
 	ctxCtrl  = 1 << 32 // a control message buffer
@@ -26,17 +27,17 @@ const (
 // event queue, completion queues for transmits and receives, the
 // endpoint, and a region of control message buffers.
 type conn struct {
-	info   *Info
-	dom    *Domain
-	eq     *EventQueue
-	tx, rx *CompletionQueue
-	ep     *Endpoint
+	info   *fi.Info
+	dom    *fi.Domain
+	eq     *fi.EventQueue
+	tx, rx *fi.CompletionQueue
+	ep     *fi.Endpoint
 
-	ctrlMem *Memory
-	ctrlMR  *MemoryRegion
+	ctrlMem *fi.Memory
+	ctrlMR  *fi.MemoryRegion
 	ctrl    int // control buffers in ctrlMem
 
-	comp [maxBatch]Completion
+	comp [fi.MaxBatch]fi.Completion
 	// quit, where set, ends the waits of a handshake when closed: the
 	// listener is closing.
 	quit <-chan struct{}
@@ -57,32 +58,32 @@ func (c *conn) quitting() bool {
 
 // openConn opens the objects of a connection described by info on fab,
 // with ctrl control buffers of ctrlSize bytes.
-func openConn(fab *Fabric, info *Info, ctrl int) (c *conn, err error) {
+func openConn(fab *fi.Fabric, info *fi.Info, ctrl int) (c *conn, err error) {
 	c = &conn{info: info, ctrl: ctrl}
 	defer func() {
 		if err != nil {
 			c.close()
 		}
 	}()
-	if c.dom, err = OpenDomain(fab, info); err != nil {
+	if c.dom, err = fi.OpenDomain(fab, info); err != nil {
 		return nil, err
 	}
-	if c.eq, err = OpenEventQueue(fab); err != nil {
+	if c.eq, err = fi.OpenEventQueue(fab); err != nil {
 		return nil, err
 	}
-	if c.tx, err = OpenCompletionQueue(c.dom, info.TxSize()); err != nil {
+	if c.tx, err = fi.OpenCompletionQueue(c.dom, info.TxSize()); err != nil {
 		return nil, err
 	}
-	if c.rx, err = OpenCompletionQueue(c.dom, info.RxSize()); err != nil {
+	if c.rx, err = fi.OpenCompletionQueue(c.dom, info.RxSize()); err != nil {
 		return nil, err
 	}
-	if c.ep, err = OpenEndpoint(c.dom, info, c.eq, c.tx, c.rx); err != nil {
+	if c.ep, err = fi.OpenEndpoint(c.dom, info, c.eq, c.tx, c.rx); err != nil {
 		return nil, err
 	}
-	if c.ctrlMem, err = Alloc((ctrl + scratchBuffers) * ctrlSize); err != nil {
+	if c.ctrlMem, err = fi.Alloc((ctrl + scratchBuffers) * ctrlSize); err != nil {
 		return nil, err
 	}
-	if c.ctrlMR, err = Register(c.dom, c.ctrlMem.Bytes()); err != nil {
+	if c.ctrlMR, err = fi.Register(c.dom, c.ctrlMem.Bytes()); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -132,7 +133,7 @@ func (c *conn) waitEvent(kind uint32, timeout time.Duration, what string) error 
 		switch ev.Kind {
 		case kind:
 			return nil
-		case EventShutdown:
+		case fi.EventShutdown:
 			return fmt.Errorf("%s: %w", what, ErrDisconnected)
 		}
 	}
@@ -148,7 +149,7 @@ func (c *conn) shutDown() bool {
 	if ok && ev.Info != nil {
 		ev.Info.Close()
 	}
-	return ok && ev.Kind == EventShutdown
+	return ok && ev.Kind == fi.EventShutdown
 }
 
 // inject sends a small message, retrying while the transmit queue is full
@@ -157,11 +158,11 @@ func (c *conn) inject(b []byte) error {
 	deadline := time.Now().Add(time.Second)
 	for {
 		err := c.ep.Inject(b)
-		var fe *Error
+		var fe *fi.Error
 		if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
 			return err
 		}
-		var comp [1]Completion
+		var comp [1]fi.Completion
 		c.tx.Read(comp[:], time.Millisecond) // drives the provider's progress
 	}
 }
@@ -200,7 +201,7 @@ func (c *conn) close() error {
 	if c.ctrlMem != nil {
 		errs = append(errs, c.ctrlMem.Free())
 	}
-	for _, q := range []*CompletionQueue{c.tx, c.rx} {
+	for _, q := range []*fi.CompletionQueue{c.tx, c.rx} {
 		if q != nil {
 			errs = append(errs, q.Close())
 		}

@@ -13,6 +13,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/source/capture"
+	"h5ingest/source/fabric/internal/fi"
 )
 
 var testFormat = frame.Format{
@@ -83,9 +84,9 @@ func testListen(t *testing.T, cfg Config) *Listener {
 // ends.
 func checkNoLeaks(t *testing.T) {
 	t.Helper()
-	before := OpenObjects()
+	before := fi.OpenObjects()
 	t.Cleanup(func() {
-		if n := OpenObjects(); n != before {
+		if n := fi.OpenObjects(); n != before {
 			t.Errorf("%d libfabric objects left open (%d before the test)", n, before)
 		}
 	})

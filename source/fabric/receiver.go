@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"h5ingest/source/fabric/internal/fi"
 	"net/netip"
 	"sync"
 	"time"
@@ -89,10 +90,10 @@ var ErrRefused = errors.New("sender refused")
 // address. Accept is called from one goroutine at a time; Close from any.
 type Listener struct {
 	cfg  Config
-	info *Info
-	fab  *Fabric
-	eq   *EventQueue
-	pep  *PassiveEndpoint
+	info *fi.Info
+	fab  *fi.Fabric
+	eq   *fi.EventQueue
+	pep  *fi.PassiveEndpoint
 	addr netip.AddrPort
 
 	mu         sync.Mutex
@@ -126,19 +127,19 @@ func Listen(cfg Config) (_ *Listener, err error) {
 			err = fmt.Errorf("listen on %s with provider %s: %w", cfg.Addr, cfg.Provider, err)
 		}
 	}()
-	if l.info, err = GetInfo(cfg.Provider, cfg.Addr, true); err != nil {
+	if l.info, err = fi.GetInfo(cfg.Provider, cfg.Addr, true); err != nil {
 		return nil, err
 	}
 	if n := l.info.RxSize() - 4; cfg.Slots > n {
 		return nil, fmt.Errorf("%d slots: the provider's receive queue holds %d", cfg.Slots, n)
 	}
-	if l.fab, err = OpenFabric(l.info); err != nil {
+	if l.fab, err = fi.OpenFabric(l.info); err != nil {
 		return nil, err
 	}
-	if l.eq, err = OpenEventQueue(l.fab); err != nil {
+	if l.eq, err = fi.OpenEventQueue(l.fab); err != nil {
 		return nil, err
 	}
-	if l.pep, err = ListenPassive(l.fab, l.info, l.eq); err != nil {
+	if l.pep, err = fi.ListenPassive(l.fab, l.info, l.eq); err != nil {
 		return nil, err
 	}
 	if l.addr, err = l.pep.Addr(); err != nil {
@@ -170,7 +171,7 @@ func (l *Listener) listen() {
 		if !ok {
 			continue
 		}
-		if ev.Kind != EventConnReq {
+		if ev.Kind != fi.EventConnReq {
 			if ev.Info != nil {
 				ev.Info.Close()
 			}
@@ -257,7 +258,7 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 func ctrlBuffers(slots int) int { return slots + 4 }
 
 // accept runs the control exchange with the sender of req.
-func (l *Listener) accept(req *Info) (*Stream, error) {
+func (l *Listener) accept(req *fi.Info) (*Stream, error) {
 	c, err := openConn(l.fab, req, ctrlBuffers(l.cfg.Slots)+2)
 	if err != nil {
 		l.pep.Reject(req)
@@ -283,7 +284,7 @@ func (l *Listener) accept(req *Info) (*Stream, error) {
 	if err := c.ep.Accept(); err != nil {
 		return nil, err
 	}
-	if err := c.waitEvent(EventConnected, time.Until(deadline), "connect"); err != nil {
+	if err := c.waitEvent(fi.EventConnected, time.Until(deadline), "connect"); err != nil {
 		return nil, err
 	}
 	b, err := s.waitCtrl(time.Until(deadline), "hello")

@@ -20,6 +20,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/source/capture"
+	"h5ingest/source/fabric/internal/fi"
 )
 
 // captureRecorder records into a capture in memory.
@@ -110,7 +111,7 @@ func fillRing(ctx context.Context, t *testing.T, l *Listener, mode Mode, n int) 
 // Every frame that arrived is handed out, and recorded, before the end's
 // error; after a Stop no credit goes back to the sender.
 func TestBacklogHandedOutBeforeTheEnd(t *testing.T) {
-	const slots = 40 // more than maxBatch, so that arrivals wait in the completion queue
+	const slots = 40 // more than fi.MaxBatch, so that arrivals wait in the completion queue
 	stopped := errors.New("interrupted")
 	for _, mode := range []Mode{ModeWrite, ModeSend} {
 		for _, end := range []string{"sender killed", "stopped"} {
@@ -215,11 +216,11 @@ func TestFailingRecordStopsOnlyTheRecording(t *testing.T) {
 // sends nothing. close closes the connection.
 func dialRaw(t *testing.T, addr string) (close func()) {
 	t.Helper()
-	info, err := GetInfo("tcp", addr, false)
+	info, err := fi.GetInfo("tcp", addr, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fab, err := OpenFabric(info)
+	fab, err := fi.OpenFabric(info)
 	if err != nil {
 		info.Close()
 		t.Fatal(err)
@@ -239,7 +240,7 @@ func dialRaw(t *testing.T, addr string) (close func()) {
 		close()
 		t.Fatal(err)
 	}
-	if err := c.waitEvent(EventConnected, 5*time.Second, "connect"); err != nil {
+	if err := c.waitEvent(fi.EventConnected, 5*time.Second, "connect"); err != nil {
 		close()
 		t.Fatal(err)
 	}

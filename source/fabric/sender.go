@@ -11,6 +11,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/source/capture"
+	"h5ingest/source/fabric/internal/fi"
 )
 
 // SenderConfig sets up a Sender.
@@ -57,12 +58,12 @@ func (st SendStats) Rate() float64 {
 // methods are called from one goroutine.
 type Sender struct {
 	cfg    SenderConfig
-	fab    *Fabric
+	fab    *fi.Fabric
 	c      *conn
 	accept Accept
 
-	bufMem  *Memory
-	bufMR   *MemoryRegion
+	bufMem  *fi.Memory
+	bufMR   *fi.MemoryRegion
 	bufs    [][]byte
 	freeBuf []int // buffers not in transmission
 	cur     int   // buffer handed out by Buffer; -1 when none
@@ -97,11 +98,11 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 			err = fmt.Errorf("connect to %s with provider %s: %w", cfg.Addr, cfg.Provider, err)
 		}
 	}()
-	info, err := GetInfo(cfg.Provider, cfg.Addr, false)
+	info, err := fi.GetInfo(cfg.Provider, cfg.Addr, false)
 	if err != nil {
 		return nil, err
 	}
-	if s.fab, err = OpenFabric(info); err != nil {
+	if s.fab, err = fi.OpenFabric(info); err != nil {
 		info.Close()
 		return nil, err
 	}
@@ -120,7 +121,7 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	if err := s.c.ep.Connect(info); err != nil {
 		return nil, err
 	}
-	if err := s.c.waitEvent(EventConnected, cfg.Timeout, "connect"); err != nil {
+	if err := s.c.waitEvent(fi.EventConnected, cfg.Timeout, "connect"); err != nil {
 		return nil, err
 	}
 	hello := cfg.rawHello
@@ -147,10 +148,10 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	if n := int(s.accept.Slots) + 2; n > ctrl-1 {
 		return nil, fmt.Errorf("%w: %d slots, more credits than this sender can take (%d)", ErrProtocol, s.accept.Slots, ctrl-3)
 	}
-	if s.bufMem, err = Alloc(cfg.Buffers * int(s.accept.SlotSize)); err != nil {
+	if s.bufMem, err = fi.Alloc(cfg.Buffers * int(s.accept.SlotSize)); err != nil {
 		return nil, err
 	}
-	if s.bufMR, err = Register(s.c.dom, s.bufMem.Bytes()); err != nil {
+	if s.bufMR, err = fi.Register(s.c.dom, s.bufMem.Bytes()); err != nil {
 		return nil, err
 	}
 	size := int(s.accept.SlotSize)
@@ -371,7 +372,7 @@ func (s *Sender) retry(post func() error) error {
 	deadline := time.Now().Add(s.cfg.Timeout)
 	for {
 		err := post()
-		var fe *Error
+		var fe *fi.Error
 		if err == nil || !errors.As(err, &fe) || fe.Code != syscall.EAGAIN || time.Now().After(deadline) {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/pipeline"
+	"h5ingest/source/fabric/internal/fi"
 )
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a
@@ -52,15 +53,15 @@ type Stream struct {
 	cfg   Config
 	hello Hello
 
-	ringMem  *Memory
-	ringMR   *MemoryRegion
+	ringMem  *fi.Memory
+	ringMR   *fi.MemoryRegion
 	slotSize int
 	frames   []pipeline.Frame // one per slot
 	slots    [][]byte         // slot memory
 
 	rec  Recorder
 	err  error // sticky: the stream cannot go on
-	comp [maxBatch]Completion
+	comp [fi.MaxBatch]fi.Completion
 
 	// arrivals carries what the receiving goroutine (poll) takes off the
 	// completion queue to Next, in order: frames, then the end of the scan
@@ -146,10 +147,10 @@ func (s *Stream) makeRing() error {
 	n := s.cfg.Slots
 	s.slotSize = slotSize(s.hello)
 	var err error
-	if s.ringMem, err = Alloc(n * s.slotSize); err != nil {
+	if s.ringMem, err = fi.Alloc(n * s.slotSize); err != nil {
 		return err
 	}
-	if s.ringMR, err = Register(s.c.dom, s.ringMem.Bytes()); err != nil {
+	if s.ringMR, err = fi.Register(s.c.dom, s.ringMem.Bytes()); err != nil {
 		return err
 	}
 	s.frames = make([]pipeline.Frame, n)
@@ -376,7 +377,7 @@ func (s *Stream) fail(err error) error {
 }
 
 // arrived handles one receive completion: a frame, or the end.
-func (s *Stream) arrived(c Completion) (arrival, error) {
+func (s *Stream) arrived(c fi.Completion) (arrival, error) {
 	i := int(c.Context & ctxIndex)
 	var slot, length int
 	switch c.Context &^ ctxIndex {
@@ -502,7 +503,7 @@ const byeLinger = time.Second
 func (s *Stream) awaitPeerClose(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for !s.c.shutDown() && time.Now().Before(deadline) {
-		var comp [1]Completion
+		var comp [1]fi.Completion
 		s.c.tx.Read(comp[:], 10*time.Millisecond)
 	}
 }

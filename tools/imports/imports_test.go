@@ -18,7 +18,7 @@ import (
 var layers = [][]string{
 	{"frame", "version", "logagg", "plan"},
 	{"compress/bitshuffle", "gpu/kernels"},
-	{"compress", "gpu/internal/hostgrid", "gpu/internal/fakecuda", "gpu/cuda"},
+	{"compress", "gpu/internal/hostgrid", "gpu/internal/fakecuda", "gpu/cuda", "source/fabric/internal/fi"},
 	{"gpu", "config"},
 	{"pipeline", "compress/compresstest"},
 	{"source/capture", "pipeline/pipelinetest"},

@@ -1,4 +1,10 @@
-package fabric
+// Package fi is a thin cgo layer over libfabric's connected endpoints
+// (FI_EP_MSG): fabric, domain, event queue, passive and active endpoints,
+// completion queues and registered memory, with every object counted
+// until closed. libfabric.so.1 is opened with dlopen on first use (Load),
+// and the signal handlers its providers install are put back. Package
+// fabric builds the receiver and the sender on it; nothing else uses it.
+package fi
 
 // #cgo LDFLAGS: -ldl
 // #include "fi_helpers.h"
@@ -293,12 +299,12 @@ func (q *EventQueue) Read(timeout time.Duration) (ev Event, ok bool, err error) 
 type CompletionQueue struct {
 	fid
 	cq      *C.struct_fid_cq
-	entries *C.struct_fi_cq_data_entry // C array of maxBatch entries
+	entries *C.struct_fi_cq_data_entry // C array of MaxBatch entries
 	errBuf  *C.char
 }
 
-// maxBatch is how many completions a Read returns at most.
-const maxBatch = 16
+// MaxBatch is how many completions a Read returns at most.
+const MaxBatch = 16
 
 const errBufLen = 256
 
@@ -316,7 +322,7 @@ func OpenCompletionQueue(dom *Domain, size int) (*CompletionQueue, error) {
 		return nil, fiError("fi_cq_open", C.ssize_t(ret))
 	}
 	q.open(C.h5i_fid_cq(q.cq), "completion queue")
-	q.entries = (*C.struct_fi_cq_data_entry)(C.calloc(maxBatch, C.sizeof_struct_fi_cq_data_entry))
+	q.entries = (*C.struct_fi_cq_data_entry)(C.calloc(MaxBatch, C.sizeof_struct_fi_cq_data_entry))
 	q.errBuf = (*C.char)(C.calloc(1, errBufLen))
 	return q, nil
 }
@@ -338,7 +344,7 @@ func (e *CompletionError) Unwrap() error { return e.Err }
 // read: 0 when none came. An operation that failed is returned as a
 // *CompletionError. Read does not allocate, but for errors.
 func (q *CompletionQueue) Read(dst []Completion, timeout time.Duration) (int, error) {
-	n := min(len(dst), maxBatch)
+	n := min(len(dst), MaxBatch)
 	var errCtx C.uint64_t
 	var ecode C.int
 	ms := C.int(0)
@@ -359,7 +365,7 @@ func (q *CompletionQueue) Read(dst []Completion, timeout time.Duration) (int, er
 	case ret < 0:
 		return 0, fiError("fi_cq_read", C.ssize_t(ret))
 	}
-	entries := unsafe.Slice(q.entries, maxBatch)
+	entries := unsafe.Slice(q.entries, MaxBatch)
 	for i := range int(ret) {
 		e := &entries[i]
 		dst[i] = Completion{Context: uint64(uintptr(e.op_context)), Len: int(e.len), Flags: uint64(e.flags)}

@@ -1,4 +1,4 @@
-package fabric
+package fi
 
 // knownProviders are the libfabric providers Providers asks about, by name:
 // those that may offer connected endpoints, RDMA ones first.
