@@ -20,6 +20,7 @@ var layers = [][]string{
 	{"compress/bitshuffle", "gpu/kernels"},
 	{"compress", "gpu/internal/hostgrid", "gpu/internal/fakecuda", "gpu/cuda", "source/fabric/internal/fi"},
 	{"gpu", "config"},
+	{"gpu/gputest"},
 	{"pipeline", "compress/compresstest"},
 	{"source/capture", "pipeline/pipelinetest"},
 	{"source/sim", "source/fabric", "writer"},
