@@ -1,0 +1,276 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/plan"
+	"h5ingest/registry"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
+	"h5ingest/source/sim"
+	"h5ingest/stock"
+	"h5ingest/writer"
+)
+
+// The end-to-end faults of a scan, run through the library as the scan
+// service runs them: no h5ingest binary, the sender in the same process.
+
+// bigFormat is the frame of the backlog tests: 3 x 2 chips of 256 x 256,
+// 24-bit LFSR bitplane, 295 kB a frame.
+var bigFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 256, ChipHeight: 256},
+	Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+
+// testStages returns a registry of h5ingest's own stages.
+func testStages(t *testing.T) *registry.Registry {
+	t.Helper()
+	r := registry.New()
+	if err := stock.Register(r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// testProfile returns the defaults for frames of f with the keys given
+// on top, as a command line would set them.
+func testProfile(t *testing.T, stages *registry.Registry, f frame.Format, keys map[string]any) config.Profile {
+	t.Helper()
+	flags := map[string]config.FlagValue{
+		"detector.chips_x": {Flag: "test", Value: f.ChipsX}, "detector.chips_y": {Flag: "test", Value: f.ChipsY},
+		"detector.chip_width": {Flag: "test", Value: f.ChipWidth}, "detector.chip_height": {Flag: "test", Value: f.ChipHeight},
+		"backend": {Flag: "test", Value: "cpu"},
+	}
+	for k, v := range keys {
+		flags[k] = config.FlagValue{Flag: "test", Value: v}
+	}
+	p, _, err := config.LoadLayers(config.Layers{Flags: flags, Names: stages.Names()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// simulate writes a capture of n frames of f and returns its path.
+func simulate(t *testing.T, f frame.Format, n int) string {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Format, cfg.Plan, cfg.Seed = f, plan.Tomo(0, 0, n, 0, 180), 5
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "scan.pmcap")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := s.WriteCapture(out, capture.Metadata{Profile: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// send sends the capture at path to addr as module 0 of a detector, in
+// its own goroutine, retrying the connect until the receiver listens;
+// kill, when closed, stops the sending and drops the connection without
+// the end of scan, as a detector losing power does. The channel gives the
+// sender's error.
+func send(t *testing.T, path, addr string, kill <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		r, err := capture.Open(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer r.Close()
+		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 20 * time.Second,
+			Hello: fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: bigFormat}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var s *fabric.Sender
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if s, err = fabric.Dial(ctx, cfg); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			done <- err
+			return
+		}
+		go func() {
+			<-kill
+			cancel()
+		}()
+		if _, err = fabric.SendCapture(ctx, s, r, 0); err != nil {
+			s.Abort() // the connection dropped, as a detector losing power drops it
+		}
+		done <- err
+	}()
+	return done
+}
+
+// freePort returns a loopback address with a free port.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// records returns the statuses of the file's frames, counted.
+func statuses(t *testing.T, path string) map[uint8]int {
+	t.Helper()
+	r, err := writer.OpenPlain(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	recs, err := r.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[uint8]int{}
+	for _, rec := range recs {
+		n[rec.Status]++
+	}
+	return n
+}
+
+// captured returns how many frames the capture at path holds.
+func captured(t *testing.T, path string) int {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	buf := make([]byte, bigFormat.PayloadSize())
+	for {
+		if _, _, err := r.Next(buf); errors.Is(err, io.EOF) {
+			return n
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+}
+
+// TestAcquireBacklogDrains runs an acquire whose ring (16 slots) fills
+// behind a slow pipeline (deflate at level 7), then ends it with a stop
+// request (SIGTERM, the service's stop) and with the sender dropping its
+// connection: either way every frame that arrived, and only those, is
+// written and in the --record capture, and the rest are recorded missing.
+func TestAcquireBacklogDrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 60 frames of 295 kB through a slow pipeline")
+	}
+	const n, slots = 60, 16
+	src := simulate(t, bigFormat, n)
+	stages := testStages(t)
+	level := 7
+	if raceEnabled {
+		level = 1
+	}
+	for _, end := range []string{"stop", "sender dropped"} {
+		t.Run(end, func(t *testing.T) {
+			dir := t.TempDir()
+			out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freePort(t)
+			p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level,
+				"source.ring_slots": slots, "source.idle_timeout": 20 * time.Second})
+			files, err := NewFiles(p, Names{Output: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages},
+				Files: files, Listen: addr, Record: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+			defer stop.Close()
+			result := make(chan error, 1)
+			go func() { result <- a.Run(stop) }()
+			kill := make(chan struct{})
+			sent := send(t, src, addr, kill)
+			// More frames arrived than the ring holds: a backlog.
+			frameSize := int64(frame.HeaderSize + bigFormat.PayloadSize())
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if fi, err := os.Stat(rec); err == nil && fi.Size() >= frameSize*(slots+4) {
+					break
+				}
+			}
+			if end == "stop" {
+				stop.Request(syscall.SIGTERM)
+			} else {
+				close(kill)
+			}
+			var runErr error
+			select {
+			case runErr = <-result:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the acquire did not end")
+			}
+			if end == "stop" {
+				close(kill)
+			}
+			<-sent
+			got := statuses(t, out)
+			recorded := captured(t, rec)
+			t.Logf("%s: %d ok, %d missing, %d recorded; run: %v", end, got[frame.StatusOK], got[frame.StatusMissing], recorded, runErr)
+			if !errors.Is(runErr, ErrIncomplete) {
+				t.Errorf("run: %v, want ErrIncomplete (frames missing)", runErr)
+			}
+			if got[frame.StatusOK] != recorded || got[frame.StatusOK]+got[frame.StatusMissing] != n {
+				t.Errorf("%d ok and %d missing of %d, %d in the capture: every frame that arrived must be written, the rest missing",
+					got[frame.StatusOK], got[frame.StatusMissing], n, recorded)
+			}
+			if recorded < slots || recorded >= n {
+				t.Errorf("%d frames arrived: no backlog to drain (a ring of %d, a scan of %d)", recorded, slots, n)
+			}
+		})
+	}
+}
+
+// TestReplayFramesBeyondPlan replays more frames than the plan has: those
+// beyond it are rejected as out of range, in no file, and the scan is
+// incomplete, not a success.
+func TestReplayFramesBeyondPlan(t *testing.T) {
+	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	src := simulate(t, small, 12)
+	stages := testStages(t)
+	p := testProfile(t, stages, small, nil)
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	files, err := NewFiles(p, Names{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs bytesBuffer
+	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, 8, 0, 180), Stages: stages, Errs: &errs},
+		Files: files, Captures: []string{src}})
+	if !errors.Is(err, ErrIncomplete) {
+		t.Errorf("replay of 12 frames with a plan of 8: %v, want ErrIncomplete", err)
+	}
+	if got := statuses(t, out); got[frame.StatusOK] != 8 || len(got) != 1 {
+		t.Errorf("statuses %v, want 8 ok and nothing else", got)
+	}
+	if !strings.Contains(errs.String(), "4 frames beyond the scan were rejected") {
+		t.Errorf("the scan says:\n%s", errs.String())
+	}
+}
