@@ -274,3 +274,70 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 		t.Errorf("the scan says:\n%s", errs.String())
 	}
 }
+
+// TestAcquireRingLimit checks that a ring of the profile's frames larger
+// than source.ring_max_bytes is the profile's fault, named by its keys,
+// before anything listens.
+func TestAcquireRingLimit(t *testing.T) {
+	stages := testStages(t)
+	p := testProfile(t, stages, bigFormat, map[string]any{"source.ring_slots": 64, "source.ring_max_bytes": 8 << 20})
+	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "scan.h5")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t)})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "source.ring_slots") || !strings.Contains(err.Error(), "source.ring_max_bytes") {
+		t.Errorf("a 64-slot ring of 295 kB frames under 8 MiB: %v, want a usage error naming both keys", err)
+	}
+}
+
+// TestAcquireRefusesOtherFormats connects a sender of frames of another
+// format than the profile's detector before the real one: it is refused
+// (code 5, RefuseScan) and the acquire goes on to take the real sender's
+// whole scan.
+func TestAcquireRefusesOtherFormats(t *testing.T) {
+	const n = 6
+	src := simulate(t, bigFormat, n)
+	stages := testStages(t)
+	p := testProfile(t, stages, bigFormat, nil)
+	out, addr := filepath.Join(t.TempDir(), "scan.h5"), freePort(t)
+	files, err := NewFiles(p, Names{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+	defer stop.Close()
+	result := make(chan error, 1)
+	go func() { result <- a.Run(stop) }()
+	other := bigFormat
+	other.BitDepth = 12
+	cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
+		Hello: fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: other}}
+	var refused *fabric.RefusedError
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s, err := fabric.Dial(context.Background(), cfg)
+		if err == nil {
+			s.Abort()
+			t.Fatal("a sender of another frame format was taken")
+		}
+		if errors.As(err, &refused) {
+			break
+		}
+	}
+	if refused == nil || refused.Code != fabric.RefuseScan || !strings.Contains(refused.Reason, "frame format") {
+		t.Fatalf("the other sender: %v, want a refusal with code %d naming the frame format", refused, fabric.RefuseScan)
+	}
+	if err := <-send(t, src, addr, make(chan struct{})); err != nil {
+		t.Fatalf("the real sender: %v", err)
+	}
+	if err := <-result; err != nil {
+		t.Errorf("acquire: %v, want the whole scan", err)
+	}
+	if got := statuses(t, out); got[frame.StatusOK] != n {
+		t.Errorf("statuses %v, want %d ok", got, n)
+	}
+}

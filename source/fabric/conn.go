@@ -15,7 +15,7 @@ var ErrDisconnected = errors.New("peer disconnected")
 // or send in time.
 var ErrTimeout = errors.New("timed out")
 
-// fi.Completion contexts: the kind of buffer in the high bits, its index in
+// Completion contexts: the kind of buffer in the high bits, its index in
 // the low ones.
 const (
 	ctxCtrl  = 1 << 32 // a control message buffer

@@ -127,7 +127,7 @@ type RefusedError struct {
 	Reason string
 }
 
-// fi.Error says that the receiver refused, with its code and reason.
+// Error says that the receiver refused, with its code and reason.
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("receiver refused the connection (code %d): %s", e.Code, e.Reason)
 }
