@@ -61,10 +61,14 @@ func testProfile(t *testing.T, stages *registry.Registry, f frame.Format, keys m
 }
 
 // simulate writes a capture of n frames of f and returns its path.
-func simulate(t *testing.T, f frame.Format, n int) string {
+func simulate(t *testing.T, f frame.Format, n int) string { return simulateModule(t, f, n, 0) }
+
+// simulateModule writes a capture of n frames of f of module m and
+// returns its path.
+func simulateModule(t *testing.T, f frame.Format, n int, m uint16) string {
 	t.Helper()
 	cfg := sim.DefaultConfig()
-	cfg.Format, cfg.Plan, cfg.Seed = f, plan.Tomo(0, 0, n, 0, 180), 5
+	cfg.Format, cfg.Plan, cfg.Seed, cfg.Module = f, plan.Tomo(0, 0, n, 0, 180), 5+uint64(m), m
 	s, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +91,11 @@ func simulate(t *testing.T, f frame.Format, n int) string {
 // the end of scan, as a detector losing power does. The channel gives the
 // sender's error.
 func send(t *testing.T, path, addr string, kill <-chan struct{}) <-chan error {
+	return sendModule(t, path, addr, 0, kill)
+}
+
+// sendModule is send of module m's capture.
+func sendModule(t *testing.T, path, addr string, m uint16, kill <-chan struct{}) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		r, err := capture.Open(path)
@@ -96,7 +105,7 @@ func send(t *testing.T, path, addr string, kill <-chan struct{}) <-chan error {
 		}
 		defer r.Close()
 		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 20 * time.Second,
-			Hello: fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: bigFormat}}
+			Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: bigFormat}}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var s *fabric.Sender
@@ -151,24 +160,36 @@ func statuses(t *testing.T, path string) map[uint8]int {
 	return n
 }
 
-// captured returns how many frames the capture at path holds.
-func captured(t *testing.T, path string) int {
+// capturedByModule returns how many frames of each module the capture at
+// path holds.
+func capturedByModule(t *testing.T, path string) map[uint16]int {
 	t.Helper()
 	r, err := capture.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	n := 0
+	n := map[uint16]int{}
 	buf := make([]byte, bigFormat.PayloadSize())
 	for {
-		if _, _, err := r.Next(buf); errors.Is(err, io.EOF) {
+		h, _, err := r.Next(buf)
+		if errors.Is(err, io.EOF) {
 			return n
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		n++
+		n[h.ModuleID]++
 	}
+}
+
+// captured returns how many frames the capture at path holds.
+func captured(t *testing.T, path string) int {
+	t.Helper()
+	total := 0
+	for _, n := range capturedByModule(t, path) {
+		total += n
+	}
+	return total
 }
 
 // TestAcquireBacklogDrains runs an acquire whose ring (16 slots) fills
@@ -339,5 +360,84 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	}
 	if got := statuses(t, out); got[frame.StatusOK] != n {
 		t.Errorf("statuses %v, want %d ok", got, n)
+	}
+}
+
+// TestAcquireModulesDrainOnStop receives two modules at once, each ring
+// full behind a slow pipeline, and stops the scan: every frame of each
+// module that arrived is in that module's file, the rest missing, and the
+// master file shows both.
+func TestAcquireModulesDrainOnStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 2 x 40 frames of 295 kB through a slow pipeline")
+	}
+	const n, slots = 40, 16
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "two.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 256\n  chip_height: 256\n  modules:\n" +
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 800, y: 0}\nbackend: cpu\n" +
+		"output:\n  compression: deflate\n  level: 7\nsource:\n  ring_slots: 16\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stages := testStages(t)
+	p, err := config.Load(profile, stages.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raceEnabled {
+		p.Output.Level = 1
+	}
+	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "two.h5")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	rec := filepath.Join(dir, "two.pmcap")
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages},
+		Files: files, Listen: addr, Record: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+	defer stop.Close()
+	result := make(chan error, 1)
+	go func() { result <- a.Run(stop) }()
+	kill := make(chan struct{})
+	var sent []<-chan error
+	for m := range uint16(2) {
+		sent = append(sent, sendModule(t, simulateModule(t, bigFormat, n, m), addr, m, kill))
+	}
+	for _, f := range files.Modules { // both scans begun
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(writer.TempName(f.Path)); err == nil {
+				break
+			}
+		}
+	}
+	time.Sleep(time.Second) // the rings fill
+	stop.Request(syscall.SIGTERM)
+	if err := <-result; !errors.Is(err, ErrIncomplete) {
+		t.Errorf("run: %v, want ErrIncomplete", err)
+	}
+	close(kill)
+	for _, s := range sent {
+		<-s
+	}
+	arrived := capturedByModule(t, rec)
+	for _, f := range files.Modules {
+		got := statuses(t, f.Path)
+		t.Logf("module %d: %v, %d arrived", f.Module.ID, got, arrived[uint16(f.Module.ID)])
+		if ok := got[frame.StatusOK]; ok == 0 || ok != arrived[uint16(f.Module.ID)] || ok+got[frame.StatusMissing] != n {
+			t.Errorf("module %d: %v with %d arrived, want every frame that arrived ok and the rest missing", f.Module.ID, got, arrived[uint16(f.Module.ID)])
+		}
+	}
+	r, err := writer.OpenPlain(files.Master)
+	if err != nil {
+		t.Fatalf("master: %v", err)
+	}
+	defer r.Close()
+	if len(r.Modules) != 2 || r.Frames != n {
+		t.Errorf("master of %d modules and %d frames, want 2 and %d", len(r.Modules), r.Frames, n)
 	}
 }
