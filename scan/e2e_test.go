@@ -96,6 +96,11 @@ func send(t *testing.T, path, addr string, kill <-chan struct{}) <-chan error {
 
 // sendModule is send of module m's capture.
 func sendModule(t *testing.T, path, addr string, m uint16, kill <-chan struct{}) <-chan error {
+	return sendAs(t, path, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: bigFormat}, kill)
+}
+
+// sendAs is send with the hello given.
+func sendAs(t *testing.T, path, addr string, hello fabric.Hello, kill <-chan struct{}) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		r, err := capture.Open(path)
@@ -105,12 +110,13 @@ func sendModule(t *testing.T, path, addr string, m uint16, kill <-chan struct{})
 		}
 		defer r.Close()
 		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 20 * time.Second,
-			Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: bigFormat}}
+			Hello: hello}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var s *fabric.Sender
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if s, err = fabric.Dial(ctx, cfg); err == nil || time.Now().After(deadline) {
+			var refused *fabric.RefusedError
+			if s, err = fabric.Dial(ctx, cfg); err == nil || errors.As(err, &refused) || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -439,5 +445,85 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	defer r.Close()
 	if len(r.Modules) != 2 || r.Frames != n {
 		t.Errorf("master of %d modules and %d frames, want 2 and %d", len(r.Modules), r.Frames, n)
+	}
+}
+
+// TestAcquireModulesBesideHostilePeers receives two modules while peers
+// that are no detector connect: raw TCP connections that close at once,
+// stay silent or send garbage, and a libfabric sender of another frame
+// format. None of them ends or holds up the scan: both real senders are
+// taken and every frame of both is written.
+func TestAcquireModulesBesideHostilePeers(t *testing.T) {
+	const n = 5
+	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "two.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n" +
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\nbackend: cpu\nsource:\n  connect_timeout: 30s\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stages := testStages(t)
+	p, err := config.Load(profile, stages.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "two.h5")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+	defer stop.Close()
+	result := make(chan error, 1)
+	go func() { result <- a.Run(stop) }()
+
+	var conns []net.Conn
+	for deadline := time.Now().Add(20 * time.Second); len(conns) < 3 && time.Now().Before(deadline); {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		conns = append(conns, c)
+	}
+	if len(conns) < 3 {
+		t.Fatal("the receiver never listened")
+	}
+	conns[0].Close()                                            // closes at once
+	conns[2].Write([]byte("GET / HTTP/1.0\r\n\r\nnot a hello")) // garbage; conns[1] stays silent
+	defer conns[1].Close()
+	defer conns[2].Close()
+	other := small
+	other.BitDepth = 12
+	wrong := simulateModule(t, other, n, 0)
+	if err := <-sendAs(t, wrong, addr, fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: other}, make(chan struct{})); err == nil {
+		t.Error("a sender of another frame format was taken")
+	}
+	start := time.Now()
+	var sent []<-chan error
+	for m := range uint16(2) {
+		sent = append(sent, sendAs(t, simulateModule(t, small, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: small}, make(chan struct{})))
+	}
+	for m, s := range sent {
+		if err := <-s; err != nil {
+			t.Errorf("real sender of module %d: %v", m, err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the real senders took %v: held up by the others", d)
+	}
+	if err := <-result; err != nil {
+		t.Errorf("acquire: %v, want both modules whole", err)
+	}
+	for _, f := range files.Modules {
+		if got := statuses(t, f.Path); got[frame.StatusOK] != n {
+			t.Errorf("module %d: %v, want %d ok", f.Module.ID, got, n)
+		}
 	}
 }
