@@ -285,18 +285,14 @@ func NewStopper(ctx context.Context, connectTimeout time.Duration, errs io.Write
 	return i
 }
 
-// Request interrupts the scan as a first signal would: no more frames, the
-// frames received written. Only the first request counts; why says what
-// asked (a signal, StopRequest).
+// Request interrupts the scan as a signal would: the first request takes
+// no more frames and writes those received, a second stops at once; why
+// says what asked (a signal, StopRequest). Requests beyond the second are
+// dropped.
 func (i *Stopper) Request(why os.Signal) {
-	i.mu.Lock()
-	first := i.sig == nil
-	i.mu.Unlock()
-	if first {
-		select {
-		case i.ch <- why:
-		default:
-		}
+	select {
+	case i.ch <- why:
+	default:
 	}
 }
 

@@ -527,3 +527,126 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 		}
 	}
 }
+
+// acquireBig starts an acquire of n bigFormat frames into dir with a
+// 16-slot ring behind a slow pipeline and its sender, and returns them.
+func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}) (out string, result, sent <-chan error) {
+	t.Helper()
+	stages := testStages(t)
+	level := 7
+	if raceEnabled {
+		level = 1
+	}
+	out, addr := filepath.Join(t.TempDir(), "scan.h5"), freePort(t)
+	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level, "source.ring_slots": 16})
+	files, err := NewFiles(p, Names{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- a.Run(stop) }()
+	return out, res, send(t, simulate(t, bigFormat, n), addr, kill)
+}
+
+// TestAcquireSecondStopAtOnce asks twice to stop an acquire whose ring is
+// full: the second request stops it at once, the frames not yet written
+// recorded missing, and it says so.
+func TestAcquireSecondStopAtOnce(t *testing.T) {
+	const n = 60
+	var notes bytesBuffer
+	stop := NewStopper(context.Background(), 30*time.Second, &notes)
+	defer stop.Close()
+	kill := make(chan struct{})
+	out, result, sent := acquireBig(t, n, stop, kill)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(writer.TempName(out)); err == nil {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	stop.Request(os.Interrupt)
+	time.Sleep(100 * time.Millisecond)
+	stop.Request(os.Interrupt)
+	if err := <-result; !errors.Is(err, ErrIncomplete) {
+		t.Errorf("run: %v, want ErrIncomplete", err)
+	}
+	close(kill)
+	<-sent
+	if !strings.Contains(notes.String(), "interrupt again: stopping at once") {
+		t.Errorf("the stopper says:\n%s", notes.String())
+	}
+	if got := statuses(t, out); got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusMissing] == 0 {
+		t.Errorf("statuses %v, want %d frames ok or missing, some missing", got, n)
+	}
+}
+
+// TestAcquireStoppedWhileWaiting asks an acquire to stop before any
+// detector connected: it ends at once, incomplete, saying so, and leaves
+// no file.
+func TestAcquireStoppedWhileWaiting(t *testing.T) {
+	stages := testStages(t)
+	dir := t.TempDir()
+	p := testProfile(t, stages, bigFormat, nil)
+	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "scan.h5")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t),
+		Record: filepath.Join(dir, "scan.pmcap")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := NewStopper(context.Background(), time.Minute, io.Discard)
+	defer stop.Close()
+	result := make(chan error, 1)
+	go func() { result <- a.Run(stop) }()
+	time.Sleep(500 * time.Millisecond) // listening
+	start := time.Now()
+	stop.Request(StopRequest{})
+	err = <-result
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the acquire took %v to end", d)
+	}
+	if !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "interrupted (stop requested) while waiting for the detector") {
+		t.Errorf("run: %v, want an incomplete scan saying it was stopped while waiting", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+// TestReplayTruncatedCapture replays a capture of 6 frames cut in the
+// middle of its fourth: the three whole frames are ok, the rest of the
+// plan the capture records missing, and the scan is incomplete.
+func TestReplayTruncatedCapture(t *testing.T) {
+	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	src := simulate(t, small, 6)
+	info, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frameBytes := int64(frame.HeaderSize + small.PayloadSize())
+	head := info.Size() - 6*frameBytes
+	if err := os.Truncate(src, head+3*frameBytes+frameBytes/2); err != nil {
+		t.Fatal(err)
+	}
+	stages := testStages(t)
+	p := testProfile(t, stages, small, nil)
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	files, err := NewFiles(p, Names{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Captures: []string{src}})
+	if !errors.Is(err, ErrIncomplete) {
+		t.Errorf("replay of a cut capture: %v, want ErrIncomplete", err)
+	}
+	if got := statuses(t, out); got[frame.StatusOK] != 3 || got[frame.StatusMissing] != 3 || len(got) != 2 {
+		t.Errorf("statuses %v, want the 3 whole frames ok and 3 missing", got)
+	}
+}
