@@ -7,12 +7,35 @@
 // time: the pipeline gives each compression worker its own.
 package compress
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Filter is one stage of an HDF5 filter pipeline as a dataset declares it.
 type Filter struct {
 	ID       int      // HDF5 filter id, e.g. 32008 for bitshuffle
 	Name     string   // the filter's name, for messages
 	Optional bool     // declared H5Z_FLAG_OPTIONAL rather than mandatory
 	Values   []uint32 // cd_values exactly as stored in the file
+}
+
+// String names the filter with its id and stored values, such as
+// "bitshuffle (filter 32008: 0 4 4 0 2)"; a filter without a name is
+// named by FilterName.
+func (f Filter) String() string {
+	vals := make([]string, len(f.Values))
+	for i, v := range f.Values {
+		vals[i] = fmt.Sprint(v)
+	}
+	name := f.Name
+	if name == "" {
+		name = FilterName(f.ID)
+	}
+	if len(vals) == 0 {
+		return fmt.Sprintf("%s (filter %d)", name, f.ID)
+	}
+	return fmt.Sprintf("%s (filter %d: %s)", name, f.ID, strings.Join(vals, " "))
 }
 
 // Codec compresses and decompresses whole chunks.

@@ -251,7 +251,7 @@ func TestFilters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprint(c.Filters()); got != tt.want {
+		if got := fmt.Sprint(fields(c.Filters())); got != tt.want {
 			t.Errorf("%s level %d: Filters() = %s, want %s", tt.codec, tt.level, got, tt.want)
 		}
 	}
@@ -290,7 +290,7 @@ func TestFromFilters(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if fmt.Sprint(r.Filters()) != fmt.Sprint(c.Filters()) {
+		if fmt.Sprint(fields(r.Filters())) != fmt.Sprint(fields(c.Filters())) {
 			t.Errorf("%s: FromFilters gives %v, want %v", name, r.Filters(), c.Filters())
 		}
 		dec, err := r.Decode(nil, enc)
@@ -325,7 +325,7 @@ func TestFromFiltersVariants(t *testing.T) {
 		c, err := FromFilters(tt.filters, 4)
 		got := "error"
 		if err == nil {
-			got = fmt.Sprint(c.Filters())
+			got = fmt.Sprint(fields(c.Filters()))
 		}
 		if got != tt.want {
 			t.Errorf("%s: got %s (%v), want %s", tt.name, got, err, tt.want)
@@ -511,4 +511,32 @@ func TestEncodeShuffledZeroAllocs(t *testing.T) {
 	if allocs := testing.AllocsPerRun(5, func() { p.EncodeShuffled(enc, src) }); allocs != 0 {
 		t.Errorf("%v allocations per EncodeShuffled, want 0", allocs)
 	}
+}
+
+func TestFilterString(t *testing.T) {
+	for _, tc := range []struct {
+		f    Filter
+		want string
+	}{
+		{Filter{ID: FilterBitshuffle, Name: "bitshuffle", Values: []uint32{0, 4, 4, 0, 2}}, "bitshuffle (filter 32008: 0 4 4 0 2)"},
+		{Filter{ID: FilterDeflate, Values: []uint32{6}}, "deflate (filter 1: 6)"},
+		{Filter{ID: 307}, "filter 307 (filter 307)"},
+	} {
+		if got := tc.f.String(); got != tc.want {
+			t.Errorf("%+v: String() = %q, want %q", tc.f, got, tc.want)
+		}
+	}
+}
+
+// filterFields is a Filter without its String method, so that it prints
+// its fields.
+type filterFields Filter
+
+// fields returns the filters as filterFields.
+func fields(fs []Filter) []filterFields {
+	out := make([]filterFields, len(fs))
+	for i, f := range fs {
+		out[i] = filterFields(f)
+	}
+	return out
 }

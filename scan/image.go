@@ -49,7 +49,7 @@ func moduleImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte,
 		switch records[n].Status {
 		case frame.StatusMissing, frame.StatusRejected:
 			fmt.Fprintf(notes, "h5ingest: frame %d of %s is %s: it was never written, the picture shows the fill value 0\n",
-				n, path, StatusName(records[n].Status))
+				n, path, frame.StatusName(records[n].Status))
 		case frame.StatusCRCMismatch:
 			fmt.Fprintf(notes, "h5ingest: frame %d of %s has a payload CRC mismatch: the picture shows it as received, possibly damaged\n", n, path)
 		}
@@ -110,13 +110,4 @@ func arrayImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte, 
 		}
 	}
 	return img, nil
-}
-
-// StatusName names a frame status as the summaries do.
-func StatusName(s uint8) string {
-	names := [...]string{"ok", "missing", "crc mismatch", "rejected"}
-	if int(s) < len(names) {
-		return names[s]
-	}
-	return fmt.Sprintf("status %d", s)
 }

@@ -109,10 +109,10 @@ func (g *gatedWriter) cut() {
 
 // verifyResult sums up a verification.
 type verifyResult struct {
-	frames   int
-	checked  int       // chunks decompressed and compared
-	bad      []problem // chunks or records that do not hold up
-	byStatus [4]int    // frames per recorded status
+	frames  int
+	checked int          // chunks decompressed and compared
+	bad     []problem    // chunks or records that do not hold up
+	counts  frame.Counts // frames per recorded status
 	// unrecorded lists frames with a chunk but no record: the writer
 	// stopped between the two.
 	unrecorded []int
@@ -145,16 +145,14 @@ func verify(out io.Writer, path string) error {
 		fmt.Fprintf(out, "note: %d frames (first %d) have a chunk but no record, as a writer stopped mid-scan leaves them: counted as missing\n",
 			n, res.unrecorded[0])
 	}
-	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; ok %d, missing %d, crc mismatch %d, rejected %d\n",
-		path, res.frames, res.checked, res.byStatus[frame.StatusOK], res.byStatus[frame.StatusMissing],
-		res.byStatus[frame.StatusCRCMismatch], res.byStatus[frame.StatusRejected])
+	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; %v\n", path, res.frames, res.checked, res.counts)
 	switch {
 	case len(res.bad) > 0:
 		return fmt.Errorf("%s: %d %w", path, len(res.bad), errBad)
 	case res.frames == 0:
 		fmt.Fprintf(out, "%s holds no frame\n", path)
 		return ErrIncomplete
-	case res.byStatus[frame.StatusOK] != res.frames:
+	case res.counts.OK != res.frames:
 		return ErrIncomplete
 	}
 	return nil
@@ -250,9 +248,8 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 		}()
 	}
 	for n, rec := range records {
-		if int(rec.Status) < len(res.byStatus) {
-			res.byStatus[rec.Status]++
-		} else {
+		res.counts.Add(rec.Status)
+		if rec.Status > frame.StatusRejected {
 			report(n, "unknown status %d", rec.Status)
 		}
 		buf := <-free

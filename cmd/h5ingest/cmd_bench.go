@@ -137,15 +137,11 @@ func (fl *benchFlags) validate() error {
 		}
 	}
 	// The frames are 24-bit LFSR bitplane frames of the geometry.
-	f := frame.Format{Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	var err error
-	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255, "6x6"); err != nil {
-		return fmt.Errorf("--chips %q: %w", fl.chips, err)
+	g, err := frame.ParseGeometry(fl.chips, fl.chipSize)
+	if err != nil {
+		return err
 	}
-	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535, "256x256"); err != nil {
-		return fmt.Errorf("--chip-size %q: %w", fl.chipSize, err)
-	}
-	if err := f.Validate(); err != nil {
+	if err := frame.Usual(g, frame.Bitplane).Validate(); err != nil {
 		return fmt.Errorf("--chips %s --chip-size %s: %w", fl.chips, fl.chipSize, err)
 	}
 	fl.cfg = bench.Config{Frames: fl.frames, Unique: min(fl.unique, fl.frames), Rounds: fl.rounds, Dir: fl.dir, DiskDir: fl.diskDir,

@@ -125,8 +125,8 @@ func TestBenchFlagErrors(t *testing.T) {
 // a usage error before bench makes any file.
 func TestBenchGeometryErrors(t *testing.T) {
 	for _, tt := range []struct{ chips, chipSize, want string }{
-		{"0x0", "256x256", `--chips "0x0": want two whole numbers from 1 to 255`},
-		{"6x6", "256", `--chip-size "256": want two whole numbers from 1 to 65535`},
+		{"0x0", "256x256", `chips "0x0": want two whole numbers from 1 to 255`},
+		{"6x6", "256", `chip size "256": want two whole numbers from 1 to 65535`},
 		{"6x6", "60x60", "--chips 6x6 --chip-size 60x60: bitplane chip width 60: must be a multiple of 8"},
 		{"255x255", "65528x65528", "more than a header's payload_size holds"},
 	} {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"h5ingest/plan"
 	"h5ingest/preview"
 	"h5ingest/scan"
+	"h5ingest/source/capture"
 	"h5ingest/writer"
 )
 
@@ -52,7 +52,7 @@ func newInspectCmd() *cobra.Command {
 }
 
 func inspect(out io.Writer, path string) error {
-	if isCapture(path) {
+	if capture.Sniff(path) {
 		return inspectCapture(out, path)
 	}
 	r, err := writer.OpenPlain(path)
@@ -73,25 +73,15 @@ func inspect(out io.Writer, path string) error {
 	fmt.Fprintf(out, "  layout        %s%s\n", r.Layout, map[bool]string{true: " (SWMR file)"}[r.SWMR])
 	fmt.Fprintf(out, "  stack         %d x %d x %d %s, %s decoded\n", r.Frames, r.Height, r.Width, dtype, scan.FormatBytes(decoded))
 
-	written := 0
-	var byStatus [4]int
-	for _, rec := range records {
-		if int(rec.Status) < len(byStatus) {
-			byStatus[rec.Status]++
-		}
-		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {
-			written++
-		}
-	}
+	counts := frame.CountRecords(records)
 	stored := r.StoredBytes()
 	ratio := 0.0
 	if stored > 0 {
-		ratio = float64(int64(written)*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
+		ratio = float64(int64(counts.Written())*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
 	}
 	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeFilters(r.Filters), scan.FormatBytes(stored), ratio)
-	fmt.Fprintf(out, "  frames        ok %d, missing %d, crc mismatch %d, rejected %d\n",
-		byStatus[frame.StatusOK], byStatus[frame.StatusMissing], byStatus[frame.StatusCRCMismatch], byStatus[frame.StatusRejected])
-	if list := framesWith(records, func(s uint8) bool { return s != frame.StatusOK }); list != "" {
+	fmt.Fprintf(out, "  frames        %v\n", counts)
+	if list := frame.Problems(records); list != "" {
 		fmt.Fprintf(out, "  problems      %s\n", list)
 	}
 	if r.Layout == writer.LayoutNXtomo {
@@ -120,15 +110,8 @@ func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
 		if err != nil {
 			return fmt.Errorf("inspect %s: %w", path, err)
 		}
-		var byStatus [4]int
-		for _, rec := range recs {
-			if int(rec.Status) < len(byStatus) {
-				byStatus[rec.Status]++
-			}
-		}
-		fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: ok %d, missing %d, crc mismatch %d, rejected %d\n",
-			m.ID, m.Y, m.X, m.Height, m.Width, m.File, byStatus[frame.StatusOK], byStatus[frame.StatusMissing],
-			byStatus[frame.StatusCRCMismatch], byStatus[frame.StatusRejected])
+		fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: %v\n",
+			m.ID, m.Y, m.X, m.Height, m.Width, m.File, frame.CountRecords(recs))
 	}
 	return nil
 }
@@ -138,65 +121,11 @@ func describeFilters(filters []compress.Filter) string {
 	if len(filters) == 0 {
 		return "none"
 	}
-	var parts []string
-	for _, f := range filters {
-		vals := make([]string, len(f.Values))
-		for i, v := range f.Values {
-			vals[i] = fmt.Sprint(v)
-		}
-		name := f.Name
-		if name == "" {
-			name = compress.FilterName(f.ID)
-		}
-		parts = append(parts, fmt.Sprintf("%s (filter %d: %s)", name, f.ID, strings.Join(vals, " ")))
+	parts := make([]string, len(filters))
+	for i, f := range filters {
+		parts[i] = f.String()
 	}
 	return strings.Join(parts, " then ")
-}
-
-// framesWith lists the frames whose status matches by status, the frame
-// numbers labelled as such, e.g. "missing frames 3, 12-14; crc mismatch
-// frame 17"; long lists are cut.
-func framesWith(records []frame.Record, match func(uint8) bool) string {
-	runs := map[uint8][]string{} // by status: runs of frame numbers
-	var order []uint8
-	count := map[uint8]int{}
-	for i := 0; i < len(records); {
-		s := records[i].Status
-		if !match(s) {
-			i++
-			continue
-		}
-		j := i
-		for j+1 < len(records) && records[j+1].Status == s {
-			j++
-		}
-		if _, seen := runs[s]; !seen {
-			order = append(order, s)
-		}
-		if i == j {
-			runs[s] = append(runs[s], strconv.Itoa(i))
-		} else {
-			runs[s] = append(runs[s], fmt.Sprintf("%d-%d", i, j))
-		}
-		count[s] += j - i + 1
-		i = j + 1
-	}
-	slices.Sort(order)
-	const most = 12
-	var parts []string
-	for _, s := range order {
-		label := "frames"
-		if count[s] == 1 {
-			label = "frame"
-		}
-		list := runs[s]
-		text := strings.Join(list[:min(len(list), most)], ", ")
-		if len(list) > most {
-			text += fmt.Sprintf(", … (%d more runs)", len(list)-most)
-		}
-		parts = append(parts, fmt.Sprintf("%s %s %s", scan.StatusName(s), label, text))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // printPlan prints what the image keys and angles say about the scan.
@@ -209,29 +138,7 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 	if err != nil {
 		return err
 	}
-	var count [4]int
-	lo, hi := 0.0, 0.0
-	first := true
-	for i, k := range keys {
-		if k >= 0 && int(k) < len(count) {
-			count[k]++
-		}
-		if k == plan.Projection && i < len(angles) {
-			if first || angles[i] < lo {
-				lo = angles[i]
-			}
-			if first || angles[i] > hi {
-				hi = angles[i]
-			}
-			first = false
-		}
-	}
-	angle := fmt.Sprintf("at %g to %g degrees", lo, hi)
-	if lo == hi && count[plan.Projection] > 1 {
-		angle = fmt.Sprintf("all at %g degrees (no rotation recorded)", lo)
-	}
-	fmt.Fprintf(out, "  plan          %d darks, %d flats, %d projections %s\n",
-		count[plan.DarkField], count[plan.FlatField], count[plan.Projection], angle)
+	fmt.Fprintf(out, "  plan          %s\n", plan.Recorded(keys, angles))
 	return nil
 }
 

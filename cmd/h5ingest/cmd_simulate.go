@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -128,7 +125,7 @@ func (fl *simulateFlags) config(cmd *cobra.Command) (sim.Config, error) {
 	if cfg.Format, err = fl.format(changed); err != nil {
 		return cfg, err
 	}
-	if cfg.Orientation, err = parseOrientation(fl.orientation, cfg.Format.Geometry); err != nil {
+	if cfg.Orientation, err = frame.ParseOrientation(fl.orientation, cfg.Format.Geometry); err != nil {
 		return cfg, fmt.Errorf("--orientation: %w", err)
 	}
 	if !(fl.fps > 0) {
@@ -187,7 +184,7 @@ func (fl *simulateFlags) faults(cfg *sim.Config) error {
 		dst  *sim.FaultSpec
 	}{{"missing", fl.missing, &cfg.Missing}, {"duplicate", fl.duplicate, &cfg.Duplicate},
 		{"reorder", fl.reorder, &cfg.Reorder}, {"corrupt", fl.corrupt, &cfg.Corrupt}} {
-		if *fault.dst, err = parseFault(fault.v, cfg.NumFrames()); err != nil {
+		if *fault.dst, err = sim.ParseFault(fault.v, cfg.NumFrames()); err != nil {
 			return fmt.Errorf("--%s %q: %w", fault.name, fault.v, err)
 		}
 	}
@@ -202,40 +199,26 @@ func (fl *simulateFlags) moduleIDs(cmd *cobra.Command) ([]uint16, error) {
 	if cmd.Flags().Changed("module") {
 		return nil, errors.New("--module with --modules: give one or the other")
 	}
-	var ids []uint16
-	for _, f := range strings.Split(fl.modules, ",") {
-		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("--modules %q: %q is not a module id from 0 to 65535", fl.modules, f)
-		}
-		if slices.Contains(ids, uint16(id)) {
-			return nil, fmt.Errorf("--modules %q: module %d listed twice", fl.modules, id)
-		}
-		ids = append(ids, uint16(id))
+	ids, err := sim.ParseModules(fl.modules)
+	if err != nil {
+		return nil, fmt.Errorf("--modules %q: %w", fl.modules, err)
 	}
 	return ids, nil
 }
 
 // format builds the frame format from the geometry and encoding flags.
 func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error) {
-	var f frame.Format
-	var err error
-	if f.ChipsX, f.ChipsY, err = parseSize(fl.chips, 255, "6x6"); err != nil {
-		return f, fmt.Errorf("--chips %q: %w", fl.chips, err)
+	g, err := frame.ParseGeometry(fl.chips, fl.chipSize)
+	if err != nil {
+		return frame.Format{}, err
 	}
-	if f.ChipWidth, f.ChipHeight, err = parseSize(fl.chipSize, 65535, "256x256"); err != nil {
-		return f, fmt.Errorf("--chip-size %q: %w", fl.chipSize, err)
+	enc, err := frame.ParseEncoding(fl.encoding)
+	if err != nil {
+		return frame.Format{}, fmt.Errorf("--encoding: %w", err)
 	}
-	if f.Encoding, err = frame.ParseEncoding(fl.encoding); err != nil {
-		return f, fmt.Errorf("--encoding: %w", err)
-	}
-	f.BitDepth = map[frame.Encoding]int{frame.Bitplane: 24, frame.Packed12: 12, frame.Packed24: 24, frame.U16LE: 16, frame.U32LE: 32}[f.Encoding]
+	f := frame.Usual(g, enc)
 	if changed("bit-depth") {
 		f.BitDepth = fl.bitDepth
-	}
-	f.Coding = frame.Binary
-	if f.Encoding == frame.Bitplane {
-		f.Coding = frame.LFSR
 	}
 	if fl.coding != "" {
 		if f.Coding, err = frame.ParseCoding(fl.coding); err != nil {
@@ -247,73 +230,6 @@ func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error)
 			f.Encoding, f.BitDepth, f.Coding, fl.chipSize, err)
 	}
 	return f, nil
-}
-
-// parseSize parses "AxB" with both sides 1 to max; example is one for
-// messages.
-func parseSize(s string, max int, example string) (int, int, error) {
-	a, b, ok := strings.Cut(s, "x")
-	x, err1 := strconv.Atoi(a)
-	y, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || x < 1 || y < 1 || x > max || y > max {
-		return 0, 0, fmt.Errorf("want two whole numbers from 1 to %d joined by x, such as %s", max, example)
-	}
-	return x, y, nil
-}
-
-// parseOrientation parses a comma list of 0 or 180 per chip, or
-// "alternate-rows" (every other chip row turned by 180 degrees).
-func parseOrientation(s string, g frame.Geometry) (frame.Orientation, error) {
-	switch s {
-	case "":
-		return nil, nil
-	case "alternate-rows":
-		o := make(frame.Orientation, g.Chips())
-		for k := range o {
-			if k/g.ChipsX%2 == 1 {
-				o[k] = 180
-			}
-		}
-		return o, nil
-	}
-	var o frame.Orientation
-	for _, f := range strings.Split(s, ",") {
-		deg, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("%q: want 0 or 180 per chip, or alternate-rows", f)
-		}
-		o = append(o, deg)
-	}
-	if err := o.Validate(g.Chips()); err != nil {
-		return nil, err
-	}
-	return o, nil
-}
-
-// parseFault parses a fault flag: empty, a rate in [0, 1) written with a
-// decimal point, or a comma list of frame numbers below n.
-func parseFault(s string, n int) (sim.FaultSpec, error) {
-	var spec sim.FaultSpec
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return spec, nil
-	}
-	if strings.ContainsAny(s, ".eE") {
-		r, err := strconv.ParseFloat(s, 64)
-		if err != nil || !(r >= 0 && r <= 1) {
-			return spec, errors.New("want a rate from 0 to 1 (such as 0.01) or a comma list of frame numbers")
-		}
-		spec.Rate = r
-		return spec, nil
-	}
-	for _, f := range strings.Split(s, ",") {
-		i, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || i < 0 || i >= n {
-			return spec, fmt.Errorf("frame %q: want frame numbers from 0 to %d, or a rate such as 0.01", f, n-1)
-		}
-		spec.Frames = append(spec.Frames, i)
-	}
-	return spec, nil
 }
 
 // runSimulate writes the scan of the modules ids and prints one summary
