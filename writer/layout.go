@@ -539,6 +539,32 @@ func CheckMetadataKey(k string) error {
 	return nil
 }
 
+// ParseMetadata turns KEY=VALUE pairs, as a command line gives them, into
+// user metadata (Options.UserMetadata): a VALUE that parses as JSON (a
+// number, true, an object) keeps its type, any other is text. No pairs
+// give nil.
+func ParseMetadata(pairs []string) (map[string]any, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]any{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want KEY=VALUE", kv)
+		}
+		if err := CheckMetadataKey(k); err != nil {
+			return nil, fmt.Errorf("%q: %w", kv, err)
+		}
+		var x any
+		if err := json.Unmarshal([]byte(v), &x); err != nil || x == nil {
+			x = v
+		}
+		m[k] = x
+	}
+	return m, nil
+}
+
 // collection writes m as an NXcollection named name in loc, keys in
 // order.
 func (b *Builder) collection(loc hid, name string, m map[string]any) {

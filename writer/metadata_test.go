@@ -3,6 +3,7 @@ package writer
 import (
 	"encoding/json"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -72,6 +73,31 @@ func TestScanMetadataBadKey(t *testing.T) {
 		if w, err := Create(o); err == nil {
 			w.Close()
 			t.Errorf("user metadata key %q accepted", key)
+		}
+	}
+}
+
+func TestParseMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		pairs []string
+		want  map[string]any
+		err   string
+	}{
+		{nil, nil, ""},
+		{[]string{"energy_kev=12.4", "operator=ana", "flag=true", "geom={\"d\":1}", "note=", "eq=a=b", "nul=null"},
+			map[string]any{"energy_kev": 12.4, "operator": "ana", "flag": true, "geom": map[string]any{"d": 1.0}, "note": "",
+				"eq": "a=b", "nul": "null"}, ""},
+		{[]string{"x"}, nil, `"x": want KEY=VALUE`},
+		{[]string{"a/b=1"}, nil, `"a/b=1": user metadata key "a/b"`},
+		{[]string{"=1"}, nil, `"=1": user metadata key ""`},
+		{[]string{".=1"}, nil, `user metadata key "."`},
+	} {
+		got, err := ParseMetadata(tc.pairs)
+		switch {
+		case tc.err == "" && (err != nil || !reflect.DeepEqual(got, tc.want)):
+			t.Errorf("ParseMetadata(%q) = %v, %v; want %v", tc.pairs, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("ParseMetadata(%q): error %v, want one saying %q", tc.pairs, err, tc.err)
 		}
 	}
 }

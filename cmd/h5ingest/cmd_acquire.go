@@ -35,18 +35,14 @@ func newAcquireCmd() *cobra.Command {
 	fs := cmd.Flags()
 	d := config.Default()
 	fs.StringVar(&f.listen, "listen", "", fmt.Sprintf("address to listen on, ADDR:PORT (default: the profile's source.address and source.port, %s:%d)", d.Source.Address, d.Source.Port))
-	fs.String("provider", d.Source.Provider, "libfabric provider: verbs (RoCE, InfiniBand) or tcp")
-	f.scan.bindKey("provider", "source.provider")
-	fs.Int("slots", d.Source.RingSlots, "frame slots in the receive ring: frames the detector may have in flight")
-	f.scan.bindKey("slots", "source.ring_slots")
-	fs.Duration("connect-timeout", d.Source.ConnectTimeout, "how long to wait for the detector to connect")
-	f.scan.bindKey("connect-timeout", "source.connect_timeout")
-	fs.Duration("idle-timeout", d.Source.IdleTimeout, "how long a silence mid-scan ends it")
-	f.scan.bindKey("idle-timeout", "source.idle_timeout")
-	fs.String("output-dir", d.Output.Directory, "directory for the output file, named by --name (instead of -o)")
-	f.scan.bindKey("output-dir", "output.directory")
-	fs.String("name", d.Output.Template, "output file name template in --output-dir: {scan} scan id, {date} YYYYMMDD, {module} module id")
-	f.scan.bindKey("name", "output.template")
+	f.scan.keys.Add(stages.Names(),
+		config.Flag{Name: "provider", Key: "source.provider", Help: "libfabric provider: verbs (RoCE, InfiniBand) or tcp"},
+		config.Flag{Name: "slots", Key: "source.ring_slots", Help: "frame slots in the receive ring: frames the detector may have in flight"},
+		config.Flag{Name: "connect-timeout", Key: "source.connect_timeout", Help: "how long to wait for the detector to connect"},
+		config.Flag{Name: "idle-timeout", Key: "source.idle_timeout", Help: "how long a silence mid-scan ends it"},
+		config.Flag{Name: "output-dir", Key: "output.directory", Help: "directory for the output file, named by --name (instead of -o)"},
+		config.Flag{Name: "name", Key: "output.template", Help: "output file name template in --output-dir: {scan} scan id, {date} YYYYMMDD, {module} module id"},
+	)
 	fs.StringVar(&f.record, "record", "", "also keep every frame as it arrived in this capture file (.pmcap)")
 	fs.IntVar(&f.module, "module", -1, "take this module's stream only (a receiver per module); default: every module of the profile")
 	return cmd

@@ -74,7 +74,7 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	if f.fps > 0 {
 		hello.PeriodNs = uint64(float64(time.Second) / f.fps)
 	}
-	s, err := dialRetry(ctx, fabric.SenderConfig{Provider: f.provider, Addr: f.to, Hello: hello, Timeout: f.timeout})
+	s, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: f.provider, Addr: f.to, Hello: hello, Timeout: f.timeout})
 	if err != nil {
 		return err
 	}
@@ -88,35 +88,6 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 		return fmt.Errorf("%s holds no frame of module %d, only %d of other modules (see --module)", path, f.module, st.Skipped)
 	}
 	return err
-}
-
-// dialRetry connects, trying again while the receiver is not listening
-// yet, up to the configured timeout.
-func dialRetry(ctx context.Context, cfg fabric.SenderConfig) (*fabric.Sender, error) {
-	deadline := time.Now().Add(cfg.Timeout)
-	for {
-		s, err := fabric.Dial(ctx, cfg)
-		if err == nil || !retryDial(err) || time.Now().After(deadline) {
-			return s, err
-		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// retryDial reports whether a connect that failed with err may be tried
-// again: a temporary error (the receiver not listening yet), or the
-// connection reset before the receiver answered the hello, when no frame
-// has been sent. A refusal in the protocol is final.
-func retryDial(err error) bool {
-	var fe *fabric.Error
-	if !errors.As(err, &fe) {
-		return false
-	}
-	return fe.Temporary() || errors.Is(err, syscall.ECONNRESET)
 }
 
 // printSendSummary prints what the sender of module sent.

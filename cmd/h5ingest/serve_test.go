@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,11 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"h5ingest/source/fabric"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -312,22 +308,5 @@ func TestServePythonClient(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != filepath.Join(dir, "py1.h5") {
 		t.Errorf("client printed %q", got)
-	}
-}
-
-func TestRetryDial(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&fabric.Error{Op: "connect", Code: syscall.ECONNREFUSED}, true},
-		{fmt.Errorf("dial: %w", &fabric.Error{Op: "connection event", Code: syscall.ECONNRESET}), true},
-		{&fabric.Error{Op: "connect", Code: syscall.EINVAL}, false},
-		{fmt.Errorf("receiver refused the connection (code 5): %w", fabric.ErrProtocol), false},
-		{errors.New("something else"), false},
-	} {
-		if got := retryDial(tc.err); got != tc.want {
-			t.Errorf("retryDial(%v) = %v, want %v", tc.err, got, tc.want)
-		}
 	}
 }

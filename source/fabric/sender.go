@@ -79,6 +79,36 @@ type Sender struct {
 	err     error
 }
 
+// DialWait is Dial for a sender that may start before its receiver: it
+// tries again every 100 ms while the receiver is not listening yet (a
+// temporary error, or the connection reset before the receiver answered
+// the hello, when no frame has been sent), up to cfg.Timeout or until ctx
+// ends. A refusal in the protocol is final.
+func DialWait(ctx context.Context, cfg SenderConfig) (*Sender, error) {
+	deadline := time.Now().Add(cfg.Timeout)
+	for {
+		s, err := Dial(ctx, cfg)
+		if err == nil || !retryable(err) || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// retryable reports whether a connect that failed with err may be tried
+// again.
+func retryable(err error) bool {
+	var fe *Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	return fe.Temporary() || errors.Is(err, syscall.ECONNRESET)
+}
+
 // Dial connects to the receiver at cfg.Addr and runs the control
 // exchange. A refusal is returned as a *RefusedError.
 func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
