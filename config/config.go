@@ -530,3 +530,42 @@ func structMap(v reflect.Value) map[string]any {
 	}
 	return out
 }
+
+// Text returns the value of each key of the profile as text, by key:
+// strings quoted, lists in brackets, durations as Go writes them ("10s"),
+// as "h5ingest profiles show" prints them.
+func (p Profile) Text() map[string]string {
+	out := map[string]string{}
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name := prefix + t.Field(i).Tag.Get("mapstructure")
+			f := v.Field(i)
+			if f.Kind() == reflect.Struct && f.Type().String() != "time.Duration" {
+				walk(name+".", f)
+				continue
+			}
+			out[name] = text(f.Interface())
+		}
+	}
+	walk("", reflect.ValueOf(p))
+	return out
+}
+
+// text renders one key's value.
+func text(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case []Module:
+		parts := make([]string, len(x))
+		for i, m := range x {
+			parts[i] = fmt.Sprintf("{id: %d, x: %d, y: %d}", m.ID, m.X, m.Y)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case []int:
+		return strings.ReplaceAll(fmt.Sprint(x), " ", ", ")
+	}
+	return fmt.Sprint(v)
+}

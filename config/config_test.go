@@ -351,3 +351,30 @@ func TestValuesLoadAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestText checks that every key of a profile has its value as text, in
+// the form profiles show prints.
+func TestText(t *testing.T) {
+	p := Default()
+	p.Detector.Modules = []Module{{ID: 0, X: 0, Y: 0}, {ID: 1, X: 1536, Y: 0}}
+	p.Detector.ChipOrientation = []int{0, 180}
+	p.Output.FlushInterval = 1500 * time.Millisecond
+	p.Description = `a "quoted" one`
+	got := p.Text()
+	for _, k := range Keys {
+		if _, ok := got[k.Name]; !ok {
+			t.Errorf("key %s has no text", k.Name)
+		}
+	}
+	for key, want := range map[string]string{
+		"detector.modules":          "[{id: 0, x: 0, y: 0}, {id: 1, x: 1536, y: 0}]",
+		"detector.chip_orientation": "[0, 180]",
+		"output.flush_interval":     "1.5s",
+		"description":               `"a \"quoted\" one"`,
+		"detector.chips_x":          "6",
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %s, want %s", key, got[key], want)
+		}
+	}
+}

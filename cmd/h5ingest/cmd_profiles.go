@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"reflect"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -85,7 +83,7 @@ func showProfile(out io.Writer, ref string) error {
 	if err != nil {
 		return scan.Usage(err)
 	}
-	values := keyValues(p)
+	values := p.Text()
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	names := stages.Names()
 	for _, k := range config.Keys {
@@ -99,41 +97,4 @@ func showProfile(out io.Writer, ref string) error {
 		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Name, values[k.Name], from)
 	}
 	return w.Flush()
-}
-
-// keyValues renders each key of p as text, following the mapstructure tags
-// that the keys are named by.
-func keyValues(p config.Profile) map[string]string {
-	out := map[string]string{}
-	var walk func(prefix string, v reflect.Value)
-	walk = func(prefix string, v reflect.Value) {
-		t := v.Type()
-		for i := range t.NumField() {
-			name := prefix + t.Field(i).Tag.Get("mapstructure")
-			f := v.Field(i)
-			if f.Kind() == reflect.Struct && f.Type().String() != "time.Duration" {
-				walk(name+".", f)
-				continue
-			}
-			out[name] = render(f.Interface())
-		}
-	}
-	walk("", reflect.ValueOf(p))
-	return out
-}
-
-func render(v any) string {
-	switch x := v.(type) {
-	case string:
-		return fmt.Sprintf("%q", x)
-	case []config.Module:
-		parts := make([]string, len(x))
-		for i, m := range x {
-			parts[i] = fmt.Sprintf("{id: %d, x: %d, y: %d}", m.ID, m.X, m.Y)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	case []int:
-		return strings.ReplaceAll(fmt.Sprint(x), " ", ", ")
-	}
-	return fmt.Sprint(v)
 }

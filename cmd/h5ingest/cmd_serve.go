@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -58,13 +56,10 @@ every request that changes state must then carry (Authorization: Bearer TOKEN).`
 	return cmd
 }
 
-// minTokenLength bounds how short a token may be.
-const minTokenLength = 16
-
 func serve(ctx context.Context, f *serveFlags) error {
-	token, err := readToken(f.tokenFile)
+	token, err := service.ReadToken(f.tokenFile)
 	if err != nil {
-		return scan.Usage(err)
+		return scan.Usage(fmt.Errorf("--token-file: %w", err))
 	}
 	if err := service.CheckAddr(f.listen, token); err != nil {
 		return scan.Usage(err)
@@ -88,42 +83,20 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(os.Stdout, "h5ingest %s serving scans on http://%s (OpenAPI at /openapi.json)\n", version.String(), ln.Addr())
 	log.Info("serving", zap.Stringer("address", ln.Addr()), zap.Bool("token", token != ""))
-
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case s := <-sigs:
-		fmt.Fprintf(os.Stderr, "h5ingest: %v: draining the running scan, then stopping\n", s)
-	case <-ctx.Done():
-	}
-	svc.Drain(f.drain)
-	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv.Shutdown(shut)
-	return nil
-}
-
-// readToken reads the token of --token-file: its first line, trimmed.
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	token, _, _ := strings.Cut(string(b), "\n")
-	token = strings.TrimSpace(token)
-	if len(token) < minTokenLength {
-		return "", fmt.Errorf("--token-file %s: the token has %d characters, want %d or more", path, len(token), minTokenLength)
-	}
-	return token, nil
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "h5ingest: %v: draining the running scan, then stopping\n", s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return svc.Serve(ctx, ln, f.drain)
 }

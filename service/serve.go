@@ -1,0 +1,54 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// MinTokenLength bounds how short a token may be.
+const MinTokenLength = 16
+
+// ReadToken reads the token in the file at path: its first line, trimmed,
+// of at least MinTokenLength characters. An empty path gives no token.
+func ReadToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	token, _, _ := strings.Cut(string(b), "\n")
+	token = strings.TrimSpace(token)
+	if len(token) < MinTokenLength {
+		return "", fmt.Errorf("token file %s: the token has %d characters, want %d or more", path, len(token), MinTokenLength)
+	}
+	return token, nil
+}
+
+// Serve serves the service's API on ln until ctx ends; then it drains the
+// running scan for up to drain (see Drain) and shuts the server down. It
+// returns an error only when serving fails.
+func (s *Service) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.Drain(drain)
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("serve: shut down: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package service
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		path, want, err string
+	}{
+		{"", "", ""},
+		{write("good", "  0123456789abcdef  \nsecond line\n"), "0123456789abcdef", ""},
+		{write("short", "0123456789abcde\n"), "", "the token has 15 characters, want 16 or more"},
+		{write("empty", ""), "", "the token has 0 characters"},
+		{filepath.Join(dir, "absent"), "", "no such file"},
+	} {
+		got, err := ReadToken(tc.path)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("ReadToken(%s) = %q, %v; want %q", tc.path, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("ReadToken(%s): error %v, want one saying %q", tc.path, err, tc.err)
+		}
+	}
+}
+
+// TestServeDrainsAtTheEnd serves a scan, then ends the context: the
+// running scan is drained (stopped, its frames in flight written), not
+// cancelled, and the server stops listening.
+func TestServeDrainsAtTheEnd(t *testing.T) {
+	r := &fakeRunner{planned: 1000, tick: 5 * time.Millisecond}
+	s := New(r, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, 10*time.Second) }()
+	c := client{t: t, base: "http://" + ln.Addr().String()}
+	if code, st := c.do("POST", "/v1/scans", arm("x")); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	if !r.scans[0].stopped.Load() {
+		t.Error("the running scan was not stopped (drained)")
+	}
+	if _, err := http.Get(c.base + "/v1/scans"); err == nil {
+		t.Error("the server still answers after Serve returned")
+	}
+}
