@@ -58,6 +58,57 @@ type Config struct {
 	ChipSize string // pixels per chip, WxH
 }
 
+// Validate reports the first setting that is out of range: counts below
+// 1, or a geometry that no 24-bit bitplane frame has. Unique above Frames
+// is lowered to Frames.
+func (c *Config) Validate() error {
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"frames", c.Frames}, {"unique", c.Unique}, {"rounds", c.Rounds}, {"threads", c.Threads}} {
+		if n.v < 1 {
+			return fmt.Errorf("%s %d: want at least 1", n.name, n.v)
+		}
+	}
+	if len(c.Workers) == 0 {
+		return errors.New("workers: want at least one count")
+	}
+	c.Unique = min(c.Unique, c.Frames)
+	g, err := frame.ParseGeometry(c.Chips, c.ChipSize)
+	if err != nil {
+		return err
+	}
+	if err := frame.Usual(g, frame.Bitplane).Validate(); err != nil {
+		return fmt.Errorf("chips %s, chip size %s: %w", c.Chips, c.ChipSize, err)
+	}
+	return nil
+}
+
+// ParseWorkers parses worker counts, comma-separated, each 1 to 4096;
+// a count given twice counts once.
+func ParseWorkers(s string) ([]int, error) {
+	var workers []int
+	for w := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 || n > 4096 {
+			return nil, fmt.Errorf("%q: want counts from 1 to 4096, comma-separated", s)
+		}
+		if !slices.Contains(workers, n) {
+			workers = append(workers, n)
+		}
+	}
+	return workers, nil
+}
+
+// DefaultWorkers returns the worker counts of a run on this machine, as
+// ParseWorkers reads them: 1 and the number of cores.
+func DefaultWorkers() string {
+	if n := runtime.NumCPU(); n > 1 {
+		return "1," + strconv.Itoa(n)
+	}
+	return "1"
+}
+
 // DefaultDir returns /dev/shm where there is one, so that the files
 // live in memory, else the temporary directory.
 func DefaultDir() string {

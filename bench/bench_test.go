@@ -1,6 +1,10 @@
 package bench
 
-import "testing"
+import (
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestBenchRowStatistics checks best, median and spread on rounds whose
 // answers are known, odd and even in number.
@@ -16,6 +20,56 @@ func TestBenchRowStatistics(t *testing.T) {
 		r := row{frames: 10, secs: tt.secs}
 		if r.best() != tt.best || r.median() != tt.median || r.spread() != tt.spread {
 			t.Errorf("rounds %v: best %g median %g spread %g, want %g %g %g", tt.secs, r.best(), r.median(), r.spread(), tt.best, tt.median, tt.spread)
+		}
+	}
+}
+
+func TestParseWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		ok   bool
+	}{
+		{"1,2", []int{1, 2}, true},
+		{" 4, 1 ,4", []int{4, 1}, true},
+		{"4096", []int{4096}, true},
+		{"0", nil, false},
+		{"4097", nil, false},
+		{"1,x", nil, false},
+		{"", nil, false},
+	} {
+		got, err := ParseWorkers(tc.in)
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseWorkers(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+	if w, err := ParseWorkers(DefaultWorkers()); err != nil || w[0] != 1 {
+		t.Errorf("the default workers %q: %v, %v", DefaultWorkers(), w, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Config{Frames: 10, Unique: 50, Rounds: 5, Threads: 1, Workers: []int{1}, Chips: "6x6", ChipSize: "256x256"}
+	c := good
+	if err := c.Validate(); err != nil || c.Unique != 10 {
+		t.Errorf("Pi-mega: %v, unique %d (want lowered to the 10 frames)", err, c.Unique)
+	}
+	for _, tc := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.Frames = 0 }, "frames 0"},
+		{func(c *Config) { c.Unique = 0 }, "unique 0"},
+		{func(c *Config) { c.Rounds = 0 }, "rounds 0"},
+		{func(c *Config) { c.Threads = 0 }, "threads 0"},
+		{func(c *Config) { c.Workers = nil }, "workers"},
+		{func(c *Config) { c.Chips = "0x0" }, `chips "0x0"`},
+		{func(c *Config) { c.ChipSize = "60x60" }, "must be a multiple of 8"},
+	} {
+		c := good
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c, err, tc.want)
 		}
 	}
 }

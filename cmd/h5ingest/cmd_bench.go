@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"h5ingest/bench"
-	"h5ingest/frame"
 	"h5ingest/scan"
 	"h5ingest/writer"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -20,20 +17,8 @@ import (
 
 // benchFlags are the flags of h5ingest bench.
 type benchFlags struct {
-	frames   int
-	unique   int
-	rounds   int
-	dir      string
-	diskDir  string
-	keep     bool
-	python   string
-	backend  string
-	threads  int
-	workers  string
-	chips    string
-	chipSize string
-
-	cfg bench.Config // what validate makes of the flags
+	cfg     bench.Config
+	workers string // comma-separated, parsed into cfg.Workers
 }
 
 func newBenchCmd() *cobra.Command {
@@ -90,64 +75,30 @@ folders are removed at the end unless --keep, and nothing else in --dir or
 
 // register defines the flags on f.
 func (fl *benchFlags) register(f *pflag.FlagSet) {
-	f.IntVar(&fl.frames, "frames", 200, "frames each row processes")
-	f.IntVar(&fl.unique, "unique", 50, "distinct simulated frames the scan cycles through")
-	f.IntVar(&fl.rounds, "rounds", 5, "interleaved rounds: every row runs once in each")
-	f.StringVar(&fl.dir, "dir", bench.DefaultDir(), "directory in which a new folder holds the capture and the output files")
-	f.StringVar(&fl.diskDir, "disk-dir", bench.DefaultDiskDir(), `directory on a disk for the row that writes to disk ("": no such row)`)
-	f.BoolVar(&fl.keep, "keep", false, "keep those folders afterwards")
-	f.StringVar(&fl.python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
-	f.StringVar(&fl.backend, "backend", "cpu", "decode backend of the replay rows: auto, cpu or cuda")
-	f.IntVar(&fl.threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
-	f.StringVar(&fl.workers, "workers", defaultBenchWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")
-	f.StringVar(&fl.chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")
-	f.StringVar(&fl.chipSize, "chip-size", "256x256", "pixels per chip, WxH (Medipix3RX: 256x256)")
+	c := &fl.cfg
+	f.IntVar(&c.Frames, "frames", 200, "frames each row processes")
+	f.IntVar(&c.Unique, "unique", 50, "distinct simulated frames the scan cycles through")
+	f.IntVar(&c.Rounds, "rounds", 5, "interleaved rounds: every row runs once in each")
+	f.StringVar(&c.Dir, "dir", bench.DefaultDir(), "directory in which a new folder holds the capture and the output files")
+	f.StringVar(&c.DiskDir, "disk-dir", bench.DefaultDiskDir(), `directory on a disk for the row that writes to disk ("": no such row)`)
+	f.BoolVar(&c.Keep, "keep", false, "keep those folders afterwards")
+	f.StringVar(&c.Python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
+	f.StringVar(&c.Backend, "backend", "cpu", "decode backend of the replay rows: auto, cpu or cuda")
+	f.IntVar(&c.Threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
+	f.StringVar(&fl.workers, "workers", bench.DefaultWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")
+	f.StringVar(&c.Chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")
+	f.StringVar(&c.ChipSize, "chip-size", "256x256", "pixels per chip, WxH (Medipix3RX: 256x256)")
 }
 
-// defaultBenchWorkers is 1 and the number of cores.
-func defaultBenchWorkers() string {
-	if n := runtime.NumCPU(); n > 1 {
-		return "1," + strconv.Itoa(n)
-	}
-	return "1"
-}
-
-func (fl *benchFlags) validate() error {
-	switch {
-	case fl.frames < 1:
-		return fmt.Errorf("--frames %d: want at least 1", fl.frames)
-	case fl.unique < 1:
-		return fmt.Errorf("--unique %d: want at least 1", fl.unique)
-	case fl.rounds < 1:
-		return fmt.Errorf("--rounds %d: want at least 1", fl.rounds)
-	case fl.threads < 1:
-		return fmt.Errorf("--threads %d: want at least 1", fl.threads)
-	}
-	fl.cfg.Workers = nil
+// validate parses --workers and checks the configuration.
+func (fl *benchFlags) validate() (err error) {
 	if fl.workers == "" {
-		fl.workers = defaultBenchWorkers()
+		fl.workers = bench.DefaultWorkers()
 	}
-	for w := range strings.SplitSeq(fl.workers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(w))
-		if err != nil || n < 1 || n > 4096 {
-			return fmt.Errorf("--workers %q: want counts from 1 to 4096, comma-separated", fl.workers)
-		}
-		if !slices.Contains(fl.cfg.Workers, n) {
-			fl.cfg.Workers = append(fl.cfg.Workers, n)
-		}
+	if fl.cfg.Workers, err = bench.ParseWorkers(fl.workers); err != nil {
+		return fmt.Errorf("--workers %w", err)
 	}
-	// The frames are 24-bit LFSR bitplane frames of the geometry.
-	g, err := frame.ParseGeometry(fl.chips, fl.chipSize)
-	if err != nil {
-		return err
-	}
-	if err := frame.Usual(g, frame.Bitplane).Validate(); err != nil {
-		return fmt.Errorf("--chips %s --chip-size %s: %w", fl.chips, fl.chipSize, err)
-	}
-	fl.cfg = bench.Config{Frames: fl.frames, Unique: min(fl.unique, fl.frames), Rounds: fl.rounds, Dir: fl.dir, DiskDir: fl.diskDir,
-		Keep: fl.keep, Python: fl.python, Backend: fl.backend, Threads: fl.threads, Workers: fl.cfg.Workers,
-		Chips: fl.chips, ChipSize: fl.chipSize}
-	return nil
+	return fl.cfg.Validate()
 }
 
 // newBenchCycleCmd is the hidden process that writes the bench's capture.

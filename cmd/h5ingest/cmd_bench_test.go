@@ -30,8 +30,8 @@ func TestBenchSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk := t.TempDir()
-	fl := benchFlags{frames: 6, unique: 3, rounds: 2, dir: dir, diskDir: disk, python: python, backend: "cpu", threads: 2,
-		workers: "1,2,3", chips: "3x2", chipSize: "32x16"}
+	fl := benchFlags{cfg: bench.Config{Frames: 6, Unique: 3, Rounds: 2, Dir: dir, DiskDir: disk, Python: python, Backend: "cpu", Threads: 2,
+		Chips: "3x2", ChipSize: "32x16"}, workers: "1,2,3"}
 	if err := fl.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +127,15 @@ func TestBenchGeometryErrors(t *testing.T) {
 	for _, tt := range []struct{ chips, chipSize, want string }{
 		{"0x0", "256x256", `chips "0x0": want two whole numbers from 1 to 255`},
 		{"6x6", "256", `chip size "256": want two whole numbers from 1 to 65535`},
-		{"6x6", "60x60", "--chips 6x6 --chip-size 60x60: bitplane chip width 60: must be a multiple of 8"},
+		{"6x6", "60x60", "chips 6x6, chip size 60x60: bitplane chip width 60: must be a multiple of 8"},
 		{"255x255", "65528x65528", "more than a header's payload_size holds"},
 	} {
-		fl := benchFlags{frames: 10, unique: 5, rounds: 5, threads: 1, chips: tt.chips, chipSize: tt.chipSize}
+		fl := benchFlags{cfg: bench.Config{Frames: 10, Unique: 5, Rounds: 5, Threads: 1, Chips: tt.chips, ChipSize: tt.chipSize}}
 		if err := fl.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("--chips %s --chip-size %s: %v, want an error containing %q", tt.chips, tt.chipSize, err, tt.want)
 		}
 	}
-	fl := benchFlags{frames: 10, unique: 5, rounds: 5, threads: 1, chips: "6x6", chipSize: "256x256"}
+	fl := benchFlags{cfg: bench.Config{Frames: 10, Unique: 5, Rounds: 5, Threads: 1, Chips: "6x6", ChipSize: "256x256"}}
 	if err := fl.validate(); err != nil {
 		t.Errorf("the Pi-mega geometry: %v", err)
 	}

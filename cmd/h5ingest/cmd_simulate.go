@@ -236,39 +236,12 @@ func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error)
 // line.
 func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, overwrite bool) error {
 	start := time.Now()
-	cfg.Module = ids[0]
-	sc, err := sim.New(cfg)
-	if err != nil {
-		return scan.Usage(err)
-	}
-	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	if !overwrite {
-		flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
-	}
-	out, err := os.OpenFile(path, flag, 0o644)
+	st, err := sim.WriteFile(path, cfg, ids, overwrite, "h5ingest simulate "+version.String())
 	if errors.Is(err, os.ErrExist) {
 		return scan.Usage(fmt.Errorf("%s exists: give --overwrite to replace it", path))
 	}
 	if err != nil {
 		return err
-	}
-	meta, err := sim.Metadata(cfg, ids, start, "h5ingest simulate "+version.String())
-	if err != nil {
-		out.Close()
-		return err
-	}
-	var st sim.Stats
-	if len(ids) == 1 {
-		st, err = sc.WriteCapture(out, meta)
-	} else {
-		st, err = sim.WriteModules(out, meta, cfg, ids)
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path) // a capture cut short by a write error is no use
-		return fmt.Errorf("simulate %s: %w", path, err)
 	}
 	secs := time.Since(start).Seconds()
 	scene := string(cfg.Scene)

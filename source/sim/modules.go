@@ -110,3 +110,48 @@ func WriteModules(out *os.File, meta capture.Metadata, cfg Config, ids []uint16)
 	total.Bytes = w.Size()
 	return total, err
 }
+
+// WriteFile simulates the scan cfg describes for the modules ids and
+// writes it to a capture file at path, made by software: one module's
+// frames as WriteCapture writes them, several modules' interleaved as
+// WriteModules writes them (cfg.Module is ignored). A file at path is an
+// error wrapping os.ErrExist unless overwrite. A capture cut short by an
+// error is removed, unless path is not a regular file (a device).
+func WriteFile(path string, cfg Config, ids []uint16, overwrite bool, software string) (Stats, error) {
+	if len(ids) == 0 {
+		return Stats{}, errors.New("simulate: no module")
+	}
+	cfg.Module = ids[0]
+	scan, err := New(cfg)
+	if err != nil {
+		return Stats{}, err
+	}
+	flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if overwrite {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	out, err := os.OpenFile(path, flag, 0o644)
+	if err != nil {
+		return Stats{}, fmt.Errorf("simulate: %w", err)
+	}
+	meta, err := Metadata(cfg, ids, time.Now(), software)
+	var st Stats
+	switch {
+	case err != nil:
+	case len(ids) == 1:
+		st, err = scan.WriteCapture(out, meta)
+	default:
+		st, err = WriteModules(out, meta, cfg, ids)
+	}
+	info, _ := out.Stat()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if info != nil && info.Mode().IsRegular() {
+			os.Remove(path) // a capture cut short is no use
+		}
+		return st, fmt.Errorf("simulate %s: %w", path, err)
+	}
+	return st, nil
+}
