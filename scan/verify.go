@@ -293,3 +293,21 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 func verifyPath(path string) error {
 	return Verify(context.Background(), io.Discard, path, DefaultVerifyStall)
 }
+
+// Recover finishes the file of a scan whose writer was killed (see
+// writer.Recover): path is its temporary file, or its final name when the
+// temporary file exists. It says on out what it renamed, then verifies
+// the result as Verify does.
+func Recover(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
+	if _, ok := writer.FinalName(path); !ok {
+		if temp := writer.TempName(path); fileExists(temp) {
+			path = temp
+		}
+	}
+	final, err := writer.Recover(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
+	return Verify(ctx, out, final, stall)
+}

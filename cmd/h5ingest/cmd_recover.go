@@ -1,19 +1,15 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"h5ingest/scan"
-	"h5ingest/writer"
 )
 
 func newRecoverCmd() *cobra.Command {
@@ -39,31 +35,9 @@ the file could not be recovered.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return recoverScan(ctx, cmd.OutOrStdout(), args[0], stall)
+			return scan.Recover(ctx, cmd.OutOrStdout(), args[0], stall)
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")
 	return cmd
-}
-
-// recoverScan recovers the temporary file path (or the temporary file of
-// the final name path) and verifies the result.
-func recoverScan(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
-	if _, ok := writer.FinalName(path); !ok {
-		if temp := writer.TempName(path); exists(temp) {
-			path = temp
-		}
-	}
-	final, err := writer.Recover(path)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
-	return scan.Verify(ctx, out, final, stall)
-}
-
-// exists reports whether there is a file (of any kind) at path.
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
