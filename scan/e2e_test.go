@@ -21,6 +21,9 @@ import (
 	"h5ingest/source/sim"
 	"h5ingest/stock"
 	"h5ingest/writer"
+
+	"go.uber.org/zap"
+	zapobs "go.uber.org/zap/zaptest/observer"
 )
 
 // The end-to-end faults of a scan, run through the library as the scan
@@ -288,11 +291,21 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errs bytesBuffer
-	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, 8, 0, 180), Stages: stages, Errs: &errs},
-		Files: files, Captures: []string{src}})
+	var errs, summary bytesBuffer
+	core, logs := zapobs.New(zap.WarnLevel)
+	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, 8, 0, 180), Stages: stages,
+		Errs: &errs, Out: &summary, Log: zap.New(core)}, Files: files, Captures: []string{src}})
 	if !errors.Is(err, ErrIncomplete) {
 		t.Errorf("replay of 12 frames with a plan of 8: %v, want ErrIncomplete", err)
+	}
+	for _, want := range []string{"ok              8\n", "out of range    4 rejected (beyond the scan, not written)\n"} {
+		if !strings.Contains(summary.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary.String())
+		}
+	}
+	outOfRange := func(e zapobs.LoggedEntry) bool { return e.ContextMap()["reason"] == "out of range" }
+	if logs.FilterMessage("frame rejected").Filter(outOfRange).Len() == 0 {
+		t.Errorf("no \"frame rejected\" log line with reason out of range: %v", logs.All())
 	}
 	if got := statuses(t, out); got[frame.StatusOK] != 8 || len(got) != 1 {
 		t.Errorf("statuses %v, want 8 ok and nothing else", got)
@@ -474,7 +487,9 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freePort(t)
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
+	core, logs := zapobs.New(zap.InfoLevel)
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages, Log: zap.New(core)},
+		Files: files, Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,6 +497,11 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	defer stop.Close()
 	result := make(chan error, 1)
 	go func() { result <- a.Run(stop) }()
+	defer func() {
+		if got := logs.FilterMessage("sender refused").Len(); got < 2 {
+			t.Errorf("acquire logged %d refusals, want one for each bad hello: %v", got, logs.All())
+		}
+	}()
 
 	var conns []net.Conn
 	for deadline := time.Now().Add(20 * time.Second); len(conns) < 3 && time.Now().Before(deadline); {
@@ -501,9 +521,13 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	defer conns[2].Close()
 	other := small
 	other.BitDepth = 12
-	wrong := simulateModule(t, other, n, 0)
-	if err := <-sendAs(t, wrong, addr, fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: other}, make(chan struct{})); err == nil {
-		t.Error("a sender of another frame format was taken")
+	for m := range uint16(2) {
+		wrong := simulateModule(t, other, n, m)
+		err := <-sendAs(t, wrong, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: other}, make(chan struct{}))
+		var refused *fabric.RefusedError
+		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan {
+			t.Errorf("a sender of another frame format as module %d: %v, want refused with code %d", m, err, fabric.RefuseScan)
+		}
 	}
 	start := time.Now()
 	var sent []<-chan error

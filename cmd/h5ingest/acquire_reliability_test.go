@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -437,17 +436,6 @@ func peakRSSOf(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// TestAcquireRingLimit refuses a profile whose ring of frames would pass
-// source.ring_max_bytes, before listening: exit 2 naming both keys.
-func TestAcquireRingLimit(t *testing.T) {
-	smallDetector(t)
-	t.Setenv("H5INGEST_SOURCE_RING_MAX_BYTES", "1048576")
-	code, _, stderr := runProcess(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(t.TempDir(), "x.h5"), "--slots", "200")
-	if code != exitUsage || !strings.Contains(stderr, "source.ring_max_bytes") || !strings.Contains(stderr, "source.ring_slots") {
-		t.Errorf("exit status %d, want %d naming the keys:\n%s", code, exitUsage, stderr)
-	}
-}
-
 // TestSendSaysWhenPaceNotKept checks send's line when it falls behind
 // --fps, and its silence when it keeps it.
 func TestSendSaysWhenPaceNotKept(t *testing.T) {
@@ -479,110 +467,6 @@ func TestSendSaysWhenPaceNotKept(t *testing.T) {
 	}
 	if code := acq.wait(t, 30*time.Second); code != exitOK {
 		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
-	}
-}
-
-// TestAcquireModulesBesideHostilePeers runs a scan of two modules while
-// hostile peers connect first: raw TCP connections that close at once,
-// stay silent, or send garbage, and libfabric peers whose hello says
-// another frame format (one of them as module 1). Each is refused or
-// dropped; the real senders of both modules are taken and every frame is
-// written (before: module 1's sender was turned away, "module 1 never
-// connected").
-func TestAcquireModulesBesideHostilePeers(t *testing.T) {
-	smallDetector(t)
-	profile := filepath.Join(t.TempDir(), "two.yaml")
-	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n" +
-		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\n" +
-		"output:\n  template: \"{scan}_mod{module}.h5\"\n"
-	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for m := range 2 {
-		p, _ := simulate(t, "--frames", "5", "--module", strconv.Itoa(m), "--seed", strconv.Itoa(40+m))
-		paths = append(paths, p)
-	}
-	dir, addr := t.TempDir(), freeAddr(t)
-	acq := startProc(t, "acquire", "--profile", profile, "--listen", addr, "--output-dir", dir, "--scan-id", "two",
-		"--projections", "5", "--connect-timeout", "30s")
-
-	// Raw TCP peers, not speaking libfabric at all.
-	var conn net.Conn
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if conn, err = net.Dial("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("acquire never listened: %v", err)
-	}
-	conn.Close() // closes at once
-	silent, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	garbage, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer garbage.Close()
-	garbage.Write(bytes.Repeat([]byte{0xA5}, 4096))
-
-	// libfabric peers with a hello of another format, as module 0 and 1.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	wrong := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 64, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	for m := range 2 {
-		s, err := fabric.Dial(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
-			Hello: fabric.Hello{Module: uint16(m), Mode: fabric.ModeWrite, Format: wrong}})
-		if err == nil {
-			s.Abort()
-		}
-		var refused *fabric.RefusedError
-		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan {
-			t.Errorf("a hello of another format as module %d: %v, want refused with code %d", m, err, fabric.RefuseScan)
-		}
-	}
-
-	start := time.Now()
-	sent := make(chan string, 2)
-	for m, p := range paths {
-		go func() {
-			code, _, stderr := runProcess(t, "send", p, "--to", addr, "--module", strconv.Itoa(m), "--timeout", "20s")
-			if code != exitOK {
-				sent <- fmt.Sprintf("module %d: send exit status %d: %s", m, code, stderr)
-				return
-			}
-			sent <- ""
-		}()
-	}
-	for range paths {
-		if msg := <-sent; msg != "" {
-			t.Error(msg)
-		}
-	}
-	if d := time.Since(start); d > 4*time.Second {
-		t.Errorf("the real senders took %v: a bad peer held them up", d)
-	}
-	if code := acq.wait(t, 30*time.Second); code != exitOK || strings.Contains(acq.stderr.String(), "never connected") {
-		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
-	}
-	if n := strings.Count(acq.stderr.String(), "sender refused"); n < 2 {
-		t.Errorf("acquire logged %d refusals, want one for each bad hello:\n%s", n, acq.stderr.String())
-	}
-	for _, line := range strings.Split(acq.stderr.String(), "\n") {
-		if strings.Contains(line, "refused") {
-			t.Log(line)
-		}
-	}
-	for m := range 2 {
-		if st := countStatus(t, filepath.Join(dir, fmt.Sprintf("two_mod%d.h5", m))); st[frame.StatusOK] != 5 {
-			t.Errorf("module %d's file holds %v, want 5 ok", m, st)
-		}
 	}
 }
 

@@ -404,36 +404,6 @@ func TestReplayUsageErrors(t *testing.T) {
 	}
 }
 
-// TestReplayTruncatedCapture cuts a capture inside its fourth frame: the
-// first three are written, the rest recorded missing, exit status 3.
-func TestReplayTruncatedCapture(t *testing.T) {
-	simulated, truth := simulate(t, "--frames", "6")
-	path := filepath.Join(t.TempDir(), "noplan.pmcap")
-	writeRecords(t, path, records(t, simulated)) // metadata without a plan: a scan of unknown length
-	info, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frameBytes := int64(frame.HeaderSize + truthFormat(t, truth).PayloadSize())
-	head := info.Size() - 6*frameBytes
-	if err := os.Truncate(path, head+3*frameBytes+frameBytes/2); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	code, stdout := runCaptured(t, "replay", path, "-o", out)
-	if code != exitIncomplete {
-		t.Fatalf("replay exit status %d, want %d\n%s", code, exitIncomplete, stdout)
-	}
-	records := fileRecords(t, out)
-	var got []uint8
-	for _, rec := range records {
-		got = append(got, rec.Status)
-	}
-	if want := []uint8{0, 0, 0}; !slices.Equal(got, want) {
-		t.Errorf("statuses %v, want %v (a scan of unknown length ends at the last whole frame)", got, want)
-	}
-}
-
 // TestSWMRReaderFollowsReplay has an h5py SWMR reader follow the file while
 // a paced replay writes it, and checks that it sees frames arrive.
 func TestSWMRReaderFollowsReplay(t *testing.T) {

@@ -14,33 +14,6 @@ import (
 	"h5ingest/source/sim"
 )
 
-// TestReplayFramesBeyondPlan replays a capture of 12 frames with a plan of
-// 8: the four frames beyond the plan are rejected, as the spec says, with
-// exit status 3, a summary line, a line saying where they went, and a log
-// line; the eight planned frames are all good.
-func TestReplayFramesBeyondPlan(t *testing.T) {
-	in, truth := simulate(t, "--frames", "12")
-	out := filepath.Join(t.TempDir(), "plan8.h5")
-	code, stdout, stderr := runProcess(t, "replay", in, "-o", out, "--projections", "8")
-	if code != exitIncomplete {
-		t.Fatalf("exit status %d, want %d (frames beyond the plan are rejected)\n%s%s", code, exitIncomplete, stdout, stderr)
-	}
-	for _, want := range []string{"ok              8\n", "out of range    4 rejected (beyond the scan, not written)\n"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("summary lacks %q:\n%s", want, stdout)
-		}
-	}
-	for _, want := range []string{"4 frames beyond the scan were rejected (frame numbers 8 and above, past the plan's 8 frames", `"frame rejected"`, `"reason":"out of range"`} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("standard error lacks %q:\n%s", want, stderr)
-		}
-	}
-	status, ok := statuses(t, out, truth)
-	if len(status) != 8 || ok != 8 {
-		t.Errorf("file holds %d frames, %d ok: want the 8 planned, all ok", len(status), ok)
-	}
-}
-
 // strayCapture writes a capture of frames good frames, without a plan in
 // its metadata, among which 5 carry corrupt frame numbers (2^24-1, 20000,
 // 2^40, 2^63, 2^64-1), and returns it with the good frames' truth.
