@@ -1,10 +1,13 @@
-// Package pipelinetest is the conformance suite of processor stages: a new
-// pipeline.Processor runs it with one line,
+// Package pipelinetest holds the conformance suites of the pipeline's
+// stages: a new processor, source or sink runs its suite with one line,
 //
 //	pipelinetest.Processor(t, newProcessor, format)
+//	pipelinetest.Source(t, open)
+//	pipelinetest.Sink(t, open)
 //
-// and it checks what the pipeline counts on when it runs one processor per
-// compression worker.
+// and it checks what the pipeline counts on: for processors, one per
+// compression worker; for sources, frames in order and buffers held until
+// released; for sinks, chunks and records stored as given, in any order.
 package pipelinetest
 
 import (
