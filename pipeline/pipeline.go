@@ -249,33 +249,9 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	p.mu.Unlock()
 	defer p.log.Sync() // the last second's per-frame events
 	cfg := p.cfg
-	codecs := make([]compress.Codec, cfg.Workers)
-	for i := range codecs {
-		c, err := cfg.NewCodec()
-		if err != nil {
-			return p.Progress(), fmt.Errorf("make codec: %w", err)
-		}
-		codecs[i] = c
-	}
-	procs := make([]Processor, cfg.Workers)
-	for i := range procs {
-		if cfg.NewProcessor == nil {
-			break
-		}
-		pr, err := cfg.NewProcessor()
-		if err != nil {
-			return p.Progress(), fmt.Errorf("make processor: %w", err)
-		}
-		procs[i] = pr
-	}
-	if cfg.BackendShuffle {
-		for _, c := range codecs { // compress takes the shuffled path of each
-			ps, ok := c.(compress.Preshuffled)
-			if !ok {
-				return p.Progress(), errors.New("backend shuffle needs a codec with a bitshuffle stage (bslz4 or bszstd)")
-			}
-			p.shuffle = ps.BlockElems()
-		}
+	codecs, procs, err := p.workers()
+	if err != nil {
+		return p.Progress(), err
 	}
 	imageSize := cfg.Format.ImageSize()
 	chunkSize := codecs[0].Bound(imageSize)
@@ -344,6 +320,34 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 		return p.Progress(), decodeErr
 	}
 	return p.Progress(), srcErr
+}
+
+// workers makes what each compression worker uses: its codec, and its
+// processor where the configuration has one.
+func (p *Pipeline) workers() ([]compress.Codec, []Processor, error) {
+	cfg := p.cfg
+	codecs := make([]compress.Codec, cfg.Workers)
+	procs := make([]Processor, cfg.Workers)
+	for i := range cfg.Workers {
+		c, err := cfg.NewCodec()
+		if err != nil {
+			return nil, nil, fmt.Errorf("make codec: %w", err)
+		}
+		codecs[i] = c
+		if cfg.NewProcessor != nil {
+			if procs[i], err = cfg.NewProcessor(); err != nil {
+				return nil, nil, fmt.Errorf("make processor: %w", err)
+			}
+		}
+		if cfg.BackendShuffle { // compress takes the shuffled path of each
+			ps, ok := c.(compress.Preshuffled)
+			if !ok {
+				return nil, nil, errors.New("backend shuffle needs a codec with a bitshuffle stage (bslz4 or bszstd)")
+			}
+			p.shuffle = ps.BlockElems()
+		}
+	}
+	return codecs, procs, nil
 }
 
 // imageBufs are the slots' image buffers, page-locked by the backend where
