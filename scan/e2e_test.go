@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,16 +22,13 @@ import (
 	"h5ingest/source/sim"
 	"h5ingest/stock"
 	"h5ingest/writer"
-
-	"go.uber.org/zap"
-	zapobs "go.uber.org/zap/zaptest/observer"
 )
 
 // The end-to-end faults of a scan, run through the library as the scan
 // service runs them: no h5ingest binary, the sender in the same process.
 
 // bigFormat is the frame of the backlog tests: 3 x 2 chips of 256 x 256,
-// 24-bit LFSR bitplane, 295 kB a frame.
+// 24-bit LFSR bitplane, 1.2 MB a frame.
 var bigFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 256, ChipHeight: 256},
 	Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 
@@ -72,19 +70,7 @@ func simulateModule(t *testing.T, f frame.Format, n int, m uint16) string {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Format, cfg.Plan, cfg.Seed, cfg.Module = f, plan.Tomo(0, 0, n, 0, 180), 5+uint64(m), m
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "scan.pmcap")
-	out, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if _, err := s.WriteCapture(out, capture.Metadata{Profile: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	path, _ := simulateScan(t, cfg)
 	return path
 }
 
@@ -208,7 +194,7 @@ func captured(t *testing.T, path string) int {
 // written and in the --record capture, and the rest are recorded missing.
 func TestAcquireBacklogDrains(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sends 60 frames of 295 kB through a slow pipeline")
+		t.Skip("sends 60 frames of 1.2 MB through a slow pipeline")
 	}
 	const n, slots = 60, 16
 	src := simulate(t, bigFormat, n)
@@ -277,41 +263,35 @@ func TestAcquireBacklogDrains(t *testing.T) {
 	}
 }
 
-// TestReplayFramesBeyondPlan replays more frames than the plan has: those
-// beyond it are rejected as out of range, in no file, and the scan is
-// incomplete, not a success.
+// TestReplayFramesBeyondPlan replays a capture of 12 frames with a plan
+// of 8: the four frames beyond the plan are rejected, as the spec says,
+// with a summary line, a line saying where they went and a log line; the
+// eight planned frames are all good, and the scan is incomplete, not a
+// success.
 func TestReplayFramesBeyondPlan(t *testing.T) {
-	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	src := simulate(t, small, 12)
+	src, truth := simulateScan(t, simScan(smallFormat, 12))
 	stages := testStages(t)
-	p := testProfile(t, stages, small, nil)
+	p := testProfile(t, stages, smallFormat, nil)
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	files, err := NewFiles(p, Names{Output: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errs, summary bytesBuffer
-	core, logs := zapobs.New(zap.WarnLevel)
-	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, 8, 0, 180), Stages: stages,
-		Errs: &errs, Out: &summary, Log: zap.New(core)}, Files: files, Captures: []string{src}})
-	if !errors.Is(err, ErrIncomplete) {
-		t.Errorf("replay of 12 frames with a plan of 8: %v, want ErrIncomplete", err)
+	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 8, 0, 180), out, src)
+	if !errors.Is(r.err, ErrIncomplete) {
+		t.Errorf("replay of 12 frames with a plan of 8: %v, want ErrIncomplete", r.err)
 	}
 	for _, want := range []string{"ok              8\n", "out of range    4 rejected (beyond the scan, not written)\n"} {
-		if !strings.Contains(summary.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, summary.String())
+		if !strings.Contains(r.out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.out)
 		}
 	}
-	outOfRange := func(e zapobs.LoggedEntry) bool { return e.ContextMap()["reason"] == "out of range" }
-	if logs.FilterMessage("frame rejected").Filter(outOfRange).Len() == 0 {
-		t.Errorf("no \"frame rejected\" log line with reason out of range: %v", logs.All())
+	if want := "4 frames beyond the scan were rejected (frame numbers 8 and above, past the plan's 8 frames"; !strings.Contains(r.errs, want) {
+		t.Errorf("the scan does not say %q:\n%s", want, r.errs)
 	}
-	if got := statuses(t, out); got[frame.StatusOK] != 8 || len(got) != 1 {
-		t.Errorf("statuses %v, want 8 ok and nothing else", got)
+	for _, want := range []string{`"frame rejected"`, `"reason":"out of range"`} {
+		if !strings.Contains(r.logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, r.logs)
+		}
 	}
-	if !strings.Contains(errs.String(), "4 frames beyond the scan were rejected") {
-		t.Errorf("the scan says:\n%s", errs.String())
+	if status, ok := truthStatuses(t, out, truth); len(status) != 8 || ok != 8 {
+		t.Errorf("file holds %d frames, %d ok: want the 8 planned, all ok", len(status), ok)
 	}
 }
 
@@ -327,14 +307,15 @@ func TestAcquireRingLimit(t *testing.T) {
 	}
 	_, err = NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t)})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "source.ring_slots") || !strings.Contains(err.Error(), "source.ring_max_bytes") {
-		t.Errorf("a 64-slot ring of 295 kB frames under 8 MiB: %v, want a usage error naming both keys", err)
+		t.Errorf("a 64-slot ring of 1.2 MB frames under 8 MiB: %v, want a usage error naming both keys", err)
 	}
 }
 
-// TestAcquireRefusesOtherFormats connects a sender of frames of another
-// format than the profile's detector before the real one: it is refused
-// (code 5, RefuseScan) and the acquire goes on to take the real sender's
-// whole scan.
+// TestAcquireRefusesOtherFormats connects, before the real detector,
+// senders that announce another frame format than the profile's detector
+// (805 MB frames, another bit depth) or frames larger than its own
+// (699 MB): each is refused (code 5, RefuseScan) saying why, the acquire's
+// memory stays small, and it goes on to take the real sender's whole scan.
 func TestAcquireRefusesOtherFormats(t *testing.T) {
 	const n = 6
 	src := simulate(t, bigFormat, n)
@@ -351,25 +332,45 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	}
 	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
 	defer stop.Close()
+	measured := resetPeakRSS(t)
 	result := make(chan error, 1)
 	go func() { result <- a.Run(stop) }()
+	huge := frame.Format{Geometry: frame.Geometry{ChipsX: 16, ChipsY: 16, ChipWidth: 1024, ChipHeight: 1024},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	other := bigFormat
 	other.BitDepth = 12
-	cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
-		Hello: fabric.Hello{Module: 0, Mode: fabric.ModeWrite, Format: other}}
-	var refused *fabric.RefusedError
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		s, err := fabric.Dial(context.Background(), cfg)
-		if err == nil {
-			s.Abort()
-			t.Fatal("a sender of another frame format was taken")
+	for _, tt := range []struct {
+		name  string
+		hello fabric.Hello
+		text  string
+	}{
+		{"format of 805 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: huge}, "frame format"},
+		{"other bit depth", fabric.Hello{Mode: fabric.ModeWrite, Format: other}, "frame format"},
+		{"699 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: bigFormat, MaxFrame: 699_000_000}, "frames of up to 699000000 bytes"},
+	} {
+		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second, Hello: tt.hello}
+		var refused *fabric.RefusedError
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			s, err := fabric.Dial(context.Background(), cfg)
+			if err == nil {
+				s.Abort()
+				t.Fatalf("%s: the sender was taken", tt.name)
+			}
+			if errors.As(err, &refused) {
+				break
+			}
 		}
-		if errors.As(err, &refused) {
-			break
+		if refused == nil || refused.Code != fabric.RefuseScan || !strings.Contains(refused.Reason, tt.text) ||
+			(tt.text == "frame format" && !strings.Contains(refused.Reason, "this receiver expects")) {
+			t.Errorf("%s: %v, want a refusal with code %d about %q", tt.name, refused, fabric.RefuseScan, tt.text)
 		}
 	}
-	if refused == nil || refused.Code != fabric.RefuseScan || !strings.Contains(refused.Reason, "frame format") {
-		t.Fatalf("the other sender: %v, want a refusal with code %d naming the frame format", refused, fabric.RefuseScan)
+	if measured {
+		if peak := peakRSS(t); peak > 512<<20 {
+			t.Errorf("the acquire's peak memory is %d MB after refusing huge frames", peak>>20)
+		} else {
+			t.Logf("peak memory after the refusals: %d MB", peak>>20)
+		}
 	}
 	if err := <-send(t, src, addr, make(chan struct{})); err != nil {
 		t.Fatalf("the real sender: %v", err)
@@ -388,7 +389,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 // master file shows both.
 func TestAcquireModulesDrainOnStop(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sends 2 x 40 frames of 295 kB through a slow pipeline")
+		t.Skip("sends 2 x 40 frames of 1.2 MB through a slow pipeline")
 	}
 	const n, slots = 40, 16
 	dir := t.TempDir()
@@ -463,45 +464,24 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 
 // TestAcquireModulesBesideHostilePeers receives two modules while peers
 // that are no detector connect: raw TCP connections that close at once,
-// stay silent or send garbage, and a libfabric sender of another frame
-// format. None of them ends or holds up the scan: both real senders are
-// taken and every frame of both is written.
+// stay silent or send garbage, and libfabric senders of another frame
+// format as module 0 and as module 1. Each is refused (those saying a
+// hello with code 5, logged "sender refused") or dropped; none ends or
+// holds up the scan: both real senders are taken at once, every frame of
+// both is written, and no module is said never to have connected (before:
+// module 1's sender was turned away).
 func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	const n = 5
-	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	dir := t.TempDir()
-	profile := filepath.Join(dir, "two.yaml")
-	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n" +
-		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\nbackend: cpu\nsource:\n  connect_timeout: 30s\n"
-	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	stages := testStages(t)
-	p, err := config.Load(profile, stages.Names())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := profileText(t, stages, "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n"+
+		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\n", map[string]any{"source.connect_timeout": 30 * time.Second})
 	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "two.h5")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := freePort(t)
-	core, logs := zapobs.New(zap.InfoLevel)
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages, Log: zap.New(core)},
-		Files: files, Listen: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
-	defer stop.Close()
-	result := make(chan error, 1)
-	go func() { result <- a.Run(stop) }()
-	defer func() {
-		if got := logs.FilterMessage("sender refused").Len(); got < 2 {
-			t.Errorf("acquire logged %d refusals, want one for each bad hello: %v", got, logs.All())
-		}
-	}()
+	acq := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
 
 	var conns []net.Conn
 	for deadline := time.Now().Add(20 * time.Second); len(conns) < 3 && time.Now().Before(deadline); {
@@ -519,31 +499,37 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	conns[2].Write([]byte("GET / HTTP/1.0\r\n\r\nnot a hello")) // garbage; conns[1] stays silent
 	defer conns[1].Close()
 	defer conns[2].Close()
-	other := small
+	other := smallFormat
 	other.BitDepth = 12
 	for m := range uint16(2) {
-		wrong := simulateModule(t, other, n, m)
-		err := <-sendAs(t, wrong, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: other}, make(chan struct{}))
+		s, err := fabric.Dial(context.Background(), fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
+			Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: other}})
+		if err == nil {
+			s.Abort()
+		}
 		var refused *fabric.RefusedError
 		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan {
-			t.Errorf("a sender of another frame format as module %d: %v, want refused with code %d", m, err, fabric.RefuseScan)
+			t.Errorf("a hello of another format as module %d: %v, want refused with code %d", m, err, fabric.RefuseScan)
 		}
 	}
 	start := time.Now()
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, sendAs(t, simulateModule(t, small, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: small}, make(chan struct{})))
+		sent = append(sent, sendAs(t, simulateModule(t, smallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}, make(chan struct{})))
 	}
 	for m, s := range sent {
 		if err := <-s; err != nil {
 			t.Errorf("real sender of module %d: %v", m, err)
 		}
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("the real senders took %v: held up by the others", d)
 	}
-	if err := <-result; err != nil {
-		t.Errorf("acquire: %v, want both modules whole", err)
+	if err := acq.wait(t, 30*time.Second); err != nil || strings.Contains(acq.errs.String(), "never connected") {
+		t.Errorf("acquire: %v, want both modules whole:\n%s", err, acq.errs.String())
+	}
+	if n := strings.Count(acq.logs.String(), `"sender refused"`); n < 2 {
+		t.Errorf("the acquire logged %d refusals, want one for each bad hello:\n%s", n, acq.logs.String())
 	}
 	for _, f := range files.Modules {
 		if got := statuses(t, f.Path); got[frame.StatusOK] != n {
@@ -644,33 +630,53 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 }
 
 // TestReplayTruncatedCapture replays a capture of 6 frames cut in the
-// middle of its fourth: the three whole frames are ok, the rest of the
-// plan the capture records missing, and the scan is incomplete.
+// middle of its fourth: the three whole frames are ok and the scan is
+// incomplete. With the plan the capture records, the rest of the plan is
+// recorded missing; without a plan, a scan of unknown length ends at the
+// last whole frame.
 func TestReplayTruncatedCapture(t *testing.T) {
-	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	src := simulate(t, small, 6)
-	info, err := os.Stat(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frameBytes := int64(frame.HeaderSize + small.PayloadSize())
-	head := info.Size() - 6*frameBytes
-	if err := os.Truncate(src, head+3*frameBytes+frameBytes/2); err != nil {
-		t.Fatal(err)
-	}
+	simulated, _ := simulateScan(t, simScan(smallFormat, 6))
 	stages := testStages(t)
-	p := testProfile(t, stages, small, nil)
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	files, err := NewFiles(p, Names{Output: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Captures: []string{src}})
-	if !errors.Is(err, ErrIncomplete) {
-		t.Errorf("replay of a cut capture: %v, want ErrIncomplete", err)
-	}
-	if got := statuses(t, out); got[frame.StatusOK] != 3 || got[frame.StatusMissing] != 3 || len(got) != 2 {
-		t.Errorf("statuses %v, want the 3 whole frames ok and 3 missing", got)
+	p := testProfile(t, stages, smallFormat, nil)
+	for _, tt := range []struct {
+		name    string
+		capture string
+		want    []uint8
+	}{
+		{"plan recorded", simulated, []uint8{0, 0, 0, 1, 1, 1}},
+		{"no plan", withoutPlan(t, simulated), []uint8{0, 0, 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "cut.pmcap")
+			b, err := os.ReadFile(tt.capture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frameBytes := frame.HeaderSize + smallFormat.PayloadSize()
+			head := len(b) - 6*frameBytes
+			if err := os.WriteFile(src, b[:head+3*frameBytes+frameBytes/2], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "scan.h5")
+			if r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, src); !errors.Is(r.err, ErrIncomplete) {
+				t.Errorf("replay of a cut capture: %v, want ErrIncomplete", r.err)
+			}
+			r, err := writer.OpenPlain(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			recs, err := r.Records()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint8
+			for _, rec := range recs {
+				got = append(got, rec.Status)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("statuses %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

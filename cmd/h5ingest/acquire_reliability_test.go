@@ -1,14 +1,13 @@
 package main
 
-// Faults of acquire with a backlog in the receiver's ring: a sender that
-// dies, Ctrl-C and SIGTERM, a full --record disk, peers announcing frames
-// the profile does not expect, an interruption while waiting for the
-// detector; and send's word when it cannot keep --fps.
-// docs/reliability.md lists each with its test.
+// Faults of acquire that need processes: a send process killed while the
+// receiver's ring is full, Ctrl-C and SIGTERM (once, twice, while waiting
+// for the detector, with two modules); and send's word when it cannot keep
+// --fps. Their library-level twins, and the other faults of acquire, are
+// in scan/e2e_*_test.go. docs/reliability.md lists each with its test.
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -314,126 +313,6 @@ func TestAcquireInterruptedWhileWaiting(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestAcquireRecordDiskFull records onto a 1 MiB tmpfs a scan of 40 frames
-// of 295 kB: the recording stops with a warning and a cut capture, while
-// the scan goes on and its file gets every frame (exit 0).
-func TestAcquireRecordDiskFull(t *testing.T) {
-	small := mountTmpfs(t, "size=1m")
-	path := filepath.Join(t.TempDir(), "scan.pmcap")
-	if code := run([]string{"simulate", "-o", path, "--frames", "40", "--chips", "3x2", "--chip-size", "128x128"}); code != exitOK {
-		t.Fatalf("simulate: exit status %d", code)
-	}
-	expectFormat(t, truthFormat(t, readTruth(t, path)))
-	out, rec, addr := filepath.Join(t.TempDir(), "scan.h5"), filepath.Join(small, "scan.pmcap"), freeAddr(t)
-	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", "40", "--connect-timeout", "30s")
-	if code, _, stderr := runProcess(t, "send", path, "--to", addr, "--timeout", "30s"); code != exitOK {
-		t.Errorf("send: exit status %d\n%s", code, stderr)
-	}
-	code := acq.wait(t, 30*time.Second)
-	if code != exitOK {
-		t.Errorf("acquire exit status %d, want 0 (the scan's file is whole):\n%s", code, acq.stderr.String())
-	}
-	if msg := acq.stderr.String(); !strings.Contains(msg, "--record stopped") || !strings.Contains(msg, "no space left on device") {
-		t.Errorf("acquire does not warn about the recording:\n%s", msg)
-	}
-	if st := countStatus(t, out); st[frame.StatusOK] != 40 {
-		t.Errorf("the file holds %v, want 40 ok", st)
-	}
-	r, err := capture.Open(rec)
-	if err != nil {
-		t.Fatalf("the cut capture does not open: %v", err)
-	}
-	defer r.Close()
-	var whole int
-	buf := make([]byte, 1<<20)
-	for ; ; whole++ {
-		if _, _, err = r.Next(buf); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, capture.ErrTruncated) || whole == 0 || whole >= 40 {
-		t.Errorf("the capture holds %d whole frames then %v: want some, then a cut", whole, err)
-	}
-}
-
-// TestAcquireRefusesFramesNotTheProfiles has peers announce another frame
-// format than the profile's detector, and frames of 699 MB, before the
-// real detector: each is refused with code 5, acquire's memory stays small,
-// and the real detector's scan is whole.
-func TestAcquireRefusesFramesNotTheProfiles(t *testing.T) {
-	smallDetector(t)
-	own, _ := simulate(t, "--frames", "4")
-	addr := freeAddr(t)
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--connect-timeout", "30s")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	huge := frame.Format{Geometry: frame.Geometry{ChipsX: 16, ChipsY: 16, ChipWidth: 1024, ChipHeight: 1024},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	for _, tt := range []struct {
-		name  string
-		hello fabric.Hello
-		text  string
-	}{
-		{"format of 805 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: huge}, "this receiver expects"},
-		{"other bit depth", fabric.Hello{Mode: fabric.ModeWrite, Format: frame.Format{Geometry: small.Geometry, Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}}, "this receiver expects"},
-		{"699 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: small, MaxFrame: 699_000_000}, "frames of up to 699000000 bytes"},
-	} {
-		var s *fabric.Sender
-		var err error
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			s, err = fabric.Dial(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second, Hello: tt.hello})
-			var fe *fabric.Error
-			if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err == nil {
-			s.Abort()
-		}
-		var refused *fabric.RefusedError
-		if !errors.As(err, &refused) || refused.Code != fabric.RefuseScan || !strings.Contains(refused.Reason, tt.text) {
-			t.Errorf("%s: the peer got %v, want a refusal with code %d about %q", tt.name, err, fabric.RefuseScan, tt.text)
-		}
-	}
-	if peak := peakRSSOf(t, acq.cmd.Process.Pid); peak > 512<<20 {
-		t.Errorf("acquire's peak memory is %d MB after refusing huge frames", peak>>20)
-	} else {
-		t.Logf("acquire's peak memory after the refusals: %d MB", peak>>20)
-	}
-	if code, _, stderr := runProcess(t, "send", own, "--to", addr, "--timeout", "20s"); code != exitOK {
-		t.Errorf("send: exit status %d\n%s", code, stderr)
-	}
-	if code := acq.wait(t, 20*time.Second); code != exitOK {
-		t.Errorf("acquire exit status %d:\n%s", code, acq.stderr.String())
-	}
-	if st := countStatus(t, out); st[frame.StatusOK] != 4 {
-		t.Errorf("the file holds %v, want 4 ok", st)
-	}
-}
-
-// peakRSSOf returns process pid's peak resident memory, bytes.
-func peakRSSOf(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Skip("no VmHWM")
-	return 0
 }
 
 // TestSendSaysWhenPaceNotKept checks send's line when it falls behind

@@ -102,3 +102,30 @@ func TestInspectPNGOfMaster(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestInspectFaultTable checks what inspect says of a scan replayed from a
+// capture holding every kind of fault the simulator makes, of a detector
+// with chips turned: the frames missing and corrupt, the bitshuffle
+// filter's values and the plan. The file itself, record by record and
+// read with h5py: scan.TestReplayFaultTable.
+func TestInspectFaultTable(t *testing.T) {
+	orient := "0,180,0,180,180,0"
+	path, _ := simulate(t, "--darks", "2", "--flats", "2", "--projections", "12",
+		"--orientation", orient, "--missing", "3", "--duplicate", "5", "--reorder", "7", "--corrupt", "9")
+	profile := filepath.Join(t.TempDir(), "beamline.yaml")
+	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  chip_orientation: [" + orient + "]\n"
+	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--profile", profile,
+		"--darks", "2", "--flats", "2", "--projections", "12"); code != exitIncomplete {
+		t.Fatalf("replay exit status %d, want %d (frames missing and corrupt)\n%s", code, exitIncomplete, stdout)
+	}
+	code, stdout := runCaptured(t, "inspect", out)
+	if code != exitOK || !strings.Contains(stdout, "problems      missing frame 3; crc mismatch frame 9\n") ||
+		!strings.Contains(stdout, "bitshuffle (filter 32008: 0 5 4 0 2)") ||
+		!strings.Contains(stdout, "2 darks, 2 flats, 12 projections at 0 to 165 degrees") {
+		t.Errorf("inspect exit status %d:\n%s", code, stdout)
+	}
+}

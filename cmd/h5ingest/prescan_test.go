@@ -111,7 +111,7 @@ func TestAcquireMissingProvider(t *testing.T) {
 		t.Skip("this machine has an RDMA device: verbs is there")
 	}
 	dir := t.TempDir()
-	code, stderr, took := runIn(t, nil, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
+	code, stderr, took := runTimed(t, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
 		"--output-dir", dir, "--listen", addr, "--connect-timeout", "20s", "--backend", "cpu", "--projections", "10")
 	if code != exitFailure {
 		t.Fatalf("exit status %d, want %d\n%s", code, exitFailure, stderr)
@@ -129,9 +129,21 @@ func TestAcquireMissingProvider(t *testing.T) {
 	}
 	// With --provider tcp, as the line says, the same command passes its
 	// checks and waits for the detector (here: for a second, in vain).
-	code, stderr, _ = runIn(t, nil, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
+	code, stderr, _ = runTimed(t, "acquire", "--profile", "pimega-135d-tomo", "--scan-id", "s0042",
 		"--output-dir", dir, "--listen", addr, "--connect-timeout", "1s", "--backend", "cpu", "--projections", "10", "--provider", "tcp")
 	if code != exitFailure || strings.Contains(stderr, "pre-scan check") || !strings.Contains(stderr, "wait for a sender") {
 		t.Errorf("with --provider tcp: exit status %d\n%s", code, stderr)
 	}
+}
+
+// runTimed runs h5ingest as a process and returns its exit status,
+// standard error and how long it took.
+func runTimed(t *testing.T, args ...string) (int, string, time.Duration) {
+	t.Helper()
+	cmd := command(args...)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	start := time.Now()
+	_ = cmd.Run() // the exit status is checked by the caller
+	return cmd.ProcessState.ExitCode(), errOut.String(), time.Since(start)
 }

@@ -1,10 +1,10 @@
 package main
 
-// Fault injection that needs the command as a process of its own: the port
-// taken, a bad profile file, the output directory going away under a
-// running replay, a real interrupt. The faults a scan meets through the
-// library (the sender stalling or reconnecting, garbage captures, the disk
-// filling, nothing left open) are tested in package scan.
+// Fault injection that needs the command: a port already taken, a
+// profile that does not load (the exit status and message a user sees);
+// and the helpers that run h5ingest as a process of its own. The faults
+// of the sender, the disk, the output directory and the capture, and what
+// a scan leaves open, are tested through the library (scan/e2e_*_test.go).
 // docs/reliability.md lists every fault with its test.
 
 import (
@@ -22,7 +22,6 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/source/capture"
-	"h5ingest/source/sim"
 	"h5ingest/writer"
 )
 
@@ -45,31 +44,6 @@ func runProcess(t *testing.T, args ...string) (code int, stdout, stderr string) 
 		t.Fatalf("h5ingest %v panicked:\n%s", args, errOut.String())
 	}
 	return code, out.String(), errOut.String()
-}
-
-// statuses returns the frame statuses a file records, and how many frames
-// are ok, checking that every ok frame has a chunk and the true data CRC.
-func statuses(t *testing.T, path string, truth *sim.Truth) (status []uint8, ok int) {
-	t.Helper()
-	r, err := writer.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for n, rec := range readRecords(t, r) {
-		status = append(status, rec.Status)
-		if rec.Status != frame.StatusOK {
-			continue
-		}
-		ok++
-		if rec.DataCRC != truth.DataCRC[n] {
-			t.Errorf("frame %d: data CRC %08x, truth %08x", n, rec.DataCRC, truth.DataCRC[n])
-		}
-		if _, _, err := r.ReadChunk(n, nil); err != nil {
-			t.Errorf("frame %d recorded ok: %v", n, err)
-		}
-	}
-	return status, ok
 }
 
 // records reads the records of the capture at path into memory, each
@@ -167,31 +141,26 @@ func TestProfileFaults(t *testing.T) {
 	}
 }
 
-// resealed recomputes the header CRC of rec after a change.
-func resealed(rec []byte) []byte {
-	copy(rec[60:], le32(frame.Checksum(rec[:60])))
-	return rec
-}
-
-func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
-
-// mountTmpfs mounts a tmpfs with the given options on a new directory, or
-// skips the test where that is not allowed.
-func mountTmpfs(t *testing.T, opts string) string {
+// writeRecords writes a capture of the given records.
+func writeRecords(t *testing.T, path string, recs [][]byte) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	defer file.Close()
+	w, err := capture.NewWriter(file, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "reliability_test"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
+	for _, rec := range recs {
+		if err := w.WriteRecord(rec); err != nil {
+			t.Fatal(err)
 		}
-	})
-	return dir
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startPaced starts a replay of frames paced at 20 frames/s into dir (80
@@ -238,107 +207,4 @@ func statusOf(t *testing.T, err error) int {
 		t.Fatal(err)
 	}
 	return 0
-}
-
-// TestReplayOutputDirFaults takes the output directory away, or makes it
-// read-only, before and during a scan.
-func TestReplayOutputDirFaults(t *testing.T) {
-	path, _ := simulate(t, "--frames", "2")
-	t.Run("read-only before", func(t *testing.T) {
-		dir := mountTmpfs(t, "size=1m,ro")
-		code, _, stderr := runProcess(t, "replay", path, "-o", filepath.Join(dir, "scan.h5"))
-		if code != exitFailure || !strings.Contains(strings.ToLower(stderr), "read-only file system") {
-			t.Errorf("exit status %d, want %d saying the file system is read-only:\n%s", code, exitFailure, stderr)
-		}
-	})
-	t.Run("read-only while writing", func(t *testing.T) {
-		// Root ignores permission bits; an immutable directory stops root
-		// from adding the final name, as a read-only one stops a user.
-		if os.Geteuid() != 0 {
-			t.Skip("chattr +i needs root")
-		}
-		dir := t.TempDir()
-		cmd, stderr, _, out := startPaced(t, dir, 40)
-		if o, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Skipf("chattr +i not supported here: %v %s", err, o)
-		}
-		defer exec.Command("chattr", "-i", dir).Run()
-		if code := exitCode(t, cmd); code != exitFailure || !strings.Contains(stderr.String(), "operation not permitted") {
-			t.Fatalf("exit status %d, want %d:\n%s", code, exitFailure, stderr)
-		}
-		if !strings.Contains(stderr.String(), writer.TempName(out)) {
-			t.Errorf("the message does not say where the scan stays:\n%s", stderr)
-		}
-		// The scan is whole under its temporary name.
-		if code, vout, _ := runProcess(t, "verify", writer.TempName(out)); code != exitOK {
-			t.Errorf("verify of the temporary file: exit status %d\n%s", code, vout)
-		}
-	})
-	t.Run("removed while writing", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "scans")
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd, stderr, _, _ := startPaced(t, dir, 40)
-		if err := os.RemoveAll(dir); err != nil {
-			t.Fatal(err)
-		}
-		if code := exitCode(t, cmd); code != exitFailure || !strings.Contains(stderr.String(), "no such file or directory") {
-			t.Errorf("exit status %d, want %d:\n%s", code, exitFailure, stderr)
-		}
-	})
-}
-
-// TestInterruptedReplay stops a paced replay with SIGINT, as Ctrl-C does:
-// the file is finished and verifies, the command says it was interrupted
-// in words (not "context canceled") and exits 3.
-func TestInterruptedReplay(t *testing.T) {
-	path, _ := simulate(t, "--frames", "40")
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	cmd := command("replay", path, "-o", out, "--projections", "40", "--fps", "20")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(800 * time.Millisecond)
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitIncomplete {
-		t.Fatalf("interrupted replay: %v, want exit status %d\n%s", err, exitIncomplete, stderr.String())
-	}
-	if msg := stderr.String(); !strings.Contains(msg, "h5ingest: interrupted: "+out+" holds the frames received before") ||
-		strings.Contains(msg, "context canceled") {
-		t.Errorf("interrupted replay says:\n%s", msg)
-	}
-	if code, stdout := runCaptured(t, "verify", out); code != exitIncomplete {
-		t.Errorf("verify of the interrupted scan: exit status %d, want %d\n%s", code, exitIncomplete, stdout)
-	}
-}
-
-// writeRecords writes a capture of the given records.
-func writeRecords(t *testing.T, path string, recs [][]byte) {
-	t.Helper()
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	w, err := capture.NewWriter(file, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "reliability_test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range recs {
-		if err := w.WriteRecord(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -213,54 +213,6 @@ func simConfig(t *testing.T, truth *sim.Truth) sim.Config {
 	return cfg
 }
 
-// TestReplayFaultTable replays a capture holding every kind of fault and
-// checks the file record by record, then reads it with h5py.
-func TestReplayFaultTable(t *testing.T) {
-	orient := "0,180,0,180,180,0"
-	path, truth := simulate(t, "--darks", "2", "--flats", "2", "--projections", "12",
-		"--orientation", orient, "--missing", "3", "--duplicate", "5", "--reorder", "7", "--corrupt", "9")
-	profile := filepath.Join(t.TempDir(), "beamline.yaml")
-	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  chip_orientation: [" + orient + "]\n"
-	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	code, stdout := runCaptured(t, "replay", path, "-o", out, "--profile", profile,
-		"--darks", "2", "--flats", "2", "--projections", "12")
-	if code != exitIncomplete {
-		t.Fatalf("replay exit status %d, want %d (frames missing and corrupt)\n%s", code, exitIncomplete, stdout)
-	}
-	for _, want := range []string{"missing         1", "crc mismatch    1", "duplicates      1 dropped"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("summary lacks %q:\n%s", want, stdout)
-		}
-	}
-	status := expectedStatus(truth)
-	records := fileRecords(t, out)
-	for n, rec := range records {
-		if rec.Status != status[n] {
-			t.Errorf("frame %d: status %d, want %d", n, rec.Status, status[n])
-		}
-		if rec.Status == frame.StatusOK && rec.DataCRC != truth.DataCRC[n] {
-			t.Errorf("frame %d: data CRC %08x, truth %08x", n, rec.DataCRC, truth.DataCRC[n])
-		}
-		if rec.Status == frame.StatusCRCMismatch && rec.DataCRC == truth.DataCRC[n] {
-			t.Errorf("frame %d: a corrupt payload decoded to the true image", n)
-		}
-	}
-	code, stdout = runCaptured(t, "verify", out)
-	if code != exitIncomplete || strings.Contains(stdout, "BAD") {
-		t.Errorf("verify exit status %d, want %d with no bad chunk:\n%s", code, exitIncomplete, stdout)
-	}
-	code, stdout = runCaptured(t, "inspect", out)
-	if code != exitOK || !strings.Contains(stdout, "problems      missing frame 3; crc mismatch frame 9\n") ||
-		!strings.Contains(stdout, "bitshuffle (filter 32008: 0 5 4 0 2)") ||
-		!strings.Contains(stdout, "2 darks, 2 flats, 12 projections at 0 to 165 degrees") {
-		t.Errorf("inspect exit status %d:\n%s", code, stdout)
-	}
-	crossCheck(t, out, writer.LayoutNXtomo, truth, status, true)
-}
-
 // TestReplayCodecsAndLayouts writes every codec and both layouts and has
 // h5py + hdf5plugin read them back.
 func TestReplayCodecsAndLayouts(t *testing.T) {
@@ -549,43 +501,6 @@ func TestLogsNameTheScan(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("%d log lines, want at least the start and the CRC mismatch:\n%s", n, stderr.String())
-	}
-}
-
-// TestReplayDropWhenFull replays a capture far faster than the pipeline
-// writes it, as a detector that cannot wait sends: the frames that find the
-// pipeline full are dropped, counted in the summary and recorded missing;
-// verify agrees.
-func TestReplayDropWhenFull(t *testing.T) {
-	path, truth := simulate(t, "--frames", "60", "--chips", "6x6", "--chip-size", "64x64")
-	out := filepath.Join(t.TempDir(), "scan.h5")
-	code, stdout := runCaptured(t, "replay", path, "-o", out, "--drop-when-full")
-	var dropped int
-	if i := strings.Index(stdout, "pipeline full"); i >= 0 {
-		fmt.Sscanf(stdout[i+len("pipeline full"):], "%d", &dropped)
-	}
-	if code != exitIncomplete || dropped == 0 {
-		t.Fatalf("replay exit status %d with %d dropped, want %d with some dropped:\n%s", code, dropped, exitIncomplete, stdout)
-	}
-	records := fileRecords(t, out)
-	missing := 0
-	for n, rec := range records {
-		switch rec.Status {
-		case frame.StatusMissing:
-			missing++
-		case frame.StatusOK:
-			if rec.DataCRC != truth.DataCRC[n] {
-				t.Errorf("frame %d: data CRC %08x, truth %08x", n, rec.DataCRC, truth.DataCRC[n])
-			}
-		default:
-			t.Errorf("frame %d: status %d", n, rec.Status)
-		}
-	}
-	if missing != dropped || len(records) != 60 {
-		t.Errorf("%d of %d frames recorded missing, the summary says %d dropped", missing, len(records), dropped)
-	}
-	if code, stdout := runCaptured(t, "verify", out); code != exitIncomplete || strings.Contains(stdout, "BAD") {
-		t.Errorf("verify exit status %d, want %d with no bad chunk:\n%s", code, exitIncomplete, stdout)
 	}
 }
 
