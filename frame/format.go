@@ -244,7 +244,7 @@ func (f Format) String() string {
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Checksum returns the CRC-32C (Castagnoli) of b.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func Checksum(b []byte) uint32 { return update(0, b) }
 
 // UpdateChecksum returns the CRC-32C of the bytes summed into crc followed by b.
-func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+func UpdateChecksum(crc uint32, b []byte) uint32 { return update(crc, b) }
