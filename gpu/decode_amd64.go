@@ -19,6 +19,33 @@ var useAVX2 = cpuid.X86.HasAVX2
 //go:noescape
 func codes24AVX2(dst *uint32, row *byte, planeBytes, groups int)
 
+// lfsr24AVX2 turns groups*8 24-bit LFSR codes into counts in place, as
+// lfsr24 does, looking up the 12-bit halves of 8 codes at once with AVX2
+// gathers from table (lfsr12 widened to 32 bits); eight high halves that
+// are all code 0 (count 0) need no look-up.
+//
+//go:noescape
+func lfsr24AVX2(codes *uint32, groups int, table *[4096]uint32)
+
+// lfsr12x32 is lfsr12 widened to 32-bit entries, for the gathers.
+var lfsr12x32 = func() (t [4096]uint32) {
+	for i, c := range lfsr12 {
+		t[i] = uint32(c)
+	}
+	return t
+}()
+
+// lfsr24Fast is lfsr24 with the AVX2 gathers where the CPU has them.
+func lfsr24Fast(codes []uint32) {
+	n := len(codes) &^ 7
+	if !useAVX2 || n == 0 {
+		lfsr24(codes)
+		return
+	}
+	lfsr24AVX2(&codes[0], n/8, &lfsr12x32)
+	lfsr24(codes[n:])
+}
+
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
 // whether it could: it needs AVX2 and a chip width that is a multiple of
 // 32. A chip at 0 degrees is gathered straight into dst; a rotated one
@@ -35,14 +62,14 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	if !rotated {
 		codes24AVX2(&out[0], &row[0], s, s/4)
 		if lfsr {
-			lfsr24(out)
+			lfsr24Fast(out)
 		}
 		return true
 	}
 	codes := scratch[:n]
 	codes24AVX2(&codes[0], &row[0], s, s/4)
 	if lfsr {
-		lfsr24(codes)
+		lfsr24Fast(codes)
 	}
 	for i, c := range codes {
 		out[n-1-i] = c

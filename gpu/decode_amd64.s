@@ -69,3 +69,44 @@ loop:
 
 done:
 	RET
+
+// func lfsr24AVX2(codes *uint32, groups int, table *[4096]uint32)
+//
+// Eight codes at a time: the low 12 bits of each index the table through
+// a gather, and the high 12 bits too unless all eight are code 0 (count
+// 0: a frame of under 4096 counts a pixel, as at short exposures, needs
+// no second look-up).
+TEXT ·lfsr24AVX2(SB), NOSPLIT, $0-24
+	MOVQ codes+0(FP), DI
+	MOVQ groups+8(FP), CX
+	MOVQ table+16(FP), SI
+	TESTQ CX, CX
+	JZ lfsrdone
+	VPCMPEQD Y15, Y15, Y15
+	VPSRLD $20, Y15, Y14 // 0xFFF in each dword
+
+lfsrloop:
+	VMOVDQU (DI), Y0
+	VPAND Y14, Y0, Y1
+	VPSRLD $12, Y0, Y2
+	VPAND Y14, Y2, Y2
+	VMOVDQA Y15, Y3
+	VPXOR Y4, Y4, Y4
+	VPGATHERDD Y3, (SI)(Y1*4), Y4
+	VPTEST Y2, Y2
+	JZ lfsrstore
+	VMOVDQA Y15, Y5
+	VPXOR Y6, Y6, Y6
+	VPGATHERDD Y5, (SI)(Y2*4), Y6
+	VPSLLD $12, Y6, Y6
+	VPOR Y6, Y4, Y4
+
+lfsrstore:
+	VMOVDQU Y4, (DI)
+	ADDQ $32, DI
+	DECQ CX
+	JNZ lfsrloop
+	VZEROUPPER
+
+lfsrdone:
+	RET
