@@ -370,7 +370,7 @@ func TestPipelineDropWhenFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := slowSink{newMemSink(), 5 * time.Millisecond}
+	sink := slowSink{memSink: newMemSink(), delay: 5 * time.Millisecond}
 	progress, err := p.Run(context.Background(), src, sink)
 	if err != nil {
 		t.Fatal(err)
