@@ -72,3 +72,23 @@ func BenchmarkChecksum(b *testing.B) {
 		}
 	}
 }
+
+// FuzzChecksum compares the folding CRC with the standard library's on
+// buffers of any length up to 64 KiB built from the fuzzer's bytes, from
+// any register.
+func FuzzChecksum(f *testing.F) {
+	f.Add(uint32(0), []byte("pi-mega"), uint16(3000))
+	f.Add(uint32(0xFFFFFFFF), []byte{0}, uint16(1024))
+	f.Fuzz(func(t *testing.T, crc uint32, seed []byte, n uint16) {
+		if len(seed) == 0 {
+			return
+		}
+		p := make([]byte, int(n))
+		for i := range p {
+			p[i] = seed[i%len(seed)] ^ byte(i>>8)
+		}
+		if got, want := update(crc, p), crc32.Update(crc, castagnoli, p); got != want {
+			t.Fatalf("%d bytes from %08x: %08x, want %08x", n, crc, got, want)
+		}
+	})
+}
