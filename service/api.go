@@ -143,6 +143,14 @@ type filesOutput struct {
 // register adds every operation to the API.
 func (s *Service) register() {
 	token := []map[string][]string{{"token": {}}}
+	s.registerArm(token)
+	s.registerReads()
+	s.registerChanges(token)
+	s.registerEvents()
+}
+
+// registerArm registers arming a scan, which needs the token.
+func (s *Service) registerArm(token []map[string][]string) {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "arm", Method: http.MethodPost, Path: "/v1/scans", DefaultStatus: http.StatusCreated,
 		Summary:     "Arm a scan",
@@ -159,6 +167,11 @@ func (s *Service) register() {
 		}
 		return &statusOutput{st}, nil
 	})
+}
+
+// registerReads registers what reads the scans: the list, one scan, the
+// wait for one to end and its files.
+func (s *Service) registerReads() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "list-scans", Method: http.MethodGet, Path: "/v1/scans",
 		Summary: "The current scan and the last ended ones",
@@ -189,6 +202,23 @@ func (s *Service) register() {
 		}
 		return &statusOutput{st}, nil
 	})
+	huma.Register(s.api, huma.Operation{
+		OperationID: "scan-files", Method: http.MethodGet, Path: "/v1/scans/{id}/files",
+		Summary: "The files a scan finalised", Errors: []int{http.StatusNotFound},
+	}, func(ctx context.Context, in *idInput) (*filesOutput, error) {
+		j, err := s.find(in.ID)
+		if err != nil {
+			return nil, err
+		}
+		out := &filesOutput{}
+		out.Body.Files = j.snapshot().Files
+		return out, nil
+	})
+}
+
+// registerChanges registers stopping and cancelling a scan, which need
+// the token.
+func (s *Service) registerChanges(token []map[string][]string) {
 	for _, op := range []struct {
 		id, path, summary, desc string
 		cancel                  bool
@@ -213,18 +243,10 @@ func (s *Service) register() {
 			return &statusOutput{st}, nil
 		})
 	}
-	huma.Register(s.api, huma.Operation{
-		OperationID: "scan-files", Method: http.MethodGet, Path: "/v1/scans/{id}/files",
-		Summary: "The files a scan finalised", Errors: []int{http.StatusNotFound},
-	}, func(ctx context.Context, in *idInput) (*filesOutput, error) {
-		j, err := s.find(in.ID)
-		if err != nil {
-			return nil, err
-		}
-		out := &filesOutput{}
-		out.Body.Files = j.snapshot().Files
-		return out, nil
-	})
+}
+
+// registerEvents registers the server-sent events of every scan.
+func (s *Service) registerEvents() {
 	sse.Register(s.api, huma.Operation{
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events",
 		Summary:     "Server-sent events of every scan",
