@@ -207,53 +207,22 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 	if len(records) != r.Frames {
 		return res, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
 	}
-	codecs := make([]compress.Codec, runtime.GOMAXPROCS(0))
-	for i := range codecs {
-		if codecs[i], err = compress.FromFilters(r.Filters, r.ElemSize); err != nil {
-			return res, err
-		}
-	}
-	imageSize := r.Height * r.Width * r.ElemSize
-
 	var mu sync.Mutex
 	report := func(n int, format string, args ...any) {
 		mu.Lock()
 		res.bad = append(res.bad, problem{n, fmt.Sprintf("frame %d: ", n) + fmt.Sprintf(format, args...)})
 		mu.Unlock()
 	}
-	work := make(chan chunkCheck, len(codecs))
-	free := make(chan []byte, 2*len(codecs))
-	for range cap(free) {
-		free <- nil
-	}
-	var wg sync.WaitGroup
-	for _, codec := range codecs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var img []byte
-			for c := range work {
-				var err error
-				img, err = codec.Decode(img[:0], c.data)
-				switch {
-				case err != nil:
-					report(c.n, "chunk does not decompress: %v", err)
-				case len(img) != imageSize:
-					report(c.n, "chunk decompresses to %d bytes, a frame is %d", len(img), imageSize)
-				case frame.Checksum(img) != c.want:
-					report(c.n, "data CRC %08x, recorded %08x", frame.Checksum(img), c.want)
-				}
-				free <- c.data
-			}
-		}()
+	chk, err := startChecker(r, report)
+	if err != nil {
+		return res, err
 	}
 	for n, rec := range records {
 		res.counts.Add(rec.Status)
 		if rec.Status > frame.StatusRejected {
 			report(n, "unknown status %d", rec.Status)
 		}
-		buf := <-free
-		data, mask, err := r.ReadChunk(n, buf[:0])
+		data, mask, err := r.ReadChunk(n, chk.buffer())
 		step()
 		written := rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch
 		switch {
@@ -261,31 +230,87 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 			if written {
 				report(n, "recorded as written (status %d) but has no chunk", rec.Status)
 			}
-			free <- data
+			chk.done(data)
 		case err != nil:
-			close(work)
-			wg.Wait()
+			chk.wait()
 			return res, err
 		case rec.Status == frame.StatusMissing:
 			// The writer stored the chunk but stopped (killed, or the disk
 			// filled) before its record reached the file: nothing vouches
 			// for it, so the frame stays missing.
 			res.unrecorded = append(res.unrecorded, n)
-			free <- data
+			chk.done(data)
 		case !written:
 			report(n, "recorded with status %d but has a chunk", rec.Status)
-			free <- data
+			chk.done(data)
 		case mask != 0:
 			report(n, "chunk skipped filters (mask %#x)", mask)
-			free <- data
+			chk.done(data)
 		default:
 			res.checked++
-			work <- chunkCheck{n: n, data: data, want: rec.DataCRC}
+			chk.work <- chunkCheck{n: n, data: data, want: rec.DataCRC}
 		}
 	}
-	close(work)
-	wg.Wait()
+	chk.wait()
 	return res, nil
+}
+
+// checker decompresses chunks on a goroutine per core and reports each
+// whose image is not a frame's size or not the CRC its record holds. Its
+// chunk buffers go round: buffer lends one, and a chunk not sent to work
+// goes back through done.
+type checker struct {
+	work chan chunkCheck
+	free chan []byte
+	wg   sync.WaitGroup
+}
+
+// startChecker starts the checker of the chunks of r, reporting through
+// report.
+func startChecker(r *writer.Reader, report func(n int, format string, args ...any)) (*checker, error) {
+	codecs := make([]compress.Codec, runtime.GOMAXPROCS(0))
+	for i := range codecs {
+		var err error
+		if codecs[i], err = compress.FromFilters(r.Filters, r.ElemSize); err != nil {
+			return nil, err
+		}
+	}
+	imageSize := r.Height * r.Width * r.ElemSize
+	c := &checker{work: make(chan chunkCheck, len(codecs)), free: make(chan []byte, 2*len(codecs))}
+	for range cap(c.free) {
+		c.free <- nil
+	}
+	for _, codec := range codecs {
+		c.wg.Go(func() {
+			var img []byte
+			for cc := range c.work {
+				var err error
+				img, err = codec.Decode(img[:0], cc.data)
+				switch {
+				case err != nil:
+					report(cc.n, "chunk does not decompress: %v", err)
+				case len(img) != imageSize:
+					report(cc.n, "chunk decompresses to %d bytes, a frame is %d", len(img), imageSize)
+				case frame.Checksum(img) != cc.want:
+					report(cc.n, "data CRC %08x, recorded %08x", frame.Checksum(img), cc.want)
+				}
+				c.free <- cc.data
+			}
+		})
+	}
+	return c, nil
+}
+
+// buffer lends a chunk buffer, waiting for one to come back if need be.
+func (c *checker) buffer() []byte { return (<-c.free)[:0] }
+
+// done gives back a buffer whose chunk is not sent to work.
+func (c *checker) done(buf []byte) { c.free <- buf }
+
+// wait waits for the chunks sent to work to be checked.
+func (c *checker) wait() {
+	close(c.work)
+	c.wg.Wait()
 }
 
 // verifyPath proves the file at path as Verify does, writing nothing,
