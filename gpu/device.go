@@ -106,12 +106,38 @@ func alignUp(n int) int { return (n + kernels.Align - 1) / kernels.Align * kerne
 // returns where the next round starts.
 func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) {
 	l.jobs, l.idx, l.frames = jobs, l.idx[:0], l.frames[:0]
+	next, w := l.gather(start)
+	if len(l.idx) == 0 {
+		return next, nil
+	}
+	rotOff := alignUp(len(l.frames) * kernels.FrameSize)
+	l.sizes[regDescs] = rotOff + len(rot)
+	if err := l.eng.reserve(&l.sizes); err != nil {
+		return next, err
+	}
+	if err := l.upload(rot, rotOff); err != nil {
+		return next, err
+	}
+	if err := l.launch(w); err != nil {
+		return next, err
+	}
+	return next, l.download()
+}
+
+// roundWork is the work of each kernel in a round: the most of any of
+// its frames.
+type roundWork struct{ units, subs, pieces, groups int }
+
+// gather takes l.jobs from start into the round, up to its byte and frame
+// limits, and lays out each frame's regions, their offsets relative to
+// each region's start. It returns the first job left for the next round.
+func (l *lane) gather(start int) (next int, w roundWork) {
 	sizes := &l.sizes
 	*sizes = [nRegions]int{}
-	var units, subs, pieces, groups, bytes int
+	bytes := 0
 	i := start
-	for ; i < len(jobs); i++ {
-		j := &jobs[i]
+	for ; i < len(l.jobs); i++ {
+		j := &l.jobs[i]
 		if j.Err != nil {
 			continue
 		}
@@ -143,22 +169,20 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 			d := &l.frames[len(l.frames)-1]
 			d.Block, d.Shuffled = uint32(j.ShuffleBlock), uint64(sizes[regImage])
 			sizes[regImage] += alignUp(f.ImageSize())
-			groups = max(groups, kernels.ShuffleUnits(f))
+			w.groups = max(w.groups, kernels.ShuffleUnits(f))
 		}
 		sizes[regSubs] += alignUp(4 * (rs + is))
 		sizes[regPieces] += 4 * (rp + ip)
-		units, subs, pieces = max(units, u), max(subs, rs+is), max(pieces, rp+ip)
+		w.units, w.subs, w.pieces = max(w.units, u), max(w.subs, rs+is), max(w.pieces, rp+ip)
 	}
-	if len(l.idx) == 0 {
-		return i, nil
-	}
-	rotOff := alignUp(len(l.frames) * kernels.FrameSize)
-	sizes[regDescs] = rotOff + len(rot)
-	if err := l.eng.reserve(sizes); err != nil {
-		return i, err
-	}
+	return i, w
+}
 
-	descs := l.eng.hostDescs()[:sizes[regDescs]]
+// upload makes the round's frame descriptors' addresses absolute and
+// copies the descriptors, the chip rotations (at rotOff among them) and
+// the payloads to the device.
+func (l *lane) upload(rot frame.Orientation, rotOff int) error {
+	descs := l.eng.hostDescs()[:l.sizes[regDescs]]
 	var rotAddr uint64
 	if rot != nil {
 		rotAddr = l.eng.addr(regDescs) + uint64(rotOff)
@@ -177,39 +201,44 @@ func (l *lane) begin(jobs []Job, start int, rot frame.Orientation) (int, error) 
 		d.Pieces += l.eng.addr(regPieces)
 		d.Rot = rotAddr
 		d.Put(descs[n*kernels.FrameSize:])
-		if err := l.eng.copyIn(regPayload, int(d.Payload-l.eng.addr(regPayload)), jobs[l.idx[n]].Payload); err != nil {
-			return i, err
+		if err := l.eng.copyIn(regPayload, int(d.Payload-l.eng.addr(regPayload)), l.jobs[l.idx[n]].Payload); err != nil {
+			return err
 		}
 	}
-	if err := l.eng.copyIn(regDescs, 0, descs); err != nil {
-		return i, err
-	}
+	return l.eng.copyIn(regDescs, 0, descs)
+}
+
+// launch starts the round's kernels, each over the work its frames need.
+func (l *lane) launch(w roundWork) error {
 	n := len(l.frames)
 	for _, k := range [...]struct {
 		name string
 		work int
-	}{{kernels.Decode, units}, {kernels.CRCSub, subs}, {kernels.CRCFold, pieces}, {kernels.Shuffle, groups}} {
+	}{{kernels.Decode, w.units}, {kernels.CRCSub, w.subs}, {kernels.CRCFold, w.pieces}, {kernels.Shuffle, w.groups}} {
 		if k.work == 0 {
 			continue // no frame of the round asks for a transpose
 		}
 		if err := l.eng.launch(k.name, kernels.Grid(k.work), n); err != nil {
-			return i, err
+			return err
 		}
 	}
+	return nil
+}
+
+// download queues the copies of the round's images (transposed where
+// asked) and CRC pieces back to the host.
+func (l *lane) download() error {
 	for n, d := range l.frames {
-		j := &jobs[l.idx[n]]
+		j := &l.jobs[l.idx[n]]
 		from := d.Image
 		if d.Block != 0 {
 			from = d.Shuffled
 		}
 		if err := l.eng.copyOut(j.Image[:d.ImageSize], regImage, int(from-l.eng.addr(regImage))); err != nil {
-			return i, err
+			return err
 		}
 	}
-	if err := l.eng.copyOut(l.eng.hostPieces()[:sizes[regPieces]], regPieces, 0); err != nil {
-		return i, err
-	}
-	return i, nil
+	return l.eng.copyOut(l.eng.hostPieces()[:l.sizes[regPieces]], regPieces, 0)
 }
 
 // finish waits for the round and sets its jobs' CRCs.
