@@ -59,7 +59,7 @@ every request that changes state must then carry (Authorization: Bearer TOKEN).`
 func serve(ctx context.Context, f *serveFlags) error {
 	token, err := service.ReadToken(f.tokenFile)
 	if err != nil {
-		return scan.Usage(fmt.Errorf("--token-file: %w", err))
+		return scan.Usage(err)
 	}
 	if err := service.CheckAddr(f.listen, token); err != nil {
 		return scan.Usage(err)
