@@ -542,7 +542,7 @@ func (p Profile) Text() map[string]string {
 		for i := range t.NumField() {
 			name := prefix + t.Field(i).Tag.Get("mapstructure")
 			f := v.Field(i)
-			if f.Kind() == reflect.Struct && f.Type().String() != "time.Duration" {
+			if f.Kind() == reflect.Struct {
 				walk(name+".", f)
 				continue
 			}

@@ -291,15 +291,12 @@ func dial(ctx context.Context, addr string, f frame.Format, timeout time.Duratio
 // dialRetrying dials until the receiver listens, for up to 20 s.
 func dialRetrying(t *testing.T, ctx context.Context, addr string, f frame.Format) *fabric.Sender {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		s, err := dial(ctx, addr, f, 5*time.Second)
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no receiver on %s: %v", addr, err)
-		}
+	s, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 20 * time.Second,
+		Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: f}})
+	if err != nil {
+		t.Fatalf("no receiver on %s: %v", addr, err)
 	}
+	return s
 }
 
 // post sends recs through s, one frame each.

@@ -19,7 +19,6 @@ import (
 	"h5ingest/registry"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
-	"h5ingest/source/sim"
 	"h5ingest/stock"
 	"h5ingest/writer"
 )
@@ -68,8 +67,8 @@ func simulate(t *testing.T, f frame.Format, n int) string { return simulateModul
 // returns its path.
 func simulateModule(t *testing.T, f frame.Format, n int, m uint16) string {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Format, cfg.Plan, cfg.Seed, cfg.Module = f, plan.Tomo(0, 0, n, 0, 180), 5+uint64(m), m
+	cfg := simScan(f, n)
+	cfg.Seed, cfg.Module = 5+uint64(m), m
 	path, _ := simulateScan(t, cfg)
 	return path
 }
@@ -102,13 +101,7 @@ func sendAs(t *testing.T, path, addr string, hello fabric.Hello, kill <-chan str
 			Hello: hello}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		var s *fabric.Sender
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			var refused *fabric.RefusedError
-			if s, err = fabric.Dial(ctx, cfg); err == nil || errors.As(err, &refused) || time.Now().After(deadline) {
-				break
-			}
-		}
+		s, err := fabric.DialWait(ctx, cfg)
 		if err != nil {
 			done <- err
 			return
@@ -136,8 +129,8 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// records returns the statuses of the file's frames, counted.
-func statuses(t *testing.T, path string) map[uint8]int {
+// fileRecords returns the records of the file at path.
+func fileRecords(t *testing.T, path string) []frame.Record {
 	t.Helper()
 	r, err := writer.OpenPlain(path)
 	if err != nil {
@@ -148,8 +141,14 @@ func statuses(t *testing.T, path string) map[uint8]int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return recs
+}
+
+// statuses returns the statuses of the file's frames, counted.
+func statuses(t *testing.T, path string) map[uint8]int {
+	t.Helper()
 	n := map[uint8]int{}
-	for _, rec := range recs {
+	for _, rec := range fileRecords(t, path) {
 		n[rec.Status]++
 	}
 	return n
@@ -661,17 +660,8 @@ func TestReplayTruncatedCapture(t *testing.T) {
 			if r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, src); !errors.Is(r.err, ErrIncomplete) {
 				t.Errorf("replay of a cut capture: %v, want ErrIncomplete", r.err)
 			}
-			r, err := writer.OpenPlain(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			recs, err := r.Records()
-			if err != nil {
-				t.Fatal(err)
-			}
 			var got []uint8
-			for _, rec := range recs {
+			for _, rec := range fileRecords(t, out) {
 				got = append(got, rec.Status)
 			}
 			if !slices.Equal(got, tt.want) {

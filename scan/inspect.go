@@ -150,7 +150,7 @@ func printCaptureHeader(out io.Writer, path string, meta capture.Metadata) {
 // inspectCapture summarises a capture file: who wrote it and when, the
 // plan it records, and per module the frames it holds, their numbers and
 // formats. A capture that cannot be read to its end is summarised up to
-// there, with the reason, and exit status 3.
+// there, with the reason, and ErrIncomplete.
 func inspectCapture(out io.Writer, path string) error {
 	r, err := capture.Open(path)
 	if err != nil {

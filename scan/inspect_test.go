@@ -8,18 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"h5ingest/frame"
 )
 
 // TestInspect summarises a replayed file, its capture and the capture cut
 // short.
 func TestInspect(t *testing.T) {
-	small := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	src := simulate(t, small, 6)
+	src := simulate(t, smallFormat, 6)
 	stages := testStages(t)
-	p := testProfile(t, stages, small, map[string]any{"plan.darks": 1, "plan.flats": 1, "plan.projections": 4})
+	p := testProfile(t, stages, smallFormat, map[string]any{"plan.darks": 1, "plan.flats": 1, "plan.projections": 4})
 	pl, err := p.Plan.Plan()
 	if err != nil {
 		t.Fatal(err)

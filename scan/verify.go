@@ -248,7 +248,7 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 			chk.done(data)
 		default:
 			res.checked++
-			chk.work <- chunkCheck{n: n, data: data, want: rec.DataCRC}
+			chk.check(chunkCheck{n: n, data: data, want: rec.DataCRC})
 		}
 	}
 	chk.wait()
@@ -257,8 +257,8 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 
 // checker decompresses chunks on a goroutine per core and reports each
 // whose image is not a frame's size or not the CRC its record holds. Its
-// chunk buffers go round: buffer lends one, and a chunk not sent to work
-// goes back through done.
+// chunk buffers go round: buffer lends one, which comes back through
+// check or done.
 type checker struct {
 	work chan chunkCheck
 	free chan []byte
@@ -304,10 +304,13 @@ func startChecker(r *writer.Reader, report func(n int, format string, args ...an
 // buffer lends a chunk buffer, waiting for one to come back if need be.
 func (c *checker) buffer() []byte { return (<-c.free)[:0] }
 
-// done gives back a buffer whose chunk is not sent to work.
+// check has a chunk checked; its buffer comes back once it is.
+func (c *checker) check(cc chunkCheck) { c.work <- cc }
+
+// done gives back a buffer whose chunk is not checked.
 func (c *checker) done(buf []byte) { c.free <- buf }
 
-// wait waits for the chunks sent to work to be checked.
+// wait waits for the chunks given to check to be checked.
 func (c *checker) wait() {
 	close(c.work)
 	c.wg.Wait()

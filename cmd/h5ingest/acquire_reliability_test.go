@@ -8,9 +8,7 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +20,6 @@ import (
 	"time"
 
 	"h5ingest/frame"
-	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
@@ -145,32 +142,6 @@ func countStatus(t *testing.T, path string) map[uint8]int {
 	return n
 }
 
-// bigRecords reads the records of the capture at path, frames of up to
-// 4 MiB, each header and payload as on the wire.
-func bigRecords(t *testing.T, path string) [][]byte {
-	t.Helper()
-	r, err := capture.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var recs [][]byte
-	buf := make([]byte, 4<<20)
-	for {
-		h, payload, err := r.Next(buf[frame.HeaderSize:])
-		if errors.Is(err, io.EOF) {
-			return recs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := make([]byte, frame.HeaderSize+len(payload))
-		h.Put(rec)
-		copy(rec[frame.HeaderSize:], payload)
-		recs = append(recs, rec)
-	}
-}
-
 // backlogSlots is the ring of the backlog tests.
 const backlogSlots = 16
 
@@ -228,9 +199,9 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	if status[frame.StatusMissing] != n-r.ok {
 		t.Errorf("%d missing of %d with %d ok: want the rest missing (%v)", status[frame.StatusMissing], n, r.ok, status)
 	}
-	got := bigRecords(t, rec)
+	got := records(t, rec)
 	r.recorded = len(got)
-	want := bigRecords(t, src)
+	want := records(t, src)
 	if len(got) != r.received {
 		t.Errorf("--record kept %d frames, %d arrived", len(got), r.received)
 	}

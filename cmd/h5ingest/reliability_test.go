@@ -46,8 +46,8 @@ func runProcess(t *testing.T, args ...string) (code int, stdout, stderr string) 
 	return code, out.String(), errOut.String()
 }
 
-// records reads the records of the capture at path into memory, each
-// header and payload as on the wire.
+// records reads the records of the capture at path, frames of up to
+// 4 MiB, each header and payload as on the wire.
 func records(t *testing.T, path string) [][]byte {
 	t.Helper()
 	r, err := capture.Open(path)
@@ -56,8 +56,8 @@ func records(t *testing.T, path string) [][]byte {
 	}
 	defer r.Close()
 	var recs [][]byte
+	buf := make([]byte, 4<<20)
 	for {
-		buf := make([]byte, 1<<20)
 		h, payload, err := r.Next(buf[frame.HeaderSize:])
 		if errors.Is(err, io.EOF) {
 			return recs
@@ -65,8 +65,10 @@ func records(t *testing.T, path string) [][]byte {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.Put(buf)
-		recs = append(recs, buf[:frame.HeaderSize+len(payload)])
+		rec := make([]byte, frame.HeaderSize+len(payload))
+		h.Put(rec)
+		copy(rec[frame.HeaderSize:], payload)
+		recs = append(recs, rec)
 	}
 }
 
