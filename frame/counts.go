@@ -38,6 +38,10 @@ func CountRecords(records []Record) Counts {
 	return c
 }
 
+// Written reports whether a frame of status s has an image in the file:
+// it is ok, or was received damaged.
+func Written(s uint8) bool { return s == StatusOK || s == StatusCRCMismatch }
+
 // Written returns how many frames have an image in the file: those ok
 // and those received damaged.
 func (c Counts) Written() int { return c.OK + c.CRCMismatch }

@@ -50,3 +50,11 @@ func TestProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestWritten(t *testing.T) {
+	for s, want := range map[uint8]bool{StatusOK: true, StatusCRCMismatch: true, StatusMissing: false, StatusRejected: false, 9: false} {
+		if Written(s) != want {
+			t.Errorf("Written(%s) = %v, want %v", StatusName(s), !want, want)
+		}
+	}
+}

@@ -118,7 +118,7 @@ func printPlan(out io.Writer, r *writer.Reader) error {
 func printTimeSpan(out io.Writer, records []frame.Record) {
 	var stamps []uint64
 	for _, rec := range records {
-		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {
+		if frame.Written(rec.Status) {
 			stamps = append(stamps, rec.Timestamp)
 		}
 	}

@@ -224,7 +224,7 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 		}
 		data, mask, err := r.ReadChunk(n, chk.buffer())
 		step()
-		written := rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch
+		written := frame.Written(rec.Status)
 		switch {
 		case errors.Is(err, writer.ErrNoChunk):
 			if written {

@@ -38,7 +38,7 @@ func Sink(t *testing.T, open func(t *testing.T, frames int) (s pipeline.Sink, st
 		if rec.Status == frame.StatusMissing {
 			rec.Timestamp, rec.RawCRC, rec.DataCRC = 0, 0, 0
 		}
-		if rec.Status == frame.StatusOK || rec.Status == frame.StatusCRCMismatch {
+		if frame.Written(rec.Status) {
 			chunk := buf[:64+rng.IntN(4000)]
 			for j := range chunk {
 				chunk[j] = byte(rng.Uint32())
