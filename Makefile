@@ -65,7 +65,7 @@ race:
 fuzz:
 	@tools/fuzz.sh $(FUZZTIME)
 
-test: deps vet fmt-check ptx-check fuzz race unit
+test: deps vet fmt-check ptx-check gpu-binaries fuzz race unit
 
 # The simulated scan's plan: the capture records it, and replay, given no
 # plan, writes the file by it (darks and flats keyed, angles set).
@@ -85,12 +85,14 @@ bench-codecs: deps
 # carry bin/gpu there and run tools/gpu/run.sh (see docs/gpu.md). They are
 # built with cgo, checked to be (go version -m), to link only libc, and the
 # newest glibc symbol version they need is written to bin/gpu/glibc.txt.
+# make test builds them too, so that the kit cannot break unseen (and
+# go test ./tools/gpu checks that they are the binaries run.sh runs).
 .PHONY: gpu-binaries
 gpu-binaries:
 	@mkdir -p bin/gpu
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/gpu.test ./gpu/cuda
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/gpu-backends.test ./gpu
-	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/pipeline.test ./ingest
+	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/pipeline.test ./pipeline
 	GO=$(GO) tools/gpu/check-binaries.sh bin/gpu
 
 clean:

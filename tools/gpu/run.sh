@@ -80,7 +80,7 @@ step device gpu/cuda "$bin/gpu.test" -test.v
 step backends gpu "$bin/gpu-backends.test" -test.v
 step kernels gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench Kernels -test.benchtime 20x -test.v
 step end-to-end gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench EndToEnd -test.benchtime 20x -test.v
-step pipeline ingest "$bin/pipeline.test" -test.run '^$' -test.bench Pipeline -test.benchtime 10x -test.v
+step pipeline pipeline "$bin/pipeline.test" -test.run '^$' -test.bench Pipeline -test.benchtime 10x -test.v
 
 gpu=yes
 if ! grep -q '^--- PASS: TestDevice ' "$out/device.log"; then

@@ -37,7 +37,7 @@ func newKit(t *testing.T, glibc string) *kit {
 	t.Helper()
 	root := t.TempDir()
 	k := &kit{root: root, bin: filepath.Join(root, "bin", "gpu"), tools: filepath.Join(root, "fakebin")}
-	for _, d := range []string{k.bin, k.tools, filepath.Join(root, "tools", "gpu"), filepath.Join(root, "gpu", "cuda"), filepath.Join(root, "ingest")} {
+	for _, d := range []string{k.bin, k.tools, filepath.Join(root, "tools", "gpu"), filepath.Join(root, "gpu", "cuda"), filepath.Join(root, "gpu"), filepath.Join(root, "pipeline")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
