@@ -1,10 +1,12 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -396,6 +398,41 @@ func TestAppendPayloadErrors(t *testing.T) {
 		}
 		if len(p) != f.PayloadSize() {
 			t.Errorf("%v: payload %d bytes, want %d", f, len(p), f.PayloadSize())
+		}
+	}
+}
+
+// TestPutFormat checks that a format packs and unpacks to itself, and that
+// a field too large (or negative) for its bytes is an error that leaves
+// the bytes as they were, where a cast would have truncated it into
+// another format.
+func TestPutFormat(t *testing.T) {
+	f := Format{Geometry: Geometry{ChipsX: 6, ChipsY: 6, ChipWidth: 256, ChipHeight: 65535}, Encoding: Bitplane, BitDepth: 24, Coding: LFSR}
+	b := make([]byte, FormatSize)
+	if err := PutFormat(b, f); err != nil {
+		t.Fatal(err)
+	}
+	if got := ParseFormat(b); got != f {
+		t.Errorf("ParseFormat(PutFormat(%v)) = %v", f, got)
+	}
+	for _, tt := range []struct {
+		edit func(*Format)
+		want string
+	}{
+		{func(f *Format) { f.ChipsX = 256 }, "chips x 256"},
+		{func(f *Format) { f.ChipsY = -1 }, "chips y -1"},
+		{func(f *Format) { f.BitDepth = 256 + 24 }, "bit depth 280"},
+		{func(f *Format) { f.ChipWidth = 1 << 16 }, "chip width 65536"},
+		{func(f *Format) { f.ChipHeight = 1<<16 + 256 }, "chip height 65792"},
+	} {
+		g := f
+		tt.edit(&g)
+		before := append([]byte(nil), b...)
+		if err := PutFormat(b, g); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("PutFormat(%+v) = %v, want an error naming %q", g, err, tt.want)
+		}
+		if !bytes.Equal(b, before) {
+			t.Errorf("PutFormat(%+v) failed but wrote % x", g, b)
 		}
 	}
 }

@@ -70,30 +70,65 @@ func (h *Header) Put(b []byte) {
 	binary.LittleEndian.PutUint32(b[24:], h.PayloadSize)
 	binary.LittleEndian.PutUint32(b[28:], h.PayloadCRC)
 	binary.LittleEndian.PutUint16(b[32:], h.ModuleID)
-	f := h.Format
-	b[34] = byte(f.Encoding)
-	b[35] = narrow8(f.BitDepth)
-	b[36] = narrow8(f.ChipsX)
-	b[37] = narrow8(f.ChipsY)
-	binary.LittleEndian.PutUint16(b[38:], narrow16(f.ChipWidth))
-	binary.LittleEndian.PutUint16(b[40:], narrow16(f.ChipHeight))
-	b[42] = byte(f.Coding)
+	if err := PutFormat(b[34:], h.Format); err != nil {
+		panic("frame: header: " + err.Error())
+	}
 	binary.LittleEndian.PutUint32(b[44:], h.Flags)
 	binary.LittleEndian.PutUint32(b[60:], Checksum(b[:60]))
 }
 
-func narrow8(v int) byte {
-	if v < 0 || v > 0xFF {
-		panic(fmt.Sprintf("frame: header field %d does not fit a byte", v))
+// FormatSize is the size of a Format packed by PutFormat: encoding u8,
+// bit depth u8, chips x u8, chips y u8, chip width u16, chip height u16,
+// coding u8, little-endian. A frame header holds it at offset 34, and the
+// wire protocol's hello (docs/protocol.md) at offset 20.
+const FormatSize = 9
+
+// PutFormat packs f into b[:FormatSize]. A field that does not fit its
+// bytes (a depth or a chip count above 255, a chip side above 65535, a
+// negative one) is an error, and b is left as it was: nothing is
+// truncated. It panics if b is shorter than FormatSize.
+func PutFormat(b []byte, f Format) error {
+	_ = b[FormatSize-1]
+	for _, v := range []struct {
+		name       string
+		value, max int
+	}{
+		{"bit depth", f.BitDepth, 0xFF},
+		{"chips x", f.ChipsX, 0xFF},
+		{"chips y", f.ChipsY, 0xFF},
+		{"chip width", f.ChipWidth, 0xFFFF},
+		{"chip height", f.ChipHeight, 0xFFFF},
+	} {
+		if v.value < 0 || v.value > v.max {
+			return fmt.Errorf("format: %s %d does not fit its field (0 to %d)", v.name, v.value, v.max)
+		}
 	}
-	return byte(v)
+	b[0] = byte(f.Encoding)
+	b[1] = byte(f.BitDepth)
+	b[2] = byte(f.ChipsX)
+	b[3] = byte(f.ChipsY)
+	binary.LittleEndian.PutUint16(b[4:], uint16(f.ChipWidth))
+	binary.LittleEndian.PutUint16(b[6:], uint16(f.ChipHeight))
+	b[8] = byte(f.Coding)
+	return nil
 }
 
-func narrow16(v int) uint16 {
-	if v < 0 || v > 0xFFFF {
-		panic(fmt.Sprintf("frame: header field %d does not fit 16 bits", v))
+// ParseFormat unpacks a Format that PutFormat packed at the start of b. It
+// does not validate it (see Format.Validate). It panics if b is shorter
+// than FormatSize.
+func ParseFormat(b []byte) Format {
+	_ = b[FormatSize-1]
+	return Format{
+		Geometry: Geometry{
+			ChipsX:     int(b[2]),
+			ChipsY:     int(b[3]),
+			ChipWidth:  int(binary.LittleEndian.Uint16(b[4:])),
+			ChipHeight: int(binary.LittleEndian.Uint16(b[6:])),
+		},
+		Encoding: Encoding(b[0]),
+		BitDepth: int(b[1]),
+		Coding:   Coding(b[8]),
 	}
-	return uint16(v)
 }
 
 // AppendHeader appends h, encoded, to dst.
@@ -131,18 +166,8 @@ func ParseHeader(b []byte) (Header, error) {
 		PayloadSize: binary.LittleEndian.Uint32(b[24:]),
 		PayloadCRC:  binary.LittleEndian.Uint32(b[28:]),
 		ModuleID:    binary.LittleEndian.Uint16(b[32:]),
-		Format: Format{
-			Geometry: Geometry{
-				ChipsX:     int(b[36]),
-				ChipsY:     int(b[37]),
-				ChipWidth:  int(binary.LittleEndian.Uint16(b[38:])),
-				ChipHeight: int(binary.LittleEndian.Uint16(b[40:])),
-			},
-			Encoding: Encoding(b[34]),
-			BitDepth: int(b[35]),
-			Coding:   Coding(b[42]),
-		},
-		Flags: binary.LittleEndian.Uint32(b[44:]),
+		Format:      ParseFormat(b[34:]),
+		Flags:       binary.LittleEndian.Uint32(b[44:]),
 	}, nil
 }
 

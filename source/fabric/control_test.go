@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -13,7 +14,7 @@ import (
 func TestBadHelloRefused(t *testing.T) {
 	badGeometry := testFormat
 	badGeometry.ChipWidth = 7 // not a multiple of 8
-	wrongMagic := appendHello(nil, &Hello{Mode: ModeWrite, Format: testFormat})
+	wrongMagic := helloBytes(t, &Hello{Mode: ModeWrite, Format: testFormat})
 	copy(wrongMagic, "XXXX")
 	tests := []struct {
 		name  string
@@ -158,7 +159,7 @@ func TestFrameBiggerThanSlotNotSent(t *testing.T) {
 
 func TestHelloRoundTrip(t *testing.T) {
 	h := Hello{Module: 3, Mode: ModeSend, Format: testFormat, Frames: 1800, PeriodNs: 1e6, MaxFrame: 5000, Version: ProtoVersion}
-	got, err := ParseHello(appendHello(nil, &h))
+	got, err := ParseHello(helloBytes(t, &h))
 	if err != nil || got != h {
 		t.Errorf("ParseHello(appendHello(%+v)) = %+v, %v", h, got, err)
 	}
@@ -172,12 +173,64 @@ func TestHelloRoundTrip(t *testing.T) {
 	}
 	// A longer message of a later minor revision is accepted; a shorter
 	// one, or one whose length field lies, is not.
-	b := appendHello(nil, &h)
+	b := helloBytes(t, &h)
 	if _, err := ParseHello(b[:40]); !errors.Is(err, ErrProtocol) {
 		t.Errorf("short hello: %v", err)
 	}
 	b[8]++
 	if _, err := ParseHello(b); !errors.Is(err, ErrProtocol) {
 		t.Errorf("hello with a wrong length: %v", err)
+	}
+}
+
+// helloBytes encodes h, which must fit a hello.
+func helloBytes(tb testing.TB, h *Hello) []byte {
+	tb.Helper()
+	b, err := appendHello(nil, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// TestHelloFormatFits checks that a format whose fields do not fit the
+// hello's bytes is refused by the sender before it connects, naming the
+// field, where it used to be truncated into another, valid, format; and
+// that the hello packs a format at offset 20 exactly as a frame header
+// packs it at 34.
+func TestHelloFormatFits(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*frame.Format)
+		want string
+	}{
+		{"chips x 257", func(f *frame.Format) { f.ChipsX = 257 }, "chips x 257 does not fit its field (0 to 255)"},
+		{"bit depth 280", func(f *frame.Format) { f.BitDepth = 280 }, "bit depth 280 does not fit"},
+		{"chip width 65544", func(f *frame.Format) { f.ChipWidth = 65536 + 8 }, "chip width 65544 does not fit its field (0 to 65535)"},
+		{"negative chip height", func(f *frame.Format) { f.ChipHeight = -1 }, "chip height -1 does not fit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := Hello{Mode: ModeWrite, Format: testFormat}
+			tt.edit(&h.Format)
+			if b, err := appendHello(nil, &h); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("appendHello = %d bytes, %v; want an error saying %q", len(b), err, tt.want)
+			}
+			// The sender refuses it before it opens anything: no receiver
+			// listens at the address.
+			_, err := Dial(context.Background(), SenderConfig{Provider: "tcp", Addr: "127.0.0.1:1", Hello: h, Timeout: time.Second})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Dial = %v; want an error saying %q", err, tt.want)
+			}
+		})
+	}
+	h := Hello{Mode: ModeWrite, Format: testFormat}
+	b := helloBytes(t, &h)
+	fh := frame.Header{Format: testFormat}
+	hdr := frame.AppendHeader(nil, &fh)
+	if got, want := b[helloFormat:helloFormat+frame.FormatSize], hdr[34:34+frame.FormatSize]; !bytes.Equal(got, want) {
+		t.Errorf("hello's format bytes % x, a frame header's % x", got, want)
+	}
+	if n := OpenObjects(); n != 0 {
+		t.Errorf("%d libfabric objects open after refused dials", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"h5ingest/frame"
+	"h5ingest/pipeline"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric/internal/fi"
 )
@@ -496,4 +497,27 @@ func inRegions(p []byte, regions [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// TestSlotOf checks that Release finds a frame's slot from the frame
+// itself, in constant time: each of a ring's frames gives its own index,
+// and a frame that is not the stream's (another stream's, a copy, nil)
+// none, so that its Release returns no credit.
+func TestSlotOf(t *testing.T) {
+	s := &Stream{frames: make([]pipeline.Frame, 4096)}
+	for _, i := range []int{0, 1, 7, 4095} {
+		if got := s.slotOf(&s.frames[i]); got != i {
+			t.Errorf("slotOf(&frames[%d]) = %d", i, got)
+		}
+	}
+	other := &Stream{frames: make([]pipeline.Frame, 4)}
+	copied := s.frames[3]
+	for name, f := range map[string]*pipeline.Frame{"another stream's": &other.frames[1], "a copy": &copied, "nil": nil} {
+		if got := s.slotOf(f); got != -1 {
+			t.Errorf("slotOf(%s frame) = %d, want -1", name, got)
+		}
+	}
+	if got := (&Stream{}).slotOf(&copied); got != -1 {
+		t.Errorf("slotOf on a stream with no ring = %d, want -1", got)
+	}
 }

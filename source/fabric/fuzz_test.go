@@ -6,14 +6,14 @@ import "testing"
 // must never panic, and what they accept must encode back to the same
 // fields.
 func FuzzControl(f *testing.F) {
-	f.Add(appendHello(nil, &Hello{Module: 1, Mode: ModeWrite, Format: testFormat, Frames: 10}))
+	f.Add(helloBytes(f, &Hello{Module: 1, Mode: ModeWrite, Format: testFormat, Frames: 10}))
 	f.Add(appendAccept(nil, &Accept{Slots: 8, SlotSize: 4096, Addr: 1 << 40, Key: 7}))
 	f.Add(appendRefuse(nil, RefuseFormat, "chip width 7"))
 	f.Add(putFrameMsg(make([]byte, frameMsgSize), frameMsg{Slot: 3, Len: 4160, FrameNumber: 9}))
 	f.Add(putEnd(make([]byte, endSize), endMsg{Frames: 10}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if h, err := ParseHello(b); err == nil {
-			again, err := ParseHello(appendHello(nil, &h))
+			again, err := ParseHello(helloBytes(t, &h))
 			if err != nil || again != h {
 				t.Fatalf("hello %+v does not round-trip: %+v, %v", h, again, err)
 			}

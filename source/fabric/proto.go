@@ -203,27 +203,27 @@ func expect(b []byte, want uint16) error {
 	return nil
 }
 
-// appendHello encodes h.
-func appendHello(dst []byte, h *Hello) []byte {
+// appendHello encodes h. A format whose fields do not fit the hello's
+// bytes is an error (frame.PutFormat), never truncated.
+func appendHello(dst []byte, h *Hello) ([]byte, error) {
 	b := putHeader(make([]byte, helloSize), msgHello, helloSize)
 	if h.Version != 0 {
 		binary.LittleEndian.PutUint16(b[4:], h.Version)
 	}
-	f := h.Format
 	binary.LittleEndian.PutUint16(b[16:], h.Module)
 	b[18] = byte(h.Mode)
-	b[20] = byte(f.Encoding)
-	b[21] = byte(f.BitDepth)
-	b[22] = byte(f.ChipsX)
-	b[23] = byte(f.ChipsY)
-	binary.LittleEndian.PutUint16(b[24:], uint16(f.ChipWidth))
-	binary.LittleEndian.PutUint16(b[26:], uint16(f.ChipHeight))
-	b[28] = byte(f.Coding)
+	if err := frame.PutFormat(b[helloFormat:], h.Format); err != nil {
+		return dst, fmt.Errorf("hello: %w", err)
+	}
 	binary.LittleEndian.PutUint64(b[32:], h.Frames)
 	binary.LittleEndian.PutUint64(b[40:], h.PeriodNs)
 	binary.LittleEndian.PutUint32(b[48:], h.MaxFrame)
-	return append(dst, b...)
+	return append(dst, b...), nil
 }
+
+// helloFormat is the offset of the frame format in a hello, packed as a
+// frame header packs it (frame.PutFormat).
+const helloFormat = 20
 
 // ParseHello decodes and checks a hello message: its header, its mode, and
 // a frame format that frame.Format.Validate accepts. Errors wrap
@@ -233,19 +233,9 @@ func ParseHello(b []byte) (Hello, error) {
 		return Hello{}, err
 	}
 	h := Hello{
-		Module: binary.LittleEndian.Uint16(b[16:]),
-		Mode:   Mode(b[18]),
-		Format: frame.Format{
-			Geometry: frame.Geometry{
-				ChipsX:     int(b[22]),
-				ChipsY:     int(b[23]),
-				ChipWidth:  int(binary.LittleEndian.Uint16(b[24:])),
-				ChipHeight: int(binary.LittleEndian.Uint16(b[26:])),
-			},
-			Encoding: frame.Encoding(b[20]),
-			BitDepth: int(b[21]),
-			Coding:   frame.Coding(b[28]),
-		},
+		Module:   binary.LittleEndian.Uint16(b[16:]),
+		Mode:     Mode(b[18]),
+		Format:   frame.ParseFormat(b[helloFormat:]),
 		Frames:   binary.LittleEndian.Uint64(b[32:]),
 		PeriodNs: binary.LittleEndian.Uint64(b[40:]),
 		MaxFrame: binary.LittleEndian.Uint32(b[48:]),

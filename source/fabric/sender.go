@@ -128,6 +128,12 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 			err = fmt.Errorf("connect to %s with provider %s: %w", cfg.Addr, cfg.Provider, err)
 		}
 	}()
+	hello := cfg.rawHello
+	if hello == nil {
+		if hello, err = appendHello(nil, &cfg.Hello); err != nil {
+			return nil, err
+		}
+	}
 	info, err := fi.GetInfo(cfg.Provider, cfg.Addr, false)
 	if err != nil {
 		return nil, err
@@ -153,10 +159,6 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	}
 	if err := s.c.waitEvent(fi.EventConnected, cfg.Timeout, "connect"); err != nil {
 		return nil, err
-	}
-	hello := cfg.rawHello
-	if hello == nil {
-		hello = appendHello(nil, &cfg.Hello)
 	}
 	if err := s.c.sendCtrl(ctrl-1, hello, cfg.Timeout); err != nil {
 		return nil, err

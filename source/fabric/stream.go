@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"h5ingest/frame"
 	"h5ingest/pipeline"
@@ -508,15 +509,24 @@ func (s *Stream) awaitPeerClose(d time.Duration) {
 	}
 }
 
+// slotOf returns the slot of a frame Next handed out: its index in
+// s.frames, from its address, in constant time; -1 for a frame that is
+// not one of the stream's.
+func (s *Stream) slotOf(f *pipeline.Frame) int {
+	if len(s.frames) == 0 || f == nil {
+		return -1
+	}
+	off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&s.frames[0]))
+	i := off / unsafe.Sizeof(s.frames[0])
+	if i >= uintptr(len(s.frames)) || &s.frames[i] != f {
+		return -1
+	}
+	return int(i)
+}
+
 // Release gives f's slot back to the sender.
 func (s *Stream) Release(f *pipeline.Frame) {
-	slot := -1
-	for i := range s.frames {
-		if &s.frames[i] == f {
-			slot = i
-			break
-		}
-	}
+	slot := s.slotOf(f)
 	if slot < 0 {
 		return
 	}
