@@ -5,80 +5,51 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
+	"h5ingest/frame"
 	"h5ingest/gpu/cuda"
 	"h5ingest/gpu/kernels"
 )
 
-// cudaBackend is the device backend on a CUDA GPU. It also hands out
-// page-locked host memory (HostAllocator).
+// cudaBackend is the device backend on a CUDA GPU: lanes of its own on the
+// process's shared device (cudaDevice). It also hands out page-locked host
+// memory (HostAllocator).
 type cudaBackend struct {
 	*devBackend
+	dev    *cudaDevice
 	ctx    *cuda.Context
 	device string // the GPU's name, for the log line of auto
 }
 
-// newCUDA opens the CUDA driver, retains the primary context of
-// opts.Device, loads the kernels and makes opts.streams() lanes.
+// newCUDA opens the process's device opts.Device (the first open retains
+// its primary context and loads the kernels; later ones share them) and
+// makes opts.streams() lanes on it.
 func newCUDA(opts Options) (*cudaBackend, error) {
-	if err := cuda.Load(); err != nil {
-		return nil, err
-	}
-	n, err := cuda.DeviceCount()
+	d, err := acquireDevice(opts)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
-		return nil, errors.New("no CUDA device")
-	}
-	if opts.Device >= n {
-		return nil, fmt.Errorf("no CUDA device %d (the machine has %d)", opts.Device, n)
-	}
-	dev, err := cuda.GetDevice(opts.Device)
+	b, err := d.newBackend(opts, d.release)
 	if err != nil {
+		d.release()
 		return nil, err
 	}
-	name, err := dev.Name()
-	if err != nil {
-		return nil, err
-	}
-	ctx, err := cuda.PrimaryContext(dev)
-	if err != nil {
-		return nil, err
-	}
-	b, err := setupCUDA(ctx, opts)
-	if err != nil {
-		ctx.Close()
-		return nil, err
-	}
-	b.device = name
 	return b, nil
 }
 
-// setupCUDA loads the kernels in ctx, makes the lanes and uploads the
-// module's tables on the first lane's stream, waiting for the upload
-// before any lane runs a kernel.
-func setupCUDA(ctx *cuda.Context, opts Options) (b *cudaBackend, err error) {
-	mod, err := ctx.LoadModule(kernels.PTX)
-	if err != nil {
-		return nil, err
-	}
+// newBackend makes a backend of opts.streams() lanes on the device, each a
+// stream with its own buffers, running the device's kernels; release is
+// called when it closes.
+func (d *cudaDevice) newBackend(opts Options, release func() error) (b *cudaBackend, err error) {
+	ctx := d.ctx
 	var engines []engine
 	defer func() {
 		if err != nil {
 			for _, e := range engines {
 				e.close()
 			}
-			mod.Unload()
 		}
 	}()
-	fns := make(map[string]*cuda.Function)
-	for _, name := range kernels.Kernels {
-		if fns[name], err = mod.Function(name); err != nil {
-			return nil, err
-		}
-	}
 	newEngine := func() (engine, error) {
 		s, err := ctx.NewStream()
 		if err != nil {
@@ -89,7 +60,7 @@ func setupCUDA(ctx *cuda.Context, opts Options) (b *cudaBackend, err error) {
 			s.Close()
 			return nil, err
 		}
-		return &cudaEngine{ctx: ctx, s: s, done: done, fns: fns}, nil
+		return &cudaEngine{ctx: ctx, s: s, done: done, fns: d.fns}, nil
 	}
 	for range opts.streams() {
 		e, err := newEngine()
@@ -98,25 +69,42 @@ func setupCUDA(ctx *cuda.Context, opts Options) (b *cudaBackend, err error) {
 		}
 		engines = append(engines, e)
 	}
-	s := engines[0].(*cudaEngine).s
-	for name, t := range kernels.TableBytes() {
-		p, n, err := mod.Global(name)
-		if err != nil {
-			return nil, err
-		}
-		if n != len(t) {
-			return nil, fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(t))
-		}
-		if err := s.Upload(p, t); err != nil {
-			return nil, fmt.Errorf("upload of %s: %w", name, err)
-		}
-	}
-	// The module goes before the context is released: other backends may
-	// hold the device's primary context on.
-	release := func() error { return errors.Join(mod.Unload(), ctx.Close()) }
-	b = &cudaBackend{ctx: ctx}
+	b = &cudaBackend{dev: d, ctx: ctx, device: d.name}
 	b.devBackend = newDevBackend("cuda", opts.Orientation, lfsrTables, engines, newEngine, release)
 	return b, nil
+}
+
+// Decode decodes and checksums the batch on the device. A sticky error
+// loses the device (ErrDeviceLost): this call and every later one fail,
+// and every other backend on the device with them.
+func (b *cudaBackend) Decode(jobs []Job) error {
+	if err := b.dev.lostErr(); err != nil {
+		return fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	err := b.devBackend.Decode(jobs)
+	if err != nil && cuda.IsSticky(err) {
+		return fmt.Errorf("gpu: cuda backend: %w", b.dev.markLost(err))
+	}
+	return err
+}
+
+// Reserve implements Reserver; on a lost device it fails at once.
+func (b *cudaBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) (func(), error) {
+	if err := b.dev.lostErr(); err != nil {
+		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	return b.devBackend.Reserve(f, batch, calls, shuffle)
+}
+
+// Close frees the backend's lanes and gives up its share of the device.
+// On a lost device the driver refuses to free what it holds, which goes
+// with the context: no error.
+func (b *cudaBackend) Close() error {
+	err := b.devBackend.Close()
+	if b.dev.lostErr() != nil {
+		return nil
+	}
+	return err
 }
 
 // AllocHost returns n bytes of page-locked host memory, from which the
@@ -155,7 +143,9 @@ var (
 	_ Reserver      = (*cudaBackend)(nil)
 )
 
-// RegisterHost page-locks b, which must lie outside the Go heap.
+// RegisterHost page-locks b, which must lie outside the Go heap, for the
+// device: once in the process, however many backends register it, and
+// not at all where it is page-locked for CUDA already (cudaDevice.register).
 func (b *cudaBackend) RegisterHost(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
@@ -165,7 +155,7 @@ func (b *cudaBackend) RegisterHost(buf []byte) error {
 	if b.closed {
 		return ErrClosed
 	}
-	if err := b.ctx.RegisterHost(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)); err != nil {
+	if err := b.dev.register(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err)
 	}
 	return nil
@@ -181,7 +171,7 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 	if b.closed {
 		return ErrClosed
 	}
-	if err := b.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
+	if err := b.dev.unregister(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
 	}
 	return nil

@@ -2,7 +2,24 @@
 
 package gpu
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDeviceLost is wrapped by the errors of a device backend whose device
+// failed with a sticky error; without cgo there is none.
+var ErrDeviceLost = errors.New("gpu: device lost")
+
+// Preload holds nothing without cgo: no device can be opened. For "cuda"
+// it says so.
+func Preload(name string, opts Options) (release func(), err error) {
+	if name == "cuda" {
+		_, err := newCUDA(opts)
+		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	return func() {}, nil
+}
 
 // cudaBackend stands in for the CUDA backend in a build without cgo.
 type cudaBackend struct {

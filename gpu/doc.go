@@ -113,6 +113,14 @@ type Options struct {
 	// pipelines sharing the backend reserve more decode calls.
 	Streams int
 
+	// ComputeCache is the directory where the CUDA driver keeps the
+	// kernels it JIT-compiled (CUDA_CACHE_PATH), made if missing, so that
+	// a later process loads them without compiling; "" leaves the
+	// driver's choice ($CUDA_CACHE_PATH, else ~/.nv/ComputeCache). It
+	// takes effect at the first cuda or auto backend of the process
+	// (or Preload), when the driver starts.
+	ComputeCache string
+
 	// Logger receives the one line "auto" logs about its choice. Nil means
 	// slog.Default(). A zap logger plugs in through an slog handler.
 	Logger *slog.Logger
@@ -179,6 +187,10 @@ func New(name string, opts Options) (Backend, error) {
 			log = slog.Default()
 		}
 		b, err := newCUDA(opts)
+		if errors.Is(err, ErrDeviceLost) {
+			log.Warn("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
+			return newCPU(opts), nil
+		}
 		if err != nil {
 			log.Info("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
 			return newCPU(opts), nil

@@ -18,11 +18,12 @@ import (
 // TestFakeDriver runs the cuda backend, driver calls and all, against a
 // fake libcuda.so.1 that runs the kernels on the host (package fakecuda):
 // the conformance suite, the allocation test, auto's choice, many backends
-// at once and Reserve. It then judges the driver calls the fake logged:
-//   - one context, the device's primary one, retained once per backend and
-//     released as often, with blocking sync asked for before the first
-//     retain; never a context of its own (the fake, like a GPU in
-//     EXCLUSIVE_PROCESS mode, refuses a second);
+// at once and Reserve. It then judges
+// the driver calls the fake logged:
+//   - one context, the device's primary one, retained once for all the
+//     backends open at a time and released as often, with blocking sync
+//     asked for before the first retain; never a context of its own (the
+//     fake, like a GPU in EXCLUSIVE_PROCESS mode, refuses a second);
 //   - every module a backend loaded unloaded when it closes, since the
 //     shared context outlives it;
 //   - every wait for a lane on an event created with blocking sync;
@@ -72,8 +73,8 @@ func TestFakeDriver(t *testing.T) {
 	if retains == 0 || retains != releases {
 		t.Errorf("primary context retained %d times, released %d times", retains, releases)
 	}
-	if maxRefs < sharedBackends {
-		t.Errorf("at most %d users of the primary context at once; TestFakeDriverShared holds %d backends", maxRefs, sharedBackends)
+	if maxRefs != 1 {
+		t.Errorf("the primary context held %d times at once, want once for every backend of the process", maxRefs)
 	}
 	for m, n := range modules {
 		if n != 0 {
@@ -93,12 +94,14 @@ func TestFakeDriver(t *testing.T) {
 const sharedBackends = 30
 
 // TestFakeDriverShared opens many cuda backends at once and decodes with
-// each: they share the device's primary context. It runs only against the
-// fake driver (TestFakeDriver), which refuses a second context.
+// each: they share the device's primary context, retained once, and one
+// module, loaded (JIT-compiled) once. It runs only against the fake driver
+// (TestFakeDriver), which refuses a second context.
 func TestFakeDriverShared(t *testing.T) {
 	if !fakecuda.Child() {
 		t.Skip("runs against the fake driver, under TestFakeDriver")
 	}
+	retains, loads := countCalls(t, "cuDevicePrimaryCtxRetain "), countCalls(t, "cuModuleLoadDataEx ")
 	g := frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 16, ChipHeight: 4}
 	f := frame.Format{Geometry: g, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	cpu := newBackend(t, "cpu", Options{})
@@ -109,6 +112,12 @@ func TestFakeDriverShared(t *testing.T) {
 			t.Fatalf("backend %d: %v", len(bes)+1, err)
 		}
 		bes = append(bes, be)
+	}
+	if n := countCalls(t, "cuDevicePrimaryCtxRetain ") - retains; n != 1 {
+		t.Errorf("%d backends retained the primary context %d times, want once", sharedBackends, n)
+	}
+	if n := countCalls(t, "cuModuleLoadDataEx ") - loads; n != 1 {
+		t.Errorf("%d backends loaded the kernels %d times, want once", sharedBackends, n)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
 	for i, be := range bes {
@@ -164,9 +173,15 @@ func TestFakeDriverReserve(t *testing.T) {
 // driver's log so far.
 func countAllocs(t *testing.T) int {
 	t.Helper()
+	return countCalls(t, "cuMemAlloc_v2 ") + countCalls(t, "cuMemHostAlloc ")
+}
+
+// countCalls counts the lines of the fake driver's log so far that hold s.
+func countCalls(t *testing.T, s string) int {
+	t.Helper()
 	b, err := os.ReadFile(os.Getenv("FAKECUDA_LOG"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), "cuMemAlloc_v2 ") + strings.Count(string(b), "cuMemHostAlloc ")
+	return strings.Count(string(b), s)
 }

@@ -8,6 +8,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -32,6 +33,49 @@ func (e *Error) Error() string {
 		s += ": " + e.Log
 	}
 	return s
+}
+
+// Result codes the package's users act on.
+const (
+	// HostMemoryAlreadyRegistered: cuMemHostRegister of memory (or part
+	// of it) registered before, in this process.
+	HostMemoryAlreadyRegistered = 712
+	// IllegalAddress: a kernel read or wrote outside its memory.
+	IllegalAddress = 700
+	// LaunchFailed: an exception on the device while a kernel ran.
+	LaunchFailed = 719
+)
+
+// stickyCodes are the result codes after which, as the driver documents,
+// the context is in an inconsistent state and every later call in it
+// returns the same error: an uncorrectable ECC error, an illegal address,
+// a launch timeout, a hardware stack error, an illegal instruction, a
+// misaligned address, an invalid address space, an invalid program
+// counter, a launch failure.
+var stickyCodes = [...]int{214, IllegalAddress, 702, 714, 715, 716, 717, 718, LaunchFailed}
+
+// Sticky reports whether the error leaves the context unusable: every
+// later call in it fails the same way until the context is destroyed, and
+// the driver documents that only a new process is sure to recover.
+func (e *Error) Sticky() bool {
+	for _, c := range stickyCodes {
+		if e.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+// IsSticky reports whether err is, or wraps, an *Error that is Sticky.
+func IsSticky(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Sticky()
+}
+
+// HasCode reports whether err is, or wraps, an *Error of the given code.
+func HasCode(err error, code int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
 }
 
 // check turns a result code into an *Error, or nil for CUDA_SUCCESS.
@@ -211,6 +255,18 @@ func (c *Context) Close() error {
 	}
 	c.released = true
 	return check("cuDevicePrimaryCtxRelease", C.h5cu_primary_release(c.Device.d))
+}
+
+// ResetPrimaryContext destroys the primary context of device d with all
+// it holds (cuDevicePrimaryCtxReset_v2), whoever retained it: the way out
+// of a sticky error for the next user, once every user in the process
+// has given up what it created there. The next PrimaryContext makes a
+// new one.
+func ResetPrimaryContext(d Device) error {
+	if err := Load(); err != nil {
+		return err
+	}
+	return check("cuDevicePrimaryCtxReset", C.h5cu_primary_reset(d.d))
 }
 
 // Synchronize waits for all work in the context.

@@ -65,10 +65,11 @@ func Build(dir string) error {
 
 // Run builds the fake driver and runs the tests of this test binary that
 // match run, with -test.short (the kernels run on the host, slowly), in a
-// child process that loads it, and returns the child's
-// output and the driver calls it logged. It skips t where no C compiler
-// is found, and fails it where the child fails.
-func Run(t testing.TB, run string) (string, []Call) {
+// child process that loads it, with env (KEY=value: FAKECUDA_FAULT_CODE
+// and FAKECUDA_FAULT_LAUNCH to inject a fault) added to its environment,
+// and returns the child's output and the driver calls it logged. It skips
+// t where no C compiler is found, and fails it where the child fails.
+func Run(t testing.TB, run string, env ...string) (string, []Call) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := Build(dir); err != nil {
@@ -81,6 +82,7 @@ func Run(t testing.TB, run string) (string, []Call) {
 	cmd := exec.Command(os.Args[0], "-test.run", run, "-test.v", "-test.count=1", "-test.short")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "FAKECUDA_LOG="+logPath,
 		"LD_LIBRARY_PATH="+dir+":"+os.Getenv("LD_LIBRARY_PATH"))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child test %s against the fake driver: %v\n%s", run, err, out)

@@ -15,6 +15,17 @@
  *
  * Work runs when it is given, so the fake cannot show a race by itself:
  * the log is what the tests judge.
+ *
+ * Faults: with FAKECUDA_FAULT_CODE (e.g. 700, CUDA_ERROR_ILLEGAL_ADDRESS,
+ * or 719, CUDA_ERROR_LAUNCH_FAILED) and FAKECUDA_FAULT_LAUNCH=N, the Nth
+ * kernel launch of the process (from 1) faults as a real kernel does: the
+ * launch itself succeeds (the fault is asynchronous), the kernel does not
+ * run, and from then on every call in the primary context returns the
+ * code (a sticky error) until the context is destroyed: its last user
+ * releases it, or cuDevicePrimaryCtxReset_v2. With FAKECUDA_FAULT_PERSIST
+ * set, the error outlives the context, as the driver documents for these
+ * codes ("the process must be terminated and relaunched"): a new context
+ * gets the same error at its first call.
  */
 
 #include <pthread.h>
@@ -45,6 +56,8 @@ enum {
 	ERR_NOT_FOUND = 500,
 	ERR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	ERR_HOST_MEMORY_NOT_REGISTERED = 713,
+	ERR_ILLEGAL_ADDRESS = 700,
+	ERR_LAUNCH_FAILED = 719,
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -94,12 +107,31 @@ static void logline(const char *fmt, ...)
 	pthread_mutex_unlock(&mu);
 }
 
+/* The injected fault: its code, the launch it strikes, whether it outlives
+ * the context; sticky is the error the primary context is stuck with. */
+static int fault_code, fault_launch, fault_persist, launches;
+static int sticky;
+
+static void fault_init(void)
+{
+	const char *c = getenv("FAKECUDA_FAULT_CODE"), *n = getenv("FAKECUDA_FAULT_LAUNCH");
+	if (c && n) {
+		fault_code = atoi(c);
+		fault_launch = atoi(n);
+	}
+	fault_persist = getenv("FAKECUDA_FAULT_PERSIST") != NULL;
+}
+
+/* destroy_primary ends the primary context: its registrations go, and a
+ * sticky error with it unless it persists. Called with mu held. */
+static void destroy_primary(void);
+
 static int ctx_ok(void)
 {
 	if (!inited)
 		return ERR_NOT_INITIALIZED;
 	if (current == &primary && primary_refs > 0)
-		return OK;
+		return sticky ? sticky : OK;
 	if (current == &created && created_live)
 		return OK;
 	return ERR_INVALID_CONTEXT;
@@ -161,8 +193,10 @@ static int sid(struct stream *s) { return s ? s->id : 0; }
 CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
+	fault_init();
 	inited = 1;
-	logline("cuInit");
+	const char *cache = getenv("CUDA_CACHE_PATH");
+	logline("cuInit cache=%s", cache && *cache ? cache : "-");
 	return OK;
 }
 
@@ -185,6 +219,8 @@ CUresult cuGetErrorName(CUresult r, const char **s)
 	case ERR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
 	case ERR_HOST_MEMORY_ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; break;
 	case ERR_HOST_MEMORY_NOT_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"; break;
+	case ERR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+	case ERR_LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
 	default: return ERR_INVALID_VALUE;
 	}
 	return OK;
@@ -286,8 +322,31 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 		return ERR_INVALID_CONTEXT;
 	}
 	int refs = --primary_refs;
+	if (refs == 0)
+		destroy_primary();
 	pthread_mutex_unlock(&mu);
 	logline("cuDevicePrimaryCtxRelease_v2 refs=%d", refs);
+	return OK;
+}
+
+static void destroy_primary(void)
+{
+	primary_refs = 0;
+	if (!fault_persist)
+		sticky = 0;
+	for (int i = 0; i < MAX_PINNED; i++)
+		pinned[i].p = NULL; /* the memory leaks: a test's few buffers */
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+	if (d != 0)
+		return ERR_INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	destroy_primary();
+	int st = sticky;
+	pthread_mutex_unlock(&mu);
+	logline("cuDevicePrimaryCtxReset_v2 sticky=%d", st);
 	return OK;
 }
 
@@ -530,6 +589,16 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 	kernel_fn fn = k->fn;
 	const struct h5_frame *frames = *(const struct h5_frame **)params[0];
 	unsigned int n = *(const unsigned int *)params[1];
+	pthread_mutex_lock(&mu);
+	int nth = ++launches;
+	if (fault_code && nth == fault_launch)
+		sticky = fault_code;
+	int st = sticky;
+	pthread_mutex_unlock(&mu);
+	if (st) { /* the kernel faults: the error shows at the next call */
+		logline("cuLaunchKernel name=%s stream=%d fault=%d launch=%d", name, sid(s), st, nth);
+		return OK;
+	}
 	logline("cuLaunchKernel name=%s stream=%d grid=%ux%u block=%u", name, sid(s), gx, gy, bx);
 	gridDim = (h5_dim3){gx, gy, 1};
 	blockDim = (h5_dim3){bx, 1, 1};

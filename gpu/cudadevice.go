@@ -1,0 +1,427 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"h5ingest/frame"
+	"h5ingest/gpu/cuda"
+	"h5ingest/gpu/kernels"
+)
+
+// cudaDevice is a CUDA device as the process uses it: its primary context,
+// retained once, and the kernels' module, JIT-compiled and loaded once with
+// its tables uploaded, which every cuda backend of the process shares
+// (each with lanes of its own). It is counted: the last backend to close
+// unloads it, unless Preload keeps it for the process's life.
+//
+// A sticky error (cuda.IsSticky) in any backend marks it lost: every
+// backend on it then fails at once, and the first open after the last of
+// them has closed destroys the context (cuDevicePrimaryCtxReset) and makes
+// a new one, or says why it could not.
+type cudaDevice struct {
+	ordinal int
+	name    string
+	ctx     *cuda.Context
+	mod     *cuda.Module
+	fns     map[string]*cuda.Function
+	loaded  time.Duration // how long the module took to load: the JIT compilation
+
+	// Guarded by devices.mu.
+	users int   // backends open on it
+	lost  error // ErrDeviceLost and the sticky error; nil while it works
+
+	pinMu sync.Mutex
+	pins  map[span]*pin // host memory page-locked through RegisterHost
+}
+
+// span is a range of host memory.
+type span struct {
+	p uintptr
+	n int
+}
+
+// pin is host memory registered with the device: how many RegisterHost
+// calls hold it, and whether this package registered it (or found it
+// page-locked already, and so leaves it so).
+type pin struct {
+	refs  int
+	owned bool
+}
+
+// devices holds the process's open CUDA devices, by ordinal.
+var devices struct {
+	mu   sync.Mutex
+	m    map[int]*cudaDevice
+	keep map[int]int   // Preload's holds, by ordinal: they outlive a lost device and keep its successor
+	lost map[int]error // what lost the device, by ordinal, until a new context works
+	log  *slog.Logger  // Preload's: where device events are logged
+}
+
+// ErrDeviceLost is wrapped by the errors of a device backend whose device
+// failed with a sticky error (an illegal address, a launch failure): the
+// batch in flight and every later call fail, and the frames are the
+// caller's to record. The next backend opened once every backend on the
+// lost device has closed gets a new context, or, where the driver refuses
+// one, an error that says so ("auto" then decodes on the CPU).
+var ErrDeviceLost = errors.New("gpu: device lost")
+
+// Preload opens the CUDA device the backend name would use, loads and
+// JIT-compiles the kernels and checks them on a frame against the CPU
+// backend, and keeps the device open until release is called, so that
+// every backend opened meanwhile shares it and starts at once: a command
+// calls it when it starts, not when the detector connects. It logs one
+// line with the device and the time the module took to load. For "cpu",
+// and for "auto" where no device opens (logged), it holds nothing and
+// returns no error; for "cuda" a device that does not open is an error.
+// opts.Logger also receives the device's later events (a lost device, a
+// new context).
+func Preload(name string, opts Options) (release func(), err error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	nothing := func() {}
+	switch name {
+	case "cuda", "auto":
+	default:
+		return nothing, nil
+	}
+	devices.mu.Lock()
+	devices.log = log
+	devices.mu.Unlock()
+	d, err := acquireDevice(opts)
+	if err != nil {
+		if name == "auto" {
+			log.Info("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
+			return nothing, nil
+		}
+		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+	}
+	devices.mu.Lock()
+	d.users--
+	if devices.keep == nil {
+		devices.keep = map[int]int{}
+	}
+	devices.keep[opts.Device]++
+	devices.mu.Unlock()
+	log.Info("decode backend ready", "backend", "cuda", "device", d.name, "module_load", d.loaded.Round(time.Millisecond).String(),
+		"compute_cache", os.Getenv("CUDA_CACHE_PATH"))
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			devices.mu.Lock()
+			defer devices.mu.Unlock()
+			devices.keep[opts.Device]--
+			if d := devices.m[opts.Device]; d != nil {
+				d.closeIfIdle()
+			}
+		})
+	}, nil
+}
+
+// setComputeCache points the driver's JIT cache at dir (CUDA_CACHE_PATH),
+// made if missing; it takes effect at the driver's initialisation, the
+// first open of the process.
+func setComputeCache(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("compute cache: %w", err)
+	}
+	return os.Setenv("CUDA_CACHE_PATH", dir)
+}
+
+// acquireDevice returns the process's device opts.Device, opened (or made
+// anew after a loss) and counted as one more user.
+func acquireDevice(opts Options) (*cudaDevice, error) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if err := setComputeCache(opts.ComputeCache); err != nil {
+		return nil, err
+	}
+	if err := cuda.Load(); err != nil {
+		return nil, err
+	}
+	d := devices.m[opts.Device]
+	if d != nil && d.lost == nil {
+		d.users++
+		return d, nil
+	}
+	if d != nil {
+		if d.users > 0 {
+			return nil, fmt.Errorf("%w, and %d backends still hold it: a new context is made once they close", d.lost, d.users)
+		}
+		d.closeIfIdle()
+	}
+	lost := devices.lost[opts.Device]
+	d, err := openDevice(opts, lost != nil)
+	log := devices.log
+	if log == nil {
+		log = opts.Logger
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if err != nil {
+		if lost != nil {
+			err = fmt.Errorf("%w; a new context failed too (%w): restart h5ingest to use the GPU again", lost, err)
+			log.Warn("CUDA device not recovered", "error", err.Error())
+		}
+		return nil, err
+	}
+	if lost != nil {
+		log.Warn("CUDA context recreated after a sticky error, and checked on a frame against the CPU",
+			"device", d.name, "lost", lost.Error())
+	}
+	if devices.m == nil {
+		devices.m = map[int]*cudaDevice{}
+	}
+	delete(devices.lost, opts.Device)
+	devices.m[opts.Device] = d
+	d.users++
+	return d, nil
+}
+
+// openDevice retains the primary context of device opts.Device (destroying
+// it first when reset, after a loss), loads the kernels, uploads their
+// tables and checks them on one frame against the CPU backend.
+func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, errors.New("no CUDA device")
+	}
+	if opts.Device >= n {
+		return nil, fmt.Errorf("no CUDA device %d (the machine has %d)", opts.Device, n)
+	}
+	dev, err := cuda.GetDevice(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	name, err := dev.Name()
+	if err != nil {
+		return nil, err
+	}
+	if reset {
+		if err := cuda.ResetPrimaryContext(dev); err != nil {
+			return nil, err
+		}
+	}
+	ctx, err := cuda.PrimaryContext(dev)
+	if err != nil {
+		return nil, err
+	}
+	d := &cudaDevice{ordinal: opts.Device, name: name, ctx: ctx, fns: map[string]*cuda.Function{}, pins: map[span]*pin{}}
+	defer func() {
+		if err != nil {
+			d.teardown()
+		}
+	}()
+	start := time.Now()
+	if d.mod, err = ctx.LoadModule(kernels.PTX); err != nil {
+		return nil, err
+	}
+	d.loaded = time.Since(start)
+	for _, k := range kernels.Kernels {
+		if d.fns[k], err = d.mod.Function(k); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.uploadTables(); err != nil {
+		return nil, err
+	}
+	if err := d.check(); err != nil {
+		return nil, fmt.Errorf("first frame on the device: %w", err)
+	}
+	return d, nil
+}
+
+// uploadTables copies the LFSR and CRC tables into the module's globals on
+// a stream of their own and waits for the copies, so that any stream's
+// kernels may read them after.
+func (d *cudaDevice) uploadTables() error {
+	s, err := d.ctx.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for name, t := range kernels.TableBytes() {
+		p, n, err := d.mod.Global(name)
+		if err != nil {
+			return err
+		}
+		if n != len(t) {
+			return fmt.Errorf("module global %s has %d bytes, want %d", name, n, len(t))
+		}
+		if err := s.Upload(p, t); err != nil {
+			return fmt.Errorf("upload of %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// check decodes one small frame on the device and compares its image and
+// CRCs with the CPU backend's: a module that loads but computes wrong, or
+// a context that fails at its first kernel, is found before a scan.
+func (d *cudaDevice) check() error {
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 16, ChipHeight: 4},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	payload := make([]byte, f.PayloadSize())
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range payload {
+		payload[i] = byte(rng.Uint32())
+	}
+	job := func() []Job {
+		return []Job{{Header: frame.Header{PayloadSize: uint32(len(payload)), PayloadCRC: frame.Checksum(payload), Format: f},
+			Payload: payload, Image: make([]byte, f.ImageSize())}}
+	}
+	want, got := job(), job()
+	cpu := newCPU(Options{Workers: 1})
+	defer cpu.Close()
+	if err := cpu.Decode(want); err != nil {
+		return err
+	}
+	b, err := d.newBackend(Options{Streams: 1}, func() error { return nil })
+	if err != nil {
+		return err
+	}
+	err = b.devBackend.Decode(got)
+	if cerr := b.devBackend.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case got[0].Err != nil:
+		return got[0].Err
+	case !bytes.Equal(got[0].Image, want[0].Image) || got[0].RawCRC != want[0].RawCRC || got[0].DataCRC != want[0].DataCRC:
+		return errors.New("the decoded frame differs from the CPU backend's")
+	}
+	return nil
+}
+
+// release counts a backend off the device. Called by the backend's Close.
+func (d *cudaDevice) release() error {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	d.users--
+	return d.closeIfIdle()
+}
+
+// closeIfIdle unloads the device when no backend and no Preload holds it
+// (a lost one once no backend holds it: the next open makes a new
+// context). Called with devices.mu held.
+func (d *cudaDevice) closeIfIdle() error {
+	if d.users > 0 || devices.keep[d.ordinal] > 0 && d.lost == nil {
+		return nil
+	}
+	if devices.m[d.ordinal] == d {
+		delete(devices.m, d.ordinal)
+	}
+	if d.lost != nil {
+		if devices.lost == nil {
+			devices.lost = map[int]error{}
+		}
+		devices.lost[d.ordinal] = d.lost
+		d.teardown()
+		return nil // what a lost context refuses goes with it
+	}
+	return d.teardown()
+}
+
+// teardown unloads the module and releases the context, once.
+func (d *cudaDevice) teardown() error {
+	var errs []error
+	if d.mod != nil {
+		errs = append(errs, d.mod.Unload())
+		d.mod = nil
+	}
+	if d.ctx != nil {
+		errs = append(errs, d.ctx.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// lostErr returns the error that lost the device, or nil.
+func (d *cudaDevice) lostErr() error {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	return d.lost
+}
+
+// markLost records err, a sticky error, as what lost the device, once, and
+// returns the loss.
+func (d *cudaDevice) markLost(err error) error {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d.lost == nil {
+		d.lost = fmt.Errorf("%w: CUDA device %d (%s): %w", ErrDeviceLost, d.ordinal, d.name, err)
+		log := devices.log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("CUDA device lost: the frames in flight and the rest of its scans are not decoded; the next scan makes a new context",
+			"device", d.name, "error", err.Error())
+	}
+	return d.lost
+}
+
+// register page-locks b for the device, once however many backends ask:
+// memory registered already (by another backend, or by another user of
+// the process, which the driver says with
+// CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) is counted, not registered
+// again, and unregistered only by this package and only by its last user.
+func (d *cudaDevice) register(b []byte) error {
+	s := span{uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)}
+	d.pinMu.Lock()
+	defer d.pinMu.Unlock()
+	if p, ok := d.pins[s]; ok {
+		p.refs++
+		return nil
+	}
+	err := d.ctx.RegisterHost(unsafe.Pointer(unsafe.SliceData(b)), len(b))
+	switch {
+	case cuda.HasCode(err, cuda.HostMemoryAlreadyRegistered):
+		d.pins[s] = &pin{refs: 1}
+	case err != nil:
+		return err
+	default:
+		d.pins[s] = &pin{refs: 1, owned: true}
+	}
+	return nil
+}
+
+// unregister undoes register.
+func (d *cudaDevice) unregister(b []byte) error {
+	s := span{uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)}
+	d.pinMu.Lock()
+	defer d.pinMu.Unlock()
+	p, ok := d.pins[s]
+	if !ok {
+		return d.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(b)))
+	}
+	if p.refs--; p.refs > 0 {
+		return nil
+	}
+	delete(d.pins, s)
+	if !p.owned {
+		return nil
+	}
+	return d.ctx.UnregisterHost(unsafe.Pointer(unsafe.SliceData(b)))
+}

@@ -1,0 +1,283 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"h5ingest/frame"
+	"h5ingest/gpu/cuda"
+	"h5ingest/gpu/internal/fakecuda"
+)
+
+// stickyFaultLaunch is the kernel launch the fake driver faults at in
+// TestFakeDriverSticky: Preload's check of the module takes launches 1 to
+// 3 (decode, sub-piece CRCs, fold), the first batch 4 to 6, so launch 8 is
+// the second batch's CRC kernel, in the middle of a round.
+const stickyFaultLaunch = 8
+
+// TestFakeDriverSticky injects the sticky errors a kernel can leave
+// (CUDA_ERROR_ILLEGAL_ADDRESS, 700, and CUDA_ERROR_LAUNCH_FAILED, 719) in
+// the middle of a batch, through the fake driver, and runs
+// TestStickyChild against it: the batch in flight fails with ErrDeviceLost
+// and the driver's code, every backend on the device fails at once after,
+// and once they have closed the next backend gets a new context, or,
+// where the error outlives the context (FAKECUDA_FAULT_PERSIST, as the
+// driver documents for these codes), "cuda" says to restart and "auto"
+// decodes on the CPU with a warning. The log then shows the context
+// reset, the module loaded again, retains and releases balanced, and the
+// driver started with the compute cache asked for.
+func TestFakeDriverSticky(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs TestStickyChild against the fake driver; this is that run")
+	}
+	for _, code := range []int{cuda.IllegalAddress, cuda.LaunchFailed} {
+		for _, persist := range []bool{false, true} {
+			t.Run(fmt.Sprintf("code=%d/persist=%v", code, persist), func(t *testing.T) {
+				cache := filepath.Join(t.TempDir(), "cuda-cache")
+				env := []string{"FAKECUDA_FAULT_CODE=" + strconv.Itoa(code), "FAKECUDA_FAULT_LAUNCH=" + strconv.Itoa(stickyFaultLaunch),
+					"H5INGEST_TEST_CACHE=" + cache}
+				if persist {
+					env = append(env, "FAKECUDA_FAULT_PERSIST=1")
+				}
+				out, calls := fakecuda.Run(t, "^TestStickyChild$", env...)
+				if !strings.Contains(out, "--- PASS: TestStickyChild ") {
+					t.Fatalf("TestStickyChild did not pass:\n%s", out)
+				}
+				count := map[string]int{}
+				faults := 0
+				for _, c := range calls {
+					count[c.Func]++
+					if c.Func == "cuInit" && c.Args["cache"] != cache {
+						t.Errorf("the driver started with CUDA_CACHE_PATH %s, want %s", c.Args["cache"], cache)
+					}
+					if c.Func == "cuLaunchKernel" && c.Args["fault"] != "" {
+						faults++
+						if c.Int("launch") != stickyFaultLaunch || c.Int("fault") != uint64(code) {
+							t.Errorf("fault %s", c)
+						}
+					}
+				}
+				if faults != 1 {
+					t.Errorf("%d faulting launches logged, want 1", faults)
+				}
+				if fi, err := os.Stat(cache); err != nil || !fi.IsDir() {
+					t.Errorf("compute cache directory not made: %v", err)
+				}
+				loads := 2 // before the fault and after
+				if persist {
+					loads = 1 // the new context fails before its module loads
+				}
+				if count["cuModuleLoadDataEx"] != loads {
+					t.Errorf("module loaded %d times, want %d", count["cuModuleLoadDataEx"], loads)
+				}
+				if count["cuDevicePrimaryCtxReset_v2"] < 1 {
+					t.Error("the lost context was never reset")
+				}
+				if count["cuDevicePrimaryCtxRetain"] != count["cuDevicePrimaryCtxRelease_v2"] {
+					t.Errorf("primary context retained %d times, released %d times", count["cuDevicePrimaryCtxRetain"], count["cuDevicePrimaryCtxRelease_v2"])
+				}
+			})
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that several goroutines use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestStickyChild runs under TestFakeDriverSticky, against a fake driver
+// that faults at launch stickyFaultLaunch.
+func TestStickyChild(t *testing.T) {
+	if !fakecuda.Child() || os.Getenv("FAKECUDA_FAULT_CODE") == "" {
+		t.Skip("runs against a faulting fake driver, under TestFakeDriverSticky")
+	}
+	code, _ := strconv.Atoi(os.Getenv("FAKECUDA_FAULT_CODE"))
+	persist := os.Getenv("FAKECUDA_FAULT_PERSIST") != ""
+	var logged syncBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	release, err := Preload("cuda", Options{Logger: log, ComputeCache: os.Getenv("H5INGEST_TEST_CACHE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if !strings.Contains(logged.String(), "decode backend ready") {
+		t.Errorf("Preload logged no ready line:\n%s", logged.String())
+	}
+	g := frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 16, ChipHeight: 4}
+	f := frame.Format{Geometry: g, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	cpu := newBackend(t, "cpu", Options{})
+	rng := rand.New(rand.NewPCG(11, 11))
+	batch := func() []Job {
+		return []Job{newJob(f, 0, randomBytes(rng, f.PayloadSize())), newJob(f, 1, randomBytes(rng, f.PayloadSize()))}
+	}
+	// Two modules' backends on the device, as a scan of two modules has.
+	a, err := New("cuda", Options{Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New("cuda", Options{Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareBatch(t, a, cpu, batch(), "before the fault")
+	err = a.Decode(batch())
+	if !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, code) {
+		t.Fatalf("the faulting batch: %v, want ErrDeviceLost and code %d", err, code)
+	}
+	if err := b.Decode(batch()); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("the other backend after the fault: %v, want ErrDeviceLost", err)
+	}
+	if _, err := New("cuda", Options{}); err == nil || !strings.Contains(err.Error(), "still hold it") {
+		t.Errorf("a backend opened while the lost device is held: %v", err)
+	}
+	for _, be := range []Backend{a, b} {
+		if err := be.Close(); err != nil {
+			t.Errorf("close on the lost device: %v", err)
+		}
+	}
+	if !strings.Contains(logged.String(), "CUDA device lost") {
+		t.Errorf("the loss was not logged:\n%s", logged.String())
+	}
+	c, err := New("cuda", Options{})
+	if persist {
+		if err == nil || !errors.Is(err, ErrDeviceLost) || !strings.Contains(err.Error(), "restart h5ingest") {
+			t.Fatalf("cuda after a loss the driver keeps: %v, want an error saying to restart", err)
+		}
+		var warned syncBuffer
+		auto, err := New("auto", Options{Logger: slog.New(slog.NewTextHandler(&warned, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer auto.Close()
+		if auto.Name() != "cpu" || !strings.Contains(warned.String(), "level=WARN") || !strings.Contains(warned.String(), "device lost") {
+			t.Errorf("auto after the loss: %s backend, logged:\n%s", auto.Name(), warned.String())
+		}
+		compareBatch(t, auto, cpu, batch(), "auto on the CPU")
+		return
+	}
+	if err != nil {
+		t.Fatalf("a backend after the lost one closed: %v", err)
+	}
+	defer c.Close()
+	if !strings.Contains(logged.String(), "CUDA context recreated") {
+		t.Errorf("the new context was not logged:\n%s", logged.String())
+	}
+	compareBatch(t, c, cpu, batch(), "on the new context")
+}
+
+// TestFakeDriverPins runs TestPinsChild against the fake driver: memory is
+// page-locked for the device once however many backends register it (as
+// the pipelines of one process might a ring), unlocked when the last lets
+// it go, and left alone where another user of the process page-locked it
+// for CUDA before (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED).
+func TestFakeDriverPins(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs TestPinsChild against the fake driver; this is that run")
+	}
+	out, calls := fakecuda.Run(t, "^TestPinsChild$")
+	if !strings.Contains(out, "--- PASS: TestPinsChild ") {
+		t.Fatalf("TestPinsChild did not pass:\n%s", out)
+	}
+	already := 0
+	for _, c := range calls {
+		if c.Func == "cuMemHostRegister_v2" && c.Int("result") == cuda.HostMemoryAlreadyRegistered {
+			already++
+		}
+	}
+	if already != 1 {
+		t.Errorf("%d registrations answered already registered, want 1 (the backend's try of the other user's memory)", already)
+	}
+}
+
+// TestPinsChild runs under TestFakeDriverPins.
+func TestPinsChild(t *testing.T) {
+	if !fakecuda.Child() {
+		t.Skip("runs against the fake driver, under TestFakeDriverPins")
+	}
+	ring, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(ring)
+	a := newBackend(t, "cuda", Options{Streams: 1}).(HostAllocator)
+	b := newBackend(t, "cuda", Options{Streams: 1}).(HostAllocator)
+	regs, unregs := countCalls(t, "cuMemHostRegister_v2 "), countCalls(t, "cuMemHostUnregister ")
+	for _, h := range []HostAllocator{a, b} {
+		if err := h.RegisterHost(ring); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countCalls(t, "cuMemHostRegister_v2 ") - regs; n != 1 {
+		t.Errorf("two backends registered one ring: %d driver registrations, want 1", n)
+	}
+	if err := a.UnregisterHost(ring); err != nil {
+		t.Fatal(err)
+	}
+	if n := countCalls(t, "cuMemHostUnregister ") - unregs; n != 0 {
+		t.Errorf("unregistered while another backend holds it (%d calls)", n)
+	}
+	if err := b.UnregisterHost(ring); err != nil {
+		t.Fatal(err)
+	}
+	if n := countCalls(t, "cuMemHostUnregister ") - unregs; n != 1 {
+		t.Errorf("%d driver unregistrations after the last backend let go, want 1", n)
+	}
+
+	// Registered by someone else in the process: used as it is.
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := cuda.PrimaryContext(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	other := ring[:1<<15]
+	if err := ctx.RegisterHost(unsafeData(other), len(other)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RegisterHost(other); err != nil {
+		t.Errorf("memory page-locked by another user: %v, want it used as it is", err)
+	}
+	unregs = countCalls(t, "cuMemHostUnregister ")
+	if err := a.UnregisterHost(other); err != nil {
+		t.Error(err)
+	}
+	if n := countCalls(t, "cuMemHostUnregister ") - unregs; n != 0 {
+		t.Errorf("the backend unregistered memory another user registered (%d calls)", n)
+	}
+	if err := ctx.UnregisterHost(unsafeData(other)); err != nil {
+		t.Errorf("the other user's registration was taken away: %v", err)
+	}
+}
+
+// unsafeData returns the address of b's first byte, for package cuda.
+func unsafeData(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
