@@ -188,6 +188,10 @@ type serveScan struct {
 	stopped bool
 }
 
+// Planned returns the frames the scan's plan holds for the module (0:
+// not known), which the service counts pending from the arming.
+func (s *serveScan) Planned() int { return s.a.o.Plan.Frames() }
+
 // Stop drains the scan as a first Ctrl-C drains an acquire.
 func (s *serveScan) Stop() {
 	s.mu.Lock()

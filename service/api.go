@@ -39,16 +39,38 @@ type Plan struct {
 	AngleEnd    float64 `json:"angle_end,omitempty" doc:"Rotation angle the projections stop short of, degrees."`
 }
 
-// Counts are a scan's frame counts so far.
+// Counts are a scan's frame counts so far. While a scan runs, every
+// planned frame is ok, crc_mismatch, rejected, missing or pending, or on
+// its way to the file; once it ends, pending is 0. Every frame received is
+// written (ok, crc_mismatch), rejected, dropped or discarded.
 type Counts struct {
-	Planned     int `json:"planned" doc:"Frames in the plan; 0 when the scan's length is not known."`
+	Planned     int `json:"planned" doc:"Frames in the plan, from the arming; 0 when the scan's length is not known."`
 	Received    int `json:"received" doc:"Frames with a good header."`
 	Written     int `json:"written" doc:"Frames written to the file."`
 	OK          int `json:"ok"`
-	Missing     int `json:"missing"`
+	Pending     int `json:"pending" doc:"Planned frames not received yet and not yet due: no later frame has passed them by the gap (docs/frames.md). 0 once the scan ends."`
+	Missing     int `json:"missing" doc:"Frames not received that a later frame has passed by the gap, and once the scan ends every frame not received."`
 	CRCMismatch int `json:"crc_mismatch"`
 	Rejected    int `json:"rejected"`
 	Dropped     int `json:"dropped" doc:"Duplicates, frames out of range, frames dropped because the pipeline was full."`
+	Discarded   int `json:"discarded" doc:"Frames that arrived but could not be written before the file closed (a cancel or drain that could not finish): the log says why."`
+}
+
+// Planner is a Scan that knows its planned frames when it is armed: its
+// status counts them, all pending, from the arming rather than from the
+// first frame.
+type Planner interface {
+	Planned() int
+}
+
+// armedCounts returns the counts of a scan just armed.
+func armedCounts(sc Scan) Counts {
+	p, ok := sc.(Planner)
+	if !ok {
+		return Counts{}
+	}
+	n := p.Planned()
+	return Counts{Planned: n, Pending: n}
 }
 
 // File is one file a scan wrote.

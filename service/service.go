@@ -227,7 +227,7 @@ func (s *Service) arm(req ArmRequest) (Status, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &job{id: req.ScanID, scan: scan, cancel: cancel, done: make(chan struct{}),
-		status: Status{ScanID: req.ScanID, State: Armed, ArmedAt: time.Now().UTC()}}
+		status: Status{ScanID: req.ScanID, State: Armed, ArmedAt: time.Now().UTC(), Counts: armedCounts(scan)}}
 	s.current, s.jobs[req.ScanID] = j, j
 	st := j.snapshot()
 	s.events.publish(ArmedEvent(st))
