@@ -1,10 +1,14 @@
 package fabric
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"h5ingest/source/fabric/internal/fi"
+	"sync"
+	"syscall"
 	"time"
+
+	"h5ingest/source/fabric/internal/fi"
 )
 
 // ErrDisconnected is wrapped by errors for a connection the peer closed or
@@ -20,6 +24,7 @@ var ErrTimeout = errors.New("timed out")
 const (
 	ctxCtrl  = 1 << 32 // a control message buffer
 	ctxSlot  = 2 << 32 // a frame slot (receiver) or frame buffer (sender)
+	ctxSmall = 3 << 32 // a buffer a small message is sent from (sendSmall)
 	ctxIndex = 1<<32 - 1
 )
 
@@ -37,7 +42,27 @@ type conn struct {
 	ctrlMR  *fi.MemoryRegion
 	ctrl    int // control buffers in ctrlMem
 
+	// What the provider allows, read from info when the connection opens:
+	// the largest message fi_inject takes (verbs: the NIC's inline size,
+	// which may be 0) and the largest message of all.
+	injectSize int
+	maxMsg     uint64
+
 	comp [fi.MaxBatch]fi.Completion
+
+	// Transmit completions are read under txMu (the receiver returns
+	// credits from any goroutine), into txComp. Those of small messages
+	// free their buffers (smallFree, under smallMu); txDone, where set,
+	// takes every other (the sender's frame buffers).
+	txMu    sync.Mutex
+	txComp  [fi.MaxBatch]fi.Completion
+	txDone  func(fi.Completion)
+	smallMu sync.Mutex
+	small   []int // control buffers free to send a small message from
+
+	// sendErr, where set (tests), fails the small messages it returns an
+	// error for, as a provider would.
+	sendErr func(typ uint16) error
 	// quit, where set, ends the waits of a handshake when closed: the
 	// listener is closing.
 	quit <-chan struct{}
@@ -57,9 +82,13 @@ func (c *conn) quitting() bool {
 }
 
 // openConn opens the objects of a connection described by info on fab,
-// with ctrl control buffers of ctrlSize bytes.
+// with ctrl control buffers of ctrlSize bytes. The connection has a
+// domain of its own, which it closes with everything registered in it:
+// the verbs provider caches registrations per domain, by address, and a
+// cache that outlived a ring could hand a later ring's registration the
+// pages of an unmapped one (docs/protocol.md).
 func openConn(fab *fi.Fabric, info *fi.Info, ctrl int) (c *conn, err error) {
-	c = &conn{info: info, ctrl: ctrl}
+	c = &conn{info: info, ctrl: ctrl, injectSize: info.InjectSize(), maxMsg: info.MaxMessage()}
 	defer func() {
 		if err != nil {
 			c.close()
@@ -80,11 +109,14 @@ func openConn(fab *fi.Fabric, info *fi.Info, ctrl int) (c *conn, err error) {
 	if c.ep, err = fi.OpenEndpoint(c.dom, info, c.eq, c.tx, c.rx); err != nil {
 		return nil, err
 	}
-	if c.ctrlMem, err = fi.Alloc((ctrl + scratchBuffers) * ctrlSize); err != nil {
+	if c.ctrlMem, err = fi.Alloc((ctrl + scratchBuffers + smallBuffers) * ctrlSize); err != nil {
 		return nil, err
 	}
-	if c.ctrlMR, err = fi.Register(c.dom, c.ctrlMem.Bytes()); err != nil {
+	if c.ctrlMR, err = fi.Register(c.dom, c.ctrlMem, fi.AccessSend|fi.AccessRecv); err != nil {
 		return nil, err
+	}
+	for k := range smallBuffers {
+		c.small = append(c.small, ctrl+scratchBuffers+k)
 	}
 	return c, nil
 }
@@ -95,9 +127,15 @@ func (c *conn) ctrlBuf(i int) []byte {
 }
 
 // scratchBuffers is how many buffers past the control buffers hold
-// messages being injected: fi_inject may not be given Go memory that holds
-// pointers, and these keep the hot path free of allocations.
+// messages being built: fi_inject may not be given Go memory that holds
+// pointers, and these keep the hot path free of allocations. Buffer 0 is
+// the receiver's credits' and the sender's frame and end messages'; 1 the
+// receiver's bye.
 const scratchBuffers = 2
+
+// smallBuffers is how many buffers past the scratch ones small messages
+// are sent from where the provider cannot inject them.
+const smallBuffers = 16
 
 // scratch returns scratch buffer k, of n bytes.
 func (c *conn) scratch(k, n int) []byte {
@@ -152,19 +190,89 @@ func (c *conn) shutDown() bool {
 	return ok && ev.Kind == fi.EventShutdown
 }
 
-// inject sends a small message, retrying while the transmit queue is full
-// (up to a second).
-func (c *conn) inject(b []byte) error {
+// errNoSmallBuffer is postSmall's answer while every small-message
+// buffer is in flight: temporary, like a full transmit queue.
+var errNoSmallBuffer = &fi.Error{Op: "send a control message", Code: syscall.EAGAIN, Text: "every control send buffer is in flight"}
+
+// postSmall posts a small message (credit, frame, end, bye: at most
+// ctrlSize bytes) once. Where the provider injects that many bytes it is
+// injected, and msg may be reused at once; otherwise (verbs on a NIC with
+// a smaller inline size, or none) it is copied into one of the
+// connection's registered buffers and sent with fi_send, and the buffer
+// is free again when the send completes. A full queue, or no buffer free,
+// is a temporary *fi.Error.
+func (c *conn) postSmall(msg []byte) error {
+	if c.sendErr != nil {
+		if err := c.sendErr(binary.LittleEndian.Uint16(msg[6:])); err != nil {
+			return err
+		}
+	}
+	if len(msg) <= c.injectSize {
+		return c.ep.Inject(msg)
+	}
+	c.smallMu.Lock()
+	if len(c.small) == 0 {
+		c.smallMu.Unlock()
+		return errNoSmallBuffer
+	}
+	i := c.small[len(c.small)-1]
+	c.small = c.small[:len(c.small)-1]
+	c.smallMu.Unlock()
+	b := c.ctrlBuf(i)[:len(msg)]
+	copy(b, msg)
+	if err := c.ep.Send(b, c.ctrlMR, ctxSmall|uint64(i)); err != nil {
+		c.freeSmall(i)
+		return err
+	}
+	return nil
+}
+
+func (c *conn) freeSmall(i int) {
+	c.smallMu.Lock()
+	c.small = append(c.small, i)
+	c.smallMu.Unlock()
+}
+
+// sendSmall posts a small message (postSmall), retrying while the
+// transmit queue is full or every buffer is in flight, up to a second,
+// and reading transmit completions meanwhile.
+func (c *conn) sendSmall(msg []byte) error {
 	deadline := time.Now().Add(time.Second)
 	for {
-		err := c.ep.Inject(b)
+		err := c.postSmall(msg)
 		var fe *fi.Error
 		if err == nil || !errors.As(err, &fe) || !fe.Temporary() || time.Now().After(deadline) {
 			return err
 		}
-		var comp [1]fi.Completion
-		c.tx.Read(comp[:], time.Millisecond) // drives the provider's progress
+		if _, _, err := c.readTx(time.Millisecond, 0); err != nil {
+			return err
+		}
 	}
+}
+
+// readTx reads the transmit completions there are, waiting up to wait for
+// the first, and returns how many it read and whether one had context
+// want (0: none wanted). A small message's completion frees its buffer;
+// every other goes to txDone, where set.
+func (c *conn) readTx(wait time.Duration, want uint64) (n int, found bool, err error) {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	n, err = c.tx.Read(c.txComp[:], wait)
+	for _, comp := range c.txComp[:n] {
+		switch {
+		case comp.Context&^ctxIndex == ctxSmall:
+			c.freeSmall(int(comp.Context & ctxIndex))
+		case want != 0 && comp.Context == want:
+			found = true
+		case c.txDone != nil:
+			c.txDone(comp)
+		}
+	}
+	var ce *fi.CompletionError
+	if errors.As(err, &ce) && ce.Context&^ctxIndex == ctxSmall {
+		c.freeSmall(int(ce.Context & ctxIndex))
+	}
+	return n, found, err
 }
 
 // sendCtrl sends msg (at most ctrlSize bytes) from control buffer i and
@@ -177,11 +285,11 @@ func (c *conn) sendCtrl(i int, msg []byte, timeout time.Duration) error {
 	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		n, err := c.tx.Read(c.comp[:1], 10*time.Millisecond)
+		_, done, err := c.readTx(10*time.Millisecond, ctxCtrl|uint64(i))
 		if err != nil {
 			return err
 		}
-		if n == 1 && c.comp[0].Context == ctxCtrl|uint64(i) {
+		if done {
 			return nil
 		}
 	}
@@ -198,9 +306,6 @@ func (c *conn) close() error {
 	if c.ctrlMR != nil {
 		errs = append(errs, c.ctrlMR.Close())
 	}
-	if c.ctrlMem != nil {
-		errs = append(errs, c.ctrlMem.Free())
-	}
 	for _, q := range []*fi.CompletionQueue{c.tx, c.rx} {
 		if q != nil {
 			errs = append(errs, q.Close())
@@ -211,6 +316,10 @@ func (c *conn) close() error {
 	}
 	if c.dom != nil {
 		errs = append(errs, c.dom.Close())
+	}
+	if c.ctrlMem != nil {
+		// After the domain: see openConn.
+		errs = append(errs, c.ctrlMem.Free())
 	}
 	if c.info != nil {
 		errs = append(errs, c.info.Close())

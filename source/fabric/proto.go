@@ -119,6 +119,9 @@ const (
 	RefuseModule    = 4 // the module is already connected
 	RefuseScan      = 5 // the receiver expects another scan (format, module)
 	RefuseResources = 6 // the receiver cannot make the slots
+	// RefuseMessageSize: a slot of the hello's frames is larger than the
+	// provider's largest message (its max_msg_size).
+	RefuseMessageSize = 7
 )
 
 // RefusedError is a receiver's refusal of a connection.

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"h5ingest/source/fabric/internal/fi"
 	"net/netip"
 	"sync"
 	"time"
+
+	"h5ingest/source/fabric/internal/fi"
 )
 
 // Config sets up a Listener.
@@ -34,6 +35,9 @@ type Config struct {
 	// Check, when set, vets a sender's hello before its slots are made: an
 	// error refuses the connection (RefuseScan) with the error's text.
 	Check func(Hello) error
+
+	fake    func(*fi.Info)         // tests: changes what the provider says of each connection
+	sendErr func(typ uint16) error // tests: fails the small messages it returns an error for
 }
 
 // DefaultHandshakeTimeout is the handshake timeout of a Config that sets
@@ -259,6 +263,9 @@ func ctrlBuffers(slots int) int { return slots + 4 }
 
 // accept runs the control exchange with the sender of req.
 func (l *Listener) accept(req *fi.Info) (*Stream, error) {
+	if l.cfg.fake != nil {
+		l.cfg.fake(req)
+	}
 	c, err := openConn(l.fab, req, ctrlBuffers(l.cfg.Slots)+2)
 	if err != nil {
 		l.pep.Reject(req)
@@ -266,6 +273,7 @@ func (l *Listener) accept(req *fi.Info) (*Stream, error) {
 		return nil, err
 	}
 	c.quit = l.quit
+	c.sendErr = l.cfg.sendErr
 	deadline := time.Now().Add(l.cfg.handshakeTimeout())
 	l.mu.Lock()
 	l.streams++
@@ -324,6 +332,12 @@ func (l *Listener) accept(req *fi.Info) (*Stream, error) {
 		err := fmt.Errorf("%w: module %d: a ring of %d slots of %d bytes would take %d bytes, more than the receiver's limit of %d",
 			ErrProtocol, h.Module, l.cfg.Slots, slotSize(h), n, limit)
 		s.refuse(RefuseResources, err.Error())
+		return nil, err
+	}
+	if n := slotSize(h); uint64(n) > c.maxMsg {
+		err := fmt.Errorf("%w: module %d: slots of %d bytes for its frames, but provider %s carries messages of at most %d bytes (max_msg_size)",
+			ErrProtocol, h.Module, n, c.info.Provider(), c.maxMsg)
+		s.refuse(RefuseMessageSize, err.Error())
 		return nil, err
 	}
 	if err := s.makeRing(); err != nil {

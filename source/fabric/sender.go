@@ -24,7 +24,9 @@ type SenderConfig struct {
 	// Timeout bounds connecting, the control exchange and the end of scan.
 	Timeout time.Duration
 
-	rawHello []byte // tests: sent instead of Hello's encoding
+	rawHello []byte                 // tests: sent instead of Hello's encoding
+	fake     func(*fi.Info)         // tests: changes what the provider says of itself
+	sendErr  func(typ uint16) error // tests: fails the small messages it returns an error for
 }
 
 // SendStats counts what a Sender sent.
@@ -138,15 +140,28 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.fake != nil {
+		cfg.fake(info)
+	}
 	if s.fab, err = fi.OpenFabric(info); err != nil {
 		info.Close()
 		return nil, err
 	}
 	ctrl := min(info.RxSize(), 256)
+	if n := cfg.Hello.FrameSize(); uint64(n) > info.MaxMessage() {
+		info.Close()
+		return nil, fmt.Errorf("frames of %d bytes: provider %s sends messages of at most %d bytes (its max_msg_size)", n, cfg.Provider, info.MaxMessage())
+	}
 	if s.c, err = openConn(s.fab, info, ctrl); err != nil {
 		info.Close()
 		return nil, err
 	}
+	s.c.txDone = func(c fi.Completion) {
+		if c.Context&^ctxIndex == ctxSlot {
+			s.freeBuf = append(s.freeBuf, int(c.Context&ctxIndex))
+		}
+	}
+	s.c.sendErr = cfg.sendErr
 	// Every control buffer but the last takes the receiver's messages;
 	// the last sends ours.
 	for i := range ctrl - 1 {
@@ -183,8 +198,9 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 	if s.bufMem, err = fi.Alloc(cfg.Buffers * int(s.accept.SlotSize)); err != nil {
 		return nil, err
 	}
-	if s.bufMR, err = fi.Register(s.c.dom, s.bufMem.Bytes()); err != nil {
-		return nil, err
+	// Sent and written from, never written into by the receiver.
+	if s.bufMR, err = fi.Register(s.c.dom, s.bufMem, fi.AccessSend|fi.AccessWrite); err != nil {
+		return nil, lockedMemoryHint(cfg.Provider, int64(len(s.bufMem.Bytes())), err)
 	}
 	size := int(s.accept.SlotSize)
 	for i := range cfg.Buffers {
@@ -230,14 +246,9 @@ func (s *Sender) waitCtrl(ctx context.Context, timeout time.Duration, what strin
 // progress handles the completions there are, waiting up to wait for the
 // first: finished transmissions free their buffers, credits free slots.
 func (s *Sender) progress(wait time.Duration) error {
-	n, err := s.c.tx.Read(s.c.comp[:], 0)
+	n, _, err := s.c.readTx(0, 0) // frame buffers come back through txDone
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
-	}
-	for _, c := range s.c.comp[:n] {
-		if c.Context&^ctxIndex == ctxSlot {
-			s.freeBuf = append(s.freeBuf, int(c.Context&ctxIndex))
-		}
 	}
 	if n > 0 {
 		wait = 0
@@ -395,7 +406,7 @@ func (s *Sender) post(b []byte, buf int, fn uint64) error {
 // sends after writes (FI_ORDER_SAW), so the frame is in place first.
 func (s *Sender) notifyFrame(m frameMsg) error {
 	msg := putFrameMsg(s.c.scratch(0, frameMsgSize), m)
-	return s.retry(func() error { return s.c.ep.Inject(msg) })
+	return s.retry(func() error { return s.c.postSmall(msg) })
 }
 
 // retry calls post until the transmit queue takes it, making progress
@@ -443,7 +454,7 @@ func (s *Sender) end(ctx context.Context) error {
 	if s.cfg.Hello.Mode == ModeSend {
 		s.credits--
 	}
-	if err := s.retry(func() error { return s.c.ep.Inject(msg) }); err != nil {
+	if err := s.retry(func() error { return s.c.postSmall(msg) }); err != nil {
 		return fmt.Errorf("send end of scan: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -471,10 +482,11 @@ func (s *Sender) close() error {
 		if s.bufMR != nil {
 			errs = append(errs, s.bufMR.Close())
 		}
+		errs = append(errs, s.c.close())
 		if s.bufMem != nil {
+			// Once the domain is closed (see openConn).
 			errs = append(errs, s.bufMem.Free())
 		}
-		errs = append(errs, s.c.close())
 		s.c = nil
 	}
 	if s.fab != nil {

@@ -151,8 +151,13 @@ func (s *Stream) makeRing() error {
 	if s.ringMem, err = fi.Alloc(n * s.slotSize); err != nil {
 		return err
 	}
-	if s.ringMR, err = fi.Register(s.c.dom, s.ringMem.Bytes()); err != nil {
-		return err
+	// The ring takes what the mode brings: remote writes, or receives.
+	access := uint64(fi.AccessRemoteWrite)
+	if s.hello.Mode == ModeSend {
+		access = fi.AccessRecv
+	}
+	if s.ringMR, err = fi.Register(s.c.dom, s.ringMem, access); err != nil {
+		return lockedMemoryHint(s.c.info.Provider(), int64(len(s.ringMem.Bytes())), err)
 	}
 	s.frames = make([]pipeline.Frame, n)
 	s.arrivals = make(chan arrival, n+2)
@@ -485,7 +490,7 @@ func (s *Stream) end() error {
 	held := s.stats.HeldBack
 	frames := s.stats.Frames
 	s.mu.Unlock()
-	if err := s.c.inject(putBye(s.c.scratch(1, byeSize), byeMsg{Frames: frames, HeldBack: uint64(held)})); err != nil {
+	if err := s.c.sendSmall(putBye(s.c.scratch(1, byeSize), byeMsg{Frames: frames, HeldBack: uint64(held)})); err != nil {
 		return fmt.Errorf("answer the end of scan: %w", err)
 	}
 	s.byeSent = true
@@ -504,8 +509,7 @@ const byeLinger = time.Second
 func (s *Stream) awaitPeerClose(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for !s.c.shutDown() && time.Now().Before(deadline) {
-		var comp [1]fi.Completion
-		s.c.tx.Read(comp[:], 10*time.Millisecond)
+		s.c.readTx(10*time.Millisecond, 0)
 	}
 }
 
@@ -547,10 +551,23 @@ func (s *Stream) Release(f *pipeline.Frame) {
 	}
 	if s.hello.Mode == ModeSend {
 		if err := s.postSlot(slot); err != nil {
-			return // the connection is going; Next reports it
+			s.creditLost(slot, "post the slot's receive", err)
+			return
 		}
 	}
-	s.c.inject(putCredit(s.c.scratch(0, creditSize), uint32(slot)))
+	if err := s.c.sendSmall(putCredit(s.c.scratch(0, creditSize), uint32(slot))); err != nil {
+		s.creditLost(slot, "return the slot's credit", err)
+	}
+}
+
+// creditLost ends the stream when a slot cannot be given back to the
+// sender, which would otherwise wait for it, silently, until a timeout:
+// Next hands out every frame that arrived, then returns the reason, as
+// after a Stop. s.mu is held.
+func (s *Stream) creditLost(slot int, what string, err error) {
+	if s.stop == nil {
+		s.stop = fmt.Errorf("module %d: %s (slot %d) to the sender: %w", s.hello.Module, what, slot, err)
+	}
 }
 
 // Close closes the connection and frees its slots. No frame of the stream
@@ -579,10 +596,11 @@ func (s *Stream) Close() error {
 	if s.ringMR != nil {
 		errs = append(errs, s.ringMR.Close())
 	}
+	errs = append(errs, s.c.close())
 	if s.ringMem != nil {
+		// Once the domain is closed, and its registration cache with it.
 		errs = append(errs, s.ringMem.Free())
 	}
-	errs = append(errs, s.c.close())
 	l := s.l
 	l.mu.Lock()
 	if s.module {

@@ -12,8 +12,10 @@ import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,16 +93,43 @@ func fiError(op string, ret C.ssize_t) error {
 }
 
 // Info describes one way to reach a peer: a provider, a fabric, and an
-// address. It wraps a struct fi_info list, of which only the first entry
-// is used.
+// address. It wraps one struct fi_info (GetInfo picks it from the list
+// libfabric offers).
 type Info struct {
 	p *C.struct_fi_info
 }
 
+// Address formats and endpoint protocols of the hints.
+const (
+	AddrIPv4      = C.FI_SOCKADDR_IN  // struct sockaddr_in
+	AddrIPv6      = C.FI_SOCKADDR_IN6 // struct sockaddr_in6
+	ProtoUnspec   = C.FI_PROTO_UNSPEC
+	ProtoRDMACMRC = C.FI_PROTO_RDMA_CM_IB_RC // verbs: RC queue pairs set up by the RDMA CM (InfiniBand, RoCE)
+)
+
+// Hints returns the address format and endpoint protocol GetInfo asks
+// provider for at addr's host: IPv4 socket addresses unless the host is
+// an IPv6 address, and for verbs RC queue pairs through the RDMA
+// connection manager (the endpoints a detector's RDMA engine connects
+// to; iWARP is not asked for).
+func Hints(provider, host string) (addrFormat, protocol uint32) {
+	addrFormat = AddrIPv4
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		addrFormat = AddrIPv6
+	}
+	protocol = ProtoUnspec
+	if provider == "verbs" {
+		protocol = ProtoRDMACMRC
+	}
+	return addrFormat, protocol
+}
+
 // GetInfo asks libfabric for connected endpoints (FI_EP_MSG) with message
-// and RMA capabilities on provider ("tcp", "verbs") for host:port addr. With
-// listen set the address is the local one to listen on; otherwise it is the
-// peer's.
+// and RMA capabilities on provider ("tcp", "verbs") for host:port addr,
+// with the address format and protocol of Hints. With listen set the
+// address is the local one to listen on; otherwise it is the peer's. Of
+// the entries libfabric offers (verbs offers one per RDMA device and
+// address), it takes the one whose address is addr's host (Pick).
 func GetInfo(provider, addr string, listen bool) (*Info, error) {
 	host, port, err := splitHostPort(addr)
 	if err != nil {
@@ -117,15 +146,68 @@ func GetInfo(provider, addr string, listen bool) (*Info, error) {
 	if listen {
 		src = 1
 	}
-	var p *C.struct_fi_info
-	if ret := C.h5i_getinfo(cprov, cnode, cserv, src, &p); ret != 0 {
+	addrFormat, protocol := Hints(provider, host)
+	var list *C.struct_fi_info
+	if ret := C.h5i_getinfo(cprov, cnode, cserv, src, C.uint32_t(addrFormat), C.uint32_t(protocol), &list); ret != 0 {
 		return nil, fiError(fmt.Sprintf("fi_getinfo provider %s address %s", provider, addr), C.ssize_t(ret))
 	}
-	if p == nil {
+	if list == nil {
 		return nil, fmt.Errorf("fi_getinfo provider %s address %s: no matching endpoint", provider, addr)
+	}
+	defer C.h5i_freeinfo(list)
+	var entries []*C.struct_fi_info
+	var offers []Offer
+	for p := list; p != nil; p = C.h5i_next(p) {
+		i := Info{p: p}
+		o := Offer{Provider: i.Provider(), AddrFormat: i.AddrFormat(), Protocol: i.Protocol()}
+		if listen {
+			o.Addr = i.SrcAddr()
+		} else {
+			o.Addr = i.DestAddr()
+		}
+		entries = append(entries, p)
+		offers = append(offers, o)
+	}
+	want, _ := netip.ParseAddr(host) // a host name matches any address
+	k, err := Pick(offers, want, addrFormat)
+	if err != nil {
+		return nil, fmt.Errorf("fi_getinfo provider %s address %s: %w", provider, addr, err)
+	}
+	p := C.h5i_dupone(entries[k])
+	if p == nil {
+		return nil, fmt.Errorf("fi_getinfo provider %s address %s: fi_dupinfo: out of memory", provider, addr)
 	}
 	openObjects.Add(1)
 	return &Info{p: p}, nil
+}
+
+// Offer is what Pick weighs of one entry libfabric offers.
+type Offer struct {
+	Provider   string
+	AddrFormat uint32
+	Protocol   uint32
+	Addr       netip.AddrPort // the local address (listening), or the peer's
+}
+
+// Pick returns the index of the first offer of address format addrFormat
+// whose address is want; when want is not valid (a host name) or
+// unspecified (0.0.0.0, ::), the first of that format. An offer with no
+// address, or one a provider reports in a form other than an IP socket
+// address, never matches a given address.
+func Pick(offers []Offer, want netip.Addr, addrFormat uint32) (int, error) {
+	anyAddr := !want.IsValid() || want.IsUnspecified()
+	var seen []string
+	for k, o := range offers {
+		if o.AddrFormat != addrFormat {
+			seen = append(seen, fmt.Sprintf("%s address format %d", o.Provider, o.AddrFormat))
+			continue
+		}
+		if anyAddr || (o.Addr.IsValid() && o.Addr.Addr().Unmap() == want.Unmap()) {
+			return k, nil
+		}
+		seen = append(seen, fmt.Sprintf("%s at %v", o.Provider, o.Addr.Addr()))
+	}
+	return 0, fmt.Errorf("no endpoint at address %v among the %d offered (%s)", want, len(offers), strings.Join(seen, ", "))
 }
 
 func splitHostPort(addr string) (host, port string, err error) {
@@ -148,6 +230,52 @@ func splitHostPort(addr string) (host, port string, err error) {
 // Provider returns the provider's name.
 func (i *Info) Provider() string { return C.GoString(C.h5i_prov_name(i.p)) }
 
+// AddrFormat returns the format of the info's addresses (AddrIPv4, ...).
+func (i *Info) AddrFormat() uint32 { return uint32(C.h5i_addr_format(i.p)) }
+
+// Protocol returns the endpoint's protocol (ProtoRDMACMRC for verbs).
+func (i *Info) Protocol() uint32 { return uint32(C.h5i_protocol(i.p)) }
+
+// SrcAddr returns the local address, where it is an IP socket address.
+func (i *Info) SrcAddr() netip.AddrPort {
+	var n C.size_t
+	p := C.h5i_src_addr(i.p, &n)
+	return sockaddr(p, n)
+}
+
+// DestAddr returns the peer's address, where it is an IP socket address.
+func (i *Info) DestAddr() netip.AddrPort {
+	var n C.size_t
+	p := C.h5i_dest_addr(i.p, &n)
+	return sockaddr(p, n)
+}
+
+// sockaddr reads the socket address of n bytes at p; the zero AddrPort
+// where it is none or not IP.
+func sockaddr(p unsafe.Pointer, n C.size_t) netip.AddrPort {
+	if p == nil || n < 8 {
+		return netip.AddrPort{}
+	}
+	a, err := parseSockaddr(C.GoBytes(p, C.int(n)))
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return a
+}
+
+// FakeMRMode, FakeInjectSize and FakeMaxMessage change what the info says
+// of its provider, before a domain or endpoint is opened with it: the
+// tests of package fabric use them to run the paths a provider such as
+// verbs takes (FI_MR_VIRT_ADDR, no inject, a smaller largest message) on
+// the tcp provider, which honours them.
+func (i *Info) FakeMRMode(mode uint64) { C.h5i_set_mr_mode(i.p, C.uint64_t(mode)) }
+
+// FakeInjectSize sets the info's inject size (see FakeMRMode).
+func (i *Info) FakeInjectSize(n int) { C.h5i_set_inject_size(i.p, C.size_t(n)) }
+
+// FakeMaxMessage sets the info's largest message (see FakeMRMode).
+func (i *Info) FakeMaxMessage(n uint64) { C.h5i_set_max_msg_size(i.p, C.size_t(n)) }
+
 // InjectSize returns the largest message that can be injected (sent
 // without a completion, from any memory).
 func (i *Info) InjectSize() int { return int(C.h5i_inject_size(i.p)) }
@@ -167,8 +295,20 @@ const (
 	// fi_helpers.h accept it along with FI_MR_LOCAL, FI_MR_ALLOCATED and
 	// FI_MR_PROV_KEY, which Register meets as it is.
 	mrVirtAddr = C.FI_MR_VIRT_ADDR
-	// accessAll is the access a memory region is registered with.
-	accessAll = C.FI_SEND | C.FI_RECV | C.FI_WRITE | C.FI_REMOTE_WRITE
+	// MRVirtAddr is mrVirtAddr, for FakeMRMode.
+	MRVirtAddr = mrVirtAddr
+)
+
+// Access flags of a memory region (fi_mr_reg): what this end sends from
+// (AccessSend), receives into (AccessRecv) or writes from (AccessWrite),
+// and what a peer may write into (AccessRemoteWrite). A region is
+// registered for no more than it is used for: a sender's buffers never
+// take a remote write.
+const (
+	AccessSend        = C.FI_SEND
+	AccessRecv        = C.FI_RECV
+	AccessWrite       = C.FI_WRITE
+	AccessRemoteWrite = C.FI_REMOTE_WRITE
 )
 
 // MRMode returns the memory registration mode bits the provider requires.
@@ -432,15 +572,27 @@ func getname(f *C.struct_fid) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fiError("fi_getname", C.ssize_t(ret))
 	}
 	copy(buf[:], unsafe.Slice((*byte)(p), len(buf)))
-	family := binary.NativeEndian.Uint16(buf[0:])
-	port := binary.BigEndian.Uint16(buf[2:])
-	switch family {
-	case syscall.AF_INET:
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(buf[4:8])), port), nil
-	case syscall.AF_INET6:
-		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(buf[8:24])), port), nil
+	a, err := parseSockaddr(buf[:min(int(n), len(buf))])
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("fi_getname: %w", err)
 	}
-	return netip.AddrPort{}, fmt.Errorf("fi_getname: address family %d is not IP", family)
+	return a, nil
+}
+
+// parseSockaddr decodes a struct sockaddr_in or sockaddr_in6.
+func parseSockaddr(b []byte) (netip.AddrPort, error) {
+	if len(b) < 8 {
+		return netip.AddrPort{}, fmt.Errorf("socket address of %d bytes", len(b))
+	}
+	family := binary.NativeEndian.Uint16(b[0:])
+	port := binary.BigEndian.Uint16(b[2:])
+	switch {
+	case family == syscall.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port), nil
+	case family == syscall.AF_INET6 && len(b) >= 24:
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("address family %d is not IP", family)
 }
 
 // Endpoint is a connected endpoint (fi_endpoint, FI_EP_MSG).
@@ -508,9 +660,10 @@ func (e *Endpoint) Write(b []byte, mr *MemoryRegion, addr, key, ctx uint64) erro
 // MemoryRegion is memory registered with a domain (fi_mr_reg).
 type MemoryRegion struct {
 	fid
-	mr   *C.struct_fid_mr
-	desc unsafe.Pointer
-	base uintptr
+	mr     *C.struct_fid_mr
+	desc   unsafe.Pointer
+	base   uintptr
+	access uint64
 	// Key is the key a peer names the region by.
 	Key uint64
 	// Addr is the address a peer writes at offset 0 of the region: the
@@ -520,27 +673,39 @@ type MemoryRegion struct {
 
 var nextKey atomic.Uint64
 
-// Register registers b, which must live outside the Go heap (see Alloc),
-// for sends, receives, and remote writes.
-func Register(dom *Domain, b []byte) (*MemoryRegion, error) {
-	m := &MemoryRegion{base: uintptr(unsafe.Pointer(unsafe.SliceData(b)))}
+// Register registers m, all of it, with dom for access (Access flags).
+// The memory may not be unmapped before dom is closed (Memory.Free says
+// so): a provider that caches registrations (verbs) keeps them by virtual
+// address until its domain closes, and would give memory mapped later at
+// the same address the old pages.
+func Register(dom *Domain, m *Memory, access uint64) (*MemoryRegion, error) {
+	b := m.b
+	if dom.p == nil || len(b) == 0 {
+		return nil, fmt.Errorf("fi_mr_reg of %d bytes: the domain or the memory is closed", len(b))
+	}
+	r := &MemoryRegion{base: uintptr(unsafe.Pointer(unsafe.SliceData(b))), access: access}
 	key := nextKey.Add(1) // ignored where the provider picks keys
-	ret := C.h5i_mr_reg(dom.d, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), accessAll, C.uint64_t(key), &m.mr)
+	ret := C.h5i_mr_reg(dom.d, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), C.uint64_t(access), C.uint64_t(key), &r.mr)
 	if ret != 0 {
 		return nil, fiError(fmt.Sprintf("fi_mr_reg of %d bytes", len(b)), C.ssize_t(ret))
 	}
-	m.open(C.h5i_fid_mr(m.mr), "memory region")
-	m.desc = C.h5i_mr_desc(m.mr)
-	m.Key = uint64(C.h5i_mr_key(m.mr))
+	r.open(C.h5i_fid_mr(r.mr), "memory region")
+	r.desc = C.h5i_mr_desc(r.mr)
+	r.Key = uint64(C.h5i_mr_key(r.mr))
 	if dom.mrMode&mrVirtAddr != 0 {
-		m.Addr = uint64(m.base)
+		r.Addr = uint64(r.base)
 	}
-	return m, nil
+	m.doms = append(m.doms, dom)
+	return r, nil
 }
+
+// Access returns the access flags the region was registered with.
+func (r *MemoryRegion) Access() uint64 { return r.access }
 
 // Memory is page-aligned memory outside the Go heap, for registration.
 type Memory struct {
-	b []byte
+	b    []byte
+	doms []*Domain // the domains it was registered with
 }
 
 // Alloc maps n bytes (rounded up to whole pages) of zeroed memory outside
@@ -559,13 +724,24 @@ func Alloc(n int) (*Memory, error) {
 // Bytes returns the memory.
 func (m *Memory) Bytes() []byte { return m.b }
 
-// Free unmaps the memory; no slice of it may be used after.
+// ErrRegistered is returned by Memory.Free for memory registered with a
+// domain that is still open; the memory stays mapped.
+var ErrRegistered = errors.New("memory registered with a domain that is still open")
+
+// Free unmaps the memory; no slice of it may be used after. It refuses,
+// leaving the memory mapped, while a domain it was registered with is
+// open: close the regions and then the domain first.
 func (m *Memory) Free() error {
 	if m.b == nil {
 		return nil
 	}
+	for _, d := range m.doms {
+		if d.p != nil {
+			return fmt.Errorf("unmap %d bytes: %w", len(m.b), ErrRegistered)
+		}
+	}
 	err := syscall.Munmap(m.b)
-	m.b = nil
+	m.b, m.doms = nil, nil
 	openObjects.Add(-1)
 	return err
 }

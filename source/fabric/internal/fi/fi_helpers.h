@@ -101,12 +101,16 @@ static const char *h5i_strerror(int code) {
 }
 
 // h5i_getinfo asks for connected endpoints of provider prov with the
-// capabilities and memory registration modes the receiver and sender use.
+// capabilities and memory registration modes the receiver and sender use,
+// addresses of addr_format (FI_SOCKADDR_IN, FI_SOCKADDR_IN6) and, where
+// not 0, the endpoint protocol (FI_PROTO_RDMA_CM_IB_RC for verbs).
 static int h5i_getinfo(const char *prov, const char *node, const char *service,
-		int source, struct fi_info **info) {
+		int source, uint32_t addr_format, uint32_t protocol, struct fi_info **info) {
 	struct fi_info *hints = h5i_p_dupinfo(NULL); // fi_allocinfo
 	if (!hints) return -FI_ENOMEM;
+	hints->addr_format = addr_format;
 	hints->ep_attr->type = FI_EP_MSG;
+	hints->ep_attr->protocol = protocol;
 	hints->caps = FI_MSG | FI_RMA;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->domain_attr->threading = FI_THREAD_SAFE;
@@ -120,6 +124,23 @@ static int h5i_getinfo(const char *prov, const char *node, const char *service,
 	return ret;
 }
 
+// h5i_dupone returns a copy of the one entry i of an fi_info list (its
+// next is NULL), or NULL when out of memory.
+static struct fi_info *h5i_dupone(struct fi_info *i) {
+	struct fi_info *next = i->next;
+	i->next = NULL;
+	struct fi_info *d = h5i_p_dupinfo(i);
+	i->next = next;
+	return d;
+}
+static struct fi_info *h5i_next(struct fi_info *i) { return i->next; }
+static uint32_t h5i_addr_format(struct fi_info *i) { return i->addr_format; }
+static uint32_t h5i_protocol(struct fi_info *i) { return i->ep_attr->protocol; }
+static void *h5i_src_addr(struct fi_info *i, size_t *len) { *len = i->src_addrlen; return i->src_addr; }
+static void *h5i_dest_addr(struct fi_info *i, size_t *len) { *len = i->dest_addrlen; return i->dest_addr; }
+static void h5i_set_mr_mode(struct fi_info *i, uint64_t mode) { i->domain_attr->mr_mode = (int)mode; }
+static void h5i_set_inject_size(struct fi_info *i, size_t n) { i->tx_attr->inject_size = n; }
+static void h5i_set_max_msg_size(struct fi_info *i, size_t n) { i->ep_attr->max_msg_size = n; }
 static const char *h5i_prov_name(struct fi_info *i) { return i->fabric_attr->prov_name; }
 static uint64_t h5i_mr_mode(struct fi_info *i) { return (uint64_t)i->domain_attr->mr_mode; }
 static size_t h5i_inject_size(struct fi_info *i) { return i->tx_attr->inject_size; }
