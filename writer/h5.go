@@ -14,6 +14,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -36,6 +37,7 @@ const (
 	kindI32 kind = C.H5I_I32
 	kindU64 kind = C.H5I_U64
 	kindF64 kind = C.H5I_F64
+	kindI64 kind = C.H5I_I64
 )
 
 func (k kind) id() hid { return C.h5i_type(C.int(k)) }
@@ -814,4 +816,139 @@ func storageSize(d hid) int64 {
 	lock()
 	defer unlock()
 	return int64(C.H5Dget_storage_size(d))
+}
+
+// boolType returns a new boolean type, as h5py writes and reads one.
+func boolType() (hid, error) {
+	lock()
+	defer unlock()
+	t := C.h5i_bool_type()
+	if t < 0 {
+		return -1, lastError("create boolean type")
+	}
+	return t, nil
+}
+
+// linkNames returns the names of the links in group g, in name order.
+func linkNames(g hid, name string) ([]string, error) {
+	dot := C.CString(".")
+	defer C.free(unsafe.Pointer(dot))
+	lock()
+	defer unlock()
+	var info C.H5G_info_t
+	if C.H5Gget_info(g, &info) < 0 {
+		return nil, lastError("list group " + name)
+	}
+	names := make([]string, 0, int(info.nlinks))
+	for i := range C.hsize_t(info.nlinks) {
+		n := C.H5Lget_name_by_idx(g, dot, C.H5_INDEX_NAME, C.H5_ITER_INC, i, nil, 0, C.H5P_DEFAULT)
+		if n < 0 {
+			return nil, lastError("list group " + name)
+		}
+		buf := make([]byte, n+1)
+		if C.H5Lget_name_by_idx(g, dot, C.H5_INDEX_NAME, C.H5_ITER_INC, i, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(n+1), C.H5P_DEFAULT) < 0 {
+			return nil, lastError("list group " + name)
+		}
+		names = append(names, cString(buf))
+	}
+	return names, nil
+}
+
+// isGroup reports whether name in loc is a group.
+func isGroup(loc hid, name string) (bool, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	lock()
+	defer unlock()
+	o := C.H5Oopen(loc, cname, C.H5P_DEFAULT)
+	if o < 0 {
+		return false, lastError("open " + name)
+	}
+	defer C.H5Oclose(o)
+	return C.H5Iget_type(o) == C.H5I_GROUP, nil
+}
+
+// readValue reads the scalar dataset name in loc as the Go value of its
+// type: a string, an int64 (a uint64 above int64's range), a float64, or
+// a bool (h5py's enumeration of FALSE and TRUE, or a uint8, as files of
+// older versions kept booleans).
+func readValue(loc hid, name string) (any, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	lock()
+	defer unlock()
+	d := C.H5Dopen2(loc, cname, C.H5P_DEFAULT)
+	if d < 0 {
+		return nil, lastError("open dataset " + name)
+	}
+	defer C.H5Dclose(d)
+	space := C.H5Dget_space(d)
+	if space < 0 {
+		return nil, lastError("dataspace of " + name)
+	}
+	defer C.H5Sclose(space)
+	if C.H5Sget_simple_extent_ndims(space) != 0 {
+		return nil, fmt.Errorf("dataset %s is not a scalar", name)
+	}
+	ft := C.H5Dget_type(d)
+	if ft < 0 {
+		return nil, lastError("type of " + name)
+	}
+	defer C.H5Tclose(ft)
+	read := func(mt hid, buf unsafe.Pointer) error {
+		if C.H5Dread(d, mt, C.H5S_ALL, C.H5S_ALL, C.H5P_DEFAULT, buf) < 0 {
+			return lastError("read " + name)
+		}
+		return nil
+	}
+	switch C.H5Tget_class(ft) {
+	case C.H5T_STRING:
+		if C.H5Tis_variable_str(ft) > 0 {
+			var p *C.char
+			if err := read(ft, unsafe.Pointer(&p)); err != nil {
+				return nil, err
+			}
+			s := C.GoString(p)
+			C.H5Dvlen_reclaim(ft, space, C.H5P_DEFAULT, unsafe.Pointer(&p))
+			return s, nil
+		}
+		buf := make([]byte, int(C.H5Tget_size(ft))+1)
+		err := read(ft, unsafe.Pointer(&buf[0]))
+		return cString(buf), err
+	case C.H5T_INTEGER:
+		if C.H5Tget_sign(ft) == C.H5T_SGN_NONE {
+			if C.H5Tget_size(ft) == 1 {
+				var u uint8
+				err := read(C.h5i_type(C.H5I_U8), unsafe.Pointer(&u))
+				return u != 0, err
+			}
+			var u uint64
+			if err := read(C.h5i_type(C.H5I_U64), unsafe.Pointer(&u)); err != nil {
+				return nil, err
+			}
+			if u > math.MaxInt64 {
+				return u, nil
+			}
+			return int64(u), nil
+		}
+		var i int64
+		err := read(C.h5i_type(C.H5I_I64), unsafe.Pointer(&i))
+		return i, err
+	case C.H5T_FLOAT:
+		var f float64
+		err := read(C.h5i_type(C.H5I_F64), unsafe.Pointer(&f))
+		return f, err
+	case C.H5T_ENUM:
+		bt := C.h5i_bool_type()
+		if bt < 0 {
+			return nil, lastError("create boolean type")
+		}
+		defer C.H5Tclose(bt)
+		var v int8
+		if err := read(bt, unsafe.Pointer(&v)); err != nil {
+			return nil, fmt.Errorf("dataset %s: an enumeration other than a boolean: %w", name, err)
+		}
+		return v != 0, nil
+	}
+	return nil, fmt.Errorf("dataset %s: neither a string, a number nor a boolean", name)
 }

@@ -50,8 +50,23 @@ hid_t h5i_type(int kind) {
 		return H5T_NATIVE_UINT64;
 	case H5I_F64:
 		return H5T_NATIVE_DOUBLE;
+	case H5I_I64:
+		return H5T_NATIVE_INT64;
 	}
 	return -1;
+}
+
+hid_t h5i_bool_type(void) {
+	hid_t t = H5Tenum_create(H5T_NATIVE_INT8);
+	signed char no = 0, yes = 1;
+	if (t < 0) {
+		return t;
+	}
+	if (H5Tenum_insert(t, "FALSE", &no) < 0 || H5Tenum_insert(t, "TRUE", &yes) < 0) {
+		H5Tclose(t);
+		return -1;
+	}
+	return t;
 }
 
 hid_t h5i_string_type(size_t size) {

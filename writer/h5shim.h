@@ -18,6 +18,7 @@ enum {
 	H5I_I32,
 	H5I_U64,
 	H5I_F64,
+	H5I_I64,
 };
 
 // h5i_quiet turns off the automatic printing of the calling thread's error
@@ -35,6 +36,10 @@ hid_t h5i_type(int kind);
 // h5i_string_type returns a new UTF-8 string type of size bytes,
 // null-terminated, or variable-length when size is 0.
 hid_t h5i_string_type(size_t size);
+
+// h5i_bool_type returns a new boolean type as h5py writes and reads one: an
+// enumeration over int8 of FALSE (0) and TRUE (1).
+hid_t h5i_bool_type(void);
 
 // h5i_create_file creates name with the 1.10 file format as both bounds:
 // the low one because SWMR needs it, the high one so that a build against a

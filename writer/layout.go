@@ -2,11 +2,9 @@ package writer
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 	"unsafe"
 
 	"h5ingest/compress"
@@ -110,7 +108,7 @@ func (b *Builder) rootAttrs(defaultEntry string) {
 	b.attr(b.w.file, "default", defaultEntry)
 	b.attr(b.w.file, "creator", o.Creator)
 	b.attr(b.w.file, "file_name", filepath.Base(o.Path))
-	b.attr(b.w.file, "file_time", o.StartTime.Format(timeFormat))
+	b.attr(b.w.file, "file_time", cmp.Or(b.w.created, o.StartTime).Format(timeFormat))
 }
 
 // times creates start_time and end_time in entry; end_time holds the start
@@ -201,6 +199,9 @@ func (b *Builder) cxi() {
 	b.scalarF64(det, "y_pixel_size", o.PixelSize, "m")
 	b.records(det)
 	sample := b.group(entry, "sample_1", "NXsample")
+	if o.SampleName != "" {
+		b.str(sample, "name", o.SampleName)
+	}
 	geom := b.group(sample, "geometry_1", "NXgeometry")
 	b.column(geom, "translation", kindF64, 3, true, "m", func() (unsafe.Pointer, int) {
 		if len(w.translation) == 0 {
@@ -504,105 +505,6 @@ func (b *Builder) strDataset(loc hid, name, value string) hid {
 	d := b.dataset(loc, name, 0, t, nil, nil, dcpl{})
 	b.write(d, name, 0, t, unsafe.Pointer(&buf[0]))
 	return d
-}
-
-// scanMetadata writes what the scan's options say of it besides the
-// data: the experiment, the program and its configuration, the user's
-// metadata.
-func (b *Builder) scanMetadata(entry hid) {
-	o := &b.w.opts
-	if o.ExperimentID != "" {
-		b.str(entry, "experiment_identifier", o.ExperimentID)
-	}
-	if o.Version != "" || o.Configuration != "" {
-		p := b.strDataset(entry, "program_name", "h5ingest")
-		if o.Version != "" {
-			b.attr(p, "version", o.Version)
-		}
-		if o.Configuration != "" {
-			b.attr(p, "configuration", o.Configuration)
-		}
-		b.close(p)
-	}
-	if len(o.UserMetadata) > 0 {
-		b.collection(entry, "user_metadata", o.UserMetadata)
-	}
-}
-
-// CheckMetadataKey reports whether k can name an entry of the user
-// metadata (Options.UserMetadata): an HDF5 link name, neither empty nor
-// "." nor holding "/".
-func CheckMetadataKey(k string) error {
-	if k == "" || k == "." || strings.Contains(k, "/") {
-		return fmt.Errorf("user metadata key %q: a key may be neither empty nor '.', nor hold '/'", k)
-	}
-	return nil
-}
-
-// ParseMetadata turns KEY=VALUE pairs, as a command line gives them, into
-// user metadata (Options.UserMetadata): a VALUE that parses as JSON (a
-// number, true, an object) keeps its type, any other is text. No pairs
-// give nil.
-func ParseMetadata(pairs []string) (map[string]any, error) {
-	if len(pairs) == 0 {
-		return nil, nil
-	}
-	m := map[string]any{}
-	for _, kv := range pairs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("%q: want KEY=VALUE", kv)
-		}
-		if err := CheckMetadataKey(k); err != nil {
-			return nil, fmt.Errorf("%q: %w", kv, err)
-		}
-		var x any
-		if err := json.Unmarshal([]byte(v), &x); err != nil || x == nil {
-			x = v
-		}
-		m[k] = x
-	}
-	return m, nil
-}
-
-// collection writes m as an NXcollection named name in loc, keys in
-// order.
-func (b *Builder) collection(loc hid, name string, m map[string]any) {
-	g := b.group(loc, name, "NXcollection")
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if err := CheckMetadataKey(k); err != nil {
-			b.fail(err)
-			return
-		}
-		switch v := m[k].(type) {
-		case string:
-			b.str(g, k, v)
-		case float64:
-			b.scalarF64(g, k, v, "")
-		case int:
-			b.scalarF64(g, k, float64(v), "")
-		case bool:
-			var u uint8
-			if v {
-				u = 1
-			}
-			b.close(b.scalar(g, k, kindU8, unsafe.Pointer(&u)))
-		case map[string]any:
-			b.collection(g, k, v)
-		default:
-			text, err := json.Marshal(v)
-			if err != nil {
-				b.fail(fmt.Errorf("user metadata key %q: %w", k, err))
-				return
-			}
-			b.str(g, k, string(text))
-		}
-	}
 }
 
 // scalar creates a scalar dataset of kind k holding *v and returns it.

@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"h5ingest/frame"
@@ -48,10 +49,15 @@ type MasterModule struct {
 // MasterOptions describe a master file. The embedded Options give the
 // path, layout, frame count, the size of the whole array (Height, Width),
 // the element size and the metadata, as for a module's file; Filters and
-// FlushInterval do not apply. Frames must be above 0.
+// FlushInterval do not apply. Frames must be above 0. StartTime is the
+// scan's start (the earliest module's, where the master is written after
+// them); the root's file_time is the master's own creation.
 type MasterOptions struct {
 	Options
 	Modules []MasterModule
+	// EndTime is the scan's end (the latest module's); zero means the
+	// master's creation, as for a master written before its modules end.
+	EndTime time.Time
 }
 
 // ErrMaster is returned by the Reader methods that read a module file's
@@ -66,7 +72,8 @@ func CreateMaster(o MasterOptions) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
-	w := &Writer{opts: o.Options, temp: TempName(o.Path), frames: o.Frames, master: o.Modules}
+	w := &Writer{opts: o.Options, temp: TempName(o.Path), frames: o.Frames, master: o.Modules,
+		created: time.Now(), end: o.EndTime}
 	lock, err := lockOutput(o.Path)
 	if err != nil {
 		return fmt.Errorf("create master %s: %w", o.Path, err)

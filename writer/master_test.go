@@ -2,12 +2,14 @@ package writer
 
 import (
 	"errors"
-	"h5ingest/frame"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"h5ingest/frame"
 )
 
 // masterOptions returns a master of three testH x testW modules in a
@@ -157,5 +159,49 @@ func TestMasterOptionErrors(t *testing.T) {
 	o.Overwrite = true
 	if err := CreateMaster(o); err != nil {
 		t.Errorf("CreateMaster with Overwrite: %v", err)
+	}
+}
+
+// TestMasterTimes writes a master after its modules, with the scan's
+// start and end, and one without an end: h5py reads the scan's times in
+// the entry, and the master's own writing in the root's file_time.
+func TestMasterTimes(t *testing.T) {
+	python := pythonWith(t, "h5py")
+	start := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	end := start.Add(90 * time.Second)
+	for _, tc := range []struct {
+		layout, entry string
+		end           time.Time
+	}{{LayoutNXtomo, "entry", end}, {LayoutCXI, "entry_1", end}, {LayoutNXtomo, "entry", time.Time{}}} {
+		mo := masterOptions(t.TempDir(), tc.layout)
+		mo.StartTime, mo.EndTime = start, tc.end
+		before := time.Now()
+		if err := CreateMaster(mo); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(python, "-c", `
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    e = f[sys.argv[2]]
+    print(e["start_time"][()].decode(), e["end_time"][()].decode(), f.attrs["file_time"])
+`, mo.Path, tc.entry).CombinedOutput()
+		if err != nil {
+			t.Fatalf("h5py: %v\n%s", err, out)
+		}
+		got := strings.Fields(string(out))
+		if len(got) != 3 {
+			t.Fatalf("h5py read %q", out)
+		}
+		fileTime, err1 := time.Parse(time.RFC3339Nano, got[2])
+		endTime, err2 := time.Parse(time.RFC3339Nano, got[1])
+		wantEnd := tc.end.Equal(endTime)
+		if tc.end.IsZero() { // the master's writing
+			wantEnd = !endTime.Before(fileTime)
+		}
+		if got[0] != "2026-03-01T12:00:00.123456Z" || !wantEnd || err1 != nil || err2 != nil ||
+			fileTime.Before(before.Truncate(time.Microsecond)) {
+			t.Errorf("%s, end %v: start_time, end_time, file_time = %q; want the scan's start and end, written after %v",
+				tc.layout, tc.end, got, before)
+		}
 	}
 }

@@ -17,6 +17,7 @@
 package writer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -173,6 +174,10 @@ type Writer struct {
 	extendible           bool           // per-frame datasets grow
 	frames               int            // current extent of the stack
 	master               []MasterModule // modules of a master file; nil for a module's own file
+	// created and end are a master file's creation time and the scan's
+	// end time (MasterOptions.EndTime); zero for a module's own file,
+	// which was created at its start and ends when closed.
+	created, end time.Time
 
 	off       chunkOffset
 	lastFlush time.Time
@@ -421,7 +426,7 @@ func (w *Writer) Close() error {
 		w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 	}
 	if w.err == nil {
-		end := fixedString(time.Now().Format(timeFormat), timeSize)
+		end := fixedString(cmp.Or(w.end, time.Now()).Format(timeFormat), timeSize)
 		if err := writeAll(w.endTime, "end_time", 0, w.timeType, unsafe.Pointer(&end[0])); err != nil {
 			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 		}
