@@ -121,6 +121,11 @@ type Config struct {
 	// this beyond the highest received is rejected as out of range (see
 	// NewTracker); 0 means DefaultMaxFrameGap.
 	MaxFrameGap int
+	// MissingGap is how far beyond a frame not received yet a received
+	// frame must lie for Progress to count the frame missing while the
+	// scan runs, rather than pending (see Counts); 0 means
+	// DefaultMissingGap. A scan from a ring of slots uses the ring's depth.
+	MissingGap int
 	// Log gets the pipeline's messages; per-frame problems are aggregated
 	// into one line a second with counts (package logagg).
 	Log *zap.Logger
@@ -201,7 +206,9 @@ func New(cfg Config) (*Pipeline, error) {
 		log = zap.NewNop()
 	}
 	log = logagg.Wrap(log, 0)
-	return &Pipeline{cfg: cfg, log: log, tracker: NewTracker(cfg.Frames, cfg.MaxFrameGap)}, nil
+	tracker := NewTracker(cfg.Frames, cfg.MaxFrameGap)
+	tracker.SetMissingGap(cfg.MissingGap)
+	return &Pipeline{cfg: cfg, log: log, tracker: tracker}, nil
 }
 
 // Progress returns a snapshot of the pipeline's progress. It is safe to call
@@ -248,6 +255,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	p.start = time.Now()
 	p.mu.Unlock()
 	defer p.log.Sync() // the last second's per-frame events
+	defer p.end()
 	cfg := p.cfg
 	codecs, procs, err := p.workers()
 	if err != nil {
@@ -754,8 +762,25 @@ func (p *Pipeline) store(sink Sink, s *slot) error {
 	return nil
 }
 
+// end records that the scan has ended: no frame is pending any more.
+func (p *Pipeline) end() {
+	p.mu.Lock()
+	p.tracker.End()
+	p.mu.Unlock()
+}
+
+// Discard counts n frames that arrived in the source but that the
+// pipeline never took, because the scan was cancelled first
+// (Counts.Discarded). Call it once Run has returned.
+func (p *Pipeline) Discard(n int) {
+	p.mu.Lock()
+	p.tracker.Discard(n)
+	p.mu.Unlock()
+}
+
 // finishRecords records every frame that never arrived as missing.
 func (p *Pipeline) finishRecords(sink Sink) error {
+	p.end()
 	p.mu.Lock()
 	n := p.tracker.Frames()
 	var missing []int

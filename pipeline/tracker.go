@@ -30,6 +30,12 @@ func (v Verdict) String() string {
 }
 
 // Counts sums up what happened to a scan's frames.
+//
+// While a scan runs, a planned frame not received yet is pending until a
+// frame at least the missing gap beyond it has been received (see
+// NewTracker and Tracker.SetMissingGap); then it is missing. Once the
+// scan has ended (Tracker.End) no frame is pending: every frame not
+// received is missing. A frame being decoded and written is neither.
 type Counts struct {
 	Planned     int // frames the scan plan expects (0: unknown)
 	Received    int // frames with a good header, whatever came of them
@@ -38,9 +44,15 @@ type Counts struct {
 	Rejected    int // not decodable, status 3
 	Duplicate   int // later copies of a frame number, dropped
 	OutOfRange  int // frame numbers beyond the plan, or far beyond the highest of a scan without one: rejected, not written
-	Missing     int // never seen by the end, status 1
+	Pending     int // not received yet and not yet due, while the scan runs
+	Missing     int // passed by the missing gap while the scan runs; never seen by the end; status 1
 	NotFrame    int // bytes that were not a frame header
 	Overflow    int // dropped because the pipeline was full (never held back), status 1
+	// Discarded counts frames that arrived (in a source's ring) but that
+	// the scan never took, because it was cancelled before it could write
+	// them: they are not in Received, they are recorded (and counted)
+	// missing, and a warning says so.
+	Discarded int
 }
 
 // Problems returns the number of frames that make a scan incomplete: the
@@ -53,11 +65,19 @@ func (c Counts) Problems() int { return c.Missing + c.CRCMismatch + c.Rejected +
 // records the status of every frame of the scan. It is not safe for
 // concurrent use.
 type Tracker struct {
-	planned int     // 0: unknown length, the scan grows as frames arrive
-	maxGap  int     // without a plan: how far beyond the highest frame number a new one may lie
-	status  []uint8 // per frame; statusUnseen until something arrives
-	counts  Counts
+	planned    int     // 0: unknown length, the scan grows as frames arrive
+	maxGap     int     // without a plan: how far beyond the highest frame number a new one may lie
+	missingGap int     // while running: how far a later frame must have passed one not seen for it to be missing
+	status     []uint8 // per frame; statusUnseen until something arrives
+	highest    int     // the highest frame number accepted; -1 before any
+	ended      bool    // End was called: nothing is pending any more
+	counts     Counts
 }
+
+// DefaultMissingGap is the missing gap of a tracker whose user sets none
+// (SetMissingGap): a frame not received is missing, while the scan runs,
+// once a frame this far beyond it has been received.
+const DefaultMissingGap = 64
 
 // DefaultMaxFrameGap is how far beyond the highest frame number seen a
 // frame of a scan without a plan may lie, where nothing else says: ten
@@ -66,8 +86,12 @@ type Tracker struct {
 // records held for it) by that much.
 const DefaultMaxFrameGap = 10_000
 
-// statusUnseen marks a frame number no frame has claimed yet.
-const statusUnseen = 0xFF
+// statusUnseen marks a frame number no frame has claimed yet, and
+// statusClaimed one whose frame is being decoded and written.
+const (
+	statusUnseen  = 0xFF
+	statusClaimed = 0xFE
+)
 
 // NewTracker returns a tracker for a scan of planned frames; 0 means the
 // length is not known in advance. In such a scan a frame number more than
@@ -77,7 +101,7 @@ func NewTracker(planned, maxGap int) *Tracker {
 	if maxGap <= 0 {
 		maxGap = DefaultMaxFrameGap
 	}
-	t := &Tracker{planned: planned, maxGap: maxGap, status: make([]uint8, planned)}
+	t := &Tracker{planned: planned, maxGap: maxGap, missingGap: DefaultMissingGap, status: make([]uint8, planned), highest: -1}
 	for i := range t.status {
 		t.status[i] = statusUnseen
 	}
@@ -105,9 +129,28 @@ func (t *Tracker) Admit(h *frame.Header) Verdict {
 		t.counts.Duplicate++
 		return Duplicate
 	}
-	t.status[n] = frame.StatusMissing // claimed; set by Done or Reject
+	t.status[n] = statusClaimed // set by Done, Reject or Overflow
+	t.highest = max(t.highest, int(n))
 	return Accept
 }
+
+// SetMissingGap sets how far beyond a frame not received a received frame
+// must lie for the frame to count as missing while the scan runs; gap <= 0
+// means DefaultMissingGap.
+func (t *Tracker) SetMissingGap(gap int) {
+	if gap <= 0 {
+		gap = DefaultMissingGap
+	}
+	t.missingGap = gap
+}
+
+// End records that the scan has ended: from now on every frame not
+// received counts as missing, none as pending.
+func (t *Tracker) End() { t.ended = true }
+
+// Discard counts n frames that arrived but that the scan never took (see
+// Counts.Discarded).
+func (t *Tracker) Discard(n int) { t.counts.Discarded += n }
 
 // maxUnplanned bounds the frame numbers a scan of unknown length accepts,
 // so that one corrupt number cannot claim memory for billions of records.
@@ -147,19 +190,30 @@ func (t *Tracker) Frames() int { return len(t.status) }
 // Status returns the status of frame n so far: frame.StatusMissing for a
 // frame not seen or not finished yet.
 func (t *Tracker) Status(n int) uint8 {
-	if n >= len(t.status) || t.status[n] == statusUnseen {
+	if n >= len(t.status) || t.status[n] == statusUnseen || t.status[n] == statusClaimed {
 		return frame.StatusMissing
 	}
 	return t.status[n]
 }
 
-// Counts returns the counts so far. Frames not seen yet count as missing.
+// Counts returns the counts so far. Before End, a frame not received is
+// pending unless a received frame lies the missing gap or more beyond it;
+// after End it is missing, as is a frame admitted but never finished.
 func (t *Tracker) Counts() Counts {
 	c := t.counts
-	c.Missing = 0
-	for _, s := range t.status {
-		if s == statusUnseen || s == frame.StatusMissing {
+	c.Missing, c.Pending = 0, 0
+	due := t.highest - t.missingGap // frames up to here are missing once unseen
+	for n, s := range t.status {
+		switch {
+		case s == frame.StatusMissing:
 			c.Missing++
+		case s == statusClaimed && t.ended:
+			c.Missing++
+		case s != statusUnseen:
+		case t.ended || n <= due:
+			c.Missing++
+		default:
+			c.Pending++
 		}
 	}
 	return c

@@ -123,23 +123,85 @@ func TestTrackerRules(t *testing.T) {
 					t.Errorf("status of frame %d = %d, want %d", i, got, want)
 				}
 			}
+			tr.End()
 			if got := tr.Counts(); got != tt.counts {
-				t.Errorf("counts\n got %+v\nwant %+v", got, tt.counts)
+				t.Errorf("counts at the end\n got %+v\nwant %+v", got, tt.counts)
 			}
 		})
 	}
 }
 
-func TestTrackerInFlightCountsAsMissing(t *testing.T) {
-	tr := NewTracker(2, 0)
-	h := frame.Header{FrameNumber: 0}
-	tr.Admit(&h)
-	if c := tr.Counts(); c.Missing != 2 {
-		t.Errorf("missing = %d before any frame finished, want 2", c.Missing)
+// TestTrackerPendingUntilPassed: while a scan runs, a frame not received
+// is pending until a received frame lies the missing gap beyond it, a
+// frame being written is neither pending nor missing, and once the scan
+// ends every frame not received (or not finished) is missing.
+func TestTrackerPendingUntilPassed(t *testing.T) {
+	tests := []struct {
+		name              string
+		planned, gap      int
+		arrive            []uint64 // admitted, in order
+		done              int      // of those, the first done ok
+		running, atEnd    Counts
+		discardedAtTheEnd int
+	}{
+		{
+			name: "armed, nothing received", planned: 40, gap: 4,
+			running: Counts{Planned: 40, Pending: 40},
+			atEnd:   Counts{Planned: 40, Missing: 40},
+		},
+		{
+			name: "3 of 40 received in order", planned: 40, gap: 4, arrive: []uint64{0, 1, 2}, done: 3,
+			running: Counts{Planned: 40, Received: 3, OK: 3, Pending: 37},
+			atEnd:   Counts{Planned: 40, Received: 3, OK: 3, Missing: 37},
+		},
+		{
+			name: "a hole passed by less than the gap", planned: 40, gap: 4, arrive: []uint64{0, 2, 3, 4}, done: 4,
+			running: Counts{Planned: 40, Received: 4, OK: 4, Pending: 36},
+			atEnd:   Counts{Planned: 40, Received: 4, OK: 4, Missing: 36},
+		},
+		{
+			name: "a hole passed by the gap", planned: 40, gap: 4, arrive: []uint64{0, 2, 3, 4, 5}, done: 5,
+			running: Counts{Planned: 40, Received: 5, OK: 5, Missing: 1, Pending: 34},
+			atEnd:   Counts{Planned: 40, Received: 5, OK: 5, Missing: 35},
+		},
+		{
+			name: "frames being written are neither", planned: 10, gap: 4, arrive: []uint64{0, 1, 2}, done: 1,
+			running: Counts{Planned: 10, Received: 3, OK: 1, Pending: 7},
+			atEnd:   Counts{Planned: 10, Received: 3, OK: 1, Missing: 9},
+		},
+		{
+			name: "no plan: the hole behind the highest", planned: 0, gap: 2, arrive: []uint64{0, 5}, done: 2,
+			running: Counts{Received: 2, OK: 2, Missing: 3, Pending: 1},
+			atEnd:   Counts{Received: 2, OK: 2, Missing: 4},
+		},
+		{
+			name: "discarded at the end", planned: 10, gap: 4, arrive: []uint64{0, 1}, done: 2, discardedAtTheEnd: 5,
+			running: Counts{Planned: 10, Received: 2, OK: 2, Pending: 8},
+			atEnd:   Counts{Planned: 10, Received: 2, OK: 2, Missing: 8, Discarded: 5},
+		},
 	}
-	tr.Done(0, frame.StatusOK)
-	if c := tr.Counts(); c.Missing != 1 || c.Problems() != 1 {
-		t.Errorf("counts %+v, want 1 missing", c)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTracker(tt.planned, 0)
+			tr.SetMissingGap(tt.gap)
+			for i, n := range tt.arrive {
+				h := frame.Header{FrameNumber: n}
+				if v := tr.Admit(&h); v != Accept {
+					t.Fatalf("frame %d: %v", n, v)
+				}
+				if i < tt.done {
+					tr.Done(n, frame.StatusOK)
+				}
+			}
+			if got := tr.Counts(); got != tt.running {
+				t.Errorf("counts while running\n got %+v\nwant %+v", got, tt.running)
+			}
+			tr.End()
+			tr.Discard(tt.discardedAtTheEnd)
+			if got := tr.Counts(); got != tt.atEnd {
+				t.Errorf("counts at the end\n got %+v\nwant %+v", got, tt.atEnd)
+			}
+		})
 	}
 }
 

@@ -151,7 +151,9 @@ type Status struct {
 	Received    int `json:"received"`
 	Written     int `json:"written"`
 	OK          int `json:"ok"`
-	Missing     int `json:"missing"` // while running: not written yet
+	Pending     int `json:"pending"`   // while running: not received yet, not yet due
+	Missing     int `json:"missing"`   // while running: passed by the missing gap; at the end: not received
+	Discarded   int `json:"discarded"` // arrived, but the scan was cancelled before it could write them
 	CRCMismatch int `json:"crc_mismatch"`
 	Rejected    int `json:"rejected"`
 	Duplicate   int `json:"duplicate"`
@@ -229,7 +231,7 @@ func (m *Monitor) Status() Status {
 	}
 	s := Status{
 		Scan: m.scan, State: state, Elapsed: elapsed, Frames: frames,
-		Received: p.Received, Written: p.Written, OK: p.OK, Missing: p.Missing,
+		Received: p.Received, Written: p.Written, OK: p.OK, Pending: p.Pending, Missing: p.Missing, Discarded: p.Discarded,
 		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected, Duplicate: p.Duplicate,
 		OutOfRange: p.OutOfRange, NotFrame: p.NotFrame, Overflow: p.Overflow,
 		Ratio: finite(p.Ratio()), StoredBytes: p.StoredBytes, HeldBack: heldBack.Seconds(),

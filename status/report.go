@@ -186,7 +186,7 @@ code { font-size: 12px; overflow-wrap: anywhere; }
 <tr><th>missing</th><td class="n{{if .Missing}} bad{{end}}">{{.Missing}}</td><th>duplicates dropped</th><td class="n{{if .Duplicate}} bad{{end}}">{{.Duplicate}}</td></tr>
 <tr><th>crc mismatch</th><td class="n{{if .CRCMismatch}} bad{{end}}">{{.CRCMismatch}}</td><th>out of range rejected</th><td class="n{{if .OutOfRange}} bad{{end}}">{{.OutOfRange}}</td></tr>
 <tr><th>rejected</th><td class="n{{if .Rejected}} bad{{end}}">{{.Rejected}}</td><th>not a frame</th><td class="n{{if .NotFrame}} bad{{end}}">{{.NotFrame}}</td></tr>
-<tr><th>dropped, pipeline full</th><td class="n{{if .Overflow}} bad{{end}}">{{.Overflow}}</td><th></th><td></td></tr>
+<tr><th>dropped, pipeline full</th><td class="n{{if .Overflow}} bad{{end}}">{{.Overflow}}</td><th>discarded, cancelled first</th><td class="n{{if .Discarded}} bad{{end}}">{{.Discarded}}</td></tr>
 <tr><th>time</th><td class="n">{{f2 .Elapsed}} s</td><th>sender held back</th><td class="n">{{f3 .HeldBack}} s</td></tr>
 <tr><th>mean rate</th><td class="n">{{f1 .MeanFrameRate}} frames/s</td><th>peak rate</th><td class="n">{{f1 .PeakRate}} frames/s</td></tr>
 <tr><th>compression ratio</th><td class="n">{{f2 .Ratio}}</td><th>stored</th><td class="n">{{.Stored}}</td></tr>
