@@ -272,22 +272,8 @@ func (s *Service) registerEvents() {
 	sse.Register(s.api, huma.Operation{
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events",
 		Summary:     "Server-sent events of every scan",
-		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed. A client that falls behind is disconnected and reconnects.",
-	}, eventTypes, func(ctx context.Context, in *struct{}, send sse.Sender) {
-		sub := s.events.subscribe()
-		defer s.events.unsubscribe(sub)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-sub:
-				if !ok {
-					return // fell behind
-				}
-				if send.Data(ev) != nil {
-					return
-				}
-			}
-		}
+		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed, each with an id. A client that falls behind is disconnected and reconnects; with Last-Event-ID it gets the events it missed, of the last 256.",
+	}, eventTypes, func(ctx context.Context, in *eventsInput, send sse.Sender) {
+		s.events.follow(ctx, in, send)
 	})
 }

@@ -1,0 +1,165 @@
+package service
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sseMessage is one server-sent event as a client reads it.
+type sseMessage struct {
+	id, retry   int
+	event, data string
+}
+
+// readEvents reads the events of body until stop returns true for one or
+// the body ends.
+func readEvents(t *testing.T, body io.Reader, stop func(sseMessage) bool) []sseMessage {
+	t.Helper()
+	var out []sseMessage
+	var m sseMessage
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if m.data == "" {
+				continue
+			}
+			out = append(out, m)
+			if stop(m) {
+				return out
+			}
+			m = sseMessage{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ": ")
+		switch field {
+		case "id":
+			m.id, _ = strconv.Atoi(value)
+		case "retry":
+			m.retry, _ = strconv.Atoi(value)
+		case "event":
+			m.event = value
+		case "data":
+			m.data = value
+		}
+	}
+	return out
+}
+
+// openEvents opens /v1/events, with Last-Event-ID last when it is not "".
+func openEvents(t *testing.T, ctx context.Context, base, last string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events", nil)
+	if last != "" {
+		req.Header.Set("Last-Event-ID", last)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// TestEventsResume: every event has an id, the first of a connection the
+// reconnection delay; a client that disconnects in the middle of a scan
+// and reconnects with the last id it saw gets every event it missed, in
+// order, then the new ones: ids without a gap from armed to done.
+func TestEventsResume(t *testing.T) {
+	r := &fakeRunner{planned: 60, tick: 10 * time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// A first event, so that the response's head comes at once.
+	if code, _ := c.do("POST", "/v1/scans", arm("warm")); code != http.StatusCreated {
+		t.Fatalf("arm: %d", code)
+	}
+	c.do("GET", "/v1/scans/warm/wait?timeout=10", nil)
+
+	first := openEvents(t, ctx, c.base, "1")
+	if code, _ := c.do("POST", "/v1/scans", arm("re")); code != http.StatusCreated {
+		t.Fatalf("arm: %d", code)
+	}
+	// Read until the scan has reported progress twice, then go away.
+	progress := 0
+	got := readEvents(t, first.Body, func(m sseMessage) bool {
+		if m.event == "progress" && strings.Contains(m.data, `"re"`) {
+			progress++
+		}
+		return progress == 2
+	})
+	first.Body.Close()
+	if len(got) == 0 || got[0].retry != retryMillis {
+		t.Fatalf("the first event of a connection: %+v, want retry %d", got, retryMillis)
+	}
+	// Events go on while the client is away.
+	time.Sleep(300 * time.Millisecond)
+	last := got[len(got)-1].id
+	second := openEvents(t, ctx, c.base, strconv.Itoa(last))
+	defer second.Body.Close()
+	more := readEvents(t, second.Body, func(m sseMessage) bool {
+		return m.event == "done" && strings.Contains(m.data, `"re"`)
+	})
+	if len(more) == 0 || more[0].retry != retryMillis || more[0].id != last+1 {
+		t.Fatalf("after reconnecting with %d: %+v", last, more)
+	}
+	all := append(got, more...)
+	for i, m := range all {
+		if m.id != all[0].id+i {
+			t.Fatalf("event %d has id %d after %d: a gap or a repeat", i, m.id, all[max(i-1, 0)].id)
+		}
+	}
+	if all[len(all)-1].event != "done" {
+		t.Errorf("the events end with %q", all[len(all)-1].event)
+	}
+	// The first connection replayed warm's events after id 1 (its armed):
+	// first_frame onwards.
+	if got[0].id != 2 {
+		t.Errorf("Last-Event-ID 1 replayed from id %d, want 2", got[0].id)
+	}
+}
+
+// TestBrokerReplay holds the broker to its buffer: a client gets only the
+// events after its last id, at most replayBuffer of them; a new client
+// none; a client of an earlier run of the service all it holds.
+func TestBrokerReplay(t *testing.T) {
+	b := newBroker()
+	for i := range replayBuffer + 10 {
+		b.publish(FileEvent{ScanID: strconv.Itoa(i)})
+	}
+	for _, tc := range []struct {
+		last      uint64
+		n         int
+		firstID   uint64
+		firstData string
+	}{
+		{0, 0, 0, ""},
+		{replayBuffer + 9, 1, replayBuffer + 10, strconv.Itoa(replayBuffer + 9)},
+		{replayBuffer + 10, 0, 0, ""},
+		{100, replayBuffer - 90, 101, "100"},
+		{3, replayBuffer, 11, "10"},       // older than the buffer: what it holds
+		{1 << 40, replayBuffer, 11, "10"}, // from an earlier run
+	} {
+		ch, missed := b.subscribe(tc.last)
+		b.unsubscribe(ch)
+		if len(missed) != tc.n {
+			t.Errorf("after %d: %d events, want %d", tc.last, len(missed), tc.n)
+			continue
+		}
+		if tc.n > 0 && (missed[0].id != tc.firstID || missed[0].data.(FileEvent).ScanID != tc.firstData) {
+			t.Errorf("after %d: first %d %v, want %d %s", tc.last, missed[0].id, missed[0].data, tc.firstID, tc.firstData)
+		}
+		for i := 1; i < len(missed); i++ {
+			if missed[i].id != missed[i-1].id+1 {
+				t.Errorf("after %d: id %d after %d", tc.last, missed[i].id, missed[i-1].id)
+			}
+		}
+	}
+}
