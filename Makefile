@@ -119,3 +119,25 @@ BENCH_ROUNDS ?= 5
 .PHONY: bench
 bench: build
 	$(BIN) bench --frames $(BENCH_FRAMES) --rounds $(BENCH_ROUNDS)
+
+# make install: the command, the serve service's systemd unit and user, a
+# settings file (only where there is none) and the documentation, under
+# DESTDIR (for a package) and PREFIX. docs/deploying.md lists what goes
+# where; go test ./deploy checks it and the unit.
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+BINDIR     := $(PREFIX)/bin
+UNITDIR    := $(PREFIX)/lib/systemd/system
+DOCDIR     := $(PREFIX)/share/doc/h5ingest
+
+.PHONY: install
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/h5ingest
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/sysusers.d $(DESTDIR)$(SYSCONFDIR)/default
+	sed -e 's|/usr/local/bin/h5ingest|$(BINDIR)/h5ingest|' -e 's|/usr/local/share/doc/h5ingest|$(DOCDIR)|' \
+		deploy/h5ingest-serve.service > $(DESTDIR)$(UNITDIR)/h5ingest-serve.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/h5ingest-serve.service
+	install -m 0644 deploy/h5ingest.sysusers $(DESTDIR)$(SYSCONFDIR)/sysusers.d/h5ingest.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/default/h5ingest-serve || \
+		install -m 0644 deploy/h5ingest-serve.env $(DESTDIR)$(SYSCONFDIR)/default/h5ingest-serve
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
