@@ -104,6 +104,7 @@ type Listener struct {
 	modules    map[uint16]bool // modules connected so far
 	streams    int             // streams open on fab
 	fabClosing bool            // Close ran: the last stream closes fab
+	stopped    string          // Stop's reason: every hello from now on is refused with it
 	done       []handshake     // finished handshakes Accept has not returned
 	closed     bool
 
@@ -111,6 +112,7 @@ type Listener struct {
 	quit       chan struct{} // closed by Close: stop listening and handshaking
 	listening  sync.WaitGroup
 	handshakes sync.WaitGroup
+	admitting  sync.WaitGroup // handshakes whose module was taken, until Accept may return them
 }
 
 // handshake is the outcome of one peer's handshake.
@@ -184,11 +186,14 @@ func (l *Listener) listen() {
 		l.handshakes.Add(1)
 		go func() {
 			defer l.handshakes.Done()
-			s, err := l.accept(ev.Info)
+			s, admitted, err := l.accept(ev.Info)
 			if err != nil {
 				err = fmt.Errorf("%w: %w", ErrRefused, err)
 			}
 			l.finished(handshake{s: s, err: err})
+			if admitted {
+				l.admitting.Done()
+			}
 		}()
 	}
 }
@@ -261,8 +266,43 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 // slots needs: one per slot's frame message, and a few for the end.
 func ctrlBuffers(slots int) int { return slots + 4 }
 
-// accept runs the control exchange with the sender of req.
-func (l *Listener) accept(req *fi.Info) (*Stream, error) {
+// StoppedError is wrapped by Accept's error for a sender that connected
+// after Stop: it was refused at its hello with Stop's reason.
+type StoppedError struct {
+	Module uint16 // the module the sender's hello named
+	Reason string // Stop's reason, which the sender was told
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("module %d connected after the stop and was refused (%s)", e.Module, e.Reason)
+}
+
+// Stop refuses, from now on, every sender at its hello with reason, which
+// the sender's Dial returns in its *RefusedError (a scan that has stopped
+// takes no module that connects late). It waits for the handshakes that
+// got past their hello before: once it returns, Accept returns them (even
+// with a done context) before anything else. It may be called from any
+// goroutine, more than once; the first reason counts.
+func (l *Listener) Stop(reason string) {
+	l.mu.Lock()
+	if l.stopped == "" {
+		l.stopped = reason
+	}
+	l.mu.Unlock()
+	l.admitting.Wait()
+}
+
+// accept runs the control exchange with the sender of req; admitted says
+// its module was taken (l.admitting counts it until its outcome is queued
+// for Accept).
+func (l *Listener) accept(req *fi.Info) (_ *Stream, admitted bool, _ error) {
+	s, err := l.handshake(req, &admitted)
+	return s, admitted, err
+}
+
+// handshake runs the control exchange with the sender of req, setting
+// *admitted once its module is taken.
+func (l *Listener) handshake(req *fi.Info, admitted *bool) (*Stream, error) {
 	if l.cfg.fake != nil {
 		l.cfg.fake(req)
 	}
@@ -319,9 +359,18 @@ func (l *Listener) accept(req *fi.Info) (*Stream, error) {
 		}
 	}
 	l.mu.Lock()
+	stopped := l.stopped
 	dup := l.modules[h.Module]
-	l.modules[h.Module] = true
+	if stopped == "" {
+		l.modules[h.Module] = true
+		l.admitting.Add(1)
+		*admitted = true
+	}
 	l.mu.Unlock()
+	if stopped != "" {
+		s.refuse(RefuseScan, stopped)
+		return nil, &StoppedError{Module: h.Module, Reason: stopped}
+	}
 	if dup {
 		err := fmt.Errorf("%w: module %d is already connected", ErrProtocol, h.Module)
 		s.refuse(RefuseModule, err.Error())

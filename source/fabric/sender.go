@@ -23,6 +23,10 @@ type SenderConfig struct {
 	Buffers int
 	// Timeout bounds connecting, the control exchange and the end of scan.
 	Timeout time.Duration
+	// Waiting, where set, is called once by DialWait when its first try
+	// finds no receiver listening yet, before it tries again: a command
+	// says that it waits.
+	Waiting func()
 
 	rawHello []byte                 // tests: sent instead of Hello's encoding
 	fake     func(*fi.Info)         // tests: changes what the provider says of itself
@@ -85,13 +89,17 @@ type Sender struct {
 // tries again every 100 ms while the receiver is not listening yet (a
 // temporary error, or the connection reset before the receiver answered
 // the hello, when no frame has been sent), up to cfg.Timeout or until ctx
-// ends. A refusal in the protocol is final.
+// ends; then its error satisfies NotListening. A refusal in the protocol
+// is final.
 func DialWait(ctx context.Context, cfg SenderConfig) (*Sender, error) {
 	deadline := time.Now().Add(cfg.Timeout)
-	for {
+	for tries := 0; ; tries++ {
 		s, err := Dial(ctx, cfg)
 		if err == nil || !retryable(err) || time.Now().After(deadline) {
 			return s, err
+		}
+		if tries == 0 && cfg.Waiting != nil {
+			cfg.Waiting()
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
@@ -100,6 +108,10 @@ func DialWait(ctx context.Context, cfg SenderConfig) (*Sender, error) {
 		}
 	}
 }
+
+// NotListening reports whether Dial's err says that no receiver was
+// listening at the address (nothing there, or not yet).
+func NotListening(err error) bool { return retryable(err) }
 
 // retryable reports whether a connect that failed with err may be tried
 // again.
