@@ -167,6 +167,18 @@ func checkBackend(p config.Profile) error {
 	return nil
 }
 
+// checkLockedMemory reports whether the rings of every module's
+// connection can be locked, where the provider pins them (verbs): one
+// ring of the profile's slots per output file.
+func (c Checks) checkLockedMemory() error {
+	format, err := c.Profile.Detector.Format()
+	if err != nil {
+		return nil // the profile's own check says why
+	}
+	modules := int64(max(1, len(c.Files)))
+	return fabric.CheckLockedMemory(c.Provider, modules*fabric.RingBytes(c.Profile.Source.RingSlots, format))
+}
+
 // Checks is what a scan is checked for before it starts.
 type Checks struct {
 	Files      []string // output files: none may exist unless the profile says overwrite
@@ -265,6 +277,7 @@ func (c Checks) Failures(errs io.Writer) []error {
 	}
 	if c.Addr != "" {
 		note(checkPortFree(c.Provider, c.Addr))
+		note(c.checkLockedMemory())
 	}
 	note(checkBackend(c.Profile))
 	return failed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,9 @@ type conn struct {
 	txDone  func(fi.Completion)
 	smallMu sync.Mutex
 	small   []int // control buffers free to send a small message from
+	// sentFromBuffers counts the small messages sent with fi_send, not
+	// injected.
+	sentFromBuffers atomic.Uint64
 
 	// sendErr, where set (tests), fails the small messages it returns an
 	// error for, as a provider would.
@@ -224,6 +228,7 @@ func (c *conn) postSmall(msg []byte) error {
 		c.freeSmall(i)
 		return err
 	}
+	c.sentFromBuffers.Add(1)
 	return nil
 }
 

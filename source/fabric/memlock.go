@@ -34,8 +34,15 @@ func RingBytes(slots int, f frame.Format) int64 {
 // is, what the rings need, and how to raise it. Without this check the
 // first sender's handshake fails with "Cannot allocate memory".
 func CheckLockedMemory(provider string, need int64) error {
-	return checkLockedMemory(provider, need, memlockLimit, hasIPCLock)
+	return checkLockedMemory(provider, need, readMemlock, haveIPCLock)
 }
+
+// readMemlock and haveIPCLock read the process's limit and capability;
+// tests replace them.
+var (
+	readMemlock = memlockLimit
+	haveIPCLock = hasIPCLock
+)
 
 func checkLockedMemory(provider string, need int64, limit func() (uint64, error), ipcLock func() bool) error {
 	if !Pins(provider) || need <= 0 || ipcLock() {

@@ -160,9 +160,9 @@ func Dial(ctx context.Context, cfg SenderConfig) (_ *Sender, err error) {
 		return nil, err
 	}
 	ctrl := min(info.RxSize(), 256)
-	if n := cfg.Hello.FrameSize(); uint64(n) > info.MaxMessage() {
+	if n, most := cfg.Hello.FrameSize(), info.MaxMessage(); uint64(n) > most {
 		info.Close()
-		return nil, fmt.Errorf("frames of %d bytes: provider %s sends messages of at most %d bytes (its max_msg_size)", n, cfg.Provider, info.MaxMessage())
+		return nil, fmt.Errorf("frames of %d bytes: provider %s sends messages of at most %d bytes (its max_msg_size)", n, cfg.Provider, most)
 	}
 	if s.c, err = openConn(s.fab, info, ctrl); err != nil {
 		info.Close()
@@ -407,12 +407,18 @@ func (s *Sender) post(b []byte, buf int, fn uint64) error {
 	slot := s.freeSlots[len(s.freeSlots)-1]
 	s.freeSlots = s.freeSlots[:len(s.freeSlots)-1]
 	s.slotUsed[slot] = true
-	addr := s.accept.Addr + uint64(slot)*uint64(s.accept.SlotSize)
+	addr := slotAddr(s.accept, slot)
 	if err := s.retry(func() error { return s.c.ep.Write(b, s.bufMR, addr, s.accept.Key, ctxSlot|uint64(buf)) }); err != nil {
 		return err
 	}
 	return s.notifyFrame(frameMsg{Slot: slot, Len: uint32(len(b)), FrameNumber: fn})
 }
+
+// slotAddr returns the remote address of a slot of the ring a described:
+// its address (the ring's virtual address where the receiver's provider
+// uses FI_MR_VIRT_ADDR, as verbs does; 0 where it takes offsets, as tcp
+// does) plus the slot's offset.
+func slotAddr(a Accept, slot uint32) uint64 { return a.Addr + uint64(slot)*uint64(a.SlotSize) }
 
 // notifyFrame tells the receiver a frame is in a slot. The provider keeps
 // sends after writes (FI_ORDER_SAW), so the frame is in place first.

@@ -349,12 +349,13 @@ func (f *fid) Close() error {
 // Fabric is an open fabric (fi_fabric).
 type Fabric struct {
 	fid
-	f *C.struct_fid_fabric
+	f        *C.struct_fid_fabric
+	provider string
 }
 
 // OpenFabric opens the fabric info describes.
 func OpenFabric(info *Info) (*Fabric, error) {
-	fab := &Fabric{}
+	fab := &Fabric{provider: info.Provider()}
 	if ret := C.h5i_fabric(info.p, &fab.f); ret != 0 {
 		return nil, fiError("fi_fabric "+info.Provider(), C.ssize_t(ret))
 	}
@@ -366,13 +367,14 @@ func OpenFabric(info *Info) (*Fabric, error) {
 // network interface.
 type Domain struct {
 	fid
-	d      *C.struct_fid_domain
-	mrMode uint64
+	d        *C.struct_fid_domain
+	mrMode   uint64
+	provider string
 }
 
 // OpenDomain opens the domain info describes on fab.
 func OpenDomain(fab *Fabric, info *Info) (*Domain, error) {
-	dom := &Domain{mrMode: info.MRMode()}
+	dom := &Domain{mrMode: info.MRMode(), provider: fab.provider}
 	if ret := C.h5i_domain(fab.f, info.p, &dom.d); ret != 0 {
 		return nil, fiError("fi_domain", C.ssize_t(ret))
 	}
@@ -383,12 +385,13 @@ func OpenDomain(fab *Fabric, info *Info) (*Domain, error) {
 // EventQueue is a connection-management event queue (fi_eq_open).
 type EventQueue struct {
 	fid
-	eq *C.struct_fid_eq
+	eq       *C.struct_fid_eq
+	provider string
 }
 
 // OpenEventQueue opens an event queue on fab.
 func OpenEventQueue(fab *Fabric) (*EventQueue, error) {
-	q := &EventQueue{}
+	q := &EventQueue{provider: fab.provider}
 	if ret := C.h5i_eq_open(fab.f, &q.eq); ret != 0 {
 		return nil, fiError("fi_eq_open", C.ssize_t(ret))
 	}
@@ -422,7 +425,11 @@ func (q *EventQueue) Read(timeout time.Duration) (ev Event, ok bool, err error) 
 		// EINTR: the Go runtime's signals (preemption) cut waits short.
 		return Event{}, false, nil
 	case ret == -C.FI_EAVAIL:
-		return Event{}, false, fiError(fmt.Sprintf("connection event (provider error %d)", int(perr)), -C.ssize_t(ecode))
+		op := "connection event"
+		if providerCodes(q.provider) && perr != 0 {
+			op += fmt.Sprintf(" (provider error %d)", int(perr))
+		}
+		return Event{}, false, fiError(op, -C.ssize_t(ecode))
 	case ret < 0:
 		return Event{}, false, fiError("fi_eq_sread", C.ssize_t(ret))
 	}
@@ -438,9 +445,10 @@ func (q *EventQueue) Read(timeout time.Duration) (ev Event, ok bool, err error) 
 // entries.
 type CompletionQueue struct {
 	fid
-	cq      *C.struct_fid_cq
-	entries *C.struct_fi_cq_data_entry // C array of MaxBatch entries
-	errBuf  *C.char
+	cq       *C.struct_fid_cq
+	entries  *C.struct_fi_cq_data_entry // C array of MaxBatch entries
+	errBuf   *C.char
+	provider string
 }
 
 // MaxBatch is how many completions a Read returns at most.
@@ -457,7 +465,7 @@ type Completion struct {
 
 // OpenCompletionQueue opens a completion queue of size entries on dom.
 func OpenCompletionQueue(dom *Domain, size int) (*CompletionQueue, error) {
-	q := &CompletionQueue{}
+	q := &CompletionQueue{provider: dom.provider}
 	if ret := C.h5i_cq_open(dom.d, C.size_t(size), &q.cq); ret != 0 {
 		return nil, fiError("fi_cq_open", C.ssize_t(ret))
 	}
@@ -465,6 +473,30 @@ func OpenCompletionQueue(dom *Domain, size int) (*CompletionQueue, error) {
 	q.entries = (*C.struct_fi_cq_data_entry)(C.calloc(MaxBatch, C.sizeof_struct_fi_cq_data_entry))
 	q.errBuf = (*C.char)(C.calloc(1, errBufLen))
 	return q, nil
+}
+
+// providerCodes reports whether provider's own error codes (prov_errno)
+// say something of their own. The socket providers (tcp, sockets, udp,
+// net) fill them with the errno of whatever system call ran last, often
+// one that has nothing to do with the error ("Operation canceled (No such
+// file or directory)"), so their text is left out; verbs gives the work
+// completion's status, which is kept.
+func providerCodes(provider string) bool {
+	switch provider {
+	case "tcp", "sockets", "udp", "net", "tcp;ofi_rxm", "":
+		return false
+	}
+	return true
+}
+
+// withProviderText returns text with the provider's own text for its
+// error code provErr added, where the provider's codes mean something
+// (providerCodes), the code is not 0, and its text is not text again.
+func withProviderText(provider, text string, provErr int, provText string) string {
+	if !providerCodes(provider) || provErr == 0 || provText == "" || provText == text {
+		return text
+	}
+	return text + " (" + provText + ")"
 }
 
 // CompletionError is an operation that completed in error.
@@ -486,21 +518,19 @@ func (e *CompletionError) Unwrap() error { return e.Err }
 func (q *CompletionQueue) Read(dst []Completion, timeout time.Duration) (int, error) {
 	n := min(len(dst), MaxBatch)
 	var errCtx C.uint64_t
-	var ecode C.int
+	var ecode, perr C.int
 	ms := C.int(0)
 	if timeout > 0 {
 		ms = C.int(max(1, timeout.Milliseconds()))
 	}
-	ret := C.h5i_cq_read(q.cq, q.entries, C.size_t(n), ms, &errCtx, &ecode, q.errBuf, errBufLen)
+	ret := C.h5i_cq_read(q.cq, q.entries, C.size_t(n), ms, &errCtx, &ecode, &perr, q.errBuf, errBufLen)
 	switch {
 	case ret == -C.FI_EAGAIN || ret == -C.FI_ETIMEDOUT || ret == -C.FI_EINTR:
 		// EINTR: the Go runtime's signals (preemption) cut waits short.
 		return 0, nil
 	case ret == -C.FI_EAVAIL:
 		e := fiError("completion", -C.ssize_t(ecode)).(*Error)
-		if s := C.GoString(q.errBuf); s != "" {
-			e.Text += " (" + s + ")"
-		}
+		e.Text = withProviderText(q.provider, e.Text, int(perr), C.GoString(q.errBuf))
 		return 0, &CompletionError{Context: uint64(errCtx), Err: e}
 	case ret < 0:
 		return 0, fiError("fi_cq_read", C.ssize_t(ret))

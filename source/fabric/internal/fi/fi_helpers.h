@@ -217,9 +217,10 @@ static int h5i_cq_open(struct fid_domain *d, size_t size, struct fid_cq **cq) {
 
 // h5i_cq_read reads up to n completions into e, waiting up to timeout ms
 // for the first when timeout is not 0. On an error completion it returns
-// -FI_EAVAIL with the error's context, code and the provider's text.
+// -FI_EAVAIL with the error's context, code, the provider's own error
+// code and, where that is not 0, the provider's text for it.
 static ssize_t h5i_cq_read(struct fid_cq *cq, struct fi_cq_data_entry *e, size_t n,
-		int timeout, uint64_t *err_ctx, int *err, char *errbuf, size_t errlen) {
+		int timeout, uint64_t *err_ctx, int *err, int *prov_err, char *errbuf, size_t errlen) {
 	ssize_t ret;
 	if (timeout != 0)
 		ret = fi_cq_sread(cq, e, n, NULL, timeout);
@@ -232,8 +233,9 @@ static ssize_t h5i_cq_read(struct fid_cq *cq, struct fi_cq_data_entry *e, size_t
 	if (r < 0) return r;
 	*err_ctx = (uint64_t)(uintptr_t)ee.op_context;
 	*err = ee.err;
+	*prov_err = ee.prov_errno;
 	errbuf[0] = 0;
-	const char *s = fi_cq_strerror(cq, ee.prov_errno, ee.err_data, NULL, 0);
+	const char *s = ee.prov_errno ? fi_cq_strerror(cq, ee.prov_errno, ee.err_data, NULL, 0) : NULL;
 	if (s) {
 		strncpy(errbuf, s, errlen - 1);
 		errbuf[errlen - 1] = 0;
