@@ -55,7 +55,7 @@ func checkLockedMemory(provider string, need int64, limit func() (uint64, error)
 	if have == unix.RLIM_INFINITY || have >= uint64(need) {
 		return nil
 	}
-	return fmt.Errorf("locked memory: provider %s pins the receiver's rings, %s, but this process may lock %s (RLIMIT_MEMLOCK); "+
+	return fmt.Errorf("locked memory: provider %s pins the receiver's rings, %s, but RLIMIT_MEMLOCK lets this process lock %s; "+
 		"raise it for the user that runs h5ingest: ulimit -l unlimited in its shell, LimitMEMLOCK=infinity in its systemd unit, "+
 		"or a memlock line in /etc/security/limits.conf", provider, sizeText(uint64(need)), sizeText(have))
 }

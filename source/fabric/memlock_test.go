@@ -34,7 +34,7 @@ func TestCheckLockedMemory(t *testing.T) {
 	}{
 		{"verbs, the default 8 MiB", "verbs", limit(8 * mib), false, []string{
 			"provider verbs pins the receiver's rings, 432.0 MiB (" + fmt.Sprint(need) + " bytes)",
-			"may lock 8.0 MiB (8388608 bytes) (RLIMIT_MEMLOCK)", "ulimit -l unlimited", "LimitMEMLOCK=infinity"}},
+			"but RLIMIT_MEMLOCK lets this process lock 8.0 MiB (8388608 bytes);", "ulimit -l unlimited", "LimitMEMLOCK=infinity"}},
 		{"verbs, a limit one byte short", "verbs", limit(uint64(need) - 1), false, []string{"RLIMIT_MEMLOCK"}},
 		{"verbs, unable to read the limit", "verbs", func() (uint64, error) { return 0, syscall.EPERM }, false, []string{"cannot read RLIMIT_MEMLOCK"}},
 		{"verbs, enough", "verbs", limit(uint64(need)), false, nil},
@@ -54,6 +54,7 @@ func TestCheckLockedMemory(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error, want one saying %q", tt.want)
 			}
+			t.Log(err) // go test -v shows the line an operator sees
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("%q is more than one line", err)
 			}
@@ -90,7 +91,7 @@ func TestLockedMemoryHint(t *testing.T) {
 	readMemlock = func() (uint64, error) { return 8 << 20, nil }
 	haveIPCLock = func() bool { return false }
 	err := lockedMemoryHint("verbs", 64<<20, enomem)
-	if !errors.Is(err, syscall.ENOMEM) || !strings.Contains(err.Error(), "may lock 8.0 MiB") || !strings.Contains(err.Error(), "ulimit -l") {
+	if !errors.Is(err, syscall.ENOMEM) || !strings.Contains(err.Error(), "lock 8.0 MiB") || !strings.Contains(err.Error(), "ulimit -l") {
 		t.Errorf("verbs, over the limit: %v", err)
 	}
 	if err := lockedMemoryHint("verbs", 4<<20, enomem); err != enomem {
