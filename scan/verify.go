@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,9 +60,16 @@ func step() {
 // a stuck goroutine is left behind, holding the library, and the caller
 // should call the library no more (a command exits).
 func Verify(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
+	return bounded(ctx, out, path, stall, func(w io.Writer) error { return verify(w, path) })
+}
+
+// bounded runs read, which reads the file at path and writes on the
+// writer it is given, on a goroutine of its own, as Verify describes: it
+// gives up when the reading makes no progress for stall or ctx is done.
+func bounded(ctx context.Context, out io.Writer, path string, stall time.Duration, read func(io.Writer) error) error {
 	gated := &gatedWriter{w: out}
 	done := make(chan error, 1)
-	go func() { done <- verify(gated, path) }()
+	go func() { done <- read(gated) }()
 	tick := time.NewTicker(min(stall/4, time.Second))
 	defer tick.Stop()
 	last, since := verifySteps.Load(), time.Now()
@@ -322,14 +330,32 @@ func verifyPath(path string) error {
 	return Verify(context.Background(), io.Discard, path, DefaultVerifyStall)
 }
 
+// ErrNotRecovered is wrapped by the error of a file recover left as it
+// was: it cannot be read as a scan's file, or it is not one recover may
+// rename.
+var ErrNotRecovered = errors.New("left as it was")
+
 // Recover finishes the file of a scan whose writer was killed (see
 // writer.Recover): path is its temporary file, or its final name when the
-// temporary file exists. It says on out what it renamed, then verifies
-// the result as Verify does.
+// temporary file exists. It first opens the temporary file read-only and
+// checks its layout (its stack, the datasets of its layout, a record per
+// frame); a file that fails (empty, damaged) keeps its temporary name,
+// untouched, and the error wraps ErrNotRecovered. So does a temporary name
+// that is a symbolic link: recover renames files, not links. Otherwise it
+// says on out what it renamed, then verifies the result as Verify does.
 func Recover(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
 	if _, ok := writer.FinalName(path); !ok {
 		if temp := writer.TempName(path); fileExists(temp) {
 			path = temp
+		}
+	}
+	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("recover %s: a symbolic link: %w (run recover on the file it points to, under its own .NAME.part name)", path, ErrNotRecovered)
+	}
+	if _, ok := writer.FinalName(path); ok && fileExists(path) {
+		err := bounded(ctx, io.Discard, path, stall, func(io.Writer) error { return checkLayout(path) })
+		if err != nil {
+			return fmt.Errorf("recover %s: %w: %w", path, ErrNotRecovered, err)
 		}
 	}
 	final, err := writer.Recover(path)
@@ -338,4 +364,32 @@ func Recover(ctx context.Context, out io.Writer, path string, stall time.Duratio
 	}
 	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
 	return Verify(ctx, out, final, stall)
+}
+
+// checkLayout opens the scan's file at path read-only and checks what
+// recover needs of it before renaming it: a frame stack, every dataset of
+// its layout, and records that read back, one per frame.
+func checkLayout(path string) error {
+	step()
+	r, err := writer.OpenPlain(path)
+	if err != nil {
+		return fmt.Errorf("not readable as a scan's file: %w", err)
+	}
+	defer r.Close()
+	step()
+	if r.Modules != nil {
+		return errors.New("a master file: recover finishes module files, whose scans write them")
+	}
+	if missing := r.MissingPaths(); len(missing) > 0 {
+		return fmt.Errorf("layout %s: %s missing", r.Layout, strings.Join(missing, ", "))
+	}
+	records, err := r.Records()
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	step()
+	if len(records) != r.Frames {
+		return fmt.Errorf("%d records for %d frames", len(records), r.Frames)
+	}
+	return nil
 }

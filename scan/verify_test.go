@@ -1,10 +1,13 @@
 package scan
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -84,6 +87,79 @@ func TestVerifyStalls(t *testing.T) {
 			err := Verify(ctx, io.Discard, path, 500*time.Millisecond)
 			if d := time.Since(start); err == nil || !strings.Contains(err.Error(), tt.want) || d > 10*time.Second {
 				t.Errorf("stalled verify: %v after %v, want an error saying %q promptly", err, d, tt.want)
+			}
+		})
+	}
+}
+
+// TestRecoverLeavesUnreadableFile runs Recover on temporary files it
+// cannot read as a scan's file (empty, 64 corrupt bytes in its metadata)
+// and on a symbolic link: each keeps its temporary name with its bytes as
+// they were, no final name appears, and the error says it was left as it
+// was. A sound temporary file is recovered.
+func TestRecoverLeavesUnreadableFile(t *testing.T) {
+	good := filepath.Join(t.TempDir(), "good.h5")
+	writeFrames(t, good, 8)
+	goodBytes, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := func(off int) []byte {
+		b := slices.Clone(goodBytes)
+		for i := range 64 {
+			b[off+i] ^= 0x5a
+		}
+		return b
+	}
+	for _, tt := range []struct {
+		name    string
+		content []byte
+		link    bool
+		want    string // "": recovered
+	}{
+		{"empty", []byte{}, false, "not readable as a scan's file"},
+		{"64 corrupt bytes in the superblock", corrupt(0), false, "not readable as a scan's file"},
+		{"64 corrupt bytes in the root group", corrupt(96), false, "left as it was"},
+		{"symbolic link", goodBytes, true, "a symbolic link"},
+		{"sound", goodBytes, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			final := filepath.Join(dir, "scan.h5")
+			part := writer.TempName(final)
+			target := part
+			if tt.link {
+				target = filepath.Join(dir, "elsewhere.h5")
+				if err := os.Symlink(target, part); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(target, tt.content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			err := Recover(context.Background(), &out, part, 5*time.Second)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("recover of a sound file: %v\n%s", err, out.String())
+				}
+				if _, err := os.Stat(final); err != nil {
+					t.Errorf("no final name after recover: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNotRecovered) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("recover: %v, want an error wrapping ErrNotRecovered saying %q", err, tt.want)
+			}
+			if _, err := os.Lstat(final); !os.IsNotExist(err) {
+				t.Errorf("final name %s after a refused recover: %v", final, err)
+			}
+			got, err := os.ReadFile(target)
+			if err != nil || !bytes.Equal(got, tt.content) {
+				t.Errorf("the temporary file changed (%v): %d bytes, had %d", err, len(got), len(tt.content))
+			}
+			if info, err := os.Lstat(part); err != nil || tt.link != (info.Mode()&os.ModeSymlink != 0) {
+				t.Errorf("the temporary name is no longer as it was: %v", err)
 			}
 		})
 	}

@@ -24,10 +24,12 @@ renames it to its final name NAME, and verifies it. The file holds every frame i
 writer had flushed (at the profile's flush cadence); the rest are recorded missing.
 
 FILE may also be the final name, when its temporary file exists. recover refuses a
-file that a scan still writes, and a final name that exists.
+file that a scan still writes, and a final name that exists. Before it renames anything it
+opens the file read-only and checks its layout; a file that fails (empty, damaged
+metadata) or a temporary name that is a symbolic link is left as it was.
 
 Exit status: as verify's (3 when frames are missing, as after a killed scan); 1 when
-the file could not be recovered.`,
+the file could not be recovered (and then it keeps its temporary name, untouched).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stall <= 0 {

@@ -74,3 +74,24 @@ func TestRecoverRefusesRunningScan(t *testing.T) {
 		t.Errorf("verify of the scan: exit status %d\n%s", code, stdout)
 	}
 }
+
+// TestRecoverLeavesDamagedPart runs the command on an empty .part: exit
+// status 1, saying it was left as it was, and the .part is still there
+// with no final name beside it.
+func TestRecoverLeavesDamagedPart(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	part := writer.TempName(out)
+	if err := os.WriteFile(part, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runProcess(t, "recover", part)
+	if code != exitFailure || !strings.Contains(stderr, "left as it was") {
+		t.Errorf("recover of an empty .part: exit status %d, want %d saying it was left as it was:\n%s%s", code, exitFailure, stdout, stderr)
+	}
+	if _, err := os.Stat(part); err != nil {
+		t.Errorf("the .part after a refused recover: %v", err)
+	}
+	if _, err := os.Lstat(out); !os.IsNotExist(err) {
+		t.Errorf("a final name after a refused recover: %v", err)
+	}
+}
