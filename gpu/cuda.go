@@ -125,12 +125,16 @@ func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
 
 // FreeHost frees memory from AllocHost. After Close it frees nothing and
 // says so: the memory goes with the device's primary context when its last
-// user releases it.
+// user releases it. On a lost device it frees nothing and says nothing:
+// the context takes the memory with it when it is destroyed.
 func (b *cudaBackend) FreeHost(buf []byte) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return ErrClosed
+	}
+	if b.dev.lostErr() != nil {
+		return nil // the lost context frees it when it goes
 	}
 	if err := b.ctx.FreeHost(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
@@ -170,6 +174,9 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 	defer b.mu.RUnlock()
 	if b.closed {
 		return ErrClosed
+	}
+	if b.dev.lostErr() != nil {
+		return nil // a lost context's registrations go with it
 	}
 	if err := b.dev.unregister(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)

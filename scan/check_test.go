@@ -98,8 +98,10 @@ func TestNewFiles(t *testing.T) {
 	}{
 		{"one module -o", "/d/s.h5", "", "{scan}.h5", config.Default(), "", []string{"/d/s.h5"}},
 		{"-o", "/d/s.h5", "", "{scan}_m{module}.h5", array, "/d/s.h5", []string{"/d/s_m0.h5", "/d/s_m1.h5"}},
-		{"template", "", "x", "{scan}_{date}_m{module}.h5", array, "/data/x_20261122_mmaster.h5",
+		{"template", "", "x", "{scan}_{date}_m{module}.h5", array, "/data/x_20261122_master.h5",
 			[]string{"/data/x_20261122_m0.h5", "/data/x_20261122_m1.h5"}},
+		{"template, module first", "", "x", "m{module}_{scan}.h5", array, "/data/master_x.h5",
+			[]string{"/data/m0_x.h5", "/data/m1_x.h5"}},
 		{"template without {module}", "", "x", "{scan}.h5", array, "/data/x.h5", []string{"/data/x_m0.h5", "/data/x_m1.h5"}},
 	}
 	for _, tt := range tests {

@@ -270,7 +270,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 		return err
 	}
 	master := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
-		_, err := WriteMasterAhead(files, stages, p, plan.Tomo(0, 0, 3, 0, 180), errs)
+		_, err := WriteMasterAhead(files, stages, p, plan.Tomo(0, 0, 3, 0, 180), writer.Metadata{}, errs)
 		return err
 	}
 	commands := []struct {

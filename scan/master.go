@@ -1,11 +1,14 @@
 package scan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -69,13 +72,26 @@ type Names struct {
 	Now    time.Time // for {date}; zero means now
 }
 
+// moduleWord is the word of a file name template that names a module:
+// {module} and the letters joined to it (m{module}, mod{module}_).
+var moduleWord = regexp.MustCompile(`[A-Za-z]*\{module\}[A-Za-z]*`)
+
+// MasterTemplate returns the template of a master file's name, from the
+// template of its module files': each word holding {module} (the
+// placeholder and the letters joined to it on either side) replaced by
+// "master", so that {scan}_m{module}.h5 gives {scan}_master.h5 and
+// m{module}_{scan}.h5 gives master_{scan}.h5.
+func MasterTemplate(template string) string {
+	return moduleWord.ReplaceAllLiteralString(template, "master")
+}
+
 // NewFiles returns the files of a scan of every module of the profile.
 // With one module, the file is n.Output, or the profile's template. With
 // several, Output NAME.h5 names the master and module K's file is
 // NAME_m<K>.h5 beside it; without Output, the template names module K's
-// file with {module} replaced by K and the master's with {module} replaced
-// by "master" (a template without {module} names the master, and the
-// module files take the _m<K> suffix as with Output).
+// file with {module} replaced by K and the master's as MasterTemplate
+// says (a template without {module} names the master, and the module
+// files take the _m<K> suffix as with Output).
 func NewFiles(p config.Profile, n Names) (Files, error) {
 	if n.Now.IsZero() {
 		n.Now = time.Now()
@@ -99,7 +115,7 @@ func NewFiles(p config.Profile, n Names) (Files, error) {
 	var err error
 	if n.Output == "" && strings.Contains(p.Output.Template, "{module}") {
 		o := p.Output
-		o.Template = strings.ReplaceAll(o.Template, "{module}", "master")
+		o.Template = MasterTemplate(o.Template)
 		if files.Master, err = name(o, 0); err != nil {
 			return Files{}, err
 		}
@@ -154,43 +170,168 @@ func ArraySize(p config.Profile, f frame.Format) (height, width int) {
 	return height, width
 }
 
-// sameMaster reports whether path is already the master file of files
-// and frames (one written ahead by h5ingest master), which a scan keeps.
-func sameMaster(path, dir string, files Files, frames int) bool {
+// existingMaster reads path where it is already the master file of files
+// and frames (one written ahead by h5ingest master, or by the scan before
+// its first frame): its metadata, and true. Other files give false.
+func existingMaster(path, dir string, files Files, frames int) (writer.Metadata, bool) {
 	r, err := writer.OpenPlain(path)
 	if err != nil {
-		return false
+		return writer.Metadata{}, false
 	}
 	defer r.Close()
 	if r.Frames != frames || len(r.Modules) != len(files.Modules) {
-		return false
+		return writer.Metadata{}, false
 	}
 	for i, m := range r.Modules {
 		if m.ID != files.Modules[i].Module.ID || filepath.Join(dir, m.File) != filepath.Clean(files.Modules[i].Path) {
-			return false
+			return writer.Metadata{}, false
 		}
 	}
-	return true
+	md, err := r.Metadata()
+	return md, err == nil
+}
+
+// ScanMetadata returns what the files of a scan run with profile and the
+// user metadata user say of it: the profile's title (its description
+// without one), sample and experiment, and user.
+func ScanMetadata(profile config.Profile, user map[string]any) writer.Metadata {
+	return writer.Metadata{Title: cmp.Or(profile.Metadata.Title, profile.Description), SampleName: profile.Metadata.Sample,
+		ExperimentID: profile.Metadata.ExperimentID, UserMetadata: user}
+}
+
+// readMetadata returns the metadata of the file at path.
+func readMetadata(path string) (writer.Metadata, error) {
+	r, err := writer.OpenPlain(path)
+	if err != nil {
+		return writer.Metadata{}, err
+	}
+	defer r.Close()
+	return r.Metadata()
+}
+
+// moduleMetadata returns the metadata of the module files of files that
+// exist: the title, sample and experiment of the first that has each (a
+// warning on errs names a file that says otherwise), the user metadata of
+// all (the first module's where two have a key), the earliest start and
+// the latest end; zero where no module file exists. A module file that
+// cannot be read is a warning on errs.
+func moduleMetadata(files Files, errs io.Writer) writer.Metadata {
+	var md writer.Metadata
+	from := map[string]string{} // the file each string came from
+	for _, m := range files.Modules {
+		if !fileExists(m.Path) {
+			continue
+		}
+		mm, err := readMetadata(m.Path)
+		if err != nil {
+			fmt.Fprintf(errs, "h5ingest: warning: the master takes no metadata from module file %s: %v\n", m.Path, err)
+			continue
+		}
+		for _, f := range []struct {
+			name     string
+			dst, src *string
+		}{{"title", &md.Title, &mm.Title}, {"sample", &md.SampleName, &mm.SampleName}, {"experiment identifier", &md.ExperimentID, &mm.ExperimentID}} {
+			switch {
+			case *f.src == "" || *f.src == *f.dst:
+			case *f.dst == "":
+				*f.dst, from[f.name] = *f.src, m.Path
+			default:
+				fmt.Fprintf(errs, "h5ingest: warning: module files disagree on the %s: %q in %s, %q in %s; the master takes the first\n",
+					f.name, *f.dst, from[f.name], *f.src, m.Path)
+			}
+		}
+		for k, v := range mm.UserMetadata {
+			if _, ok := md.UserMetadata[k]; !ok {
+				if md.UserMetadata == nil {
+					md.UserMetadata = map[string]any{}
+				}
+				md.UserMetadata[k] = v
+			}
+		}
+		if !mm.StartTime.IsZero() && (md.StartTime.IsZero() || mm.StartTime.Before(md.StartTime)) {
+			md.StartTime = mm.StartTime
+		}
+		if mm.EndTime.After(md.EndTime) {
+			md.EndTime = mm.EndTime
+		}
+	}
+	return md
+}
+
+// masterMetadata returns the metadata of the master of files: given's
+// strings where set, else the module files' (where they are read), else
+// the profile's (ScanMetadata); the module files' user metadata with
+// given's keys over theirs; and the module files' times (zero without
+// them: the master's writing).
+func masterMetadata(files Files, profile config.Profile, given writer.Metadata, fromModules bool, errs io.Writer) writer.Metadata {
+	var mods writer.Metadata
+	if fromModules {
+		mods = moduleMetadata(files, errs)
+	}
+	p := ScanMetadata(profile, nil)
+	md := writer.Metadata{
+		Title:        cmp.Or(given.Title, mods.Title, p.Title),
+		SampleName:   cmp.Or(given.SampleName, mods.SampleName, p.SampleName),
+		ExperimentID: cmp.Or(given.ExperimentID, mods.ExperimentID, p.ExperimentID),
+		StartTime:    mods.StartTime,
+		EndTime:      mods.EndTime,
+	}
+	if len(mods.UserMetadata)+len(given.UserMetadata) > 0 {
+		md.UserMetadata = maps.Clone(mods.UserMetadata)
+		if md.UserMetadata == nil {
+			md.UserMetadata = map[string]any{}
+		}
+		maps.Copy(md.UserMetadata, given.UserMetadata)
+	}
+	return md
 }
 
 // writeMaster writes the master file of a scan of frames frames of format
-// per module, unless the master is there already (and Overwrite is not
-// set) for the same modules and frames. Module files are named relative to
-// the master's directory, so that a scan's files can move together.
+// per module before its frames, with the scan's own metadata (profile and
+// user, see ScanMetadata), unless the master is there already (and
+// Overwrite is not set) for the same modules, frames and metadata; a
+// master of the same modules and frames whose metadata differ is brought
+// up to date. Module files are named relative to the master's directory,
+// so that a scan's files can move together.
 func writeMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
+	return writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), false, frames, io.Discard)
+}
+
+// finishMaster writes the master file of a scan as writeMaster does, once
+// its module files are closed: with their start and end times. Module
+// files it cannot read are a warning on errs.
+func finishMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int, errs io.Writer) error {
+	return writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), true, frames, errs)
+}
+
+// writeMasterWith writes the master file with the metadata masterMetadata
+// returns (see writeMaster).
+func writeMasterWith(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format,
+	given writer.Metadata, fromModules bool, frames int, errs io.Writer) error {
 	layout, err := layoutOf(reg, profile)
 	if err != nil {
 		return err
 	}
-	opts := writer.MasterOptions{Options: fileOptions(files.Master, layout, profile, plan, format, user)}
+	md := masterMetadata(files, profile, given, fromModules, errs)
+	opts := writer.MasterOptions{Options: fileOptions(files.Master, layout, profile, plan, format, md.UserMetadata)}
+	opts.Title, opts.SampleName, opts.ExperimentID = md.Title, md.SampleName, md.ExperimentID
+	opts.StartTime, opts.EndTime = md.StartTime, md.EndTime
 	opts.Frames = frames
 	opts.Height, opts.Width = ArraySize(profile, format)
 	if plan.Frames() != frames {
 		opts.ImageKey, opts.RotationAngle = nil, nil
 	}
 	dir := filepath.Dir(files.Master)
-	if !opts.Overwrite && sameMaster(files.Master, dir, files, frames) {
-		return nil
+	if !opts.Overwrite {
+		if old, same := existingMaster(files.Master, dir, files, frames); same {
+			if md.StartTime.IsZero() { // no module file to take times from: the master's stand
+				md.StartTime, md.EndTime = old.StartTime, old.EndTime
+			}
+			if old.Equal(md) {
+				return nil
+			}
+			opts.Overwrite = true // the same scan's master, brought up to date
+		}
 	}
 	for _, m := range files.Modules {
 		rel, err := filepath.Rel(dir, m.Path)
@@ -220,10 +361,16 @@ func (f Files) Only(id int) (Files, error) {
 
 // WriteMasterAhead writes the master file of a scan before or after its
 // module files (h5ingest master): its length is the plan's, else the
-// longest module file present. Module files not there yet are a warning
-// on errs: the master shows their frames missing until they exist. It
+// longest module file present. Its title, sample, experiment and user
+// metadata are given's where set (given's user metadata keys over the
+// module files'), else those of the module files present, else the
+// profile's; its start and end are the module files' (the earliest start,
+// the latest end), or its own writing where none is there. Module files
+// not there yet are a warning on errs: the master shows their frames
+// missing until they exist. An existing master of the same modules and
+// length is kept, or brought up to date where its metadata differ. It
 // returns the master's frame count.
-func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profile, pl plan.Plan, errs io.Writer) (int, error) {
+func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profile, pl plan.Plan, given writer.Metadata, errs io.Writer) (int, error) {
 	if files.Master == "" {
 		return 0, Usage(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
 	}
@@ -242,7 +389,7 @@ func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profil
 	if err != nil {
 		return 0, err
 	}
-	if err := writeMaster(files, reg, profile, pl, format, nil, frames); err != nil {
+	if err := writeMasterWith(files, reg, profile, pl, format, given, true, frames, errs); err != nil {
 		return 0, err
 	}
 	var absent []string

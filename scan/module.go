@@ -347,9 +347,10 @@ func openModules(files Files, o Options) ([]*Module, error) {
 
 // finishModules finishes the scans of a multi-module scan (scans[i] of
 // files.Modules[i]), given what stopped each one's source, and writes the
-// master file if the scan's length was not known before. It returns the
-// worst of the results: a failure, ErrIncomplete when any module misses
-// frames, or nil.
+// master file (where the scan's length was not known before), or brings
+// the one written before the frames up to date with the module files'
+// times. It returns the worst of the results: a failure, ErrIncomplete
+// when any module misses frames, or nil.
 func finishModules(files Files, o Options, scans []*Module, srcErrs []error) error {
 	var worst error
 	out, errs := orDiscard(o.Out), orDiscard(o.Errs)
@@ -373,9 +374,10 @@ func finishModules(files Files, o Options, scans []*Module, srcErrs []error) err
 				worst = worse(worst, ErrIncomplete)
 			}
 		}
-		if err := writeMaster(files, o.Stages, profile, plan, format, o.User, frames); err != nil {
-			return worse(worst, err)
-		}
+	}
+	// Written now, or brought up to date: the module files' times are the scan's.
+	if err := finishMaster(files, o.Stages, profile, plan, format, o.User, cmp.Or(plan.Frames(), frames), errs); err != nil {
+		return worse(worst, err)
 	}
 	h, w := ArraySize(profile, format)
 	fmt.Fprintf(out, "%s\n  master          %d modules, %d frames of %d x %d\n", files.Master, len(files.Modules), frames, h, w)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -101,6 +104,45 @@ func openBackend(reg *registry.Registry, profile config.Profile, log *zap.Logger
 		return nil, Usage(fmt.Errorf("key backend: %w", err))
 	}
 	return backend, nil
+}
+
+// PreloadBackend opens the GPU that backend decodes on (cuda, or auto
+// where a device answers), loads and JIT-compiles its kernels and checks
+// them on a frame, and keeps them until release: a command calls it when
+// it starts (serve: at start-up), so that no scan waits for it once its
+// detector connects, and every scan of the process shares one context.
+// computeCache is where the driver keeps the kernels it compiled
+// (CUDA_CACHE_PATH); "" takes DefaultComputeCache. Other backends hold
+// nothing.
+func PreloadBackend(backend, computeCache string, log *zap.Logger) (release func(), err error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if computeCache == "" {
+		computeCache = DefaultComputeCache()
+	}
+	release, err = gpu.Preload(backend, gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key backend: %w", err))
+	}
+	return release, nil
+}
+
+// DefaultComputeCache returns the directory for the CUDA driver's cache of
+// compiled kernels when none is given: "" where CUDA_CACHE_PATH is set
+// (the driver reads it), else the cache directory systemd gives a service
+// (CacheDirectory=, as $CACHE_DIRECTORY) with "cuda" under it, else ""
+// (the driver's default, ~/.nv/ComputeCache, which a service user
+// without a home cannot write).
+func DefaultComputeCache() string {
+	if os.Getenv("CUDA_CACHE_PATH") != "" {
+		return ""
+	}
+	if dirs := os.Getenv("CACHE_DIRECTORY"); dirs != "" {
+		first, _, _ := strings.Cut(dirs, ":")
+		return filepath.Join(first, "cuda")
+	}
+	return ""
 }
 
 // chain runs several processors in turn; the first error stops it.

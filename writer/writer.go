@@ -81,8 +81,11 @@ type Options struct {
 	ExperimentID string
 	// UserMetadata is free-form metadata from the user or the control
 	// system, kept under the entry's NXcollection user_metadata: a string
-	// as a string, a number as a float64, a boolean as a uint8, an object
-	// as an NXcollection inside, anything else as its JSON text.
+	// as a string, an integer (of any Go type, or a json.Number without
+	// fraction or exponent) as an int64 (a uint64 above its range), any
+	// other number as a float64, a boolean as h5py keeps one (an
+	// enumeration FALSE, TRUE over int8), a map[string]any as an
+	// NXcollection inside, anything else as its JSON text.
 	UserMetadata map[string]any
 	// Configuration is how the program was set up for the scan (the
 	// merged profile, as YAML): the entry's program_name carries it, with

@@ -71,6 +71,12 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 		return err
 	}
 	defer log.Sync()
+	// The GPU's kernels compiled now, not when the detector connects.
+	unload, err := scan.PreloadBackend(profile.Backend, "", log)
+	if err != nil {
+		return err
+	}
+	defer unload()
 	a, err := scan.NewAcquisition(scan.AcquireOptions{
 		Options: s.options(profile, plan, log), Files: files, Listen: f.listen,
 		Record: f.record, ProfileName: s.profile, ScanID: s.scanID, Observer: &s.observe,

@@ -2,13 +2,15 @@ package main
 
 import (
 	"fmt"
-	"h5ingest/scan"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"h5ingest/scan"
+	"h5ingest/writer"
 )
 
 func newMasterCmd() *cobra.Command {
@@ -23,8 +25,14 @@ of the module files. The profile gives the modules and their positions, the
 plan the scan's length (without a plan, the longest module file present), and
 the file names follow the same rules as replay and acquire: -o NAME.h5 names
 the master and the module files are NAME_m<K>.h5 beside it; without -o the
-profile's output.template names the module files, with {module} replaced by
-"master" for the master.`,
+profile's output.template names the module files, and the master's name is
+the template with the word holding {module} (m{module}, mod{module} or
+{module} alone) replaced by "master".
+
+The master's title, sample, experiment and user metadata are those of the
+module files present (else the profile's), and --title, --sample,
+--experiment-id and --meta replace them (--meta key by key); its start and
+end times are the earliest start and the latest end of the module files.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, name := range masterRefused {
@@ -39,7 +47,7 @@ profile's output.template names the module files, with {module} replaced by
 					return scan.Usage(fmt.Errorf("--date %q: want YYYYMMDD", date))
 				}
 			}
-			return master(&s, now)
+			return master(&s, now, cmd.Flags().Changed)
 		},
 	}
 	s.register(cmd.Flags())
@@ -57,13 +65,15 @@ profile's output.template names the module files, with {module} replaced by
 
 // masterFlags are the scan flags that shape a master file.
 var masterFlags = []string{"profile", "output", "scan-id", "layout", "overwrite",
-	"darks", "flats", "projections", "sequence", "angle-start", "angle-end", "positions"}
+	"darks", "flats", "projections", "sequence", "angle-start", "angle-end", "positions",
+	"title", "sample", "experiment-id", "meta"}
 
 // masterRefused are the scan flags that ask for what master does not do.
 var masterRefused = []string{"metrics", "metrics-linger", "report"}
 
-// master writes the master file of a scan as the profile and the flags say.
-func master(s *scanFlags, now time.Time) error {
+// master writes the master file of a scan as the profile and the flags say;
+// changed reports whether a flag was given.
+func master(s *scanFlags, now time.Time, changed func(string) bool) error {
 	profile, plan, err := s.load()
 	if err != nil {
 		return err
@@ -72,7 +82,18 @@ func master(s *scanFlags, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	frames, err := scan.WriteMasterAhead(files, stages, profile, plan, os.Stderr)
+	// What the command line gives replaces the module files' metadata.
+	given := writer.Metadata{UserMetadata: s.user}
+	for flag, v := range map[string]struct{ dst, src *string }{
+		"title":         {&given.Title, &profile.Metadata.Title},
+		"sample":        {&given.SampleName, &profile.Metadata.Sample},
+		"experiment-id": {&given.ExperimentID, &profile.Metadata.ExperimentID},
+	} {
+		if changed(flag) {
+			*v.dst = *v.src
+		}
+	}
+	frames, err := scan.WriteMasterAhead(files, stages, profile, plan, given, os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -244,8 +246,9 @@ func TestReplayModules(t *testing.T) {
 }
 
 // TestMasterAhead writes the master with h5ingest master before the
-// module files exist (template names, {module} = master), then replays
-// the scan and reads it through that master.
+// module files exist (template names: {scan}_mod{module}.h5 names the
+// master {scan}_master.h5), then replays the scan and reads it through
+// that master.
 func TestMasterAhead(t *testing.T) {
 	paths, truths := simulateModules(t)
 	profile := arrayProfile(t)
@@ -256,7 +259,7 @@ func TestMasterAhead(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("master exit status %d\n%s", code, stdout)
 	}
-	master := filepath.Join(dir, "s7_modmaster.h5")
+	master := filepath.Join(dir, "s7_master.h5")
 	r, err := writer.Open(master)
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +277,140 @@ func TestMasterAhead(t *testing.T) {
 		t.Fatalf("replay exit status %d\n%s", code, stdout)
 	}
 	checkArray(t, master, truths)
+}
+
+// fileMetadata is what h5py reads of a file's scan metadata: strings,
+// and each user metadata value with numpy's kind of its type ("i", "f",
+// "b"; "str" for a string).
+type fileMetadata struct {
+	Title, Sample, Experiment, Start, End string
+	User                                  map[string][2]any
+}
+
+// readMetadata has h5py read the scan metadata of the NXtomo files paths.
+func readMetadata(t *testing.T, paths ...string) []fileMetadata {
+	t.Helper()
+	py := python(t, "h5py")
+	out, err := exec.Command(py, append([]string{"-c", `
+import sys, json, h5py
+s = lambda x: x.decode() if isinstance(x, bytes) else x
+out = []
+for path in sys.argv[1:]:
+    with h5py.File(path, "r") as f:
+        e = f["entry"]
+        get = lambda p: s(e[p][()]) if p in e else ""
+        user = {k: [s(v[()]), "str"] if isinstance(v[()], bytes) else [v[()].item(), v.dtype.kind]
+                for k, v in e.get("user_metadata", {}).items()}
+        out.append({"title": get("title"), "sample": get("sample/name"), "experiment": get("experiment_identifier"),
+                    "start": get("start_time"), "end": get("end_time"), "user": user})
+print(json.dumps(out))
+`}, paths...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("h5py: %v\n%s", err, out)
+	}
+	var got []fileMetadata
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return got
+}
+
+// TestMasterMetadata writes a 2 x 2 scan as receiver nodes do, one
+// acquire --module K per module, each given the scan's title, sample,
+// experiment and user metadata, then its master with h5ingest master and
+// no metadata flags: h5py reads them in the master, typed, with the
+// scan's start and end (the earliest module start, the latest module
+// end). Flags given to master then replace them (--meta key by key), and
+// the same master run again keeps the file.
+func TestMasterMetadata(t *testing.T) {
+	paths, _ := simulateModules(t)
+	profile := arrayProfile(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "scan.h5")
+	meta := []string{"--title", "gold foam", "--sample", "Au", "--experiment-id", "p20261234",
+		"--meta", "proposal=20261234", "--meta", "operator=ana", "--meta", "cooled=true", "--meta", "dose=1.5"}
+	var modules []string
+	for i, m := range arrayModules {
+		addr := freeAddr(t)
+		done := startAcquire(append(append([]string{"--profile", profile, "--module", fmt.Sprint(m.id), "--listen", addr,
+			"-o", out, "--connect-timeout", "20s"}, arrayPlan...), meta...)...)
+		if code := run([]string{"send", paths[i], "--to", addr, "--module", fmt.Sprint(m.id), "--timeout", "20s"}); code != exitOK {
+			t.Fatalf("send of module %d: exit status %d", m.id, code)
+		}
+		if code := <-done; code != exitOK {
+			t.Fatalf("acquire of module %d: exit status %d", m.id, code)
+		}
+		modules = append(modules, filepath.Join(dir, fmt.Sprintf("scan_m%d.h5", m.id)))
+	}
+	master := func(args ...string) {
+		t.Helper()
+		code, stdout, stderr := runProcess(t, append(append([]string{"master", "--profile", profile, "-o", out}, arrayPlan...), args...)...)
+		if code != exitOK {
+			t.Fatalf("master %v: exit status %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	master()
+	got := readMetadata(t, append([]string{out}, modules...)...)
+	start, end := got[1].Start, got[1].End
+	for _, m := range got[2:] {
+		start, end = min(start, m.Start), max(end, m.End)
+	}
+	user := map[string][2]any{"proposal": {20261234.0, "i"}, "operator": {"ana", "str"}, "cooled": {true, "b"}, "dose": {1.5, "f"}}
+	want := fileMetadata{Title: "gold foam", Sample: "Au", Experiment: "p20261234", Start: start, End: end, User: user}
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("master's metadata, as h5py reads it:\n%+v\nwant (the first module's start, the last one's end):\n%+v", got[0], want)
+	}
+	if start >= end || got[1].End >= got[len(got)-1].Start {
+		t.Errorf("modules acquired one after the other: starts and ends %+v", got[1:])
+	}
+
+	// Flags replace what the module files say; --meta key by key.
+	master("--title", "gold foam, again", "--sample", "Au-2", "--experiment-id", "p42", "--meta", "operator=bo", "--meta", "note=x")
+	user["operator"], user["note"] = [2]any{"bo", "str"}, [2]any{"x", "str"}
+	want = fileMetadata{Title: "gold foam, again", Sample: "Au-2", Experiment: "p42", Start: start, End: end, User: user}
+	if got := readMetadata(t, out)[0]; !reflect.DeepEqual(got, want) {
+		t.Errorf("master's metadata with flags:\n%+v\nwant\n%+v", got, want)
+	}
+	before, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master("--title", "gold foam, again", "--sample", "Au-2", "--experiment-id", "p42", "--meta", "operator=bo", "--meta", "note=x")
+	if after, err := os.Stat(out); err != nil || !os.SameFile(before, after) {
+		t.Errorf("the same master written again replaced the file (%v)", err)
+	}
+}
+
+// TestReplayMasterMetadata replays a 2 x 2 scan, whose master is written
+// before the first frame, with the scan's metadata: h5py reads it in the
+// master, with the scan's start and end (the earliest module start, the
+// latest module end), not the master's writing before the frames.
+func TestReplayMasterMetadata(t *testing.T) {
+	paths, _ := simulateModules(t)
+	dir := t.TempDir()
+	master := filepath.Join(dir, "scan.h5")
+	code, stdout := runCaptured(t, append([]string{"replay", interleave(t, paths), "--profile", arrayProfile(t), "-o", master,
+		"--title", "gold foam", "--sample", "Au", "--experiment-id", "p7", "--meta", "proposal=20261234"}, arrayPlan...)...)
+	if code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	files := []string{master}
+	for _, m := range arrayModules {
+		files = append(files, filepath.Join(dir, fmt.Sprintf("scan_m%d.h5", m.id)))
+	}
+	got := readMetadata(t, files...)
+	start, end := got[1].Start, got[1].End
+	for _, m := range got[2:] {
+		start, end = min(start, m.Start), max(end, m.End)
+	}
+	want := fileMetadata{Title: "gold foam", Sample: "Au", Experiment: "p7", Start: start, End: end,
+		User: map[string][2]any{"proposal": {20261234.0, "i"}}}
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("master's metadata, as h5py reads it:\n%+v\nwant:\n%+v", got[0], want)
+	}
+	if start >= end {
+		t.Errorf("the scan starts at %s and ends at %s", start, end)
+	}
 }
 
 // TestAcquireModules receives the four modules of the test array at once

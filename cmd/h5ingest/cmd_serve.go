@@ -26,6 +26,8 @@ type serveFlags struct {
 	logLevel  string
 	drain     time.Duration
 	stream    string // every scan's live stream, unless its request sets stream.address
+	gpu       bool   // open the GPU and load its kernels at start-up
+	cudaCache string // the CUDA driver's cache of compiled kernels
 }
 
 func newServeCmd() *cobra.Command {
@@ -53,6 +55,8 @@ every request that changes state must then carry (Authorization: Bearer TOKEN).`
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (a request's stream.address overrides it)")
 	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled")
+	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
+	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
 }
 
@@ -74,6 +78,15 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return scan.Usage(err)
 	}
 	defer log.Sync()
+	if f.gpu {
+		// The GPU's kernels compiled now, not when a detector connects;
+		// every scan shares its context.
+		unload, err := scan.PreloadBackend("auto", f.cudaCache, log)
+		if err != nil {
+			return err
+		}
+		defer unload()
+	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
 	runner := &scan.Runner{Profiles: f.profiles, Module: f.module, Stream: f.stream, Log: log, Observer: watch, Stages: stages}

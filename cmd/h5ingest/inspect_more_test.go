@@ -74,7 +74,7 @@ func TestMasterAbsentModules(t *testing.T) {
 	if code != exitOK || !strings.Contains(stderr, "h5ingest: warning: no module file exists yet ("+filepath.Join(dir, "s8_mod0.h5")) {
 		t.Fatalf("master exit status %d, want 0 with a warning\n%s%s", code, stdout, stderr)
 	}
-	code, stdout = runCaptured(t, "inspect", filepath.Join(dir, "s8_modmaster.h5"))
+	code, stdout = runCaptured(t, "inspect", filepath.Join(dir, "s8_master.h5"))
 	if code != exitOK || strings.Count(stdout, ": file absent") != len(arrayModules) {
 		t.Errorf("inspect exit status %d, want every module's file absent:\n%s", code, stdout)
 	}
