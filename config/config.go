@@ -59,7 +59,13 @@ type Stream struct {
 	Address string  `mapstructure:"address"`
 	Every   int     `mapstructure:"every"`    // send every Nth image; 1 each
 	MaxRate float64 `mapstructure:"max_rate"` // at most this many images a second; 0 no limit
-	Queue   int     `mapstructure:"queue"`    // images that may wait to be sent
+	Queue   int     `mapstructure:"queue"`    // images that may wait to be put in order and sent
+	// MaxBytes bounds the queue's memory: queue times the largest chunk
+	// (the image's bytes) must fit.
+	MaxBytes int `mapstructure:"max_bytes"`
+	// Linger is how long, after the scan's last image, the stream waits
+	// for a connected consumer to take what is queued and the end message.
+	Linger time.Duration `mapstructure:"linger"`
 }
 
 // Status is how people and programs watch a scan while it runs.
@@ -86,6 +92,16 @@ type Detector struct {
 	Encoding        string  `mapstructure:"encoding"`
 	BitDepth        int     `mapstructure:"bit_depth"`
 	Coding          string  `mapstructure:"coding"`
+
+	// What the live stream's start message tells consumers of the
+	// detector's settings; 0 or empty where not known (left out).
+	CountTime       float64   `mapstructure:"count_time_s"`        // exposure per image, seconds
+	FrameTime       float64   `mapstructure:"frame_time_s"`        // time between the starts of two images, seconds
+	BeamCenter      []float64 `mapstructure:"beam_center_px"`      // [x, y] where the direct beam would hit, pixels
+	SensorMaterial  string    `mapstructure:"sensor_material"`     // such as Si, CdTe, GaAs
+	SensorThickness float64   `mapstructure:"sensor_thickness_m"`  // metres
+	Threshold       float64   `mapstructure:"threshold_energy_ev"` // the counting threshold, eV
+	SerialNumber    string    `mapstructure:"serial_number"`       // the detector's serial number
 }
 
 // Module places one module of a detector array: the pixel offset of its top

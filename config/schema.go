@@ -4,6 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path"
@@ -37,6 +38,7 @@ func Default() Profile {
 			Encoding:        "bitplane",
 			BitDepth:        24,
 			Coding:          "lfsr",
+			BeamCenter:      []float64{},
 		},
 		Source: Source{
 			Transport:      "fabric",
@@ -50,7 +52,7 @@ func Default() Profile {
 			RingMaxBytes:   4 << 30,
 			MaxFrameGap:    10_000,
 		},
-		Stream:  Stream{Every: 1, Queue: 8},
+		Stream:  Stream{Every: 1, Queue: 8, MaxBytes: 1 << 30, Linger: 2 * time.Second},
 		Backend: "auto",
 		Output: Output{
 			Directory:     ".",
@@ -89,6 +91,13 @@ var Keys = []Key{
 	{"detector.encoding", "payload encoding the detector sends: bitplane, packed12, packed24, u16le or u32le"},
 	{"detector.bit_depth", "counter bits: 1, 6, 12 or 24 for bitplane; 12 packed12, 24 packed24, 16 u16le, 32 u32le"},
 	{"detector.coding", "counter coding: binary or lfsr (bitplane only)"},
+	{"detector.count_time_s", "exposure of each image, seconds, for the live stream (count_time, each image's real_time); 0: not known"},
+	{"detector.frame_time_s", "time from the start of one image to the next, seconds, for the live stream (frame_time); 0: not known"},
+	{"detector.beam_center_px", "where the direct beam would hit the detector, [x, y] in pixels, for the live stream (beam_center_x, _y); empty: not known"},
+	{"detector.sensor_material", "the sensor's material, such as Si or CdTe, for the live stream; empty: not known"},
+	{"detector.sensor_thickness_m", "the sensor's thickness, metres, for the live stream; 0: not known"},
+	{"detector.threshold_energy_ev", "the counting threshold, eV, for the live stream (threshold_energy); 0: not known"},
+	{"detector.serial_number", "the detector's serial number, for the live stream; empty: not known"},
 	{"source.transport", "how frames arrive"},
 	{"source.provider", "libfabric provider: verbs on RoCE or InfiniBand, tcp elsewhere"},
 	{"source.address", "address the receiver listens on"},
@@ -121,7 +130,9 @@ var Keys = []Key{
 	{"stream.address", "send the scan's images to online analysis as DECTRIS Stream V2 (CBOR on a ZeroMQ PUSH socket) bound to tcp://HOST:PORT (31001 is Stream V2's port); module i of several binds PORT+i; needs compression bslz4, lz4 or none; empty: off"},
 	{"stream.every", "stream every Nth image of the scan, for previews: 1 or more (1: each)"},
 	{"stream.max_rate", "stream at most this many images a second, for previews; 0: no limit"},
-	{"stream.queue", "images that may wait to be sent, 1 to 1024; an image that finds the queue full is left out of the stream (never the file) and counted"},
+	{"stream.queue", "images that may wait to be put in image_id order and sent, 1 to 1024; an image that finds the queue full is left out of the stream (never the file) and counted"},
+	{"stream.max_bytes", "most bytes the stream's queue may take: queue times the image's bytes must fit, 1 MiB or more; bounds the stream's memory"},
+	{"stream.linger", "after the scan's last image, how long the stream waits for a connected consumer to take the images still queued and the end message, e.g. 2s; 1ms to 1m"},
 	{"metadata.title", "the scan's title, the file's /entry/title; empty: the profile's description"},
 	{"metadata.sample", "the sample's name, the file's /entry/sample/name"},
 	{"metadata.experiment_identifier", "the proposal or experiment the scan belongs to, the file's /entry/experiment_identifier"},
@@ -277,6 +288,31 @@ func (p *Profile) validateDetector() error {
 	case !(d.Energy > 0 && d.Energy < 1e7):
 		return bad("detector.energy_ev", "%g, want eV above 0 and below 1e7", d.Energy)
 	}
+	return d.validateStreamed()
+}
+
+// validateStreamed checks the keys the live stream's start message
+// carries: each 0 or empty (not known), or a value in range.
+func (d *Detector) validateStreamed() error {
+	switch {
+	case !(d.CountTime >= 0 && d.CountTime <= 3600):
+		return bad("detector.count_time_s", "%g, want seconds from 0 (not known) to 3600", d.CountTime)
+	case !(d.FrameTime >= 0 && d.FrameTime <= 3600):
+		return bad("detector.frame_time_s", "%g, want seconds from 0 (not known) to 3600", d.FrameTime)
+	case d.CountTime > 0 && d.FrameTime > 0 && d.CountTime > d.FrameTime:
+		return bad("detector.count_time_s", "%g s, longer than detector.frame_time_s (%g s): an exposure fits in its frame", d.CountTime, d.FrameTime)
+	case len(d.BeamCenter) != 0 && len(d.BeamCenter) != 2:
+		return bad("detector.beam_center_px", "%d values, want [x, y] or none", len(d.BeamCenter))
+	case !(d.SensorThickness >= 0 && d.SensorThickness < 0.1):
+		return bad("detector.sensor_thickness_m", "%g, want metres from 0 (not known) to below 0.1", d.SensorThickness)
+	case !(d.Threshold >= 0 && d.Threshold < 1e7):
+		return bad("detector.threshold_energy_ev", "%g, want eV from 0 (not known) to below 1e7", d.Threshold)
+	}
+	for i, v := range d.BeamCenter {
+		if math.IsNaN(v) || math.Abs(v) > 1e6 {
+			return bad(fmt.Sprintf("detector.beam_center_px[%d]", i), "%g, want pixels within a million of the image", v)
+		}
+	}
 	return nil
 }
 
@@ -395,8 +431,18 @@ func (p *Profile) validateStream() error {
 		return bad("stream.max_rate", "%g, want 0 (no limit) or more", s.MaxRate)
 	case s.Queue < 1 || s.Queue > 1024:
 		return bad("stream.queue", "%d, want 1 to 1024", s.Queue)
+	case s.MaxBytes < 1<<20:
+		return bad("stream.max_bytes", "%d, want 1048576 (1 MiB) or more", s.MaxBytes)
+	case s.Linger < time.Millisecond || s.Linger > time.Minute:
+		return bad("stream.linger", "%v, want 1ms to 1m", s.Linger)
 	case s.Address == "":
 		return nil
+	}
+	if f, err := p.Detector.Format(); err == nil {
+		if total := int64(s.Queue) * int64(f.ImageSize()); total > int64(s.MaxBytes) {
+			return bad("stream.queue", "%d images of %d bytes take %d bytes, more than stream.max_bytes (%d): lower stream.queue or raise stream.max_bytes",
+				s.Queue, f.ImageSize(), total, s.MaxBytes)
+		}
 	}
 	hostPort, ok := strings.CutPrefix(s.Address, "tcp://")
 	if !ok {

@@ -34,20 +34,31 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 	if profile.Stream.Address == "" {
 		return nil
 	}
+	d := profile.Detector
 	s := stream.Series{
-		UniqueID:    strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)),
-		Armed:       time.Now(),
-		Width:       format.Width(),
-		Height:      format.Height(),
-		ElemSize:    format.PixelSize(),
-		Compression: profile.Output.Compression,
-		Images:      pl.Frames(),
-		PixelSize:   profile.Detector.PixelSize,
-		Energy:      profile.Detector.Energy,
-		Description: profile.Detector.Model,
+		ScanID:          strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)),
+		Armed:           time.Now(),
+		Width:           format.Width(),
+		Height:          format.Height(),
+		ElemSize:        format.PixelSize(),
+		Compression:     profile.Output.Compression,
+		Images:          pl.Frames(),
+		PixelSize:       d.PixelSize,
+		Energy:          d.Energy,
+		Description:     d.Model,
+		CountTime:       d.CountTime,
+		FrameTime:       d.FrameTime,
+		Distance:        d.Distance,
+		SensorMaterial:  d.SensorMaterial,
+		SensorThickness: d.SensorThickness,
+		Threshold:       d.Threshold,
+		SerialNumber:    d.SerialNumber,
 		UserData: map[string]any{
 			"h5ingest": version.String(), "profile": profile.Name, "output": path,
 		},
+	}
+	if len(d.BeamCenter) == 2 {
+		s.BeamCenter = d.BeamCenter
 	}
 	md := profile.Metadata
 	for k, v := range map[string]string{"title": cmp.Or(md.Title, profile.Description), "sample": md.Sample, "experiment_identifier": md.ExperimentID} {
@@ -58,8 +69,11 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 	if len(user) > 0 {
 		s.UserData["user_metadata"] = user
 	}
-	if d := profile.Detector.BitDepth; d > 0 && d < 64 {
-		s.Saturation = 1<<d - 1
+	if len(profile.Output.Processors) > 0 {
+		s.UserData["processors"] = profile.Output.Processors
+	}
+	if bits := d.BitDepth; bits > 0 && bits < 64 {
+		s.Saturation = 1<<bits - 1
 	}
 	if pl.Frames() > 0 {
 		s.UserData["plan"] = pl.String()
@@ -67,8 +81,11 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 			s.ImageKeys = append(s.ImageKeys, uint8(k))
 		}
 		s.Angles = pl.Angles()
+		if n := pl.Count(plan.Projection); n > 0 && pl.AngleEnd != pl.AngleStart {
+			s.Rotation = &stream.Axis{Start: pl.AngleStart, Increment: (pl.AngleEnd - pl.AngleStart) / float64(n)}
+		}
 	}
-	return &liveSetup{keys: profile.Stream, series: s, maxChunk: maxChunk, modules: profile.Detector.Modules}
+	return &liveSetup{keys: profile.Stream, series: s, maxChunk: maxChunk, modules: d.Modules}
 }
 
 // open binds the stream of module: the profile's port, plus the module's
@@ -86,12 +103,11 @@ func (l *liveSetup) open(scanID string, module int) (*stream.Stream, error) {
 	}
 	s := l.series
 	if scanID != "" {
-		s.UniqueID = scanID
-		if n, err := strconv.ParseUint(scanID, 10, 64); err == nil {
-			s.Number = n
-		}
+		s.ScanID = scanID
 	}
-	return stream.Open(stream.Config{Address: addr, Queue: l.keys.Queue, Every: l.keys.Every, MaxRate: l.keys.MaxRate}, s, l.maxChunk)
+	return stream.Open(stream.Config{
+		Address: addr, Queue: l.keys.Queue, MaxBytes: int64(l.keys.MaxBytes), Every: l.keys.Every, MaxRate: l.keys.MaxRate, Linger: l.keys.Linger,
+	}, s, l.maxChunk)
 }
 
 // openLive opens the scan's live stream, where its profile asks for one.
@@ -105,7 +121,7 @@ func (r *Module) openLive(scanID string, module int) error {
 		return fmt.Errorf("key stream.address: %w", err)
 	}
 	r.live = live
-	r.log.Info("live stream", zap.String("endpoint", live.Endpoint()))
+	r.log.Info("live stream", zap.String("endpoint", live.Endpoint()), zap.String("series_unique_id", live.UniqueID()))
 	if w := r.watch; w.obs != nil {
 		reg := moduleMetrics{w}
 		for _, o := range []struct {
@@ -113,12 +129,22 @@ func (r *Module) openLive(scanID string, module int) error {
 			f    func(stream.Stats) uint64
 		}{
 			{"sent", func(s stream.Stats) uint64 { return s.Sent }},
-			{"dropped", func(s stream.Stats) uint64 { return s.Dropped }},
+			{"no_consumer", func(s stream.Stats) uint64 { return s.NoConsumer }},
+			{"slow_consumer", func(s stream.Stats) uint64 { return s.Slow }},
+			{"out_of_order", func(s stream.Stats) uint64 { return s.OutOfOrder }},
+			{"not_delivered", func(s stream.Stats) uint64 { return s.Undelivered }},
 			{"thinned", func(s stream.Stats) uint64 { return s.Thinned }},
 		} {
-			reg.counter("h5ingest_stream_images_total", "Images offered to the live stream, by outcome: sent, dropped (the queue was full; the file has them) or thinned (every, max_rate).",
+			reg.counter("h5ingest_stream_images_total", "Images offered to the live stream, by outcome: sent (ZeroMQ took and kept them), or left out of the stream (the file has them) because no consumer was connected (no_consumer), the consumer was slower than the scan (slow_consumer), the image came after the stream had passed its turn (out_of_order), or the linger after the scan ran out (not_delivered); or thinned (every, max_rate).",
 				func() float64 { return float64(o.f(live.Stats())) }, "outcome", o.name)
 		}
+		reg.gauge("h5ingest_stream_end_delivered", "1 once the live stream's end of series has left for a consumer; 0 while the scan runs or where it was not delivered.",
+			func() float64 {
+				if live.Stats().EndDelivered {
+					return 1
+				}
+				return 0
+			})
 	}
 	return nil
 }
@@ -132,9 +158,41 @@ func (r *Module) closeLive(w io.Writer) {
 	}
 	st, err := r.live.Close()
 	r.live = nil
-	fmt.Fprintf(w, "  stream          %d images sent, %d dropped (the queue was full: in the file, not the stream), %d thinned\n",
-		st.Sent, st.Dropped, st.Thinned)
+	fmt.Fprintf(w, "  stream          %d images sent, %d dropped (%s), %d thinned\n", st.Sent, st.Dropped, droppedWhy(st), st.Thinned)
+	end := "delivered"
 	if err != nil {
-		fmt.Fprintf(r.errs, "h5ingest: warning: %v\n", err)
+		end = "not delivered"
 	}
+	fmt.Fprintf(w, "  stream end      %s\n", end)
+	fields := []zap.Field{zap.Uint64("sent", st.Sent), zap.Uint64("dropped", st.Dropped), zap.Uint64("no_consumer", st.NoConsumer),
+		zap.Uint64("slow_consumer", st.Slow), zap.Uint64("out_of_order", st.OutOfOrder), zap.Uint64("not_delivered", st.Undelivered),
+		zap.Uint64("thinned", st.Thinned), zap.Uint64("image_ids_skipped", st.Gaps), zap.Bool("end_delivered", st.EndDelivered)}
+	if err != nil {
+		r.log.Warn("live stream ended", append(fields, zap.Error(err))...)
+		fmt.Fprintf(r.errs, "h5ingest: warning: %v\n", err)
+		return
+	}
+	r.log.Info("live stream ended", fields...)
+}
+
+// droppedWhy says why a stream's images were left out, for the summary.
+func droppedWhy(st stream.Stats) string {
+	if st.Dropped == 0 {
+		return "none left out"
+	}
+	var why []string
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{
+		{st.NoConsumer, "no consumer connected"},
+		{st.Slow, "the consumer was slower than the scan"},
+		{st.OutOfOrder, "came after their turn"},
+		{st.Undelivered, "not delivered within stream.linger"},
+	} {
+		if c.n > 0 {
+			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	return strings.Join(why, ", ") + ": in the file, not the stream"
 }

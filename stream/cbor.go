@@ -9,8 +9,9 @@ import (
 // by these append-style helpers into a buffer the sender reuses: nothing
 // is allocated per image, and the chunk is copied once. The start and end
 // messages, which carry free-form user metadata, go through
-// fxamacker/cbor. Both are checked against fxamacker's and Python cbor2's
-// decoders in the tests.
+// fxamacker/cbor. Every message is checked in the tests by a decoder that
+// follows DECTRIS's reference parser (stream2_parser_test.go), and by
+// fxamacker's and Python cbor2's decoders.
 
 // CBOR major types (RFC 8949, section 3.1).
 const (
@@ -24,12 +25,13 @@ const (
 
 // CBOR tags this package writes.
 const (
-	tagDateTime   = 0     // RFC 3339 date/time text (RFC 8949, 3.4.1)
-	tagMultiDim   = 40    // multi-dimensional array, row-major (RFC 8746, 3.1.1)
-	tagUint8      = 64    // typed array of uint8 (RFC 8746, 2)
-	tagUint16LE   = 69    // typed array of little-endian uint16
-	tagUint32LE   = 70    // typed array of little-endian uint32
-	tagCompressed = 56500 // DECTRIS compressed byte string: [algorithm, modifier, bytes]
+	tagSelfDescribed = 55799 // self-described CBOR (RFC 8949, 3.4.6): d9 d9 f7
+	tagDateTime      = 0     // RFC 3339 date/time text (RFC 8949, 3.4.1)
+	tagMultiDim      = 40    // multi-dimensional array, row-major (RFC 8746, 3.1.1)
+	tagUint8         = 64    // typed array of uint8 (RFC 8746, 2)
+	tagUint16LE      = 69    // typed array of little-endian uint16
+	tagUint32LE      = 70    // typed array of little-endian uint32
+	tagCompressed    = 56500 // DECTRIS compressed byte string: [algorithm, modifier, bytes]
 )
 
 // appendHead appends the head of a data item of major type major and
@@ -59,6 +61,10 @@ func appendText(b []byte, s string) []byte {
 func appendFloat(b []byte, v float64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xfb), math.Float64bits(v))
 }
+
+// appendSelfDescribed appends the self-described CBOR tag that begins
+// every Stream V2 message: DECTRIS's parser refuses a message without it.
+func appendSelfDescribed(b []byte) []byte { return appendHead(b, majorTag, tagSelfDescribed) }
 
 // appendRational appends num/den as Stream V2's Rational: an array of two
 // unsigned integers.

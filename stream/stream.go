@@ -1,33 +1,38 @@
 // Package stream sends a scan's images to online analysis while the scan
 // is written, in the DECTRIS Stream V2 format: one CBOR message per start
-// of series, image and end of series, pushed on a ZeroMQ PUSH socket
-// (libzmq through github.com/pebbe/zmq4) that consumers PULL from.
+// of series, image and end of series, each beginning with the
+// self-described CBOR tag, pushed on a ZeroMQ PUSH socket (libzmq through
+// github.com/pebbe/zmq4) that consumers PULL from. The messages are those
+// DECTRIS's reference parser (stream_v2/examples/stream2.c) reads.
 //
 // An image message carries the very chunk written to the file: a
 // bitshuffle-LZ4 chunk goes out as CBOR tag 56500 ["bslz4", element size,
 // chunk], an LZ4 chunk as ["lz4", 0, chunk], an uncompressed one as the
 // plain bytes; nothing is compressed twice. Its user_data holds what the
 // file's records and plan hold: frame status, CRC-32C of the payload and
-// of the image, image key and rotation angle.
+// of the image, image key and rotation angle. Images go out in image_id
+// order (see order), whatever order compression finishes them in.
 //
 // The stream never holds the scan back. Its Sink copies each chunk into
-// one of a fixed set of buffers and queues it for a goroutine that owns
-// the socket; an image that finds every buffer taken (a consumer slower
-// than the scan, or none at all) is dropped from the stream, never from
-// the file, and counted. Thinning for previews (every Nth image, at most
-// N images a second) is applied before the copy.
+// one of a fixed set of buffers (their bytes bounded by Config.MaxBytes)
+// and queues it for a goroutine that owns the socket; an image that finds
+// every buffer taken (a consumer slower than the scan, or none at all) is
+// dropped from the stream, never from the file, and counted. Thinning for
+// previews (every Nth image, at most N images a second) is applied before
+// the copy. At the end of the scan the stream waits up to Config.Linger
+// for a connected consumer to take what is queued and the end message,
+// and says what it could not deliver.
 package stream
 
 import (
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/fxamacker/cbor/v2"
-	zmq "github.com/pebbe/zmq4"
 
 	"h5ingest/frame"
 	"h5ingest/pipeline"
@@ -38,43 +43,66 @@ type Config struct {
 	// Address is the ZeroMQ endpoint the PUSH socket binds, such as
 	// tcp://127.0.0.1:31001, the Stream V2 port.
 	Address string
-	// Queue is how many images may wait to be sent; each holds a buffer
-	// of the chunk's largest size. 0 means DefaultQueue.
+	// Queue is how many images may wait to be put in order and sent;
+	// each holds a buffer of the chunk's largest size. 0 means
+	// DefaultQueue.
 	Queue int
+	// MaxBytes bounds the buffers: Queue times the largest chunk must
+	// not exceed it. 0 means DefaultMaxBytes.
+	MaxBytes int64
 	// Every sends every Nth image of the scan (by index); 0 or 1 sends
 	// each.
 	Every int
 	// MaxRate sends at most this many images a second; 0 means no limit.
 	MaxRate float64
 	// SendTimeout bounds how long one message may wait for a consumer
-	// before it is dropped; 0 means DefaultSendTimeout.
+	// while the scan runs before it is dropped; 0 means
+	// DefaultSendTimeout.
 	SendTimeout time.Duration
+	// Linger bounds how long, once the scan has ended, the stream waits
+	// for a connected consumer to take the images still queued and the
+	// end message; 0 means DefaultLinger.
+	Linger time.Duration
 }
 
 // Defaults of Config.
 const (
 	DefaultQueue       = 8
+	DefaultMaxBytes    = 1 << 30
 	DefaultSendTimeout = 500 * time.Millisecond
-	// closeBudget bounds how long Close spends sending what is queued.
-	closeBudget = 2 * time.Second
+	DefaultLinger      = 2 * time.Second
 )
 
 // Series describes the scan whose images are streamed: the start
-// message's fields and what each image message needs.
+// message's fields and what each image message needs. A zero value
+// means "not known": its field is left out of the start message.
 type Series struct {
-	UniqueID string    // series_unique_id: the scan id
-	Number   uint64    // series_id
+	ScanID   string    // the scan id, the start of series_unique_id
 	Armed    time.Time // arm_date, and each image's series_date
 	Width    int       // image_size_x, pixels
 	Height   int       // image_size_y, pixels
-	ElemSize int       // bytes per pixel: 1, 2 or 4
+	ElemSize int       // bytes per pixel: 1, 2 or 4 (image_dtype)
 	// Compression is the chunks' codec: bslz4, lz4 or none.
 	Compression string
 	Images      int     // number_of_images; 0 when the scan's length is unknown
-	PixelSize   float64 // pixel_size_x and _y, metres; 0 when unknown
-	Energy      float64 // incident_energy, eV; 0 when unknown
+	PixelSize   float64 // pixel_size_x and _y, metres
+	Energy      float64 // incident_energy, eV (and incident_wavelength)
 	Saturation  uint64  // saturation_value: the largest count a pixel holds
 	Description string  // detector_description
+	// CountTime and FrameTime are count_time and frame_time, seconds.
+	// CountTime is also each image's real_time, and its stop_time less
+	// its start_time.
+	CountTime, FrameTime float64
+	// BeamCenter is beam_center_x and _y, pixels; nil when not known.
+	BeamCenter      []float64
+	Distance        float64 // sample-detector distance, metres: detector_translation [0, 0, d]
+	SensorMaterial  string  // sensor_material
+	SensorThickness float64 // sensor_thickness, metres
+	Threshold       float64 // threshold_energy of the channel, eV
+	SerialNumber    string  // detector_serial_number
+	// Rotation is the goniometer's rotation axis of a rotation plan
+	// (omega); nil without one.
+	Rotation *Axis
 	// ImageKeys and Angles are the plan's image key (0 projection, 1 flat,
 	// 2 dark) and rotation angle (degrees) of each image, by index; nil
 	// without a plan.
@@ -84,11 +112,30 @@ type Series struct {
 	UserData map[string]any
 }
 
-// Stats counts what a stream did with the images it was offered.
+// Axis is a goniometer axis: its angle at the first image and its step
+// per image, degrees.
+type Axis struct{ Start, Increment float64 }
+
+// Stats counts what a stream did with the images it was offered, and
+// whether its end message went out.
 type Stats struct {
-	Sent    uint64 // handed to ZeroMQ
-	Dropped uint64 // no free buffer when offered, or no consumer took it in time
-	Thinned uint64 // left out by Every or MaxRate
+	// Sent are the images ZeroMQ took and kept for a consumer: those it
+	// discarded when the linger ran out are not counted.
+	Sent uint64
+	// Dropped are the images left out of the stream (never of the file),
+	// the sum of NoConsumer, Slow, OutOfOrder and Undelivered.
+	Dropped     uint64
+	NoConsumer  uint64 // no consumer was connected
+	Slow        uint64 // the consumer was slower than the scan: no buffer was free, or it did not take the image in time
+	OutOfOrder  uint64 // it came after the window had passed its image_id
+	Undelivered uint64 // still queued when the linger after the scan ran out
+	Thinned     uint64 // left out by Every or MaxRate
+	// Gaps are the image_ids the order window passed without their
+	// frame having come: missing frames, or frames it could not wait for.
+	Gaps uint64
+	// EndDelivered says that the end message left for a connected
+	// consumer within the linger; Close's error says why it did not.
+	EndDelivered bool
 }
 
 // Stream is one scan's stream. Its Sink is called from the pipeline's
@@ -96,19 +143,29 @@ type Stats struct {
 type Stream struct {
 	cfg      Config
 	series   Series
-	sock     *zmq.Socket
+	uniqueID string // series_unique_id
+	number   uint64 // series_id
+	exposure uint64 // count time in clock ticks; 0 unknown
 	endpoint string // the socket's endpoint, the port chosen
 	armDate  string // series_date of every image, RFC 3339
 
+	net *sender // the socket, owned by the sending goroutine
+
 	free  chan *image // buffers not in use
-	queue chan *image // images to send, in order
+	queue chan *image // images in order, to send
 	done  chan struct{}
 
-	pending *image    // the chunk of the frame whose record is next
-	last    time.Time // when the last image was taken, for MaxRate
+	// The sink's goroutine's own.
+	order    *order
+	pending  *image    // the chunk of the frame whose record is next
+	last     time.Time // when the last image was taken, for MaxRate
+	anchored bool
+	anchor   int64 // the detector clock at series_date, ns
 
-	sent, dropped, thinned atomic.Uint64
-	ended                  atomic.Bool // Close has queued the end
+	sent, noConsumer, slow, late, undelivered, thinned, gaps atomic.Uint64
+	peers                                                    atomic.Int32 // consumers connected, as last seen
+	deadline                                                 atomic.Int64 // once Close is called: when the linger ends, Unix ns
+	endDelivered                                             atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -119,11 +176,12 @@ type image struct {
 	n      int
 	chunk  []byte
 	record frame.Record
-	end    bool // no image: the end of the series
+	start  uint64 // start_time: the detector clock since series_date, ns
 }
 
-// Open binds the socket, queues the start message and starts sending.
-// maxChunk is the largest chunk the scan's codec writes.
+// Open checks the buffers' bytes, binds the socket and starts sending.
+// maxChunk is the largest chunk the scan's codec writes. The start
+// message goes out once a consumer is connected, before the first image.
 func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 	if cfg.Address == "" {
 		return nil, errors.New("stream: no address")
@@ -136,61 +194,111 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 	if _, ok := typedArrayTag(s.ElemSize); !ok {
 		return nil, fmt.Errorf("stream: %d-byte pixels have no Stream V2 typed array here (1, 2 or 4)", s.ElemSize)
 	}
+	if s.BeamCenter != nil && len(s.BeamCenter) != 2 {
+		return nil, fmt.Errorf("stream: a beam centre of %d values, want x and y", len(s.BeamCenter))
+	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = DefaultQueue
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = DefaultSendTimeout
 	}
-	start, err := startMessage(s)
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
+	}
+	if err := CheckBytes(cfg.Queue, maxChunk, cfg.MaxBytes); err != nil {
+		return nil, err
+	}
+	net, err := listen(cfg.Address)
 	if err != nil {
 		return nil, err
 	}
-	sock, err := zmq.NewSocket(zmq.PUSH)
-	if err != nil {
-		return nil, fmt.Errorf("stream: socket: %w", err)
-	}
-	// Few messages wait inside ZeroMQ: the queue here is what bounds
-	// memory and decides what is dropped.
-	for _, set := range []func() error{
-		func() error { return sock.SetSndhwm(2) },
-		func() error { return sock.SetSndtimeo(cfg.SendTimeout) },
-		func() error { return sock.SetLinger(time.Second) },
-	} {
-		if err := set(); err != nil {
-			sock.Close()
-			return nil, fmt.Errorf("stream: socket options: %w", err)
-		}
-	}
-	if err := sock.Bind(cfg.Address); err != nil {
-		sock.Close()
-		return nil, fmt.Errorf("stream: bind %s: %w", cfg.Address, err)
-	}
-	endpoint, err := sock.GetLastEndpoint()
-	if err != nil {
-		endpoint = cfg.Address
-	}
 	st := &Stream{
-		cfg: cfg, series: s, sock: sock, endpoint: endpoint,
+		cfg: cfg, series: s, endpoint: net.endpoint,
+		number:  nextSeries(cfg.Address),
 		armDate: s.Armed.UTC().Format(time.RFC3339Nano),
+		net:     net,
 		free:    make(chan *image, cfg.Queue),
-		queue:   make(chan *image, cfg.Queue+1), // and the end
+		queue:   make(chan *image, cfg.Queue),
 		done:    make(chan struct{}),
+	}
+	if s.CountTime > 0 {
+		st.exposure = uint64(math.Round(s.CountTime * float64(clockRate)))
+	}
+	st.uniqueID = uniqueID(s.ScanID, s.Armed, net.endpoint)
+	start, err := startMessage(&st.series, st.uniqueID, st.number)
+	if err != nil {
+		net.close(0)
+		return nil, err
 	}
 	for range cfg.Queue {
 		st.free <- &image{chunk: make([]byte, 0, maxChunk)}
 	}
+	st.order = newOrder(st.queue, st.free, &st.gaps, &st.late)
 	go st.send(start, maxChunk)
 	return st, nil
+}
+
+// CheckBytes reports whether queue buffers of chunk bytes each fit in
+// limit, naming the profile keys that set them.
+func CheckBytes(queue, chunk int, limit int64) error {
+	if total := int64(queue) * int64(chunk); total > limit {
+		return fmt.Errorf("keys stream.queue and stream.max_bytes: %d images of up to %d bytes take %d bytes, more than the %d allowed: lower stream.queue or raise stream.max_bytes",
+			queue, chunk, total, limit)
+	}
+	return nil
+}
+
+// series counts the series each address has sent, for series_id.
+var series = struct {
+	sync.Mutex
+	n map[string]uint64
+}{n: map[string]uint64{}}
+
+// nextSeries returns the number of the next series sent on address:
+// 1, 2, ... for the life of the process, the service.
+func nextSeries(address string) uint64 {
+	series.Lock()
+	defer series.Unlock()
+	series.n[address]++
+	return series.n[address]
+}
+
+// hostName names the machine in series_unique_id.
+var hostName = sync.OnceValue(func() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "localhost"
+	}
+	return h
+})
+
+// uniqueID returns series_unique_id: the scan id, the arm time to the
+// microsecond and the service (the host and the stream's port), so that
+// no two series share one, across days and services.
+func uniqueID(scanID string, armed time.Time, endpoint string) string {
+	port := endpoint[strings.LastIndexByte(endpoint, ':')+1:]
+	return fmt.Sprintf("%s-%s-%s-%s", scanID, armed.UTC().Format("20060102T150405.000000Z"), hostName(), port)
 }
 
 // Endpoint returns the endpoint the socket is bound to, with the port
 // ZeroMQ chose where the address asked for any (tcp://127.0.0.1:*).
 func (s *Stream) Endpoint() string { return s.endpoint }
 
+// UniqueID returns the series' series_unique_id.
+func (s *Stream) UniqueID() string { return s.uniqueID }
+
 // Stats returns what the stream did so far.
 func (s *Stream) Stats() Stats {
-	return Stats{Sent: s.sent.Load(), Dropped: s.dropped.Load(), Thinned: s.thinned.Load()}
+	st := Stats{
+		Sent: s.sent.Load(), NoConsumer: s.noConsumer.Load(), Slow: s.slow.Load(), OutOfOrder: s.late.Load(),
+		Undelivered: s.undelivered.Load(), Thinned: s.thinned.Load(), Gaps: s.gaps.Load(), EndDelivered: s.endDelivered.Load(),
+	}
+	st.Dropped = st.NoConsumer + st.Slow + st.OutOfOrder + st.Undelivered
+	return st
 }
 
 // Sink returns sink with every chunk it stores offered to the stream: a
@@ -214,33 +322,53 @@ func (t *tap) WriteChunk(n int, chunk []byte) error {
 func (t *tap) SetRecord(n int, r frame.Record) error {
 	err := t.Sink.SetRecord(n, r)
 	s := t.s
-	if p := s.pending; p != nil && p.n == n {
-		s.pending = nil
-		if err != nil {
+	now := time.Now()
+	p := s.pending
+	if p == nil || p.n != n || err != nil { // no image: missing, rejected, left out, or not stored
+		if p != nil && p.n == n {
+			s.pending = nil
 			s.free <- p
-			return err
 		}
-		p.record = r
-		s.queue <- p // room for every buffer: never waits
+		s.order.put(n, nil, now)
+		return err
 	}
-	return err
+	s.pending = nil
+	p.record = r
+	p.start = s.clock(r.Timestamp, now)
+	s.order.put(n, p, now)
+	return nil
+}
+
+// clock returns the detector timestamp ts (ns) as the time since
+// series_date. The first image anchors the detector's clock to the
+// host's: its offset is the time from the arm to its arrival; every
+// later image follows the detector's clock from there.
+func (s *Stream) clock(ts uint64, now time.Time) uint64 {
+	if !s.anchored {
+		s.anchored = true
+		s.anchor = int64(ts) - now.Sub(s.series.Armed).Nanoseconds()
+	}
+	return uint64(max(int64(ts)-s.anchor, 0))
 }
 
 // offer copies frame n's chunk into a free buffer, unless thinning leaves
 // it out or no buffer is free.
 func (s *Stream) offer(n int, chunk []byte) {
+	now := time.Now()
 	if p := s.pending; p != nil { // a chunk whose record never came
 		s.pending = nil
 		s.free <- p
+		s.order.put(p.n, nil, now)
 	}
 	if s.cfg.Every > 1 && n%s.cfg.Every != 0 {
 		s.thinned.Add(1)
+		s.order.put(n, nil, now)
 		return
 	}
 	if s.cfg.MaxRate > 0 {
-		now := time.Now()
 		if !s.last.IsZero() && now.Sub(s.last).Seconds() < 1/s.cfg.MaxRate {
 			s.thinned.Add(1)
+			s.order.put(n, nil, now)
 			return
 		}
 		s.last = now
@@ -250,260 +378,45 @@ func (s *Stream) offer(n int, chunk []byte) {
 		p.n, p.chunk = n, append(p.chunk[:0], chunk...)
 		s.pending = p
 	default:
-		s.dropped.Add(1)
+		// The window's images go out, so that buffers come back.
+		s.order.skipGap(now)
+		s.leftOut()
+		s.order.put(n, nil, now)
 	}
 }
 
-// send runs on its own goroutine, the only one that uses the socket: it
-// sends the start message, every queued image and the end message.
-func (s *Stream) send(start []byte, maxChunk int) {
-	defer close(s.done)
-	msg := make([]byte, 0, maxChunk+imageOverhead)
-	// A consumer that connects later misses the start, as with any PUSH
-	// stream; one that is not reading makes the send time out.
-	_, err := s.sock.SendBytes(start, 0)
-	stalled := err != nil  // the last send found no consumer reading
-	var deadline time.Time // once Close is waiting: when it stops waiting
-	for img := range s.queue {
-		if img.end {
-			s.closeErr = s.sendEnd(stalled)
-			return
-		}
-		if deadline.IsZero() && s.ended.Load() {
-			deadline = time.Now().Add(closeBudget)
-		}
-		// Once the scan has ended, a consumer that is not reading gets
-		// no more waits: what is queued is dropped at once.
-		if !deadline.IsZero() && (stalled || time.Now().After(deadline)) {
-			s.dropped.Add(1)
-		} else {
-			msg = s.imageMessage(msg[:0], img)
-			if err := s.sendMessage(msg); err != nil {
-				s.dropped.Add(1) // no consumer took it in time
-				stalled = true
-			} else {
-				s.sent.Add(1)
-				stalled = false
-			}
-		}
-		s.free <- img
+// leftOut counts an image left out for want of a consumer to take it.
+func (s *Stream) leftOut() {
+	if s.peers.Load() == 0 {
+		s.noConsumer.Add(1)
+	} else {
+		s.slow.Add(1)
 	}
 }
 
-// endPatience is how long, once the scan has ended, a message may wait for
-// a consumer before the consumer counts as stalled: one that reads takes a
-// chunk in far less.
-const endPatience = 50 * time.Millisecond
-
-// sendMessage sends msg, waiting up to the send timeout for a consumer to
-// take it; once the scan has ended, up to endPatience. It polls rather
-// than blocking in ZeroMQ, so that the end of the scan cuts a wait short.
-func (s *Stream) sendMessage(msg []byte) error {
-	start := time.Now()
-	for {
-		_, err := s.sock.SendBytes(msg, zmq.DONTWAIT)
-		if err == nil || zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
-			return err
-		}
-		waited := time.Since(start)
-		if waited >= s.cfg.SendTimeout || s.ended.Load() && waited >= endPatience {
-			return err
-		}
-		time.Sleep(sendPoll)
-	}
-}
-
-// sendPoll is how often a message waiting for a consumer is offered again.
-const sendPoll = 2 * time.Millisecond
-
-// sendEnd sends the end of the series with the counts. To a consumer that
-// is not reading it gets one short try, and the socket does not linger on
-// close, so that the scan's end does not wait on it.
-func (s *Stream) sendEnd(stalled bool) error {
-	end, err := endMessage(s.series, s.Stats())
-	if err != nil {
-		return err
-	}
-	if stalled {
-		s.sock.SetSndtimeo(stalledEndTimeout)
-		s.sock.SetLinger(0)
-	}
-	_, err = s.sock.SendBytes(end, 0)
-	return err
-}
-
-// stalledEndTimeout is how long the end of series waits for a consumer
-// that stopped reading.
-const stalledEndTimeout = 50 * time.Millisecond
-
-// Close queues the end of the series, waits for what is queued to be sent
-// (at most a few seconds, then the rest is dropped and counted), sends the
-// end message with the counts, and closes the socket.
+// Close puts the images the window still holds in the queue, waits up
+// to the linger for a connected consumer to take them and the end
+// message (the rest is dropped and counted), closes the socket and gives
+// back every buffer. Its error says why the end message was not
+// delivered: no consumer, or one that did not take it in time.
 func (s *Stream) Close() (Stats, error) {
 	s.closeOnce.Do(func() {
+		now := time.Now()
 		if p := s.pending; p != nil {
 			s.pending = nil
 			s.free <- p
 		}
-		s.ended.Store(true)
-		s.queue <- &image{end: true}
+		s.order.finish(now)
+		s.deadline.Store(now.Add(s.cfg.Linger).UnixNano())
 		close(s.queue)
 		<-s.done
-		if err := s.sock.Close(); err != nil && s.closeErr == nil {
-			s.closeErr = err
+		// A stream's counts outlive it (in metrics, in a service's
+		// history of scans); its buffers do not.
+		for len(s.free) > 0 {
+			<-s.free
 		}
-		switch {
-		case zmq.AsErrno(s.closeErr) == zmq.Errno(syscall.EAGAIN):
-			s.closeErr = fmt.Errorf("stream %s: the end of series found no consumer reading", s.endpoint)
-		case s.closeErr != nil:
-			s.closeErr = fmt.Errorf("stream %s: end of series: %w", s.endpoint, s.closeErr)
-		}
+		s.order, s.net = nil, nil
+		s.series.ImageKeys, s.series.Angles, s.series.UserData = nil, nil, nil
 	})
 	return s.Stats(), s.closeErr
-}
-
-// startMessage encodes the start of the series.
-func startMessage(s Series) ([]byte, error) {
-	m := map[string]any{
-		"type":                 "start",
-		"series_id":            s.Number,
-		"series_unique_id":     s.UniqueID,
-		"arm_date":             cbor.Tag{Number: tagDateTime, Content: s.Armed.UTC().Format(time.RFC3339Nano)},
-		"channels":             []string{channel},
-		"image_size_x":         uint64(s.Width),
-		"image_size_y":         uint64(s.Height),
-		"number_of_images":     uint64(s.Images),
-		"detector_description": s.Description,
-	}
-	if s.PixelSize > 0 {
-		m["pixel_size_x"], m["pixel_size_y"] = s.PixelSize, s.PixelSize
-	}
-	if s.Energy > 0 {
-		m["incident_energy"] = s.Energy
-	}
-	if s.Saturation > 0 {
-		m["saturation_value"] = s.Saturation
-	}
-	if s.UserData != nil {
-		m["user_data"] = s.UserData
-	}
-	return encodeTypeFirst(m)
-}
-
-// endMessage encodes the end of the series, with the stream's counts in
-// its user_data.
-func endMessage(s Series, st Stats) ([]byte, error) {
-	return encodeTypeFirst(map[string]any{
-		"type":             "end",
-		"series_id":        s.Number,
-		"series_unique_id": s.UniqueID,
-		"user_data": map[string]any{
-			"images_sent": st.Sent, "images_dropped": st.Dropped, "images_thinned": st.Thinned,
-		},
-	})
-}
-
-// canonical encodes the start and end messages' fields in CBOR's
-// canonical order.
-var canonical = func() cbor.EncMode {
-	em, err := cbor.CanonicalEncOptions().EncMode()
-	if err != nil {
-		panic(err) // the library's own options
-	}
-	return em
-}()
-
-// encodeTypeFirst encodes m as a CBOR map whose first key is "type", as
-// Stream V2 asks of every message; the other keys follow in CBOR's
-// canonical order.
-func encodeTypeFirst(m map[string]any) ([]byte, error) {
-	typ := m["type"].(string)
-	delete(m, "type")
-	rest, err := canonical.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("stream: encode %s message: %w", typ, err)
-	}
-	// rest is a map head then its pairs: write a head one larger, the
-	// type, then the pairs.
-	var n uint64
-	body := rest[1:]
-	switch info := rest[0] & 0x1f; {
-	case info < 24:
-		n = uint64(info)
-	case info == 24:
-		n, body = uint64(rest[1]), rest[2:]
-	default:
-		return nil, fmt.Errorf("stream: %s message of %d fields", typ, len(m))
-	}
-	b := appendHead(nil, majorMap, n+1)
-	b = appendText(appendText(b, "type"), typ)
-	return append(b, body...), nil
-}
-
-// channel is the one channel of a Pi-mega image: its single threshold.
-const channel = "threshold_1"
-
-// imageOverhead bounds the bytes of an image message besides its chunk.
-const imageOverhead = 512
-
-// typedArrayTag returns the RFC 8746 typed array tag of little-endian
-// unsigned pixels of size bytes.
-func typedArrayTag(size int) (uint64, bool) {
-	switch size {
-	case 1:
-		return tagUint8, true
-	case 2:
-		return tagUint16LE, true
-	case 4:
-		return tagUint32LE, true
-	}
-	return 0, false
-}
-
-// imageMessage appends the image message of img to b.
-func (s *Stream) imageMessage(b []byte, img *image) []byte {
-	se := &s.series
-	fields := uint64(7) // type, series_id, series_unique_id, image_id, series_date, data, user_data
-	if img.record.Timestamp != 0 {
-		fields++ // start_time
-	}
-	b = appendHead(b, majorMap, fields)
-	b = appendText(appendText(b, "type"), "image")
-	b = appendUint(appendText(b, "series_id"), se.Number)
-	b = appendText(appendText(b, "series_unique_id"), se.UniqueID)
-	b = appendUint(appendText(b, "image_id"), uint64(img.n))
-	b = appendText(appendHead(appendText(b, "series_date"), majorTag, tagDateTime), s.armDate)
-	if ts := img.record.Timestamp; ts != 0 {
-		b = appendRational(appendText(b, "start_time"), ts, uint64(time.Second))
-	}
-	// data: {channel: tag 40 [[height, width], typed array of the pixels]}
-	b = appendHead(appendText(b, "data"), majorMap, 1)
-	b = appendHead(appendText(b, channel), majorTag, tagMultiDim)
-	b = appendHead(b, majorArray, 2)
-	b = appendUint(appendUint(appendHead(b, majorArray, 2), uint64(se.Height)), uint64(se.Width))
-	tag, _ := typedArrayTag(se.ElemSize)
-	b = appendHead(b, majorTag, tag)
-	switch se.Compression {
-	case "bslz4":
-		b = appendUint(appendText(appendHead(appendHead(b, majorTag, tagCompressed), majorArray, 3), "bslz4"), uint64(se.ElemSize))
-	case "lz4":
-		b = appendUint(appendText(appendHead(appendHead(b, majorTag, tagCompressed), majorArray, 3), "lz4"), 0)
-	}
-	b = append(appendHead(b, majorBytes, uint64(len(img.chunk))), img.chunk...)
-	// user_data: what the file's records and plan say of the frame.
-	r := img.record
-	n := uint64(3)
-	plan := img.n < len(se.ImageKeys) && img.n < len(se.Angles)
-	if plan {
-		n += 2
-	}
-	b = appendHead(appendText(b, "user_data"), majorMap, n)
-	b = appendUint(appendText(b, "status"), uint64(r.Status))
-	b = appendUint(appendText(b, "raw_crc32c"), uint64(r.RawCRC))
-	b = appendUint(appendText(b, "data_crc32c"), uint64(r.DataCRC))
-	if plan {
-		b = appendUint(appendText(b, "image_key"), uint64(se.ImageKeys[img.n]))
-		b = appendFloat(appendText(b, "rotation_angle"), se.Angles[img.n])
-	}
-	return b
 }

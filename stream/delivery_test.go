@@ -1,0 +1,382 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"h5ingest/compress"
+	"h5ingest/frame"
+	"h5ingest/gpu"
+	"h5ingest/pipeline"
+	"h5ingest/pipeline/pipelinetest"
+)
+
+// slowConsumer reads a stream as a consumer slower than the scan does:
+// one message every delay, holding one message in ZeroMQ and little in
+// the kernel, so that the stream has to wait for it. It returns the
+// messages up to and with the end, or what came before its timeout.
+func slowConsumer(endpoint string, delay, timeout time.Duration) (<-chan [][]byte, error) {
+	sock, err := zmq.NewSocket(zmq.PULL)
+	if err != nil {
+		return nil, err
+	}
+	for _, set := range []func() error{
+		func() error { return sock.SetRcvhwm(1) },
+		func() error { return sock.SetRcvbuf(16 << 10) },
+		func() error { return sock.SetRcvtimeo(timeout) },
+		func() error { return sock.SetLinger(0) },
+		func() error { return sock.Connect(endpoint) },
+	} {
+		if err := set(); err != nil {
+			sock.Close()
+			return nil, err
+		}
+	}
+	got := make(chan [][]byte, 1)
+	go func() {
+		defer sock.Close()
+		var msgs [][]byte
+		for {
+			b, err := sock.RecvBytes(0)
+			if err != nil {
+				break
+			}
+			msgs = append(msgs, b)
+			if m, err := parseStream2(b); err == nil && m.Type == "end" {
+				break
+			}
+			time.Sleep(delay)
+		}
+		got <- msgs
+	}()
+	return got, nil
+}
+
+// TestSlowConsumerGetsTheEnd runs 20 scans, side by side, each to a
+// consumer that takes 0.3 s a message while the scan offers one every 10
+// ms: in every run the consumer gets the start, images in order, and the
+// end message; the stream's images_sent is what the consumer received;
+// the images left out are counted as the consumer's slowness.
+func TestSlowConsumerGetsTheEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 slow consumers take about 10 s")
+	}
+	const runs, frames = 20, 24
+	const w, h = 512, 256 // 512 KiB a message: the kernel holds a few
+	codec, _ := compress.New("none", 4, 0)
+	chunk := make([]byte, w*h*4)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	var wg sync.WaitGroup
+	for run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := testSeries(frames)
+			s.Width, s.Height, s.Compression = w, h, "none"
+			st, err := Open(Config{Address: anyPort, Queue: 8, Linger: 15 * time.Second}, s, codec.Bound(len(chunk)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, err := slowConsumer(st.Endpoint(), 300*time.Millisecond, 30*time.Second)
+			if err != nil {
+				t.Error(err)
+				st.Close()
+				return
+			}
+			connected(t, st)
+			sink := st.Sink(discard{})
+			for n := range frames {
+				sink.WriteChunk(n, chunk)
+				sink.SetRecord(n, frame.Record{Timestamp: uint64(n) * 1e6})
+				time.Sleep(10 * time.Millisecond)
+			}
+			begin := time.Now()
+			stats, err := st.Close()
+			took := time.Since(begin)
+			msgs := <-got
+			if err != nil || !stats.EndDelivered {
+				t.Errorf("run %d: Close after %v: %v, stats %+v", run, took, err, stats)
+			}
+			if len(msgs) == 0 {
+				t.Errorf("run %d: the consumer got nothing", run)
+				return
+			}
+			m := checkScan(t, msgs)
+			if images := uint64(len(m) - 2); images != stats.Sent || stats.Sent+stats.Dropped != frames || stats.Dropped != stats.Slow {
+				t.Errorf("run %d: the consumer got %d images; stats %+v", run, images, stats)
+			}
+			if run == 0 {
+				t.Logf("run 0: %d images received, %d left out (slow consumer); Close waited %v for the consumer", stats.Sent, stats.Dropped, took.Round(time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestStalledConsumerBoundsClose: a consumer that connects and never
+// reads. Close returns within the linger (and a little), says the end was
+// not delivered, and counts what ZeroMQ could not deliver.
+func TestStalledConsumerBoundsClose(t *testing.T) {
+	const w, h, frames = 512, 256, 40
+	chunk := make([]byte, w*h*4)
+	s := testSeries(frames)
+	s.Width, s.Height, s.Compression = w, h, "none"
+	st, err := Open(Config{Address: anyPort, Queue: 4, SendTimeout: 20 * time.Millisecond, Linger: 500 * time.Millisecond}, s, len(chunk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := slowConsumer(st.Endpoint(), time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = got // it never returns: its socket goes with the test process
+	connected(t, st)
+	sink := st.Sink(discard{})
+	for n := range frames {
+		sink.WriteChunk(n, chunk)
+		sink.SetRecord(n, frame.Record{})
+		time.Sleep(2 * time.Millisecond)
+	}
+	begin := time.Now()
+	stats, err := st.Close()
+	took := time.Since(begin)
+	if err == nil || !strings.Contains(err.Error(), "did not take the end of series") || stats.EndDelivered {
+		t.Errorf("Close: %v, stats %+v; want the end not delivered", err, stats)
+	}
+	if stats.Sent+stats.Dropped != frames || stats.Slow == 0 || stats.NoConsumer != 0 {
+		t.Errorf("stats %+v: want %d in all, some left out for a slow consumer, none for no consumer", stats, frames)
+	}
+	if took > time.Second {
+		t.Errorf("Close took %v with a linger of 500 ms", took)
+	}
+}
+
+// frameSource hands out a fixed set of frames, then io.EOF.
+type frameSource struct{ frames []*pipeline.Frame }
+
+func (s *frameSource) Next(ctx context.Context) (*pipeline.Frame, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(s.frames) == 0 {
+		return nil, io.EOF
+	}
+	f := s.frames[0]
+	s.frames = s.frames[1:]
+	return f, nil
+}
+
+func (s *frameSource) Release(*pipeline.Frame) {}
+
+// orderSink notes the order the pipeline stores chunks in.
+type orderSink struct {
+	pipeline.Sink
+	order []int
+}
+
+func (s *orderSink) WriteChunk(n int, c []byte) error {
+	s.order = append(s.order, n)
+	return s.Sink.WriteChunk(n, c)
+}
+
+// jitter is a processor stage whose time varies from frame to frame, as
+// a worker's does on a loaded machine.
+type jitter struct{}
+
+func (jitter) Process(n int, _ frame.Format, _ []byte) error {
+	time.Sleep(time.Duration(n*7919%5) * 300 * time.Microsecond)
+	return nil
+}
+
+// TestImagesInOrderUnderLoad runs scans through a real pipeline with eight
+// compression workers, each frame's processing taking its own time, while
+// other goroutines load every core, so that the workers finish frames out
+// of order: the consumer gets every image, in image_id order, each the
+// chunk the file got.
+func TestImagesInOrderUnderLoad(t *testing.T) {
+	const frames, scans = 300, 4
+	f := frame.Format{
+		Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
+		Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+	}
+	cpu, err := gpu.New("cpu", gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for range runtime.NumCPU() * 2 {
+		load.Add(1)
+		go func() {
+			defer load.Done()
+			x := 1.0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for range 1000 {
+					x = x*1.0000001 + 1e-9
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
+	defer func() { close(stop); load.Wait() }()
+	inversions := 0
+	for scan := range scans {
+		p, err := pipeline.New(pipeline.Config{
+			Format: f, Frames: frames, Backend: cpu, Workers: 8, Slots: 32,
+			NewCodec:     func() (compress.Codec, error) { return compress.New("bslz4", f.PixelSize(), 0) },
+			NewProcessor: func() (pipeline.Processor, error) { return jitter{}, nil },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codec, _ := compress.New("bslz4", f.PixelSize(), 0)
+		s := testSeries(frames)
+		s.Width, s.Height, s.ElemSize = f.Width(), f.Height(), f.PixelSize()
+		st, err := Open(Config{Address: anyPort, Queue: frames, SendTimeout: 5 * time.Second}, s, codec.Bound(f.ImageSize()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sock := pull(t, st.Endpoint())
+		connected(t, st)
+		mem := newMemSink()
+		file := &orderSink{Sink: mem}
+		if _, err := p.Run(context.Background(), &frameSource{pipelinetest.Frames(f, frames)}, st.Sink(file)); err != nil {
+			t.Fatal(err)
+		}
+		stats, err := st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := checkScan(t, receive(t, sock)) // in image_id order
+		sock.Close()
+		for i := 1; i < len(file.order); i++ {
+			if file.order[i] < file.order[i-1] {
+				inversions++
+			}
+		}
+		if stats.Sent != frames || stats.Dropped != 0 || stats.Gaps != 0 || len(msgs) != frames+2 {
+			t.Fatalf("scan %d: %d messages, stats %+v; want every image", scan, len(msgs), stats)
+		}
+		for i, m := range msgs[1 : len(msgs)-1] {
+			if m.ImageID != uint64(i) || string(m.Data[channel].Data) != string(mem.chunks[i]) {
+				t.Fatalf("scan %d: message %d is image %d, or not the file's chunk", scan, i+1, m.ImageID)
+			}
+		}
+	}
+	t.Logf("%d scans of %d frames: the pipeline stored chunks out of order %d times; the stream sent every image in order", scans, frames, inversions)
+	if inversions == 0 {
+		t.Error("the workers finished every frame in order: the test did not exercise the window")
+	}
+}
+
+// TestMemoryFlatAcrossScans streams many scans to a consumer, keeping
+// every ended stream as a service's history and metrics keep them: the
+// heap in use stays level after the first scans (an ended stream keeps its
+// counts, never its buffers), and so do the process's threads and
+// descriptors (each stream's ZeroMQ context ends with it).
+func TestMemoryFlatAcrossScans(t *testing.T) {
+	const scans, frames = 40, 100
+	const maxChunk = 1 << 20 // each stream holds 8 buffers of 1 MiB
+	codec, _ := compress.New("bslz4", 4, 0)
+	chunk, _ := codec.Encode(nil, testImage(1))
+	var kept []*Stream
+	heap := make([]uint64, scans)
+	var threads0, fds0, threads, fds int
+	for i := range scans {
+		st, err := Open(Config{Address: anyPort}, testSeries(frames), maxChunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sock := pull(t, st.Endpoint())
+		var n atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				b, err := sock.RecvBytes(0)
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				if m, err := parseStream2(b); err == nil && m.Type == "end" {
+					return
+				}
+			}
+		}()
+		connected(t, st)
+		sink := st.Sink(discard{})
+		for f := range frames {
+			sink.WriteChunk(f, chunk)
+			sink.SetRecord(f, frame.Record{})
+		}
+		stats, err := st.Close()
+		<-done
+		sock.Close()
+		if err != nil || stats.Sent+stats.Dropped != frames {
+			t.Fatalf("scan %d: %v, stats %+v", i, err, stats)
+		}
+		kept = append(kept, st)
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heap[i] = ms.HeapInuse
+		threads, fds = procThreads(t), openFiles(t)
+		if i == 4 {
+			threads0, fds0 = threads, fds
+		}
+	}
+	t.Logf("heap in use after scans 1, 5, 10, 20, 40: %d, %d, %d, %d, %d KiB; threads %d then %d, descriptors %d then %d; %d streams kept",
+		heap[0]>>10, heap[4]>>10, heap[9]>>10, heap[19]>>10, heap[39]>>10, threads0, threads, fds0, fds, len(kept))
+	// 35 more scans each keeping its 8 MiB of buffers would add 280 MiB.
+	if grew := int64(heap[scans-1]) - int64(heap[4]); grew > 8<<20 {
+		t.Errorf("the heap grew %d KiB from scan 5 to scan %d", grew>>10, scans)
+	}
+	if threads > threads0+2 || fds > fds0+4 {
+		t.Errorf("threads %d then %d, descriptors %d then %d", threads0, threads, fds0, fds)
+	}
+}
+
+// procThreads returns the threads of the process.
+func procThreads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/self/status")
+	return 0
+}
+
+// openFiles returns the descriptors the process holds.
+func openFiles(t *testing.T) int {
+	d, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(fmt.Sprint("no /proc/self/fd: ", err))
+	}
+	return len(d)
+}
