@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"h5ingest/tools/doctest"
+)
+
+// docFiles are the documents whose examples TestDocs runs, from the
+// repository's root.
+var docFiles = []string{"README.md", "docs/*.md"}
+
+// docBlockTimeout bounds one block of a document, and docBackgroundLinger
+// how long its background commands may run on after it.
+const (
+	docBlockTimeout     = 5 * time.Minute
+	docBackgroundLinger = time.Minute
+)
+
+// TestDocs runs the runnable examples of the README and docs/*.md (code
+// blocks marked as package tools/doctest says) as a user would, with this
+// test binary as h5ingest on the PATH, each block in a directory of its
+// own: an example that breaks fails the test. Loopback addresses the
+// examples name (127.0.0.1:PORT) are given free ports in their place, so
+// that runs beside each other do not collide.
+func TestDocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the documents' examples run scans of full-size detectors")
+	}
+	bin := h5ingestOnPath(t)
+	var blocks []doctest.Block
+	for _, pattern := range docFiles {
+		names, err := filepath.Glob(filepath.Join("..", "..", pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			doc, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(filepath.Join("..", ".."), name)
+			b, err := doctest.Extract(rel, doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks = append(blocks, b...)
+		}
+	}
+	if len(blocks) == 0 {
+		t.Fatal("no runnable example in the README or docs/")
+	}
+	for _, b := range blocks {
+		t.Run(b.String(), func(t *testing.T) { runDocBlock(t, bin, b) })
+	}
+}
+
+// h5ingestOnPath writes a directory holding an h5ingest that runs this
+// test binary as the command, and returns it.
+func h5ingestOnPath(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nH5INGEST_TEST_AS_COMMAND=1 exec %q \"$@\"\n", self)
+	if err := os.WriteFile(filepath.Join(dir, "h5ingest"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// loopbackAddr is a loopback address of an example.
+var loopbackAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
+
+// runDocBlock runs block b under bash -e in a directory of its own, its
+// background commands beside it, and fails the test where any of them
+// fails, the block outlasts docBlockTimeout, or a background command
+// outlasts the block by docBackgroundLinger.
+func runDocBlock(t *testing.T, bin string, b doctest.Block) {
+	dir := t.TempDir()
+	ports := map[string]string{}
+	free := func(addr string) string {
+		if _, ok := ports[addr]; !ok {
+			ports[addr] = freeAddr(t)
+		}
+		return ports[addr]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), docBlockTimeout)
+	defer cancel()
+	bgCtx, bgCancel := context.WithCancel(ctx)
+	defer bgCancel()
+	shell := func(ctx context.Context, script string, out *bytes.Buffer) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", loopbackAddr.ReplaceAllStringFunc(script, free))
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.WaitDelay = time.Second
+		return cmd
+	}
+	type background struct {
+		line string
+		cmd  *exec.Cmd
+		out  bytes.Buffer
+	}
+	bgs := make([]*background, len(b.Background))
+	for i, line := range b.Background {
+		bg := &background{line: line}
+		bg.cmd = shell(bgCtx, line, &bg.out)
+		if err := bg.cmd.Start(); err != nil {
+			t.Fatalf("%s: background %q: %v", b, line, err)
+		}
+		bgs[i] = bg
+	}
+	var out bytes.Buffer
+	if err := shell(ctx, b.Text, &out).Run(); err != nil {
+		t.Errorf("%s: the example fails (%v):\n%s\n%s", b, err, b.Text, tail(out.String()))
+	}
+	linger := time.AfterFunc(docBackgroundLinger, bgCancel)
+	defer linger.Stop()
+	for _, bg := range bgs {
+		if err := bg.cmd.Wait(); err != nil {
+			t.Errorf("%s: its background command %q fails (%v):\n%s", b, bg.line, err, tail(bg.out.String()))
+		}
+	}
+	if t.Failed() {
+		t.Logf("ports in place of the example's: %v", ports)
+	}
+}
+
+// tail returns the end of a command's output, enough to see why it failed.
+func tail(s string) string {
+	const n = 4000
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
