@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -379,4 +380,39 @@ func openFiles(t *testing.T) int {
 		t.Skip(fmt.Sprint("no /proc/self/fd: ", err))
 	}
 	return len(d)
+}
+
+// TestConsumerWaitingForTheBind: a consumer started before a scan so short
+// that it ends before ZeroMQ has connected the consumer still gets the
+// whole series: the stream gives a consumer waiting for its bind the time
+// to connect.
+func TestConsumerWaitingForTheBind(t *testing.T) {
+	const frames = 5
+	codec, _ := compress.New("bslz4", 4, 0)
+	port := freePort(t)
+	cons := pull(t, "tcp://"+port) // before the bind: ZeroMQ retries
+	defer cons.Close()
+	st, err := Open(Config{Address: "tcp://" + port, Queue: frames}, testSeries(frames), codec.Bound(testW*testH*4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, st, codec, frames)
+	stats, err := st.Close()
+	if err != nil || stats.Sent != frames || !stats.EndDelivered {
+		t.Errorf("Close: %v, stats %+v", err, stats)
+	}
+	if msgs := checkScan(t, receive(t, cons)); len(msgs) != frames+2 {
+		t.Errorf("%d messages, want %d", len(msgs), frames+2)
+	}
+}
+
+// freePort returns a loopback HOST:PORT that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -23,6 +23,7 @@ type sender struct {
 
 	peers   int // consumers connected, as the monitor said
 	watched time.Time
+	opened  time.Time
 }
 
 // monitors numbers the inproc endpoints of the monitors.
@@ -35,7 +36,7 @@ func listen(address string) (*sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream: context: %w", err)
 	}
-	n := &sender{ctx: ctx}
+	n := &sender{ctx: ctx, opened: time.Now()}
 	fail := func(what string, err error) (*sender, error) {
 		n.close(0)
 		return nil, fmt.Errorf("stream: %s: %w", what, err)
@@ -103,7 +104,8 @@ var errTimeout = errors.New("no consumer took it in time")
 
 // put hands msg to ZeroMQ, waiting until deadline for a consumer to make
 // room. With quick set (the scan has ended) it does not wait where no
-// consumer is connected.
+// consumer is connected, once a consumer waiting for the stream to bind
+// has had the time to connect.
 func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 	_, err := n.sock.SendBytes(msg, zmq.DONTWAIT)
 	if !again(err) {
@@ -111,7 +113,7 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 	}
 	for {
 		now := time.Now()
-		if n.consumers(time.Time{}) == 0 && quick {
+		if quick && n.consumers(time.Time{}) == 0 && now.Sub(n.opened) >= connectGrace {
 			return errNoConsumer
 		}
 		wait := deadline.Sub(now)
@@ -131,6 +133,10 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 		}
 	}
 }
+
+// connectGrace is how long a consumer started before the stream may take
+// to connect: ZeroMQ retries a connection every 100 ms by default.
+const connectGrace = 300 * time.Millisecond
 
 // putSlice is how long put blocks in ZeroMQ at a time.
 const putSlice = 50 * time.Millisecond
@@ -229,8 +235,12 @@ const startRetry = 20 * time.Millisecond
 func (s *Stream) end(start []byte, started bool) error {
 	n := s.net
 	deadline := time.Unix(0, s.deadline.Load())
+	// A consumer waiting for the stream to bind has the time to connect.
+	for n.consumers(time.Time{}) == 0 && time.Since(n.opened) < connectGrace && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	err := errNoConsumer
-	if n.consumers(time.Time{}) > 0 {
+	if n.peers > 0 {
 		err = nil
 		if !started {
 			err = n.put(start, deadline, true)

@@ -437,6 +437,7 @@ func TestPythonConsumer(t *testing.T) {
 	if !lines.Scan() { // connected
 		t.Fatalf("consumer said nothing: %s", stderr.String())
 	}
+	connected(t, st)
 	mem := feed(t, st, codec, frames)
 	if _, err := st.Close(); err != nil {
 		t.Error(err)
@@ -450,15 +451,24 @@ func TestPythonConsumer(t *testing.T) {
 			ImageID        int    `json:"image_id"`
 			Shape          []int
 			CRC            uint32
-			RecordCRC      uint32 `json:"record_crc"`
-			NumberOfImages int    `json:"number_of_images"`
-			SeriesUniqueID string `json:"series_unique_id"`
+			RecordCRC      uint32   `json:"record_crc"`
+			NumberOfImages int      `json:"number_of_images"`
+			SeriesUniqueID string   `json:"series_unique_id"`
+			SelfDescribed  bool     `json:"self_described"`
+			StartTime      []uint64 `json:"start_time"`
+			ImageDtype     string   `json:"image_dtype"`
 		}
 		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
 			t.Fatalf("%s: %v", lines.Text(), err)
 		}
-		if m.FirstKey != "type" {
-			t.Errorf("%s message's first key is %q", m.Type, m.FirstKey)
+		if m.FirstKey != "type" || !m.SelfDescribed || m.SeriesUniqueID != st.UniqueID() && m.Type != "image" {
+			t.Errorf("%s message: first key %q, self-described %v, series %q", m.Type, m.FirstKey, m.SelfDescribed, m.SeriesUniqueID)
+		}
+		if m.Type == "start" && m.ImageDtype != "uint32" {
+			t.Errorf("start: image_dtype %q", m.ImageDtype)
+		}
+		if m.Type == "image" && (len(m.StartTime) != 2 || m.StartTime[1] != clockRate) {
+			t.Errorf("image %d: start_time %v", m.ImageID, m.StartTime)
 		}
 		types = append(types, m.Type)
 		if m.Type == "image" {

@@ -9,8 +9,9 @@ bitshuffle (the C library's Python module) and python3-crcmod.
 
 It prints one JSON line per message, the image's pixels summarised (shape,
 dtype, sum) with the CRC-32C of its decoded bytes beside the CRC the file's
-record holds, and exits 0 at the end message, 1 on a CRC mismatch, 2 on a
-timeout.
+record holds, and whether the message began with the self-described CBOR
+tag (d9 d9 f7) that DECTRIS's own parser requires; it exits 0 at the end
+message, 1 on a CRC mismatch, 2 on a timeout.
 """
 import argparse
 import json
@@ -82,17 +83,18 @@ def main():
             return 2
         msg = cbor2.loads(raw, tag_hook=tag_hook)
         first = next(iter(msg))
-        out = {"type": msg["type"], "first_key": first}
+        out = {"type": msg["type"], "first_key": first, "self_described": raw[:3] == b"\xd9\xd9\xf7"}
         if msg["type"] == "image":
             img = msg["data"]["threshold_1"]
             crc = crc32c(img.tobytes())
             ud = msg["user_data"]
-            out.update(image_id=msg["image_id"], shape=list(img.shape), dtype=str(img.dtype),
+            out.update(image_id=msg["image_id"], start_time=msg.get("start_time"), shape=list(img.shape), dtype=str(img.dtype),
                        sum=int(img.sum(dtype=np.uint64)), crc=crc, record_crc=ud["data_crc32c"],
                        status=ud["status"], image_key=ud.get("image_key"))
             bad += crc != ud["data_crc32c"]
         else:
-            out.update({k: v for k, v in msg.items() if k in ("series_unique_id", "number_of_images", "image_size_x", "image_size_y", "user_data")})
+            out.update({k: v for k, v in msg.items() if k in ("series_id", "series_unique_id", "number_of_images", "image_size_x", "image_size_y",
+                                                             "image_dtype", "count_time", "user_data")})
         print(json.dumps(out, default=str), flush=True)
         if msg["type"] == "end":
             return 1 if bad else 0
