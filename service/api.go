@@ -94,6 +94,7 @@ type Status struct {
 	ScanID    string    `json:"scan_id"`
 	State     State     `json:"state" enum:"armed,running,stopping,done,incomplete,cancelled,failed"`
 	Counts    Counts    `json:"counts"`
+	Rates     Rates     `json:"rates" doc:"How fast the scan goes: over about the last second while it runs, over the whole scan once it has ended."`
 	Files     []File    `json:"files" nullable:"false"`
 	Error     string    `json:"error,omitempty"`
 	ArmedAt   time.Time `json:"armed_at"`
@@ -169,6 +170,7 @@ func (s *Service) register() {
 	s.registerReads()
 	s.registerChanges(token)
 	s.registerEvents()
+	s.registerStatus()
 }
 
 // registerArm registers arming a scan, which needs the token.

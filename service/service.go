@@ -133,7 +133,8 @@ func New(r Runner, cfg Config) *Service {
 	hc.DocsPath = "" // no page that loads scripts from elsewhere
 	hc.SchemasPath = ""
 	hc.CreateHooks = nil // no $schema links to schemas it does not serve
-	hc.OpenAPIPath = "/openapi"
+	// registerDocuments serves the 3.1 document, and a 3.0 one that 3.0 tools read.
+	hc.OpenAPIPath = ""
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback)."},
 	}
