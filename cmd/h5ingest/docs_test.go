@@ -82,10 +82,11 @@ func h5ingestOnPath(t *testing.T) string {
 // loopbackAddr is a loopback address of an example.
 var loopbackAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
 
-// runDocBlock runs block b under bash -e in a directory of its own, its
-// background commands beside it, and fails the test where any of them
-// fails, the block outlasts docBlockTimeout, or a background command
-// outlasts the block by docBackgroundLinger.
+// runDocBlock runs block b (under bash -e, or Python) in a directory of
+// its own, after its commands before and with its background commands
+// beside it, and fails the test where any of them fails, the block
+// outlasts docBlockTimeout, or a background command outlasts the block
+// by docBackgroundLinger.
 func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	dir := t.TempDir()
 	ports := map[string]string{}
@@ -100,12 +101,13 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	bgCtx, bgCancel := context.WithCancel(ctx)
 	defer bgCancel()
 	shell := func(ctx context.Context, script string, out *bytes.Buffer) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", loopbackAddr.ReplaceAllStringFunc(script, free))
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.WaitDelay = time.Second
-		return cmd
+		return docCommand(ctx, dir, bin, out, "bash", "-e", "-o", "pipefail", "-c", loopbackAddr.ReplaceAllStringFunc(script, free))
+	}
+	for _, line := range b.Before {
+		var out bytes.Buffer
+		if err := shell(ctx, line, &out).Run(); err != nil {
+			t.Fatalf("%s: its command before %q fails (%v):\n%s", b, line, err, tail(out.String()))
+		}
 	}
 	type background struct {
 		line string
@@ -122,7 +124,11 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 		bgs[i] = bg
 	}
 	var out bytes.Buffer
-	if err := shell(ctx, b.Text, &out).Run(); err != nil {
+	example := shell(ctx, b.Text, &out)
+	if b.Lang == "python" {
+		example = docCommand(ctx, dir, bin, &out, docPython, "-c", loopbackAddr.ReplaceAllStringFunc(b.Text, free))
+	}
+	if err := example.Run(); err != nil {
 		t.Errorf("%s: the example fails (%v):\n%s\n%s", b, err, b.Text, tail(out.String()))
 	}
 	linger := time.AfterFunc(docBackgroundLinger, bgCancel)
@@ -135,6 +141,21 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	if t.Failed() {
 		t.Logf("ports in place of the example's: %v", ports)
 	}
+}
+
+// docPython runs the documents' Python examples: the Python with the
+// Debian packages the documents use (h5py, hdf5plugin, dxchange).
+const docPython = "/usr/bin/python3"
+
+// docCommand returns the command name args of a document's example, run
+// in dir with bin first on the PATH, its output to out.
+func docCommand(ctx context.Context, dir, bin string, out *bytes.Buffer, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = time.Second
+	return cmd
 }
 
 // tail returns the end of a command's output, enough to see why it failed.

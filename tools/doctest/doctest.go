@@ -14,8 +14,13 @@
 //
 // The keys are:
 //
+//   - before: a shell command the runner runs, and that must succeed,
+//     before the block (to make the file an example reads); repeatable.
 //   - background: a shell command the runner starts before the block and
 //     waits for after it (a receiver for a send of the block); repeatable.
+//
+// The block's language is the first word of its fence's info string:
+// none, sh, bash or shell for a shell script, python for Python.
 //
 // Blocks without a marker are not run: examples that need what a test
 // machine lacks (an RDMA device, a beamline's paths) stay unmarked.
@@ -25,6 +30,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -32,11 +38,18 @@ import (
 type Block struct {
 	File string // the document's name, as given to Extract
 	Line int    // line of the opening fence, from 1
+	// Lang is the first word of the fence's info string: "", "sh",
+	// "bash", "shell" or "python".
+	Lang string
 	// Text is the block's lines, without the fences.
 	Text string
-	// Background are the commands to run beside the block.
-	Background []string
+	// Before are the commands to run before the block, Background those
+	// to run beside it.
+	Before, Background []string
 }
+
+// languages are the languages of runnable blocks.
+var languages = []string{"", "sh", "bash", "shell", "python"}
 
 // String names the block as file:line.
 func (b Block) String() string { return fmt.Sprintf("%s:%d", b.File, b.Line) }
@@ -108,6 +121,10 @@ func Extract(name string, doc []byte) ([]Block, error) {
 			if pending != nil {
 				current, pending = pending, nil
 				current.Line = n
+				current.Lang, _, _ = strings.Cut(strings.TrimSpace(strings.TrimLeft(trimmed, fence[:1])), " ")
+				if !slices.Contains(languages, current.Lang) {
+					return nil, fmt.Errorf("%s:%d: doctest block of language %q: runnable blocks are shell or python", name, n, current.Lang)
+				}
 			}
 		case pending != nil && trimmed != "":
 			return nil, fmt.Errorf("%s:%d: doctest marker without a code block after it", name, pending.Line)
@@ -137,10 +154,12 @@ func (b *Block) set(line string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("doctest setting %q: want key: value", line)
+	case key == "before" && value != "":
+		b.Before = append(b.Before, value)
 	case key == "background" && value != "":
 		b.Background = append(b.Background, value)
 	default:
-		return fmt.Errorf("doctest setting %q: the keys are background", line)
+		return fmt.Errorf("doctest setting %q: the keys are before and background", line)
 	}
 	return nil
 }
