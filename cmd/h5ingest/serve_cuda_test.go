@@ -60,8 +60,7 @@ func TestServeCUDASticky(t *testing.T) {
 
 			scan := func(id string) map[string]any {
 				t.Helper()
-				req := armRequest(id, port, dir, 30)
-				req["overrides"].(map[string]any)["backend"] = "auto"
+				req := armRequest(id, port, dir, 30) // the default profile: backend auto
 				if code, st := p.call("POST", "/v1/scans", req); code != http.StatusCreated {
 					t.Fatalf("arm %s: %d %v\n%s", id, code, st, p.out.String())
 				}
