@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,6 +379,66 @@ func TestMasterMetadata(t *testing.T) {
 	master("--title", "gold foam, again", "--sample", "Au-2", "--experiment-id", "p42", "--meta", "operator=bo", "--meta", "note=x")
 	if after, err := os.Stat(out); err != nil || !os.SameFile(before, after) {
 		t.Errorf("the same master written again replaced the file (%v)", err)
+	}
+}
+
+// TestServeModulesMaster runs a 2 x 2 scan as a control system does on
+// one host: a serve per module (each its own receiver port, given in its
+// environment), all armed over HTTP with the same scan id, title, sample,
+// experiment and user metadata, a sender per module; then h5ingest master
+// once every module file is written. h5py reads the request's metadata in
+// the master, with the scan's start and end.
+func TestServeModulesMaster(t *testing.T) {
+	paths, _ := simulateModules(t)
+	profiles, dir := t.TempDir(), t.TempDir()
+	text, err := os.ReadFile(arrayProfile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(profiles, "array.yaml"), text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("H5INGEST_OUTPUT_DIRECTORY", dir)
+	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
+	serves := make([]*serveProcess, len(arrayModules))
+	ports := make([]int, len(arrayModules))
+	for i, m := range arrayModules {
+		ports[i] = freePort(t)
+		t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(ports[i])) // read as the serve starts
+		serves[i] = startServe(t, "", "--profiles", profiles, "--module", fmt.Sprint(m.id))
+	}
+	arm := map[string]any{"profile": "array.yaml", "scan_id": "s5", "plan": map[string]any{"darks": 1, "flats": 1, "projections": 3},
+		"title": "gold foam", "sample": "Au", "experiment_identifier": "p20261234",
+		"user_metadata": map[string]any{"operator": "ana", "cooled": true}}
+	for i, p := range serves {
+		if code, st := p.call("POST", "/v1/scans", arm); code != http.StatusCreated {
+			t.Fatalf("arm module %d: %d %v\n%s", arrayModules[i].id, code, st, p.out.String())
+		}
+	}
+	for i, m := range arrayModules {
+		if code := run([]string{"send", paths[i], "--to", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--module", fmt.Sprint(m.id), "--timeout", "20s"}); code != exitOK {
+			t.Fatalf("send of module %d: exit status %d", m.id, code)
+		}
+	}
+	files := []string{filepath.Join(dir, "s5_master.h5")}
+	for i, p := range serves {
+		if _, st := p.call("GET", "/v1/scans/s5/wait?timeout=30", nil); st["state"] != "done" {
+			t.Fatalf("module %d's scan: %v\n%s", arrayModules[i].id, st, p.out.String())
+		}
+		files = append(files, filepath.Join(dir, fmt.Sprintf("s5_mod%d.h5", arrayModules[i].id)))
+	}
+	if code, stdout, stderr := runProcess(t, append([]string{"master", "--profile", filepath.Join(profiles, "array.yaml"), "--scan-id", "s5"}, arrayPlan...)...); code != exitOK {
+		t.Fatalf("master: exit status %d\n%s%s", code, stdout, stderr)
+	}
+	got := readMetadata(t, files...)
+	start, end := got[1].Start, got[1].End
+	for _, m := range got[2:] {
+		start, end = min(start, m.Start), max(end, m.End)
+	}
+	want := fileMetadata{Title: "gold foam", Sample: "Au", Experiment: "p20261234", Start: start, End: end,
+		User: map[string][2]any{"operator": {"ana", "str"}, "cooled": {true, "b"}}}
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("master's metadata, as h5py reads it:\n%+v\nwant:\n%+v", got[0], want)
 	}
 }
 
