@@ -29,5 +29,5 @@ type cudaBackend struct {
 
 // newCUDA reports that the binary cannot reach the CUDA driver.
 func newCUDA(Options) (*cudaBackend, error) {
-	return nil, errors.New("built without cgo, so the CUDA driver cannot be loaded")
+	return nil, absentError{errors.New("built without cgo, so the CUDA driver cannot be loaded")}
 }

@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,7 +106,7 @@ func Preload(name string, opts Options) (release func(), err error) {
 	d, err := acquireDevice(opts)
 	if err != nil {
 		if name == "auto" {
-			log.Info("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
+			log.Log(context.Background(), fallbackLevel(err), "decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
 			return nothing, nil
 		}
 		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
@@ -154,7 +155,7 @@ func acquireDevice(opts Options) (*cudaDevice, error) {
 		return nil, err
 	}
 	if err := cuda.Load(); err != nil {
-		return nil, err
+		return nil, absentError{err}
 	}
 	d := devices.m[opts.Device]
 	if d != nil && d.lost == nil {
@@ -205,10 +206,10 @@ func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
 		return nil, err
 	}
 	if n == 0 {
-		return nil, errors.New("no CUDA device")
+		return nil, absentError{errors.New("no CUDA device")}
 	}
 	if opts.Device >= n {
-		return nil, fmt.Errorf("no CUDA device %d (the machine has %d)", opts.Device, n)
+		return nil, absentError{fmt.Errorf("no CUDA device %d (the machine has %d)", opts.Device, n)}
 	}
 	dev, err := cuda.GetDevice(opts.Device)
 	if err != nil {

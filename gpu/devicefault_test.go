@@ -281,3 +281,55 @@ func TestPinsChild(t *testing.T) {
 
 // unsafeData returns the address of b's first byte, for package cuda.
 func unsafeData(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// TestFakeDriverWrongResults runs TestWrongChild against a fake driver
+// whose decode kernel never runs: a GPU that loads the kernels and
+// computes wrong is found by the check of a frame when the device opens,
+// before any scan. The device is given back (module unloaded, context
+// released).
+func TestFakeDriverWrongResults(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs TestWrongChild against the fake driver; this is that run")
+	}
+	out, calls := fakecuda.Run(t, "^TestWrongChild$", "FAKECUDA_WRONG=1")
+	if !strings.Contains(out, "--- PASS: TestWrongChild ") {
+		t.Fatalf("TestWrongChild did not pass:\n%s", out)
+	}
+	count := map[string]int{}
+	for _, c := range calls {
+		count[c.Func]++
+	}
+	if count["cuModuleLoadDataEx"] == 0 || count["cuModuleLoadDataEx"] != count["cuModuleUnload"] {
+		t.Errorf("module loaded %d times, unloaded %d times", count["cuModuleLoadDataEx"], count["cuModuleUnload"])
+	}
+	if count["cuDevicePrimaryCtxRetain"] != count["cuDevicePrimaryCtxRelease_v2"] {
+		t.Errorf("primary context retained %d times, released %d times", count["cuDevicePrimaryCtxRetain"], count["cuDevicePrimaryCtxRelease_v2"])
+	}
+}
+
+// TestWrongChild runs under TestFakeDriverWrongResults.
+func TestWrongChild(t *testing.T) {
+	if !fakecuda.Child() || os.Getenv("FAKECUDA_WRONG") == "" {
+		t.Skip("runs against a fake driver that computes wrong, under TestFakeDriverWrongResults")
+	}
+	if _, err := Preload("cuda", Options{}); err == nil || !strings.Contains(err.Error(), "differs from the CPU") {
+		t.Errorf("Preload of cuda on a device that computes wrong: %v", err)
+	}
+	var logged syncBuffer
+	release, err := Preload("auto", Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "backend=cpu") {
+		t.Errorf("auto on a device that computes wrong logged:\n%s", logged.String())
+	}
+	be, err := New("auto", Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if be.Name() != "cpu" {
+		t.Errorf("auto chose %s on a device that computes wrong", be.Name())
+	}
+}

@@ -48,6 +48,7 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -187,18 +188,31 @@ func New(name string, opts Options) (Backend, error) {
 			log = slog.Default()
 		}
 		b, err := newCUDA(opts)
-		if errors.Is(err, ErrDeviceLost) {
-			log.Warn("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
-			return newCPU(opts), nil
-		}
 		if err != nil {
-			log.Info("decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
+			log.Log(context.Background(), fallbackLevel(err), "decode backend", "backend", "cpu", "reason", "cuda unavailable: "+err.Error())
 			return newCPU(opts), nil
 		}
 		log.Info("decode backend", "backend", "cuda", "reason", "CUDA device found", "device", b.device)
 		return b, nil
 	}
 	return nil, fmt.Errorf("gpu: unknown backend %q (want one of %s)", name, strings.Join(Names(), ", "))
+}
+
+// absentError is the error of a cuda backend where there is no GPU to
+// use: no driver, no device, or a binary built without cgo.
+type absentError struct{ error }
+
+func (e absentError) Unwrap() error { return e.error }
+
+// fallbackLevel is the level of auto's line when it falls back to the CPU
+// for err: information where there is no GPU, a warning where there is
+// one that failed (lost, or computing wrong).
+func fallbackLevel(err error) slog.Level {
+	var a absentError
+	if errors.As(err, &a) {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
 }
 
 func (o *Options) validate() error {

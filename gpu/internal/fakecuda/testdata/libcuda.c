@@ -26,6 +26,9 @@
  * set, the error outlives the context, as the driver documents for these
  * codes ("the process must be terminated and relaunched"): a new context
  * gets the same error at its first call.
+ *
+ * With FAKECUDA_WRONG set, h5_decode never runs: a device that loads the
+ * kernels and computes wrong.
  */
 
 #include <pthread.h>
@@ -595,6 +598,10 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 		sticky = fault_code;
 	int st = sticky;
 	pthread_mutex_unlock(&mu);
+	if (getenv("FAKECUDA_WRONG") && !strcmp(name, "h5_decode")) {
+		logline("cuLaunchKernel name=%s stream=%d wrong=1", name, sid(s));
+		return OK;
+	}
 	if (st) { /* the kernel faults: the error shows at the next call */
 		logline("cuLaunchKernel name=%s stream=%d fault=%d launch=%d", name, sid(s), st, nth);
 		return OK;
