@@ -102,7 +102,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 		if r.Profiles == "" || strings.ContainsAny(ref, `/\`) || ref == "." || ref == ".." {
 			return config.Profile{}, plan.Plan{}, fmt.Errorf("profile %q: not a built-in profile (h5ingest profiles list)%s", ref, profilesHint(r.Profiles))
 		}
-		ref = filepath.Join(r.Profiles, ref)
+		ref = r.profilePath(ref) // name, name.yaml or name.yml
 		if _, err := os.Stat(ref); err != nil {
 			return config.Profile{}, plan.Plan{}, fmt.Errorf("profile %q: neither built in nor a file of the profiles directory", req.Profile)
 		}
@@ -186,6 +186,8 @@ type serveScan struct {
 	mu      sync.Mutex
 	sig     *Stopper
 	stopped bool
+
+	view scanView // its rates, latest image and storage, as the service shows them
 }
 
 // Planned returns the frames the scan's plan holds for the module (0:
@@ -209,6 +211,8 @@ func (s *serveScan) Stop() {
 // verifies its file.
 func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Result {
 	defer s.release()
+	rep = s.view.reporting(rep)
+	defer s.view.end()
 	sig := NewStopper(ctx, s.profile.Source.ConnectTimeout, nil)
 	defer sig.Close()
 	s.mu.Lock()
@@ -223,6 +227,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	var progressWG sync.WaitGroup
 	s.a.o.OnScan = func(r *Module) {
 		scan = r
+		s.view.shown(r)
 		progressWG.Add(1)
 		go func() {
 			defer progressWG.Done()

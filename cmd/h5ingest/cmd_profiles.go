@@ -83,18 +83,16 @@ func showProfile(out io.Writer, ref string) error {
 	if err != nil {
 		return scan.Usage(err)
 	}
-	values := p.Text()
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	names := stages.Names()
-	for _, k := range config.Keys {
-		from := sources[k.Name]
-		if allowed, ok := names.Of(k.Name); ok {
-			from += "; one of " + config.OneOf(allowed)
-			if len(allowed) == 0 {
+	for _, k := range scan.ProfileKeys(p, sources, stages.Names()) {
+		from := k.From
+		if k.OneOf != nil {
+			from += "; one of " + config.OneOf(k.OneOf)
+			if len(k.OneOf) == 0 {
 				from += "none registered"
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Name, values[k.Name], from)
+		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Key, k.Value, from)
 	}
 	return w.Flush()
 }
