@@ -190,10 +190,22 @@ type Layers struct {
 	Names Names
 }
 
-// FlagValue is a key's value from a command-line flag.
+// FlagValue is a key's value from a command-line flag, or from what
+// takes the command line's place (a request to the scan service).
 type FlagValue struct {
 	Flag  string // e.g. "--compression"
 	Value any
+	// From, where set, names where the value came from in messages in
+	// place of "flag FLAG", e.g. `request overrides."output.level"`.
+	From string
+}
+
+// source names where the value came from, for messages.
+func (fv FlagValue) source() string {
+	if fv.From != "" {
+		return fv.From
+	}
+	return "flag " + fv.Flag
 }
 
 // Load returns the profile at path (a file, or a built-in profile's name)
@@ -233,10 +245,10 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 	}
 	for key, fv := range l.Flags {
 		if findKey(key) == nil {
-			return Profile{}, nil, fmt.Errorf("flag %s sets unknown key %q", fv.Flag, key)
+			return Profile{}, nil, fmt.Errorf("%s sets unknown key %q", fv.source(), key)
 		}
 		values[key] = fv.Value
-		sources[key] = "flag " + fv.Flag
+		sources[key] = fv.source()
 	}
 	p, err := decode(values)
 	if err != nil {

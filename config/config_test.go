@@ -79,7 +79,7 @@ output:
 		}, nil, 2.5, []int{180, 180, 0, 0}, "override", "lz4",
 			map[string]string{"detector.distance_m": "environment H5INGEST_DETECTOR_DISTANCE_M"}},
 		{"flags over environment", map[string]string{"H5INGEST_OUTPUT_COMPRESSION": "deflate"},
-			map[string]FlagValue{"output.compression": {"--compression", "none"}}, 0.35, []int{0, 180, 0, 180}, "tomo-b", "none",
+			map[string]FlagValue{"output.compression": {Flag: "--compression", Value: "none"}}, 0.35, []int{0, 180, 0, 180}, "tomo-b", "none",
 			map[string]string{"output.compression": "flag --compression"}},
 	}
 	for _, tt := range tests {
@@ -152,7 +152,7 @@ func TestErrors(t *testing.T) {
 		{"deflate level", "output:\n  compression: deflate\n  level: 12\n", nil, nil, "", "key output.level: 12 with deflate, want 0 (default) to 9"},
 		{"backend shuffle", "output:\n  compression: lz4\n  backend_shuffle: true\n", nil, nil, "",
 			"key output.backend_shuffle: true with compression lz4, which has no bit transpose: want bslz4 or bszstd, or false"},
-		{"backend shuffle flag", "output:\n  compression: deflate\n", nil, map[string]FlagValue{"output.backend_shuffle": {"--backend-shuffle", true}},
+		{"backend shuffle flag", "output:\n  compression: deflate\n", nil, map[string]FlagValue{"output.backend_shuffle": {Flag: "--backend-shuffle", Value: true}},
 			"flag --backend-shuffle", "key output.backend_shuffle: true with compression deflate"},
 		{"plan", "plan:\n  darks: 3\n", nil, nil, "", "key plan.projections: 0 with darks or flats, want the projections too"},
 		{"sequence", "plan:\n  sequence: \"darks:3,whites:4\"\n", nil, nil, "", `key plan.sequence: "whites:4": want kind:count`},
@@ -170,7 +170,7 @@ func TestErrors(t *testing.T) {
 			"environment H5INGEST_WRITER_LEVEL", "no such key (known sections: NAME, DESCRIPTION, BACKEND,"},
 		{"bad environment", "name: x\n", map[string]string{"H5INGEST_DETECTOR_DISTANCE_M": "near"}, nil,
 			"environment H5INGEST_DETECTOR_DISTANCE_M", "key detector.distance_m: "},
-		{"bad flag", "name: x\n", nil, map[string]FlagValue{"output.layout": {"--layout", "nexus"}},
+		{"bad flag", "name: x\n", nil, map[string]FlagValue{"output.layout": {Flag: "--layout", Value: "nexus"}},
 			"flag --layout", `key output.layout: "nexus", want one of nxtomo, cxi`},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,6 +50,9 @@ type Acquisition struct {
 	o      AcquireOptions
 	cfg    fabric.Config
 	checks Checks
+
+	mu sync.Mutex
+	l  *fabric.Listener // opened by Listen, until One takes it over
 }
 
 // NewAcquisition sets up an acquire as o says. Its errors wrap ErrUsage:
@@ -105,6 +109,57 @@ func (a *Acquisition) Checks() Checks { return a.checks }
 // function it returns gives back those no file took over.
 func (a *Acquisition) Hold() (release func(), err error) { return holdFiles(a.o.Files, a.o.Record) }
 
+// Listen opens the detector's listener now, ahead of One, which takes it
+// over: the scan service listens from the arming, so that the port, and
+// the descriptors a listener needs, are the scan's before anything else
+// can take them. Close closes it where One never ran.
+func (a *Acquisition) Listen() error {
+	l, err := listen(a.cfg)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.l != nil {
+		a.l.Close()
+	}
+	a.l = l
+	return nil
+}
+
+// Close closes the listener Listen opened, unless One took it over.
+func (a *Acquisition) Close() {
+	a.mu.Lock()
+	l := a.l
+	a.l = nil
+	a.mu.Unlock()
+	if l != nil {
+		l.Close()
+	}
+}
+
+// listener returns the listener Listen opened, or a new one.
+func (a *Acquisition) listener() (*fabric.Listener, error) {
+	a.mu.Lock()
+	l := a.l
+	a.l = nil
+	a.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	return listen(a.cfg)
+}
+
+// listen opens a receiver's listener, saying so where the process has
+// run out of descriptors.
+func listen(cfg fabric.Config) (*fabric.Listener, error) {
+	l, err := fabric.Listen(cfg)
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return nil, fmt.Errorf("listen for the detector on %s: too many open files (the process has none left to open: raise its limit, ulimit -n, or close what holds them): %w", cfg.Addr, err)
+	}
+	return l, err
+}
+
 // Run listens for the detector and writes the scan: one module, or every
 // module of the files at once. stop ends it early (Stopper).
 func (a *Acquisition) Run(stop *Stopper) error {
@@ -123,7 +178,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 	src := profile.Source
 	out := o.Files.Modules[0].Path
 
-	l, err := fabric.Listen(a.cfg)
+	l, err := a.listener()
 	if err != nil {
 		return nil, err
 	}
@@ -234,15 +289,25 @@ func holdFiles(files Files, record string) (func(), error) {
 // acceptSender waits for a sender whose handshake succeeds, logging the
 // peers refused meanwhile (a bad peer never ends the wait), until the
 // connect timeout or an interruption.
+//
+// A wait that times out after a sender was refused for want of
+// descriptors says so: the detector tried, and the process had run out of
+// files to open.
 func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.Stream, error) {
+	var starved error // the last refusal for want of descriptors
 	for {
 		stream, err := l.Accept(sig.wait)
 		switch {
 		case errors.Is(err, fabric.ErrRefused):
 			log.Warn("sender refused", zap.Error(err))
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				starved = err
+			}
 			continue
 		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
 			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s: no file written", sig.signal(), l.Addr()))
+		case errors.Is(err, fabric.ErrTimeout) && starved != nil:
+			return nil, fmt.Errorf("too many open files: a sender connected but the process had no descriptor left to take it (raise its limit, ulimit -n, or close what holds them): %w (then %w)", starved, err)
 		}
 		return stream, err
 	}

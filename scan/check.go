@@ -86,9 +86,22 @@ func checkTarget(what, path string, overwrite bool) error {
 		return fmt.Errorf("%s %s is a directory", what, path)
 	}
 	if !overwrite && fileExists(path) {
-		return fmt.Errorf("%s %s exists (give --overwrite to replace it)", what, path)
+		return &ExistsError{What: what, Path: path}
 	}
 	return nil
+}
+
+// ExistsError is a pre-scan check's failure for a file a scan would
+// replace: Path, its What ("output file"), exists, or Temp, the temporary
+// file of a scan to Path that did not finish.
+type ExistsError struct{ What, Path, Temp string }
+
+func (e *ExistsError) Error() string {
+	if e.Temp != "" {
+		return fmt.Sprintf("%s exists: the temporary file of a scan to %s that did not finish (verify it and rename it, or give --overwrite to replace it)",
+			e.Temp, e.Path)
+	}
+	return fmt.Sprintf("%s %s exists (give --overwrite to replace it)", e.What, e.Path)
 }
 
 // checkNew reports whether path is free for a scan's file: no scan
@@ -102,8 +115,7 @@ func checkNew(path string, overwrite bool) error {
 		return err
 	}
 	if temp := writer.TempName(path); fileExists(temp) {
-		return fmt.Errorf("%s exists: the temporary file of a scan to %s that did not finish (verify it and rename it, or give --overwrite to replace it)",
-			temp, path)
+		return &ExistsError{What: "output file", Path: path, Temp: temp}
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"h5ingest/service"
 	"h5ingest/writer"
 	"io"
-	"math"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,15 +24,26 @@ import (
 
 // Runner prepares the scans a scan service (package service) arms:
 // acquires of the node's module.
+//
+// A request reaches only what the operator allowed: its profile is a
+// built-in one or a file of Profiles; it sets only the keys of
+// service.Overrides over it; its files go to the profile's output
+// directory, or to one under DataRoot it names; and it never replaces a
+// file, whatever the profile says of output.overwrite.
 type Runner struct {
 	// Profiles is the directory of the profile files a request may name,
 	// besides the built-in profiles; "" for none.
 	Profiles string
+	// DataRoot is the directory under which a request may choose its
+	// output directory (output.directory); "" for none: the profile's
+	// directory stands. CreateDirs lets a request's directory be created.
+	DataRoot   string
+	CreateDirs bool
 	// Module is the detector module this node receives, in a profile of
 	// several; -1 where profiles have one.
 	Module int
-	// Stream is every scan's live stream, unless its request sets
-	// stream.address; "" for none.
+	// Stream is every scan's live stream, over the profile's; "" for the
+	// profile's (none where it has none).
 	Stream   string
 	Log      *zap.Logger
 	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
@@ -40,22 +51,27 @@ type Runner struct {
 }
 
 // Prepare loads the request's profile with its overrides, plan and
-// metadata on top, and runs acquire's pre-scan checks.
-func (r *Runner) Prepare(req service.ArmRequest) (service.Scan, error) {
+// metadata on top, runs acquire's pre-scan checks, and takes what the
+// scan needs from its arming: its files' locks and the detector's port,
+// listened on from now, so that nothing that opens later (a storm of
+// HTTP clients) can keep the detector out. ctx is checked between the
+// steps; Release gives back what it took.
+func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.Scan, error) {
 	if r.Stages == nil {
 		return nil, errNoRegistry
 	}
+	refuse := func(err error) error { return &service.RefusedError{Reasons: []string{requestReason(err)}} }
 	profile, pl, err := r.load(req)
 	if err != nil {
-		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+		return nil, refuse(err)
 	}
 	user, err := userMetadata(req.UserMetadata)
 	if err != nil {
-		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+		return nil, refuse(err)
 	}
 	if len(profile.Detector.Modules) > 1 && r.Module < 0 {
 		return nil, &service.RefusedError{Reasons: []string{fmt.Sprintf(
-			"profile %s has %d modules: a serve receives one (--module N), one serve per module node", req.Profile, len(profile.Detector.Modules))}}
+			"profile %s has %d modules, and this serve receives none in particular: a serve receives one module, one serve per module node (its operator sets which)", req.Profile, len(profile.Detector.Modules))}}
 	}
 	names := Names{ScanID: req.ScanID}
 	if req.Output != "" {
@@ -66,7 +82,7 @@ func (r *Runner) Prepare(req service.ArmRequest) (service.Scan, error) {
 		files, err = files.Only(r.Module)
 	}
 	if err != nil {
-		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+		return nil, refuse(err)
 	}
 	log := r.Log.With(zap.String("scan", req.ScanID))
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
@@ -75,27 +91,51 @@ func (r *Runner) Prepare(req service.ArmRequest) (service.Scan, error) {
 		Files:   files, ScanID: req.ScanID, Observer: r.Observer,
 	})
 	if err != nil {
-		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+		return nil, refuse(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if fails := a.Checks().Failures(io.Discard); len(fails) > 0 {
 		reasons := make([]string, len(fails))
 		for i, e := range fails {
-			reasons[i] = e.Error()
+			reasons[i] = requestReason(e)
 		}
 		return nil, &service.RefusedError{Reasons: reasons}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	// The files are this scan's from its arming: another scan of them is
 	// refused, not this one once the detector sent.
 	release, err := a.Hold()
 	if err != nil {
-		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
+		return nil, refuse(err)
 	}
-	return &serveScan{a: a, profile: profile, files: files, release: release}, nil
+	if err := a.Listen(); err != nil {
+		release()
+		return nil, refuse(err)
+	}
+	return &serveScan{a: a, profile: profile, files: files, release: sync.OnceFunc(func() { a.Close(); release() })}, nil
+}
+
+// requestReason says why a request was refused, in the request's terms
+// where the command's would name its flags.
+func requestReason(err error) string {
+	var exists *ExistsError
+	switch {
+	case errors.As(err, &exists) && exists.Temp != "":
+		return fmt.Sprintf("%s exists: the temporary file of a scan to %s that did not finish; no request replaces a file: give the scan another scan_id or output", exists.Temp, exists.Path)
+	case errors.As(err, &exists):
+		return fmt.Sprintf("%s %s exists, and no request replaces a file: give the scan another scan_id or output", exists.What, exists.Path)
+	}
+	return err.Error()
 }
 
 // load returns the profile a request asks for: a built-in profile or a
 // file of --profiles, with the request's overrides, plan and metadata as
-// the layer the command line is elsewhere.
+// the layer the command line is elsewhere, each named as the request
+// field that gave it.
 func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error) {
 	ref := req.Profile
 	if !slices.Contains(config.BuiltinNames(), ref) {
@@ -103,31 +143,45 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 			return config.Profile{}, plan.Plan{}, fmt.Errorf("profile %q: not a built-in profile (h5ingest profiles list)%s", ref, profilesHint(r.Profiles))
 		}
 		ref = r.profilePath(ref) // name, name.yaml or name.yml
-		if _, err := os.Stat(ref); err != nil {
+		if fi, err := os.Stat(ref); err != nil || !fi.Mode().IsRegular() {
 			return config.Profile{}, plan.Plan{}, fmt.Errorf("profile %q: neither built in nor a file of the profiles directory", req.Profile)
 		}
 	}
-	flags := map[string]config.FlagValue{}
-	set := func(key string, v any) { flags[key] = config.FlagValue{Flag: "request " + key, Value: v} }
-	if r.Stream != "" {
-		set("stream.address", r.Stream)
+	flags := map[string]config.FlagValue{
+		// Never from a request, whatever the profile says.
+		"output.overwrite": {Value: false, From: "the scan service, which never replaces a file,"},
 	}
-	for k, v := range req.Overrides {
-		set(k, jsonValue(v))
+	if r.Stream != "" {
+		flags["stream.address"] = config.FlagValue{Value: r.Stream, From: "the scan service's live stream"}
+	}
+	set := func(key, field string, v any) { flags[key] = config.FlagValue{Value: v, From: "request " + field} }
+	for _, k := range req.Overrides.Keys() {
+		v := k.Value
+		if k.Key == "output.directory" {
+			dir, err := r.outputDir(v.(string))
+			if err != nil {
+				return config.Profile{}, plan.Plan{}, fmt.Errorf("%s: %w", k.Field, err)
+			}
+			v = dir
+		}
+		set(k.Key, k.Field, v)
 	}
 	if p := req.Plan; p != nil {
-		set("plan.darks", p.Darks)
-		set("plan.flats", p.Flats)
-		set("plan.projections", p.Projections)
-		set("plan.sequence", p.Sequence)
+		set("plan.darks", "plan.darks", p.Darks)
+		set("plan.flats", "plan.flats", p.Flats)
+		set("plan.projections", "plan.projections", p.Projections)
+		set("plan.sequence", "plan.sequence", p.Sequence)
 		if p.AngleStart != 0 || p.AngleEnd != 0 {
-			set("plan.angle_start", p.AngleStart)
-			set("plan.angle_end", p.AngleEnd)
+			set("plan.angle_start", "plan.angle_start", p.AngleStart)
+			set("plan.angle_end", "plan.angle_end", p.AngleEnd)
 		}
 	}
-	for key, v := range map[string]string{"metadata.title": req.Title, "metadata.sample": req.Sample, "metadata.experiment_identifier": req.ExperimentID} {
-		if v != "" {
-			set(key, v)
+	for _, m := range []struct{ key, field, v string }{
+		{"metadata.title", "title", req.Title}, {"metadata.sample", "sample", req.Sample},
+		{"metadata.experiment_identifier", "experiment_identifier", req.ExperimentID},
+	} {
+		if m.v != "" {
+			set(m.key, m.field, m.v)
 		}
 	}
 	p, _, err := config.LoadLayers(config.Layers{Profile: ref, Flags: flags, Names: r.Stages.Names()})
@@ -138,21 +192,85 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 	return p, pl, err
 }
 
+// outputDir returns the directory a request's output.directory names,
+// symbolic links resolved: dir from the data root, or an absolute path
+// within it. A directory that does not exist is created where CreateDirs
+// allows; one outside the data root, or reached through a link that
+// leads out of it, is refused.
+func (r *Runner) outputDir(dir string) (string, error) {
+	if r.DataRoot == "" {
+		return "", errors.New("this serve takes no output directory from a request (it has no data root): the profile's directory stands")
+	}
+	root, err := filepath.EvalSymlinks(r.DataRoot)
+	if err != nil {
+		return "", fmt.Errorf("the data root: %w", err)
+	}
+	path := dir
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	path = filepath.Clean(path)
+	// Lexically first, so that nothing is created outside.
+	if !within(root, path) && !within(filepath.Clean(r.DataRoot), path) {
+		return "", fmt.Errorf("%q is not under the data root %s", dir, r.DataRoot)
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !r.CreateDirs {
+			return "", fmt.Errorf("%q does not exist under the data root %s, and this serve creates no directory", dir, r.DataRoot)
+		}
+		real, err = r.createDir(root, path)
+	}
+	if err != nil {
+		return "", err
+	}
+	if !within(root, real) {
+		return "", fmt.Errorf("%q leads out of the data root %s (to %s, through a symbolic link)", dir, r.DataRoot, real)
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%q is not a directory", dir)
+	}
+	return real, nil
+}
+
+// createDir creates path, which lies lexically under the data root root,
+// from its deepest existing parent, once that parent, links resolved, is
+// found to lie under root too; it returns the directory made.
+func (r *Runner) createDir(root, path string) (string, error) {
+	parent, rest := path, ""
+	for {
+		if _, err := os.Lstat(parent); err == nil {
+			break
+		}
+		rest = filepath.Join(filepath.Base(parent), rest)
+		parent = filepath.Dir(parent)
+	}
+	real, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return "", err
+	}
+	if !within(root, real) {
+		return "", fmt.Errorf("%s leads out of the data root %s (to %s, through a symbolic link)", parent, r.DataRoot, real)
+	}
+	made := filepath.Join(real, rest)
+	if err := os.MkdirAll(made, 0o755); err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(made)
+}
+
+// within reports whether path is root or lies under it (both clean).
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
 // profilesHint says where profile files may come from.
 func profilesHint(dir string) string {
 	if dir == "" {
-		return "; this serve takes no profile files (--profiles DIR)"
+		return "; this serve takes no profile files"
 	}
 	return fmt.Sprintf(" nor a file name in %s", dir)
-}
-
-// jsonValue turns a JSON number that is whole into an int, as a profile
-// file's integer would decode.
-func jsonValue(v any) any {
-	if x, ok := v.(float64); ok && x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-		return int(x)
-	}
-	return v
 }
 
 // userMetadata checks the keys of the request's user metadata, nested
@@ -181,7 +299,7 @@ type serveScan struct {
 	a       *Acquisition
 	profile config.Profile
 	files   Files
-	release func() // gives up the files' locks, held from the arming
+	release func() // gives up the files' locks and the detector's port, held from the arming; once
 
 	mu      sync.Mutex
 	sig     *Stopper
@@ -193,6 +311,10 @@ type serveScan struct {
 // Planned returns the frames the scan's plan holds for the module (0:
 // not known), which the service counts pending from the arming.
 func (s *serveScan) Planned() int { return s.a.o.Plan.Frames() }
+
+// Release gives back the files' locks and the detector's port of a scan
+// that will not run.
+func (s *serveScan) Release() { s.release() }
 
 // Stop drains the scan as a first Ctrl-C drains an acquire.
 func (s *serveScan) Stop() {

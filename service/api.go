@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -14,18 +15,77 @@ import (
 // '_' and '-', not starting with a dot, so that no name from a request
 // leaves the output directory.
 type ArmRequest struct {
-	Profile string `json:"profile" minLength:"1" maxLength:"4096" doc:"A built-in profile's name (h5ingest profiles list) or a profile file on the server."`
-	// Overrides are profile keys over the profile, like flags on the
-	// command line.
-	Overrides map[string]any `json:"overrides,omitempty" doc:"Profile keys set over the profile, as the command line's flags set them, e.g. {\"output.compression\": \"bslz4\"}. An unknown key is refused."`
-	Plan      *Plan          `json:"plan,omitempty" doc:"The scan plan; without one, the profile's."`
-	ScanID    string         `json:"scan_id" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"The scan's id: names its files through the profile's output template, and its stream's series."`
-	Output    string         `json:"output,omitempty" maxLength:"200" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"File name in the profile's output directory, instead of its template."`
+	Profile string `json:"profile" minLength:"1" maxLength:"4096" doc:"A built-in profile's name (h5ingest profiles list) or a file name in serve's profiles directory."`
+	// Overrides are the profile keys a request may set over the profile.
+	Overrides *Overrides `json:"overrides,omitempty" doc:"The profile keys a request may set over the profile; any other key is refused. The detector, the receiver's address and port, overwriting, the status page and the stream's endpoint are the operator's."`
+	Plan      *Plan      `json:"plan,omitempty" doc:"The scan plan; without one, the profile's."`
+	ScanID    string     `json:"scan_id" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"The scan's id: names its files through the profile's output template, and its stream's series."`
+	Output    string     `json:"output,omitempty" maxLength:"200" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"File name in the output directory, instead of the template. No request replaces a file: a name that exists is refused."`
 	// Metadata lands in the file.
 	Title        string         `json:"title,omitempty" maxLength:"1024" doc:"NeXus /entry/title."`
 	Sample       string         `json:"sample,omitempty" maxLength:"1024" doc:"NeXus /entry/sample/name."`
 	ExperimentID string         `json:"experiment_identifier,omitempty" maxLength:"256" doc:"NeXus /entry/experiment_identifier (proposal or experiment number)."`
 	UserMetadata map[string]any `json:"user_metadata,omitempty" doc:"Any JSON object: kept in the file under an NXcollection."`
+}
+
+// Overrides are the profile keys a request may set over its profile, and
+// the only ones: how the scan's file is named, laid out and compressed,
+// where under serve's data root it goes, and how its live stream is
+// thinned. Everything else (the detector, the receiver's address and port,
+// output.overwrite, status.*, stream.address) is the operator's, in the
+// profile and on serve's command line. They nest as a profile's keys do:
+// {"output": {"compression": "bslz4"}} sets output.compression.
+type Overrides struct {
+	Output *OutputOverrides `json:"output,omitempty"`
+	Stream *StreamOverrides `json:"stream,omitempty"`
+}
+
+// OutputOverrides are the keys of a profile's output a request may set.
+type OutputOverrides struct {
+	Directory   *string `json:"directory,omitempty" minLength:"1" maxLength:"1024" doc:"The output directory, under serve's data root (--data-root): a path from it, or an absolute one within it, symbolic links resolved. Refused where serve has no data root: the profile's directory stands."`
+	Template    *string `json:"template,omitempty" maxLength:"200" pattern:"^[A-Za-z0-9_{}-][A-Za-z0-9._{}-]*\\.h5$" patternDescription:"one path element ending in .h5, of letters, digits, '.', '_', '-' and {scan}, {date}, {module}" doc:"File name of the scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id."`
+	Layout      *string `json:"layout,omitempty" maxLength:"64" doc:"File layout, e.g. nxtomo or cxi (h5ingest profiles names)."`
+	Compression *string `json:"compression,omitempty" maxLength:"64" doc:"Chunk compression, e.g. bslz4, bszstd, lz4, deflate or none."`
+	Level       *int    `json:"level,omitempty" minimum:"0" maximum:"22" doc:"Compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default."`
+}
+
+// StreamOverrides are the keys of a profile's live stream a request may
+// set: its thinning, not its endpoint.
+type StreamOverrides struct {
+	Every   *int     `json:"every,omitempty" minimum:"1" maximum:"10000000" doc:"Stream every Nth image, for previews."`
+	MaxRate *float64 `json:"max_rate,omitempty" minimum:"0" maximum:"1000000" doc:"Stream at most this many images a second; 0: no limit."`
+}
+
+// Keys returns the keys o sets, as Go values (text, whole numbers,
+// numbers), each with the request field that set it.
+func (o *Overrides) Keys() []OverrideKey {
+	var keys []OverrideKey
+	add := func(key string, set bool, v func() any) {
+		if set {
+			keys = append(keys, OverrideKey{Key: key, Field: "overrides." + key, Value: v()})
+		}
+	}
+	if o != nil && o.Output != nil {
+		out := o.Output
+		add("output.directory", out.Directory != nil, func() any { return *out.Directory })
+		add("output.template", out.Template != nil, func() any { return *out.Template })
+		add("output.layout", out.Layout != nil, func() any { return *out.Layout })
+		add("output.compression", out.Compression != nil, func() any { return *out.Compression })
+		add("output.level", out.Level != nil, func() any { return *out.Level })
+	}
+	if o != nil && o.Stream != nil {
+		st := o.Stream
+		add("stream.every", st.Every != nil, func() any { return *st.Every })
+		add("stream.max_rate", st.MaxRate != nil, func() any { return *st.MaxRate })
+	}
+	return keys
+}
+
+// OverrideKey is one profile key a request sets.
+type OverrideKey struct {
+	Key   string // the profile key, e.g. "output.level"
+	Field string // the request field, e.g. "overrides.output.level"
+	Value any
 }
 
 // Plan is a scan plan: counts of darks, flats and projections in that
@@ -92,7 +152,7 @@ type Result struct {
 // Status is a scan's state and counts.
 type Status struct {
 	ScanID    string    `json:"scan_id"`
-	State     State     `json:"state" enum:"armed,running,stopping,done,incomplete,cancelled,failed"`
+	State     State     `json:"state" enum:"armed,running,stopping,cancelling,done,incomplete,cancelled,failed"`
 	Counts    Counts    `json:"counts"`
 	Rates     Rates     `json:"rates" doc:"How fast the scan goes: over about the last second while it runs, over the whole scan once it has ended."`
 	Files     []File    `json:"files" nullable:"false"`
@@ -131,7 +191,6 @@ var eventTypes = map[string]any{
 }
 
 type armInput struct {
-	Auth string `header:"Authorization" doc:"Bearer TOKEN, when the service has a token."`
 	Body ArmRequest
 }
 
@@ -139,14 +198,25 @@ type idInput struct {
 	ID string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
 }
 
-type changeInput struct {
-	Auth string `header:"Authorization" doc:"Bearer TOKEN, when the service has a token."`
-	ID   string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
+// waitInput is a wait for a scan. Its timeout is decimal seconds as
+// written (30, 2.5): no exponent, sign, NaN or infinity.
+type waitInput struct {
+	ID      string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
+	Timeout string `query:"timeout" default:"30" maxLength:"12" pattern:"^[0-9]{1,3}(\\.[0-9]{1,6})?$" patternDescription:"seconds from 0 to 600, e.g. 30 or 2.5" doc:"Seconds to wait for the scan to end, 0 to 600."`
 }
 
-type waitInput struct {
-	ID      string  `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
-	Timeout float64 `query:"timeout" default:"30" minimum:"0" maximum:"600" doc:"Seconds to wait for the scan to end."`
+// maxWait bounds a wait's timeout.
+const maxWait = 600 * time.Second
+
+// seconds returns the wait's timeout.
+func (in *waitInput) seconds() (time.Duration, error) {
+	f, err := strconv.ParseFloat(in.Timeout, 64)
+	d := time.Duration(f * float64(time.Second))
+	if err != nil || d < 0 || d > maxWait {
+		return 0, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{
+			Location: "query.timeout", Message: "want seconds from 0 to 600", Value: in.Timeout})
+	}
+	return d, nil
 }
 
 type statusOutput struct{ Body Status }
@@ -163,29 +233,43 @@ type filesOutput struct {
 	}
 }
 
+// token is the security of every operation under /v1/: the service's
+// token, when it has one (see guard).
+var token = []map[string][]string{{"token": {}}}
+
+// The statuses besides success that the operations give, for the OpenAPI
+// document, besides the guard's (401, 403 and 415: see documentGuard): a
+// request whose parameters or body break the schema gets 422 (huma adds
+// it wherever there are any), a body that is not JSON 400 and one too
+// large 413; a scan id the service does not keep 404; an arm or change
+// that clashes with a scan 409; an arm whose checks do not end in time, or
+// that comes while the service shuts down, 503.
+var (
+	scanErrors   = []int{http.StatusNotFound}
+	changeErrors = []int{http.StatusNotFound, http.StatusConflict}
+	armErrors    = []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}
+)
+
 // register adds every operation to the API.
 func (s *Service) register() {
-	token := []map[string][]string{{"token": {}}}
-	s.registerArm(token)
+	s.registerArm()
 	s.registerReads()
-	s.registerChanges(token)
+	s.registerChanges()
 	s.registerEvents()
 	s.registerStatus()
 }
 
-// registerArm registers arming a scan, which needs the token.
-func (s *Service) registerArm(token []map[string][]string) {
+// registerArm registers arming a scan.
+func (s *Service) registerArm() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "arm", Method: http.MethodPost, Path: "/v1/scans", DefaultStatus: http.StatusCreated,
-		Summary:     "Arm a scan",
-		Description: "Runs the pre-scan checks and starts waiting for the detector. A scan already armed or running: 409.",
-		Security:    token, MaxBodyBytes: maxBody,
-		Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusUnprocessableEntity},
+		Summary: "Arm a scan",
+		Description: "Runs the pre-scan checks and starts waiting for the detector. A scan already armed, running or being armed: 409. " +
+			"Checks that do not end in time (a file system that does not answer): 503, and no scan is armed. " +
+			"A client that goes away before the scan is armed arms nothing.",
+		MaxBodyBytes: maxBody, Errors: armErrors,
 	}, func(ctx context.Context, in *armInput) (*statusOutput, error) {
-		if err := s.authorize(in.Auth); err != nil {
-			return nil, err
-		}
-		st, err := s.arm(in.Body)
+		st, err := s.arm(ctx, in.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -206,7 +290,7 @@ func (s *Service) registerReads() {
 	})
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-scan", Method: http.MethodGet, Path: "/v1/scans/{id}",
-		Summary: "A scan's state and counts", Errors: []int{http.StatusNotFound},
+		Summary: "A scan's state and counts", Errors: scanErrors,
 	}, func(ctx context.Context, in *idInput) (*statusOutput, error) {
 		j, err := s.find(in.ID)
 		if err != nil {
@@ -218,9 +302,13 @@ func (s *Service) registerReads() {
 		OperationID: "wait-scan", Method: http.MethodGet, Path: "/v1/scans/{id}/wait",
 		Summary:     "Wait for a scan to end",
 		Description: "Returns when the scan has ended or the timeout has passed, whichever is first: look at its state.",
-		Errors:      []int{http.StatusNotFound},
+		Errors:      scanErrors,
 	}, func(ctx context.Context, in *waitInput) (*statusOutput, error) {
-		st, err := s.wait(ctx, in.ID, time.Duration(in.Timeout*float64(time.Second)))
+		timeout, err := in.seconds()
+		if err != nil {
+			return nil, err
+		}
+		st, err := s.wait(ctx, in.ID, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +316,7 @@ func (s *Service) registerReads() {
 	})
 	huma.Register(s.api, huma.Operation{
 		OperationID: "scan-files", Method: http.MethodGet, Path: "/v1/scans/{id}/files",
-		Summary: "The files a scan finalised", Errors: []int{http.StatusNotFound},
+		Summary: "The files a scan finalised", Errors: scanErrors,
 	}, func(ctx context.Context, in *idInput) (*filesOutput, error) {
 		j, err := s.find(in.ID)
 		if err != nil {
@@ -240,9 +328,8 @@ func (s *Service) registerReads() {
 	})
 }
 
-// registerChanges registers stopping and cancelling a scan, which need
-// the token.
-func (s *Service) registerChanges(token []map[string][]string) {
+// registerChanges registers stopping and cancelling a scan.
+func (s *Service) registerChanges() {
 	for _, op := range []struct {
 		id, path, summary, desc string
 		cancel                  bool
@@ -250,16 +337,12 @@ func (s *Service) registerChanges(token []map[string][]string) {
 		{"stop-scan", "/v1/scans/{id}/stop", "Stop a scan, draining it",
 			"Takes no more frames, writes those in flight and records the rest missing.", false},
 		{"cancel-scan", "/v1/scans/{id}/cancel", "Cancel a scan",
-			"Closes the file at once with the frames that arrived; the rest are recorded missing.", true},
+			"Takes no more frames and writes those that had arrived (the receiver's ring: a second or two of a module's frames, for at most 5 s), then closes the file; the rest are recorded missing. Frames that arrived but could not be written in that time are counted discarded, with a warning in serve's log. The scan ends cancelled, without an error unless its file failed.", true},
 	} {
 		huma.Register(s.api, huma.Operation{
 			OperationID: op.id, Method: http.MethodPost, Path: op.path, DefaultStatus: http.StatusAccepted,
-			Summary: op.summary, Description: op.desc, Security: token, MaxBodyBytes: maxBody,
-			Errors: []int{http.StatusUnauthorized, http.StatusNotFound, http.StatusConflict},
-		}, func(ctx context.Context, in *changeInput) (*statusOutput, error) {
-			if err := s.authorize(in.Auth); err != nil {
-				return nil, err
-			}
+			Summary: op.summary, Description: op.desc, Errors: changeErrors,
+		}, func(ctx context.Context, in *idInput) (*statusOutput, error) {
 			st, err := s.stop(in.ID, op.cancel)
 			if err != nil {
 				return nil, err

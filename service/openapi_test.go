@@ -52,7 +52,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			b, _ = json.Marshal(body)
 		}
 		req, _ := http.NewRequest(method, c.base+path, bytes.NewReader(b))
-		if body != nil {
+		if method == http.MethodPost {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		req.Header.Set("Authorization", "Bearer tok")

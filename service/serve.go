@@ -32,11 +32,27 @@ func ReadToken(path string) (string, error) {
 	return token, nil
 }
 
+// The server's timeouts: a client has ReadHeaderTimeout to send a
+// request's head, and a connection idle between requests for IdleTimeout
+// is closed. Neither the whole request nor the response has a timeout,
+// which would end the long polls of wait (up to ten minutes) and the
+// event stream; but each event of /v1/events must be written within
+// huma's sse.WriteTimeout (5 s), so that a client that stops reading is
+// dropped, and the connections are capped.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	IdleTimeout       = time.Minute
+)
+
 // Serve serves the service's API on ln until ctx ends; then it drains the
 // running scan for up to drain (see Drain) and shuts the server down. It
+// holds at most Config.MaxConns connections open, Config.MaxConnsPerClient
+// from one client address, answering any more 503 as they come. It
 // returns an error only when serving fails.
 func (s *Service) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ln = newLimitListener(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerClient)
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxBody}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

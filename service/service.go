@@ -14,33 +14,42 @@
 // The package runs scans through a Runner, which the command provides; it
 // knows nothing of detectors or files itself.
 //
-// It is safe by default: state-changing requests carry the service's token
-// whenever it has one, and New refuses to serve an address off loopback
-// without one (Check); request bodies are bounded, scan ids and output
-// names are single path elements, and no endpoint serves files.
+// What a request may reach is what the operator allowed: a request sets
+// only the keys of Overrides over a profile the operator provides, and
+// the Runner places its files (see scan.Runner). Before any operation,
+// the guard refuses a request with a foreign Host or Origin, one without
+// the token where the service has one, and a POST not declared JSON, so
+// that no web page can change anything; Serve caps the connections, in
+// all and per client. CheckAddr refuses to serve off loopback without a
+// token.
 package service
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 )
 
-// Runner prepares the scans the service runs. Prepare is called with the
-// service's lock held for arming: one call at a time.
+// Runner prepares the scans the service runs. Prepare is called one call
+// at a time, outside the service's lock, so that slow checks (a profile
+// or a directory on a file system that does not answer) hold up no other
+// request.
 type Runner interface {
 	// Prepare runs the pre-scan checks on an arm request and returns the
-	// scan it would run. A refusal is a *RefusedError listing every failure.
-	Prepare(req ArmRequest) (Scan, error)
+	// scan it would run, holding what the scan needs (its files, the
+	// detector's port) from now on. A refusal is a *RefusedError listing
+	// every failure. ctx ends at the arm's deadline or when its client
+	// goes away; a Prepare that returns a scan after that has it released.
+	Prepare(ctx context.Context, req ArmRequest) (Scan, error)
 }
 
 // Scan is one armed scan.
@@ -55,6 +64,9 @@ type Scan interface {
 	// record the rest missing. It may be called from any goroutine, more
 	// than once.
 	Stop()
+	// Release gives back what Prepare took, for a scan that will not
+	// Run (its arm was abandoned); Run gives it back itself.
+	Release()
 }
 
 // Reporter receives what a running scan says about itself.
@@ -74,13 +86,22 @@ func (e *RefusedError) Error() string { return "scan refused: " + strings.Join(e
 
 // Config sets up a service.
 type Config struct {
-	// Token, when not empty, must be carried by every request that
-	// changes state, as "Authorization: Bearer TOKEN".
+	// Token, when not empty, must be carried by every request under /v1/,
+	// as "Authorization: Bearer TOKEN".
 	Token string
+	// AllowHosts are names besides the address it listens on by which
+	// clients reach the service (its host name, a proxy's): a request
+	// whose Host is none of them is refused.
+	AllowHosts []string
 	// Version is h5ingest's version, shown in the OpenAPI document.
 	Version string
 	// History is how many ended scans are kept for their status; 0 means 16.
 	History int
+	// PrepareTimeout bounds an arm's pre-scan checks; 0 means 30s.
+	PrepareTimeout time.Duration
+	// MaxConns bounds the connections Serve holds open, and
+	// MaxConnsPerClient those from one client address; 0 means 64 and 16.
+	MaxConns, MaxConnsPerClient int
 }
 
 // maxBody bounds every request body: an arm request is small.
@@ -102,7 +123,7 @@ func CheckAddr(addr, token string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request that changes state must then carry", addr)
+	return fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
 }
 
 // Service is the scan service: its state and its HTTP API.
@@ -113,10 +134,12 @@ type Service struct {
 	mux    *http.ServeMux
 	events *broker
 
-	mu      sync.Mutex
-	current *job            // the armed or running scan; nil when idle
-	jobs    map[string]*job // by scan id: the current and the last ended
-	ended   []string        // scan ids of ended jobs, oldest first
+	mu        sync.Mutex
+	current   *job            // the armed or running scan; nil when idle
+	preparing string          // the scan id of an arm whose Prepare has not returned; "" for none
+	closing   bool            // Drain was called: no more arms
+	jobs      map[string]*job // by scan id: the current and the last ended
+	ended     []string        // scan ids of ended jobs, oldest first
 }
 
 // New returns a service running scans through r.
@@ -127,6 +150,15 @@ func New(r Runner, cfg Config) *Service {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.PrepareTimeout <= 0 {
+		cfg.PrepareTimeout = 30 * time.Second
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 64
+	}
+	if cfg.MaxConnsPerClient <= 0 {
+		cfg.MaxConnsPerClient = 16
+	}
 	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{}}
 	hc := huma.DefaultConfig("h5ingest scan service", cfg.Version)
 	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
@@ -136,31 +168,22 @@ func New(r Runner, cfg Config) *Service {
 	// registerDocuments serves the 3.1 document, and a 3.0 one that 3.0 tools read.
 	hc.OpenAPIPath = ""
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback)."},
+		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback): every request under /v1/ carries it. /openapi.json, the status page and /metrics need none."},
 	}
+	hc.Formats = map[string]huma.Format{"application/json": jsonFormat, "json": jsonFormat}
 	s.api = humago.New(s.mux, hc)
 	s.register()
+	s.documentGuard()
 	return s
 }
 
-// Handler returns the service's HTTP handler. Other handlers (the status
-// page, /metrics) may be added to its mux with Handle.
-func (s *Service) Handler() http.Handler { return s.mux }
+// Handler returns the service's HTTP handler: its API, and what Handle
+// added, behind the guard. Other handlers (the status page, /metrics) may
+// be added to its mux with Handle.
+func (s *Service) Handler() http.Handler { return s.guard(s.mux) }
 
 // Handle serves pattern with h beside the API.
 func (s *Service) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
-// authorize checks a state-changing request's Authorization header.
-func (s *Service) authorize(header string) error {
-	if s.cfg.Token == "" {
-		return nil
-	}
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
-		return huma.Error401Unauthorized("this request changes state: it needs the service's token (Authorization: Bearer TOKEN)")
-	}
-	return nil
-}
 
 // State is where a scan is.
 type State string
@@ -170,6 +193,7 @@ const (
 	Armed      State = "armed"      // waiting for the detector
 	Running    State = "running"    // frames arriving
 	Stopping   State = "stopping"   // stop asked: draining
+	Cancelling State = "cancelling" // cancel asked: closing the file
 	Done       State = "done"       // every planned frame good
 	Incomplete State = "incomplete" // finished, with frames missing, corrupt or rejected
 	Cancelled  State = "cancelled"  // cancelled: the file holds what arrived
@@ -191,6 +215,8 @@ type job struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned
 
+	cancelled atomic.Bool // a cancel request ended it
+
 	mu     sync.Mutex
 	status Status
 }
@@ -203,37 +229,105 @@ func (j *job) snapshot() Status {
 	return st
 }
 
-// arm prepares and starts a scan, unless one is armed or running.
-func (s *Service) arm(req ArmRequest) (Status, error) {
+// arm prepares and starts a scan, unless one is armed, running or being
+// prepared. The pre-scan checks run outside the lock, for at most
+// Config.PrepareTimeout; a scan whose client went away, or whose checks
+// came back too late, is released, not armed.
+func (s *Service) arm(ctx context.Context, req ArmRequest) (Status, error) {
+	s.mu.Lock()
+	err := s.armable(req.ScanID)
+	if err == nil {
+		s.preparing = req.ScanID
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return Status{}, err
+	}
+
+	type prepared struct {
+		scan Scan
+		err  error
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PrepareTimeout)
+	defer cancel()
+	done := make(chan prepared, 1)
+	go func() {
+		scan, err := s.runner.Prepare(pctx, req)
+		done <- prepared{scan, err}
+	}()
+	var p prepared
+	select {
+	case p = <-done:
+	case <-pctx.Done():
+		// Nobody will run what Prepare returns: release it when it does,
+		// and only then take another arm, so that hung checks pile up no
+		// goroutines.
+		go func() {
+			p := <-done
+			if p.scan != nil {
+				p.scan.Release()
+			}
+			s.mu.Lock()
+			s.preparing = ""
+			s.mu.Unlock()
+		}()
+		if ctx.Err() != nil {
+			return Status{}, huma.Error400BadRequest("the client went away before the scan was armed: nothing armed")
+		}
+		return Status{}, huma.Error503ServiceUnavailable(fmt.Sprintf(
+			"the pre-scan checks of scan %s took more than %v (a profile, directory or file system that does not answer?): nothing armed, and no other arm is taken until they end",
+			req.ScanID, s.cfg.PrepareTimeout))
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current != nil {
-		cur := s.current.snapshot()
-		return Status{}, huma.Error409Conflict(fmt.Sprintf("scan %s is %s: stop or cancel it, or wait for it, before arming another", cur.ScanID, cur.State))
-	}
-	if old, ok := s.jobs[req.ScanID]; ok {
-		return Status{}, huma.Error409Conflict(fmt.Sprintf("scan id %s was used by a scan that is %s: give each scan its own id", req.ScanID, old.snapshot().State))
-	}
-	scan, err := s.runner.Prepare(req)
-	if err != nil {
+	s.preparing = ""
+	if p.err != nil {
 		var refused *RefusedError
-		if errors.As(err, &refused) {
+		if errors.As(p.err, &refused) {
 			details := make([]error, len(refused.Reasons))
 			for i, r := range refused.Reasons {
 				details[i] = &huma.ErrorDetail{Message: r}
 			}
 			return Status{}, huma.Error422UnprocessableEntity("the pre-scan checks refused the scan", details...)
 		}
-		return Status{}, huma.Error500InternalServerError("prepare the scan", err)
+		return Status{}, huma.Error500InternalServerError("prepare the scan", p.err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{id: req.ScanID, scan: scan, cancel: cancel, done: make(chan struct{}),
-		status: Status{ScanID: req.ScanID, State: Armed, ArmedAt: time.Now().UTC(), Counts: armedCounts(scan)}}
+	switch {
+	case ctx.Err() != nil:
+		p.scan.Release()
+		return Status{}, huma.Error400BadRequest("the client went away before the scan was armed: nothing armed")
+	case s.closing:
+		p.scan.Release()
+		return Status{}, huma.Error503ServiceUnavailable("the service is shutting down: nothing armed")
+	}
+	jctx, jcancel := context.WithCancel(context.Background())
+	j := &job{id: req.ScanID, scan: p.scan, cancel: jcancel, done: make(chan struct{}),
+		status: Status{ScanID: req.ScanID, State: Armed, ArmedAt: time.Now().UTC(), Counts: armedCounts(p.scan)}}
 	s.current, s.jobs[req.ScanID] = j, j
 	st := j.snapshot()
 	s.events.publish(ArmedEvent(st))
-	go s.run(ctx, j)
+	go s.run(jctx, j)
 	return st, nil
+}
+
+// armable refuses an arm while a scan is armed, running or being
+// prepared, an arm of a scan id used already, and any arm once the
+// service drains. The caller holds s.mu.
+func (s *Service) armable(id string) error {
+	switch {
+	case s.closing:
+		return huma.Error503ServiceUnavailable("the service is shutting down: nothing armed")
+	case s.current != nil:
+		cur := s.current.snapshot()
+		return huma.Error409Conflict(fmt.Sprintf("scan %s is %s: stop or cancel it, or wait for it, before arming another", cur.ScanID, cur.State))
+	case s.preparing != "":
+		return huma.Error409Conflict(fmt.Sprintf("scan %s is being armed (its pre-scan checks run): wait for its answer before arming another", s.preparing))
+	}
+	if old, ok := s.jobs[id]; ok {
+		return huma.Error409Conflict(fmt.Sprintf("scan id %s was used by a scan that is %s: give each scan its own id", id, old.snapshot().State))
+	}
+	return nil
 }
 
 // run runs j's scan to its end.
@@ -247,6 +341,9 @@ func (s *Service) run(ctx context.Context, j *job) {
 	}
 	j.status.Counts = res.Counts
 	j.status.Error = res.Error
+	if res.State == Cancelled && j.cancelled.Load() {
+		j.status.Error = "" // the user's cancel is no error
+	}
 	j.status.Files = res.Files
 	j.status.EndedAt = time.Now().UTC()
 	j.mu.Unlock()
@@ -329,7 +426,10 @@ func (s *Service) stop(id string, cancel bool) (Status, error) {
 		j.mu.Unlock()
 		return st, huma.Error409Conflict(fmt.Sprintf("scan %s has ended (%s)", id, st.State))
 	}
-	if !cancel {
+	if cancel {
+		j.status.State = Cancelling
+		j.cancelled.Store(true)
+	} else if j.status.State != Cancelling {
 		j.status.State = Stopping
 	}
 	j.mu.Unlock()
@@ -377,9 +477,11 @@ func (s *Service) list() []Status {
 
 // Drain stops the current scan, if there is one, as a stop request would,
 // and waits for it to end; after timeout it cancels it and waits for that.
-// Call it before the process exits, once nothing arms any more.
+// From then on, the service arms no scan. Call it before the process
+// exits.
 func (s *Service) Drain(timeout time.Duration) {
 	s.mu.Lock()
+	s.closing = true
 	j := s.current
 	s.mu.Unlock()
 	if j == nil {

@@ -25,7 +25,12 @@ type serveFlags struct {
 	module    int
 	logLevel  string
 	drain     time.Duration
-	stream    string // every scan's live stream, unless its request sets stream.address
+	stream    string // every scan's live stream
+	dataRoot  string // the directory under which a request may choose its output directory
+	mkdirs    bool   // a request's output directory may be created
+	hosts     []string
+	maxConns  int
+	perClient int
 	gpu       bool   // open the GPU and load its kernels at start-up
 	cudaCache string // the CUDA driver's cache of compiled kernels
 }
@@ -33,15 +38,20 @@ type serveFlags struct {
 func newServeCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR:PORT] [--token-file FILE] [--profiles DIR] [--module N]",
+		Use:   "serve [--listen ADDR:PORT] [--token-file FILE] [--profiles DIR] [--data-root DIR] [--module N]",
 		Short: "Run the scan service: a control system arms, waits for, stops and cancels scans over HTTP",
 		Long: `serve receives one detector module's scans, one after another, as a control system
 asks over a JSON HTTP API under /v1/ (its OpenAPI document at /openapi.json): arm a scan with
 a profile, overrides, a plan and metadata; wait for it; stop it (drain) or cancel it; follow it
 as server-sent events at /v1/events. See docs/beamline.md.
 
+A request reaches only what the operator allowed: a built-in profile or one of --profiles,
+with the few keys a request may set over it (file name and template, layout, compression,
+stream thinning); its output directory only under --data-root; it never replaces a file.
 It binds 127.0.0.1 unless told otherwise; any other address needs --token-file, whose token
-every request that changes state must then carry (Authorization: Bearer TOKEN).`,
+every request under /v1/ must then carry (Authorization: Bearer TOKEN). It answers no web
+page: a request from another Origin, to another Host than its address or an --allow-host
+name, or a POST that is not application/json, is refused.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serve(cmd.Context(), &f)
@@ -49,11 +59,16 @@ every request that changes state must then carry (Authorization: Bearer TOKEN).`
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8642", "address the HTTP API listens on, HOST:PORT")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token that requests changing state must carry; needed off loopback")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token that every request under /v1/ must carry; needed off loopback")
 	fs.StringVar(&f.profiles, "profiles", "", "directory of profile files an arm request may name (besides the built-in profiles)")
 	fs.IntVar(&f.module, "module", -1, "the detector module this node receives, in a profile of several (one serve per module node)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (a request's stream.address overrides it)")
+	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (over the profile's stream.address)")
+	fs.StringVar(&f.dataRoot, "data-root", "", "directory under which an arm request may choose its output directory (overrides.output.directory); without it, the profile's directory stands")
+	fs.BoolVar(&f.mkdirs, "create-dirs", false, "create a request's output directory under --data-root when it does not exist")
+	fs.StringArrayVar(&f.hosts, "allow-host", nil, "a name clients reach the service by (its host name, a proxy's), besides its listen address; repeatable")
+	fs.IntVar(&f.maxConns, "max-connections", 64, "most HTTP connections open at once; more are answered 503")
+	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
 	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled")
 	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
@@ -68,10 +83,19 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err := service.CheckAddr(f.listen, token); err != nil {
 		return scan.Usage(err)
 	}
-	if f.profiles != "" {
-		if fi, err := os.Stat(f.profiles); err != nil || !fi.IsDir() {
-			return scan.Usage(fmt.Errorf("--profiles %s: not a directory", f.profiles))
+	for _, d := range []struct{ flag, dir string }{{"--profiles", f.profiles}, {"--data-root", f.dataRoot}} {
+		if d.dir == "" {
+			continue
 		}
+		if fi, err := os.Stat(d.dir); err != nil || !fi.IsDir() {
+			return scan.Usage(fmt.Errorf("%s %s: not a directory", d.flag, d.dir))
+		}
+	}
+	if f.mkdirs && f.dataRoot == "" {
+		return scan.Usage(fmt.Errorf("--create-dirs needs --data-root: directories are created only under it"))
+	}
+	if f.maxConns < 1 || f.perClient < 1 {
+		return scan.Usage(fmt.Errorf("--max-connections %d, --max-client-connections %d: want 1 or more", f.maxConns, f.perClient))
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
@@ -89,8 +113,10 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
-	runner := &scan.Runner{Profiles: f.profiles, Module: f.module, Stream: f.stream, Log: log, Observer: watch, Stages: stages}
-	svc := service.New(runner, service.Config{Token: token, Version: version.String()})
+	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, Module: f.module,
+		Stream: f.stream, Log: log, Observer: watch, Stages: stages}
+	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient})
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

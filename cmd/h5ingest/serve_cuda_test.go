@@ -45,8 +45,8 @@ func TestServeCUDASticky(t *testing.T) {
 			capPath, _ := simulate(t, "--frames", "30")
 			dir := t.TempDir()
 			cache := filepath.Join(t.TempDir(), "cuda")
-			p := startServe(t, "", "--cuda-cache", cache)
-			port := freePort(t)
+			port := operatorPort(t)
+			p := startServe(t, "", "--cuda-cache", cache, "--data-root", dir)
 			calls := func() string {
 				c, err := gputest.FakeDriverCalls(log)
 				if err != nil {
@@ -60,7 +60,7 @@ func TestServeCUDASticky(t *testing.T) {
 
 			scan := func(id string) map[string]any {
 				t.Helper()
-				req := armRequest(id, port, dir, 30) // the default profile: backend auto
+				req := armRequest(id, dir, 30) // the default profile: backend auto
 				if code, st := p.call("POST", "/v1/scans", req); code != http.StatusCreated {
 					t.Fatalf("arm %s: %d %v\n%s", id, code, st, p.out.String())
 				}

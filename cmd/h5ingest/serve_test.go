@@ -40,6 +40,13 @@ type serveProcess struct {
 // waits until it answers.
 func startServe(t *testing.T, token string, args ...string) *serveProcess {
 	t.Helper()
+	return startServeLimited(t, token, 0, args...)
+}
+
+// startServeLimited is startServe with at most nofile open files for
+// serve (ulimit -n), where nofile is not 0.
+func startServeLimited(t *testing.T, token string, nofile int, args ...string) *serveProcess {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	all := append([]string{"serve", "--listen", addr, "--log-level", "warn"}, args...)
 	if token != "" {
@@ -50,6 +57,10 @@ func startServe(t *testing.T, token string, args ...string) *serveProcess {
 		all = append(all, "--token-file", file)
 	}
 	cmd := command(all...)
+	if nofile > 0 {
+		cmd.Args = append([]string{"/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile)}, cmd.Args...)
+		cmd.Path = "/bin/sh"
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -116,13 +127,24 @@ func (p *serveProcess) get(path string) string {
 	return string(b)
 }
 
-// armRequest arms scan id with the small detector's frames arriving on
-// port, written to dir.
-func armRequest(id string, port int, dir string, projections int) map[string]any {
+// operatorPort makes the receiver of the serve started next listen on a
+// free loopback port, as its operator would in its profile (here its
+// environment), and returns the port.
+func operatorPort(t *testing.T) int {
+	t.Helper()
+	port := freePort(t)
+	t.Setenv("H5INGEST_SOURCE_PORT", strconv.Itoa(port))
+	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
+	return port
+}
+
+// armRequest arms scan id with the small detector's frames written to
+// dir, under serve's data root.
+func armRequest(id string, dir string, projections int) map[string]any {
 	return map[string]any{
 		"profile": "default", "scan_id": id, "title": "serve " + id, "sample": "Au",
 		"plan":          map[string]any{"projections": projections},
-		"overrides":     map[string]any{"source.port": port, "output.directory": dir, "source.connect_timeout": "30s"},
+		"overrides":     map[string]any{"output": map[string]any{"directory": dir}},
 		"user_metadata": map[string]any{"operator": "ana"},
 	}
 }
@@ -136,13 +158,13 @@ func TestServeScans(t *testing.T) {
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "30")
 	dir := t.TempDir()
+	port := operatorPort(t)
 	// Every scan streams its images; nobody reads them, which costs the
 	// scans nothing.
-	p := startServe(t, "", "--stream", fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
-	port := freePort(t)
+	p := startServe(t, "", "--data-root", dir, "--stream", fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
 
 	for _, id := range []string{"s1", "s2"} {
-		code, st := p.call("POST", "/v1/scans", armRequest(id, port, dir, 30))
+		code, st := p.call("POST", "/v1/scans", armRequest(id, dir, 30))
 		if code != http.StatusCreated || st["state"] != "armed" {
 			t.Fatalf("arm %s: %d %v\n%s", id, code, st, p.out.String())
 		}
@@ -182,19 +204,21 @@ func TestServeScans(t *testing.T) {
 	}
 
 	// A scan armed, a second arm refused, the first cancelled.
-	if code, _ := p.call("POST", "/v1/scans", armRequest("c1", port, dir, 30)); code != http.StatusCreated {
+	if code, _ := p.call("POST", "/v1/scans", armRequest("c1", dir, 30)); code != http.StatusCreated {
 		t.Fatalf("arm c1: %d", code)
 	}
-	if code, e := p.call("POST", "/v1/scans", armRequest("c2", port, dir, 30)); code != http.StatusConflict {
+	if code, e := p.call("POST", "/v1/scans", armRequest("c2", dir, 30)); code != http.StatusConflict {
 		t.Errorf("second arm: %d %v, want 409", code, e)
 	}
-	p.call("POST", "/v1/scans/c1/cancel", nil)
-	if _, st := p.call("GET", "/v1/scans/c1/wait?timeout=30", nil); st["state"] != "cancelled" {
-		t.Errorf("c1 after cancel: %v", st)
+	if code, st := p.call("POST", "/v1/scans/c1/cancel", nil); code != http.StatusAccepted || st["state"] != "cancelling" {
+		t.Errorf("cancel: %d %v, want 202 cancelling", code, st)
+	}
+	if _, st := p.call("GET", "/v1/scans/c1/wait?timeout=30", nil); st["state"] != "cancelled" || st["error"] != nil {
+		t.Errorf("c1 after cancel: %v, want cancelled without an error", st)
 	}
 
 	// A stop before any detector connected: nothing was written.
-	if code, _ := p.call("POST", "/v1/scans", armRequest("e1", port, dir, 30)); code != http.StatusCreated {
+	if code, _ := p.call("POST", "/v1/scans", armRequest("e1", dir, 30)); code != http.StatusCreated {
 		t.Fatalf("arm e1: %d", code)
 	}
 	p.call("POST", "/v1/scans/e1/stop", nil)
@@ -203,7 +227,7 @@ func TestServeScans(t *testing.T) {
 	}
 
 	// Stop mid-scan: a sender at 20 frames/s, stopped after a few.
-	if code, _ := p.call("POST", "/v1/scans", armRequest("d1", port, dir, 30)); code != http.StatusCreated {
+	if code, _ := p.call("POST", "/v1/scans", armRequest("d1", dir, 30)); code != http.StatusCreated {
 		t.Fatalf("arm d1: %d", code)
 	}
 	sender := command("send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--fps", "20", "--timeout", "20s")
@@ -235,7 +259,7 @@ func TestServeScans(t *testing.T) {
 		body any
 		want int
 	}{
-		"unknown key":   {map[string]any{"profile": "default", "scan_id": "b1", "overrides": map[string]any{"output.compresion": "lz4"}}, http.StatusUnprocessableEntity},
+		"unknown key":   {map[string]any{"profile": "default", "scan_id": "b1", "overrides": map[string]any{"output": map[string]any{"compresion": "lz4"}}}, http.StatusUnprocessableEntity},
 		"dot-dot id":    {map[string]any{"profile": "default", "scan_id": "../b2"}, http.StatusUnprocessableEntity},
 		"dot-dot name":  {map[string]any{"profile": "default", "scan_id": "b3", "output": "../b3.h5"}, http.StatusUnprocessableEntity},
 		"profile path":  {map[string]any{"profile": "/etc/passwd", "scan_id": "b4"}, http.StatusUnprocessableEntity},
@@ -256,7 +280,7 @@ func TestServeScans(t *testing.T) {
 }
 
 // TestServeSafeByDefault: off loopback, serve needs a token file; with a
-// token, a request that changes state without it gets a 401.
+// token, a request under /v1/ without it gets a 401, a read too.
 func TestServeSafeByDefault(t *testing.T) {
 	code, out := runCaptured(t, "serve", "--listen", "0.0.0.0:0")
 	if code != exitUsage {
@@ -270,11 +294,14 @@ func TestServeSafeByDefault(t *testing.T) {
 	p := startServe(t, "0123456789abcdef")
 	anon := *p
 	anon.token = ""
-	if code, _ := anon.call("POST", "/v1/scans", armRequest("x", freePort(t), t.TempDir(), 3)); code != http.StatusUnauthorized {
+	if code, _ := anon.call("POST", "/v1/scans", armRequest("x", t.TempDir(), 3)); code != http.StatusUnauthorized {
 		t.Errorf("arm without the token: %d, want 401", code)
 	}
-	if code, _ := anon.call("GET", "/v1/scans", nil); code != http.StatusOK {
-		t.Errorf("reading without the token: %d", code)
+	if code, _ := anon.call("GET", "/v1/scans", nil); code != http.StatusUnauthorized {
+		t.Errorf("reading without the token: %d, want 401", code)
+	}
+	if code, _ := p.call("GET", "/v1/scans", nil); code != http.StatusOK {
+		t.Errorf("reading with the token: %d", code)
 	}
 }
 
@@ -285,11 +312,11 @@ func TestServePythonClient(t *testing.T) {
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "12")
 	dir := t.TempDir()
-	p := startServe(t, "0123456789abcdef")
-	port := freePort(t)
+	port := operatorPort(t)
+	p := startServe(t, "0123456789abcdef", "--data-root", dir)
 	client := exec.Command(py, "../../tools/serve/client.py", "--url", p.base, "--token", p.token,
 		"--profile", "default", "--scan-id", "py1", "--projections", "12", "--title", "from python",
-		"--set", "source.port="+strconv.Itoa(port), "--set", "output.directory="+dir, "--meta", "operator=ana")
+		"--set", "output.directory="+dir, "--set", "output.compression=lz4", "--meta", "operator=ana")
 	var out bytes.Buffer
 	client.Stdout, client.Stderr = &out, &out
 	if err := client.Start(); err != nil {

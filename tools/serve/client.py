@@ -34,7 +34,7 @@ class Service:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Accept", "application/json")
-        if data is not None:
+        if data is not None or method == "POST":
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
@@ -78,7 +78,7 @@ def main():
     ap.add_argument("--title", default="")
     ap.add_argument("--sample", default="")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a profile key over the profile, e.g. output.directory=/data; a VALUE that is JSON keeps its type")
+                    help="a profile key a request may set over the profile, e.g. output.compression=lz4; a VALUE that is JSON keeps its type")
     ap.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--timeout", type=float, default=30, help="seconds per long poll")
     args = ap.parse_args()
@@ -93,8 +93,10 @@ def main():
         request["sample"] = args.sample
     if args.meta:
         request["user_metadata"] = dict(m.split("=", 1) for m in args.meta)
-    if args.set:
-        request["overrides"] = {k: typed(v) for k, v in (s.split("=", 1) for s in args.set)}
+    for s in args.set:
+        key, value = s.split("=", 1)
+        section, _, name = key.partition(".")  # output.level: {"output": {"level": ...}}
+        request.setdefault("overrides", {}).setdefault(section, {})[name] = typed(value)
 
     svc = Service(args.url, args.token)
     try:

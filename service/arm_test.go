@@ -1,0 +1,272 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestArmChecksOutsideTheLock: an arm whose checks hang (a profile on a
+// mount that does not answer) holds up no read, gets 503 at its deadline,
+// and arms nothing; a second arm meanwhile is a 409; once the checks
+// return, their scan is released and the next arm works.
+func TestArmChecksOutsideTheLock(t *testing.T) {
+	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{})}
+	_, c := newTestService(t, r, Config{PrepareTimeout: 500 * time.Millisecond})
+	armed := make(chan int, 1)
+	go func() {
+		code, _ := c.do("POST", "/v1/scans", arm("hung"))
+		armed <- code
+	}()
+	time.Sleep(100 * time.Millisecond) // the arm is in its checks
+	start := time.Now()
+	if code, _ := c.do("GET", "/v1/scans", nil); code != http.StatusOK {
+		t.Errorf("a read during hung checks: %d", code)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("a read during hung checks took %v", d)
+	}
+	code, e := c.do("POST", "/v1/scans", arm("second"))
+	if code != http.StatusConflict || !strings.Contains(e["detail"].(string), "hung is being armed") {
+		t.Errorf("a second arm during the checks: %d %v, want 409", code, e)
+	}
+	if code := <-armed; code != http.StatusServiceUnavailable {
+		t.Errorf("the hung arm: %d, want 503 at its deadline", code)
+	}
+	if code, _ := c.do("POST", "/v1/scans", arm("third")); code != http.StatusConflict {
+		t.Errorf("an arm while the hung checks have not returned: %d, want 409", code)
+	}
+	close(r.hold)
+	var code2 int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code2, _ = c.do("POST", "/v1/scans", arm("after")); code2 != http.StatusConflict {
+			break
+		}
+	}
+	if code2 != http.StatusCreated {
+		t.Fatalf("an arm after the checks returned: %d", code2)
+	}
+	r.mu.Lock()
+	late := r.scans[0]
+	r.mu.Unlock()
+	if late.id != "hung" || !late.released.Load() {
+		t.Errorf("the scan the late checks returned was not released: %+v", late)
+	}
+	if _, list := c.do("GET", "/v1/scans", nil); len(list["scans"].([]any)) != 1 {
+		t.Errorf("scans: %v, want only the last", list["scans"])
+	}
+}
+
+// TestArmOfAClientThatLeft: a client that goes away while its scan is
+// being prepared arms nothing; what Prepare held is released.
+func TestArmOfAClientThatLeft(t *testing.T) {
+	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{})}
+	s, c := newTestService(t, r, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	b, _ := json.Marshal(arm("gone"))
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/scans", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	time.Sleep(100 * time.Millisecond) // the service sees the client gone
+	close(r.hold)                      // the checks return, after the client left
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		n := len(r.scans)
+		r.mu.Unlock()
+		if n == 1 && r.scans[0].released.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scan of a client that left was not released")
+		}
+	}
+	s.mu.Lock()
+	cur, preparing := s.current, s.preparing
+	s.mu.Unlock()
+	if cur != nil || preparing != "" {
+		t.Errorf("the service armed the scan of a client that left: %v %q", cur, preparing)
+	}
+	if code, st := c.do("GET", "/v1/scans/gone", nil); code != http.StatusNotFound {
+		t.Errorf("the scan of a client that left: %d %v", code, st)
+	}
+	if code, _ := c.do("POST", "/v1/scans", arm("next")); code != http.StatusCreated {
+		t.Errorf("the next arm: %d", code)
+	}
+}
+
+// post sends body as it is to path and returns the status and the body
+// of the answer.
+func (c client) post(path, body string) (int, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRequestsReachOnlyTheAllowedKeys: a request sets only the keys of
+// Overrides; any other (the receiver's address, overwriting, the status
+// page, the stream's endpoint, a misspelt key) is refused, naming the
+// request field, and reaches no runner. Numbers are judged as written.
+func TestRequestsReachOnlyTheAllowedKeys(t *testing.T) {
+	r := &fakeRunner{planned: 1, tick: time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	for _, tc := range []struct {
+		name, body string
+		want       int
+		says       []string // in the answer
+	}{
+		{"source.address", `{"overrides":{"source":{"address":"0.0.0.0"}}}`, 422, []string{`body.overrides.source`, "unexpected property"}},
+		{"source.address, dotted", `{"overrides":{"source.address":"0.0.0.0"}}`, 422, []string{`body.overrides.source.address`, "unexpected property"}},
+		{"overwrite", `{"overrides":{"output":{"overwrite":true}}}`, 422, []string{`body.overrides.output.overwrite`}},
+		{"status", `{"overrides":{"status":{"address":"0.0.0.0:80"}}}`, 422, []string{`body.overrides.status`}},
+		{"stream endpoint", `{"overrides":{"stream":{"address":"tcp://0.0.0.0:31001"}}}`, 422, []string{`body.overrides.stream.address`}},
+		{"stream queue", `{"overrides":{"stream":{"queue":1024}}}`, 422, []string{`body.overrides.stream.queue`}},
+		{"positions file", `{"overrides":{"plan":{"positions":"/etc/passwd"}}}`, 422, []string{`body.overrides.plan`}},
+		{"misspelt", `{"overrides":{"output":{"compresion":"lz4"}}}`, 422, []string{`body.overrides.output.compresion`}},
+		{"template with a slash", `{"overrides":{"output":{"template":"../{scan}.h5"}}}`, 422, []string{`body.overrides.output.template`}},
+		{"hidden template", `{"overrides":{"output":{"template":".{scan}.h5"}}}`, 422, []string{`body.overrides.output.template`}},
+		{"level of the wrong type", `{"overrides":{"output":{"level":"3"}}}`, 422, []string{`body.overrides.output.level`}},
+		{"level too high", `{"overrides":{"output":{"level":9007199254740992}}}`, 422, []string{`body.overrides.output.level`}},
+		{"huge darks", `{"plan":{"darks":99999999999999999999}}`, 400, []string{"plan.darks: 99999999999999999999 is too large"}},
+		{"huge level", `{"overrides":{"output":{"level":99999999999999999999}}}`, 400, []string{`overrides.output.level: 99999999999999999999 is too large`}},
+		{"negative huge", `{"plan":{"flats":-99999999999999999999}}`, 400, []string{"plan.flats: -99999999999999999999 is too large"}},
+		{"infinite angle", `{"plan":{"angle_start":1e999}}`, 400, []string{"plan.angle_start: 1e999 is not a number any field takes"}},
+		{"infinite rate", `{"overrides":{"stream":{"max_rate":-1e400}}}`, 400, []string{`overrides.stream.max_rate: -1e400`}},
+		{"infinite metadata", `{"user_metadata":{"a":[1,2e308000]}}`, 400, []string{"user_metadata.a[1]: 2e308000"}},
+		{"negative rate", `{"overrides":{"stream":{"max_rate":-1}}}`, 422, []string{`body.overrides.stream.max_rate`}},
+		{"two values", `{"scan_id":"a"} {"scan_id":"b"}`, 400, []string{"more than one JSON value"}},
+	} {
+		body := tc.body
+		if !strings.Contains(body, "scan_id") {
+			body = `{"profile":"default","scan_id":"k",` + strings.TrimPrefix(body, "{")
+		}
+		code, got := c.post("/v1/scans", body)
+		if code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, got, tc.want)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(got, s) {
+				t.Errorf("%s: the answer does not say %q: %s", tc.name, s, got)
+			}
+		}
+		for _, flag := range []string{"--", "flag "} {
+			if strings.Contains(got, flag) {
+				t.Errorf("%s: the answer names a command-line flag: %s", tc.name, got)
+			}
+		}
+	}
+	if len(r.prepared) != 0 {
+		t.Fatalf("refused requests reached the runner: %+v", r.prepared)
+	}
+	code, got := c.post("/v1/scans", `{"profile":"default","scan_id":"ok","overrides":{"output":{"directory":"p42","template":"{scan}_{date}.h5",`+
+		`"layout":"cxi","compression":"bszstd","level":9},"stream":{"every":10,"max_rate":2.5}}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("every allowed key: %d %s", code, got)
+	}
+	keys := map[string]any{}
+	for _, k := range r.prepared[0].Overrides.Keys() {
+		keys[k.Key] = k.Value
+		if k.Field != "overrides."+k.Key {
+			t.Errorf("key %s names its field %s", k.Key, k.Field)
+		}
+	}
+	want := map[string]any{"output.directory": "p42", "output.template": "{scan}_{date}.h5", "output.layout": "cxi",
+		"output.compression": "bszstd", "output.level": 9, "stream.every": 10, "stream.max_rate": 2.5}
+	if len(keys) != len(want) {
+		t.Errorf("keys %v, want %v", keys, want)
+	}
+	for k, v := range want {
+		if keys[k] != v {
+			t.Errorf("key %s: %#v, want %#v", k, keys[k], v)
+		}
+	}
+}
+
+// TestWaitTimeouts: a wait's timeout is seconds from 0 to 600 as
+// written; NaN, infinities, exponents and negative values are refused
+// with an answer that is JSON, naming the parameter.
+func TestWaitTimeouts(t *testing.T) {
+	r := &fakeRunner{planned: 1000, tick: 10 * time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	c.do("POST", "/v1/scans", arm("w"))
+	defer c.do("POST", "/v1/scans/w/cancel", nil)
+	for q, want := range map[string]int{
+		"NaN": 422, "nan": 422, "Inf": 422, "+Inf": 422, "-Inf": 422, "1e999": 422, "1e2": 422, "-1": 422,
+		"600.5": 422, "601": 422, "0x10": 422, " 1": 422, "0": 200, "0.05": 200, "600": 200,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		u := c.base + "/v1/scans/w/wait?timeout=" + url.QueryEscape(q)
+		if q == "600" {
+			ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if q == "600" {
+			// It waits: the client gives up first.
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("timeout=600 answered at once")
+			}
+			cancel()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("timeout=%s: %v", q, err)
+		}
+		var body map[string]any
+		derr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != want || derr != nil {
+			t.Errorf("timeout=%s: %d %v (%v), want %d", q, resp.StatusCode, body, derr, want)
+		}
+		if want == 422 && !strings.Contains(jsonText(body), "query.timeout") {
+			t.Errorf("timeout=%s: the answer does not name query.timeout: %v", q, body)
+		}
+	}
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestCancelSaysCancelling: a cancel's answer says the scan is
+// cancelling (not yet cancelled: its file is being closed).
+func TestCancelSaysCancelling(t *testing.T) {
+	r := &fakeRunner{planned: 1000, tick: 10 * time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	c.do("POST", "/v1/scans", arm("c"))
+	code, st := c.do("POST", "/v1/scans/c/cancel", nil)
+	if code != http.StatusAccepted || st["state"] != "cancelling" {
+		t.Errorf("cancel: %d %v, want 202 cancelling", code, st)
+	}
+	if _, st := c.do("GET", "/v1/scans/c/wait?timeout=10", nil); st["state"] != "cancelled" || st["error"] != nil {
+		t.Errorf("after the cancel: %v, want cancelled without an error", st)
+	}
+}
