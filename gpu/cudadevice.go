@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,7 @@ func Preload(name string, opts Options) (release func(), err error) {
 	devices.keep[opts.Device]++
 	devices.mu.Unlock()
 	log.Info("decode backend ready", "backend", "cuda", "device", d.name, "module_load", d.loaded.Round(time.Millisecond).String(),
-		"compute_cache", os.Getenv("CUDA_CACHE_PATH"))
+		"compute_cache", cmp.Or(os.Getenv("CUDA_CACHE_PATH"), "the driver's default (~/.nv/ComputeCache)"))
 	var once sync.Once
 	return func() {
 		once.Do(func() {
