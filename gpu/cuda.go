@@ -79,11 +79,11 @@ func (d *cudaDevice) newBackend(opts Options, release func() error) (b *cudaBack
 // and every other backend on the device with them.
 func (b *cudaBackend) Decode(jobs []Job) error {
 	if err := b.dev.lostErr(); err != nil {
-		return fmt.Errorf("gpu: cuda backend: %w", err)
+		return err
 	}
 	err := b.devBackend.Decode(jobs)
 	if err != nil && cuda.IsSticky(err) {
-		return fmt.Errorf("gpu: cuda backend: %w", b.dev.markLost(err))
+		return b.dev.markLost(errors.Unwrap(err)) // the driver's error, without devBackend's prefix
 	}
 	return err
 }
@@ -91,7 +91,7 @@ func (b *cudaBackend) Decode(jobs []Job) error {
 // Reserve implements Reserver; on a lost device it fails at once.
 func (b *cudaBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) (func(), error) {
 	if err := b.dev.lostErr(); err != nil {
-		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+		return nil, err
 	}
 	return b.devBackend.Reserve(f, batch, calls, shuffle)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -47,7 +48,12 @@ func TestServeCUDASticky(t *testing.T) {
 			dir := t.TempDir()
 			cache := filepath.Join(t.TempDir(), "cuda")
 			port := operatorPort(t)
-			p := startServe(t, "", "--cuda-cache", cache, "--data-root", dir)
+			// A profile of the operator's that asks for the GPU and nothing else.
+			profiles := t.TempDir()
+			if err := os.WriteFile(filepath.Join(profiles, "gpu.yaml"), []byte("name: gpu\ndescription: decode on the GPU only\nbackend: cuda\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := startServe(t, "", "--cuda-cache", cache, "--data-root", dir, "--profiles", profiles)
 			calls := func() string {
 				c, err := gputest.FakeDriverCalls(log)
 				if err != nil {
@@ -91,6 +97,15 @@ func TestServeCUDASticky(t *testing.T) {
 			}
 			if code, out := runCaptured(t, "verify", filepath.Join(dir, "s2.h5")); code != exitOK {
 				t.Errorf("verify of the scan after the fault: %d\n%s", code, out)
+			}
+			if tc.persist {
+				// A profile that asks for the GPU alone is refused, saying why.
+				req := armRequest("g1", dir, 30)
+				req["profile"] = "gpu"
+				code, body := p.call("POST", "/v1/scans", req)
+				if b, _ := json.Marshal(body); code != http.StatusUnprocessableEntity || !strings.Contains(string(b), "restart h5ingest") {
+					t.Errorf("arm of a cuda profile after the device was lost for good: %d %s", code, b)
+				}
 			}
 			// Serve stopped, so that its output is read once written.
 			p.cmd.Process.Signal(os.Interrupt)
