@@ -185,6 +185,9 @@ func (s *Stream) send(start []byte, maxChunk int) {
 				_, err := n.sock.SendBytes(start, zmq.DONTWAIT)
 				started = err == nil
 			}
+			if started {
+				retry.Stop()
+			}
 			continue
 		}
 		if !ok {
