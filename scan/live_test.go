@@ -1,0 +1,107 @@
+package scan
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"h5ingest/frame"
+	"h5ingest/plan"
+)
+
+// liveFormat is the frame of the live stream's tests: 2 x 2 chips of 64 x
+// 64, 12-bit bitplane.
+var liveFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
+	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}
+
+// streamEndpoint returns a loopback tcp:// endpoint whose port was free
+// a moment ago.
+func streamEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "tcp://" + l.Addr().String()
+}
+
+// TestLiveStreamSummary replays a scan with a live stream, once to a
+// consumer and once to none: the summary and the log say how many images
+// went out, why the others did not, and whether the end of series was
+// delivered; with no consumer they say so, not that a queue was full.
+func TestLiveStreamSummary(t *testing.T) {
+	const frames = 12
+	stages := testStages(t)
+	capture := simulate(t, liveFormat, frames)
+	pl := plan.Tomo(0, 0, frames, 0, 180)
+	for _, tc := range []struct {
+		name     string
+		consumer bool
+		want     []string // in the summary
+		errs     string   // in the warnings; "" none
+	}{
+		{"consumer", true, []string{"  stream          12 images sent, 0 dropped (none left out), 0 thinned\n", "  stream end      delivered\n"}, ""},
+		{"no consumer", false, []string{
+			"  stream          0 images sent, 12 dropped (12 no consumer connected: in the file, not the stream), 0 thinned\n",
+			"  stream end      not delivered\n"},
+			"no consumer connected: the end of series was not sent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := streamEndpoint(t)
+			got := make(chan int, 1)
+			if tc.consumer {
+				sock, err := zmq.NewSocket(zmq.PULL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sock.Close()
+				sock.SetRcvtimeo(10 * time.Second)
+				sock.SetLinger(0)
+				if err := sock.Connect(ep); err != nil { // before the bind: ZeroMQ retries
+					t.Fatal(err)
+				}
+				go func() {
+					n := 0
+					for {
+						b, err := sock.RecvBytes(0)
+						if err != nil {
+							break
+						}
+						n++
+						if strings.Contains(string(b[:min(len(b), 16)]), "end") {
+							break
+						}
+					}
+					got <- n
+				}()
+			}
+			p := testProfile(t, stages, liveFormat, map[string]any{"stream.address": ep, "stream.queue": frames})
+			r := replayInto(t, context.Background(), p, stages, pl, filepath.Join(t.TempDir(), "live.h5"), capture)
+			if r.err != nil {
+				t.Fatalf("replay: %v\n%s", r.err, r.errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.out, w) {
+					t.Errorf("the summary does not say %q:\n%s", w, r.out)
+				}
+			}
+			if tc.errs == "" && r.errs != "" || !strings.Contains(r.errs, tc.errs) {
+				t.Errorf("warnings %q, want %q", r.errs, tc.errs)
+			}
+			if logged := strings.Contains(r.logs, `"msg":"live stream ended"`) && strings.Contains(r.logs, `"end_delivered":false`); logged != !tc.consumer {
+				t.Errorf("the log (warnings) says the end was not delivered: %v, want %v:\n%s", logged, !tc.consumer, r.logs)
+			}
+			if tc.consumer {
+				if n := <-got; n != frames+2 {
+					t.Errorf("the consumer got %d messages, want the start, %d images and the end", n, frames)
+				}
+			}
+		})
+	}
+}
