@@ -24,6 +24,7 @@ type sender struct {
 	peers   int // consumers connected, as the monitor said
 	watched time.Time
 	opened  time.Time
+	timeout time.Duration // the socket's send timeout as last set
 }
 
 // monitors numbers the inproc endpoints of the monitors.
@@ -113,20 +114,24 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 	}
 	for {
 		now := time.Now()
-		if quick && n.consumers(time.Time{}) == 0 && now.Sub(n.opened) >= connectGrace {
+		if quick && n.consumers(now) == 0 && now.Sub(n.opened) >= connectGrace {
 			return errNoConsumer
 		}
 		wait := deadline.Sub(now)
 		if wait <= 0 {
-			if n.peers == 0 {
+			if n.consumers(time.Time{}) == 0 {
 				return errNoConsumer
 			}
 			return errTimeout
 		}
 		// Block in ZeroMQ, which wakes as soon as there is room, for a
-		// short while at a time to see consumers come and go.
-		if err := n.sock.SetSndtimeo(min(wait, putSlice)); err != nil {
-			return err
+		// short while at a time to see consumers come and go. (Setting
+		// the timeout allocates: it is set only when it changes.)
+		if t := min(wait, putSlice).Round(time.Millisecond); t != n.timeout && t > 0 {
+			if err := n.sock.SetSndtimeo(t); err != nil {
+				return err
+			}
+			n.timeout = t
 		}
 		if _, err = n.sock.SendBytes(msg, 0); !again(err) {
 			return err

@@ -383,6 +383,26 @@ func TestSinkAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestImageMessageAllocatesNothing: the sender encodes each image into
+// the buffer it reuses.
+func TestImageMessageAllocatesNothing(t *testing.T) {
+	codec, _ := compress.New("bslz4", 4, 0)
+	st, err := Open(Config{Address: anyPort, Queue: 1}, testSeries(4), codec.Bound(testW*testH*4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	chunk, _ := codec.Encode(nil, testImage(3))
+	img := &image{n: 2, chunk: chunk, record: frame.Record{DataCRC: 1}, start: 5}
+	msg := make([]byte, 0, len(chunk)+imageOverhead)
+	if a := testing.AllocsPerRun(100, func() { msg = st.imageMessage(msg[:0], img) }); a != 0 {
+		t.Errorf("%v allocations per image message", a)
+	}
+	if _, err := parseStream2(msg); err != nil {
+		t.Error(err)
+	}
+}
+
 type discard struct{}
 
 func (discard) WriteChunk(int, []byte) error      { return nil }
