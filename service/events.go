@@ -104,7 +104,10 @@ type eventsInput struct {
 // the reconnection delay), until ctx ends, the client falls behind or a
 // send fails.
 func (b *broker) follow(ctx context.Context, in *eventsInput, send sse.Sender) {
-	last, _ := strconv.ParseUint(in.LastEventID, 10, 64) // not a number: a new client
+	last, err := strconv.ParseUint(in.LastEventID, 10, 64)
+	if err != nil {
+		last = 0 // not an id: a new client
+	}
 	sub, missed := b.subscribe(last)
 	defer b.unsubscribe(sub)
 	retry := retryMillis

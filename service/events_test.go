@@ -163,3 +163,50 @@ func TestBrokerReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsBadLastEventID: a Last-Event-ID that is not an event id (text,
+// a number too large, one from an earlier run of the service) never
+// fails the request: text is a new client's, which gets only new events;
+// an id beyond the service's gets every event it holds.
+func TestEventsBadLastEventID(t *testing.T) {
+	r := &fakeRunner{planned: 3, tick: time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	if code, _ := c.do("POST", "/v1/scans", arm("b1")); code != http.StatusCreated {
+		t.Fatalf("arm: %d", code)
+	}
+	c.do("GET", "/v1/scans/b1/wait?timeout=10", nil)
+	for _, tc := range []struct {
+		last    string
+		replays bool
+	}{
+		{"abc", false}, {"-1", false}, {"99999999999999999999", false}, {"4000000000", true}, {"0", false},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if !tc.replays {
+			// The head comes with the first event: the next scan's arm,
+			// once the request has reached the service.
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				c.do("POST", "/v1/scans", arm("b-"+tc.last))
+			}()
+		}
+		resp := openEvents(t, ctx, c.base, tc.last)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("Last-Event-ID %q: %d", tc.last, resp.StatusCode)
+		}
+		if tc.replays {
+			got := readEvents(t, resp.Body, func(m sseMessage) bool { return m.event == "done" })
+			if len(got) == 0 || got[0].id != 1 || got[0].event != "armed" {
+				t.Errorf("Last-Event-ID %q: %+v, want every event from armed", tc.last, got)
+			}
+		} else {
+			got := readEvents(t, resp.Body, func(sseMessage) bool { return true })
+			if len(got) != 1 || got[0].event != "armed" || !strings.Contains(got[0].data, `"b-`+tc.last+`"`) {
+				t.Errorf("Last-Event-ID %q: %+v, want the next scan's armed only", tc.last, got)
+			}
+			c.do("GET", "/v1/scans/b-"+tc.last+"/wait?timeout=10", nil)
+		}
+		resp.Body.Close()
+		cancel()
+	}
+}
