@@ -2,13 +2,17 @@ package scan
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"go.uber.org/zap"
 
 	"h5ingest/frame"
 	"h5ingest/plan"
@@ -103,5 +107,39 @@ func TestLiveStreamSummary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLiveStreamMetrics: /metrics counts a scan's stream images by
+// outcome and says whether its end was delivered.
+func TestLiveStreamMetrics(t *testing.T) {
+	const frames = 6
+	stages := testStages(t)
+	capture := simulate(t, liveFormat, frames)
+	p := testProfile(t, stages, liveFormat, map[string]any{"stream.address": streamEndpoint(t)})
+	obs := NewServingObserver(zap.NewNop())
+	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "m.h5")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Replay(context.Background(), ReplayOptions{
+		Options:  Options{Profile: p, Plan: plan.Tomo(0, 0, frames, 0, 180), Stages: stages, Out: io.Discard, Errs: io.Discard},
+		Captures: []string{capture}, Files: files, Observer: obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	obs.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`h5ingest_stream_images_total{module="0",outcome="no_consumer"} 6`,
+		`h5ingest_stream_images_total{module="0",outcome="sent"} 0`,
+		`h5ingest_stream_images_total{module="0",outcome="slow_consumer"} 0`,
+		`h5ingest_stream_end_delivered{module="0"} 0`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics has no %s", want)
+		}
 	}
 }
