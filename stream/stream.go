@@ -252,8 +252,8 @@ func CheckBytes(queue, chunk int, limit int64) error {
 	return nil
 }
 
-// series counts the series each address has sent, for series_id.
-var series = struct {
+// seriesCount counts the series each address has sent, for series_id.
+var seriesCount = struct {
 	sync.Mutex
 	n map[string]uint64
 }{n: map[string]uint64{}}
@@ -261,10 +261,10 @@ var series = struct {
 // nextSeries returns the number of the next series sent on address:
 // 1, 2, ... for the life of the process, the service.
 func nextSeries(address string) uint64 {
-	series.Lock()
-	defer series.Unlock()
-	series.n[address]++
-	return series.n[address]
+	seriesCount.Lock()
+	defer seriesCount.Unlock()
+	seriesCount.n[address]++
+	return seriesCount.n[address]
 }
 
 // hostName names the machine in series_unique_id.
