@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"instrument", "preview", "stream", "registry", "bench"},
 	{"stock", "status", "service"},
 	{"scan"},
-	{"examples/extend", "cmd/h5ingest", "tools/gpu"},
+	{"examples/extend", "cmd/h5ingest", "tools/gpu", "deploy"},
 }
 
 // TestImportDirection checks, from go list, that no package imports its
