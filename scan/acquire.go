@@ -183,9 +183,13 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 		return nil, err
 	}
 	defer l.Close()
+	sig.addListener(l)
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
 	stream, err := acceptSender(sig, l, log)
 	if err != nil {
+		if errors.Is(err, ErrIncomplete) {
+			err = Incomplete(fmt.Errorf("%w: no file written", err))
+		}
 		return nil, err
 	}
 	defer stream.Close()
@@ -305,7 +309,7 @@ func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.St
 			}
 			continue
 		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
-			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s: no file written", sig.signal(), l.Addr()))
+			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s", sig.signal(), l.Addr()))
 		case errors.Is(err, fabric.ErrTimeout) && starved != nil:
 			return nil, fmt.Errorf("too many open files: a sender connected but the process had no descriptor left to take it (raise its limit, ulimit -n, or close what holds them): %w (then %w)", starved, err)
 		}
@@ -329,10 +333,15 @@ type Stopper struct {
 
 	errs io.Writer
 
-	mu      sync.Mutex
-	sig     os.Signal
-	streams []*fabric.Stream
+	mu        sync.Mutex
+	sig       os.Signal
+	streams   []*fabric.Stream
+	listeners []*fabric.Listener
 }
+
+// stoppedReason is what a sender that connects after the first request
+// is told.
+const stoppedReason = "the scan has stopped"
 
 // Notify makes the signals sigs requests (SIGINT and SIGTERM, for a
 // command), until Close.
@@ -385,6 +394,9 @@ func (i *Stopper) loop() {
 			i.mu.Lock()
 			i.sig = s
 			streams := slices.Clone(i.streams)
+			for _, l := range i.listeners {
+				go l.Stop(stoppedReason)
+			}
 			i.mu.Unlock()
 			if len(streams) > 0 {
 				fmt.Fprintf(i.errs, "h5ingest: interrupted (%v): taking no more frames, writing those received (signal again to stop at once)\n", s)
@@ -412,6 +424,18 @@ func (i *Stopper) add(s *fabric.Stream) {
 	i.mu.Unlock()
 	if sig != nil {
 		s.Stop(i.cause(sig))
+	}
+}
+
+// addListener makes the listener refuse, from the first signal on, every
+// sender at its hello: the scan has stopped.
+func (i *Stopper) addListener(l *fabric.Listener) {
+	i.mu.Lock()
+	i.listeners = append(i.listeners, l)
+	sig := i.sig
+	i.mu.Unlock()
+	if sig != nil {
+		go l.Stop(stoppedReason)
 	}
 }
 
@@ -549,6 +573,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 		return err
 	}
 	defer l.Close()
+	sig.addListener(l)
 
 	// One backend decodes every module: on a GPU one context, whose
 	// streams the modules share, rather than contexts the GPU time-slices.
@@ -564,14 +589,26 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.Modules)))
 	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
 	var rec *lockedRecorder
+	late := &lateModules{}
 	for connected := 0; connected < len(files.Modules); {
 		stream, err := acceptSender(sig, l, log)
-		if err != nil {
-			if connected == 0 {
-				return err
+		if err != nil && connected > 0 {
+			// The wait ended (a stop, the connect timeout): the modules
+			// whose handshakes were under way are taken (after a stop,
+			// stopped at once: their frames in the ring are written);
+			// any later one is refused at its hello.
+			l.Stop(stoppedReason)
+			if stream = late.pending(l, log); stream == nil {
+				log.Warn("not every module connected", zap.Int("connected", connected), zap.Int("modules", len(files.Modules)), zap.Error(err))
+				break
 			}
-			log.Warn("not every module connected", zap.Error(err))
-			break
+			err = nil
+		}
+		if err != nil {
+			if errors.Is(err, ErrIncomplete) {
+				err = Incomplete(fmt.Errorf("%w: no file written", err))
+			}
+			return err
 		}
 		defer stream.Close()
 		sig.add(stream)
@@ -602,19 +639,114 @@ func (a *Acquisition) modules(sig *Stopper) error {
 		}
 		connected++
 	}
+	var absent []int
 	for i, fm := range files.Modules {
 		if m.scans[i] == nil {
-			fmt.Fprintf(o.Errs, "h5ingest: module %d never connected: its frames are recorded missing\n", fm.Module.ID)
+			absent = append(absent, fm.Module.ID)
 			if err := m.start(ctx, files, fm.Module.ID, format, emptySource{}); err != nil {
 				cancel()
 				return err
 			}
 		}
 	}
+	if len(absent) > 0 {
+		// Senders that connect while the others drain are refused at
+		// their hello, and named in the summary.
+		late.watch(l, log)
+	}
 	m.wg.Wait()
+	refused := late.end()
+	for _, id := range absent {
+		if refused[uint16(id)] {
+			fmt.Fprintf(o.Errs, "h5ingest: module %d connected after the stop and was refused: its frames are recorded missing in %s\n", id, files.Modules[slices.IndexFunc(files.Modules, func(f File) bool { return f.Module.ID == id })].Path)
+		} else {
+			fmt.Fprintf(o.Errs, "h5ingest: module %d never connected: its frames are recorded missing\n", id)
+		}
+	}
 	rec.finish(o.Errs)
 	m.finished = true
 	return finishModules(files, mo, m.scans, m.errs)
+}
+
+// lateModules takes the senders of a multi-module acquire that come after
+// its stop: those whose handshake was under way are taken, the later ones
+// refused (the listener's Stop) and remembered for the summary.
+type lateModules struct {
+	mu      sync.Mutex
+	refused map[uint16]bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// pending returns a sender whose handshake finished before the
+// listener's Stop and that Accept has not returned yet; nil when there is
+// none. Senders refused meanwhile are noted.
+func (lm *lateModules) pending(l *fabric.Listener, log *zap.Logger) *fabric.Stream {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		stream, err := l.Accept(done)
+		switch {
+		case err == nil:
+			return stream
+		case lm.note(err, log):
+		case errors.Is(err, fabric.ErrRefused):
+			log.Warn("sender refused", zap.Error(err))
+		default:
+			return nil // none left
+		}
+	}
+}
+
+// note remembers a sender refused because the scan had stopped, and says
+// whether err was one.
+func (lm *lateModules) note(err error, log *zap.Logger) bool {
+	var late *fabric.StoppedError
+	if !errors.As(err, &late) {
+		return false
+	}
+	log.Warn("module connected after the stop and was refused", zap.Uint16("module", late.Module))
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if lm.refused == nil {
+		lm.refused = map[uint16]bool{}
+	}
+	lm.refused[late.Module] = true
+	return true
+}
+
+// watch takes the listener's handshakes in the background until end,
+// noting the senders refused.
+func (lm *lateModules) watch(l *fabric.Listener, log *zap.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	lm.cancel, lm.done = cancel, make(chan struct{})
+	go func() {
+		defer close(lm.done)
+		for ctx.Err() == nil {
+			stream, err := l.Accept(ctx)
+			switch {
+			case stream != nil: // a handshake that beat the stop: too late all the same
+				stream.Close()
+			case err == nil, lm.note(err, log):
+			case errors.Is(err, fabric.ErrRefused):
+				log.Warn("sender refused", zap.Error(err))
+			case errors.Is(err, fabric.ErrTimeout):
+			default:
+				return
+			}
+		}
+	}()
+}
+
+// end stops watching and returns the modules refused after the stop.
+func (lm *lateModules) end() map[uint16]bool {
+	if lm.cancel != nil {
+		lm.cancel()
+		<-lm.done
+	}
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	return lm.refused
 }
 
 // senderCheck refuses a sender of a module the scan does not take, one

@@ -418,6 +418,10 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both captures are made before the acquire waits: under -race on a
+	// loaded machine, making the second took longer than the first's
+	// whole scan.
+	caps := []string{simulateModule(t, bigFormat, n, 0), simulateModule(t, bigFormat, n, 1)}
 	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
 	defer stop.Close()
 	result := make(chan error, 1)
@@ -425,7 +429,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	kill := make(chan struct{})
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, sendModule(t, simulateModule(t, bigFormat, n, m), addr, m, kill))
+		sent = append(sent, sendModule(t, caps[m], addr, m, kill))
 	}
 	for _, f := range files.Modules { // both scans begun
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -137,6 +137,7 @@ func Open(path string, o Options) (*Module, error) {
 		Batch:          batch,
 		DropWhenFull:   profile.Source.DropWhenFull,
 		MaxFrameGap:    profile.Source.MaxFrameGap,
+		MissingGap:     profile.Source.RingSlots,
 		BackendShuffle: out.BackendShuffle,
 		Log:            log,
 	})
@@ -216,6 +217,16 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 	}
 	progress, err := r.pipeline.Run(ctx, src, sink)
 	stop()
+	if r.stream != nil {
+		// Frames the source took off the wire that the pipeline never
+		// read: the scan was cancelled (or its file failed) first.
+		if n := int(r.stream.Stats().Frames) - progress.Received - progress.NotFrame; n > 0 {
+			r.pipeline.Discard(n)
+			progress.Discarded += n
+			r.log.Warn("frames discarded: they arrived, but the scan ended before it could write them; they are recorded missing",
+				zap.Int("count", n), zap.NamedError("reason", cmp.Or(context.Cause(ctx), err)))
+		}
+	}
 	r.progress = progress
 	return err
 }
@@ -308,6 +319,9 @@ func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
 	fmt.Fprintf(w, "  frames          %d in the scan, %d written\n", frames, p.Written)
 	fmt.Fprintf(w, "  ok              %d\n", p.OK)
 	fmt.Fprintf(w, "  missing         %d\n", p.Missing)
+	if p.Discarded > 0 {
+		fmt.Fprintf(w, "  discarded       %d arrived but not written: the scan was cancelled first (recorded missing)\n", p.Discarded)
+	}
 	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
 	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
 	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)

@@ -227,8 +227,14 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 		prog(func(p pipeline.Progress) int { return p.Received }))
 	reg.counter("h5ingest_frames_written_total", "Frames written to the file (ok or with a CRC mismatch).",
 		prog(func(p pipeline.Progress) int { return p.Written }))
-	reg.gauge("h5ingest_frames_missing", "Frames of the scan not written nor rejected yet; at the end of the scan, the frames missing.",
+	reg.gauge("h5ingest_scan_frames_planned", "Frames in the scan's plan, from its start; 0 when its length is not known.",
+		func() float64 { return float64(w.scan.Planned) })
+	reg.gauge("h5ingest_frames_pending", "Planned frames not received yet and not yet due (no received frame lies source.ring_slots or more beyond them); 0 once the scan ends.",
+		prog(func(p pipeline.Progress) int { return p.Pending }))
+	reg.gauge("h5ingest_frames_missing", "Frames not received that a received frame lies source.ring_slots or more beyond; once the scan ends, every frame not received.",
 		prog(func(p pipeline.Progress) int { return p.Missing }))
+	reg.counter("h5ingest_frames_discarded_total", "Frames that arrived but were not written because the scan was cancelled before it could write them (recorded missing).",
+		prog(func(p pipeline.Progress) int { return p.Discarded }))
 	for _, pr := range []struct {
 		name string
 		f    func(pipeline.Progress) int

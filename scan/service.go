@@ -329,13 +329,44 @@ func (s *serveScan) Stop() {
 	}
 }
 
+// CancelWrite bounds how long a cancelled scan of the service goes on
+// writing the frames that had arrived (those in its ring) before it
+// closes its file; the frames still unwritten then are discarded,
+// counted (Counts.Discarded) and logged at warning level. A ring holds a
+// second or two of a module's frames.
+var CancelWrite = 5 * time.Second
+
+// cancel ends the scan for a cancel request: it takes no more frames (a
+// stop, unless one came before) and writes those that arrived, for up to
+// CancelWrite; then it stops at once. It returns what ends the wait.
+func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
+	s.mu.Lock()
+	first := !s.stopped
+	s.stopped = true
+	s.mu.Unlock()
+	if first {
+		sig.Request(CancelRequest{})
+	}
+	return time.AfterFunc(CancelWrite, func() { sig.Request(CancelRequest{}) }).Stop
+}
+
+// CancelRequest is the interruption a cancel request makes, as a signal.
+type CancelRequest struct{}
+
+// Signal implements os.Signal.
+func (CancelRequest) Signal() {}
+
+// String implements os.Signal.
+func (CancelRequest) String() string { return "cancel requested" }
+
 // Run acquires the scan, reporting its progress a few times a second, and
-// verifies its file.
+// verifies its file. Cancelling ctx cancels the scan (see CancelWrite): it
+// ends Cancelled, without an error unless the file failed.
 func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Result {
 	defer s.release()
 	rep = s.view.reporting(rep)
 	defer s.view.end()
-	sig := NewStopper(ctx, s.profile.Source.ConnectTimeout, nil)
+	sig := NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
 	defer sig.Close()
 	s.mu.Lock()
 	s.sig = sig
@@ -343,6 +374,24 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 		sig.Request(StopRequest{})
 	}
 	s.mu.Unlock()
+	var (
+		cancelMu    sync.Mutex
+		cancelTimer func() bool
+	)
+	stopCancel := context.AfterFunc(ctx, func() {
+		stop := s.cancel(sig)
+		cancelMu.Lock()
+		cancelTimer = stop
+		cancelMu.Unlock()
+	})
+	defer func() {
+		stopCancel()
+		cancelMu.Lock()
+		defer cancelMu.Unlock()
+		if cancelTimer != nil {
+			cancelTimer()
+		}
+	}()
 
 	var scan *Module
 	progressDone := make(chan struct{})
@@ -360,7 +409,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 				case <-progressDone:
 					return
 				case <-t.C:
-					rep.Progress(serviceCounts(r.pipeline.Progress(), r.pipeline.Frames()))
+					rep.Progress(serviceCounts(r.pipeline.Progress()))
 				}
 			}
 		}()
@@ -369,32 +418,14 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	close(progressDone)
 	progressWG.Wait()
 
-	res := service.Result{State: service.Done}
-	switch {
-	case ctx.Err() != nil:
-		res.State = service.Cancelled
-	case err == nil:
-	case errors.Is(err, ErrIncomplete):
-		res.State = service.Incomplete
-	default:
-		res.State = service.Failed
-	}
-	if err != nil && !errors.Is(err, ErrIncomplete) || err != nil && err != ErrIncomplete {
-		res.Error = err.Error()
-	}
+	res := result(ctx.Err() != nil, scan != nil, err)
 	if scan == nil { // no detector connected: no file
-		switch {
-		case res.State == service.Incomplete: // stopped while waiting
-			res.State = service.Cancelled
-		case res.State == service.Done:
-			res.State = service.Failed
-		}
-		if res.Error == "" {
-			res.Error = "no detector connected"
-		}
+		n := s.Planned()
+		res.Counts = service.Counts{Planned: n, Missing: n}
+		rep.Progress(res.Counts)
 		return res
 	}
-	res.Counts = serviceCounts(scan.progress, scan.pipeline.Frames())
+	res.Counts = serviceCounts(scan.progress)
 	rep.Progress(res.Counts)
 	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
 	switch verr := verifyPath(scan.output); {
@@ -408,11 +439,35 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	return res
 }
 
+// result returns how a scan of the service ended, from whether it was
+// cancelled, whether a detector connected (a file was written) and the
+// acquire's error: a cancelled scan is Cancelled with no error, unless
+// its file failed; an incomplete one says why where the acquire did.
+func result(cancelled, connected bool, err error) service.Result {
+	failed := err != nil && !errors.Is(err, ErrIncomplete)
+	switch {
+	case failed:
+		return service.Result{State: service.Failed, Error: err.Error()}
+	case cancelled:
+		return service.Result{State: service.Cancelled}
+	case !connected && err != nil: // stopped while waiting for the detector
+		return service.Result{State: service.Cancelled, Error: err.Error()}
+	case !connected:
+		return service.Result{State: service.Failed, Error: "no detector connected"}
+	case err == nil:
+		return service.Result{State: service.Done}
+	case err == ErrIncomplete:
+		return service.Result{State: service.Incomplete}
+	}
+	return service.Result{State: service.Incomplete, Error: err.Error()}
+}
+
 // serviceCounts returns a pipeline's progress as the service counts it.
-func serviceCounts(p pipeline.Progress, frames int) service.Counts {
+func serviceCounts(p pipeline.Progress) service.Counts {
 	return service.Counts{
-		Planned: frames, Received: p.Received, Written: p.Written, OK: p.OK, Missing: p.Missing,
+		Planned: p.Planned, Received: p.Received, Written: p.Written, OK: p.OK,
+		Pending: p.Pending, Missing: p.Missing,
 		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected + p.OutOfRange,
-		Dropped: p.Duplicate + p.Overflow,
+		Dropped: p.Duplicate + p.Overflow, Discarded: p.Discarded,
 	}
 }

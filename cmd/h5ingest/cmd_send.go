@@ -74,9 +74,12 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	if f.fps > 0 {
 		hello.PeriodNs = uint64(float64(time.Second) / f.fps)
 	}
-	s, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: f.provider, Addr: f.to, Hello: hello, Timeout: f.timeout})
+	waiting := func() {
+		fmt.Fprintf(os.Stderr, "h5ingest: waiting for a receiver at %s (up to %v)\n", f.to, f.timeout)
+	}
+	s, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: f.provider, Addr: f.to, Hello: hello, Timeout: f.timeout, Waiting: waiting})
 	if err != nil {
-		return err
+		return dialError(ctx, f, err)
 	}
 	st, err := fabric.SendCapture(ctx, s, r, f.fps)
 	if err != nil {
@@ -86,6 +89,38 @@ func send(ctx context.Context, path string, f *sendFlags) error {
 	warnPace(os.Stderr, f.fps, st)
 	if err == nil && st.Frames == 0 && st.Skipped > 0 {
 		return fmt.Errorf("%s holds no frame of module %d, only %d of other modules (see --module)", path, f.module, st.Skipped)
+	}
+	return sendError(ctx, st, err)
+}
+
+// dialError says in plain words why the sender found no receiver to take
+// its scan, the library's error after it.
+func dialError(ctx context.Context, f *sendFlags, err error) error {
+	var refused *fabric.RefusedError
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted while waiting for a receiver at %s: nothing sent", f.to)
+	case errors.As(err, &refused):
+		return fmt.Errorf("the receiver at %s refused this sender (module %d): %s; nothing sent", f.to, f.module, refused.Reason)
+	case fabric.NotListening(err):
+		return fmt.Errorf("no receiver at %s answered in %v: nothing listens there (start acquire, or arm the scan on serve, before the detector sends); nothing sent (%w)", f.to, f.timeout, err)
+	}
+	return fmt.Errorf("could not start sending to %s: %w", f.to, err)
+}
+
+// sendError says in plain words how a scan that began ended early: the
+// receiver stopped it (it took no more frames and closed the connection),
+// or a person interrupted the sender.
+func sendError(ctx context.Context, st fabric.SendStats, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted after sending %d frames: the receiver has the scan as it stood", st.Frames)
+	case errors.Is(err, fabric.ErrDisconnected):
+		// The library's words (the provider's completion error) add
+		// nothing a person can act on: the receiver ended the scan.
+		return fmt.Errorf("the receiver stopped the scan after %d frames: it took no more and closed the connection", st.Frames)
 	}
 	return err
 }
