@@ -26,13 +26,13 @@ import (
 // scan's rates (service.RateReporter) and its latest image
 // (service.Imager).
 
-// Modules returns the module this node receives; nil when it takes any
+// Modules returns the modules this node receives; nil when it takes any
 // profile of one module.
 func (r *Runner) Modules() []int {
-	if r.Module < 0 {
+	if len(r.ModuleIDs) == 0 {
 		return nil
 	}
-	return []int{r.Module}
+	return slices.Clone(r.ModuleIDs)
 }
 
 // Storage returns where scans go before the first is armed: the default

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestRunnerProfiles(t *testing.T) {
 		"notes.txt":    "not a profile\n",
 		".hidden.yaml": "description: hidden\n",
 	})
-	r := &Runner{Profiles: dir, Module: -1, Stages: testStages(t)}
+	r := &Runner{Profiles: dir, Stages: testStages(t)}
 	list, err := r.ListProfiles()
 	if err != nil {
 		t.Fatal(err)
@@ -177,14 +178,14 @@ func TestRunnerStorage(t *testing.T) {
 	if st := storage(filepath.Join(t.TempDir(), "absent")); st.FreeBytes != -1 || !strings.Contains(st.Error, "no such file") {
 		t.Errorf("an absent directory: %+v", st)
 	}
-	r := &Runner{Module: 2}
+	r := &Runner{ModuleIDs: []int{2, 3}}
 	if st := r.Storage(); st.Directory == "" || st.Error != "" {
 		t.Errorf("before the first scan: %+v", st)
 	}
-	if m := r.Modules(); len(m) != 1 || m[0] != 2 {
+	if m := r.Modules(); !slices.Equal(m, []int{2, 3}) {
 		t.Errorf("modules %v", m)
 	}
-	if m := (&Runner{Module: -1}).Modules(); m != nil {
+	if m := (&Runner{}).Modules(); m != nil {
 		t.Errorf("modules of a serve of any module: %v", m)
 	}
 }

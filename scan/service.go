@@ -39,9 +39,9 @@ type Runner struct {
 	// directory stands. CreateDirs lets a request's directory be created.
 	DataRoot   string
 	CreateDirs bool
-	// Module is the detector module this node receives, in a profile of
-	// several; -1 where profiles have one.
-	Module int
+	// ModuleIDs are the detector modules this node receives, in a profile
+	// of several (see nodeFiles); none where profiles have one.
+	ModuleIDs []int
 	// Stream is every scan's live stream, over the profile's; "" for the
 	// profile's (none where it has none).
 	Stream   string
@@ -69,17 +69,17 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err != nil {
 		return nil, refuse(err)
 	}
-	if len(profile.Detector.Modules) > 1 && r.Module < 0 {
-		return nil, &service.RefusedError{Reasons: []string{fmt.Sprintf(
-			"profile %s has %d modules, and this serve receives none in particular: a serve receives one module, one serve per module node (its operator sets which)", req.Profile, len(profile.Detector.Modules))}}
-	}
 	names := Names{ScanID: req.ScanID}
 	if req.Output != "" {
 		names.Output = filepath.Join(profile.Output.Directory, req.Output)
 	}
 	files, err := NewFiles(profile, names)
-	if err == nil && r.Module >= 0 {
-		files, err = files.Only(r.Module)
+	if err == nil {
+		files, err = r.nodeFiles(req.Profile, profile, files)
+	}
+	var addr string // module K's port: source.port plus K's index
+	if err == nil {
+		addr, err = moduleListenAddr(profile, files)
 	}
 	if err != nil {
 		return nil, refuse(err)
@@ -88,7 +88,7 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
 	a, err := NewAcquisition(AcquireOptions{
 		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
-		Files:   files, ScanID: req.ScanID, Observer: r.Observer,
+		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer,
 	})
 	if err != nil {
 		return nil, refuse(err)
@@ -111,6 +111,9 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	release, err := a.Hold()
 	if err != nil {
 		return nil, refuse(err)
+	}
+	if len(files.Modules) > 1 {
+		return r.armNode(a, profile, files, release)
 	}
 	if err := a.Listen(); err != nil {
 		release()

@@ -383,8 +383,8 @@ func TestMasterMetadata(t *testing.T) {
 }
 
 // TestServeModulesMaster runs a 2 x 2 scan as a control system does on
-// one host: a serve per module (each its own receiver port, given in its
-// environment), all armed over HTTP with the same scan id, title, sample,
+// one host: a serve per module (one source.port in their environment,
+// module K's receiver on it plus K's index), all armed over HTTP with the same scan id, title, sample,
 // experiment and user metadata, a sender per module; then h5ingest master
 // once every module file is written. h5py reads the request's metadata in
 // the master, with the scan's start and end.
@@ -401,10 +401,9 @@ func TestServeModulesMaster(t *testing.T) {
 	t.Setenv("H5INGEST_OUTPUT_DIRECTORY", dir)
 	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
 	serves := make([]*serveProcess, len(arrayModules))
-	ports := make([]int, len(arrayModules))
+	port := freePortRun(t, len(arrayModules))
+	t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(port)) // read as each serve starts
 	for i, m := range arrayModules {
-		ports[i] = freePort(t)
-		t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(ports[i])) // read as the serve starts
 		serves[i] = startServe(t, "", "--profiles", profiles, "--module", fmt.Sprint(m.id))
 	}
 	arm := map[string]any{"profile": "array.yaml", "scan_id": "s5", "plan": map[string]any{"darks": 1, "flats": 1, "projections": 3},
@@ -416,7 +415,7 @@ func TestServeModulesMaster(t *testing.T) {
 		}
 	}
 	for i, m := range arrayModules {
-		if code := run([]string{"send", paths[i], "--to", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--module", fmt.Sprint(m.id), "--timeout", "20s"}); code != exitOK {
+		if code := run([]string{"send", paths[i], "--to", fmt.Sprintf("127.0.0.1:%d", port+i), "--module", fmt.Sprint(m.id), "--timeout", "20s"}); code != exitOK {
 			t.Fatalf("send of module %d: exit status %d", m.id, code)
 		}
 	}

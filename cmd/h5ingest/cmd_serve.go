@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ type serveFlags struct {
 	tokenFile string
 	profiles  string // directory of the profile files a request may name
 	module    int
+	modules   []int // the modules this node receives, with --module
 	logLevel  string
 	drain     time.Duration
 	stream    string // every scan's live stream
@@ -38,9 +40,10 @@ type serveFlags struct {
 func newServeCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR:PORT] [--token-file FILE] [--profiles DIR] [--data-root DIR] [--module N]",
+		Use:   "serve [--listen ADDR:PORT] [--token-file FILE] [--profiles DIR] [--data-root DIR] [--modules K,...]",
 		Short: "Run the scan service: a control system arms, waits for, stops and cancels scans over HTTP",
-		Long: `serve receives one detector module's scans, one after another, as a control system
+		Long: `serve receives a detector's scans (in a profile of several modules, those of --modules,
+a file each, and the master where it takes them all), one after another, as a control system
 asks over a JSON HTTP API under /v1/ (its OpenAPI document at /openapi.json): arm a scan with
 a profile, overrides, a plan and metadata; wait for it; stop it (drain) or cancel it; follow it
 as server-sent events at /v1/events. See docs/beamline.md.
@@ -61,7 +64,8 @@ name, or a POST that is not application/json, is refused.`,
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8642", "address the HTTP API listens on, HOST:PORT")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token that every request under /v1/ must carry; needed off loopback")
 	fs.StringVar(&f.profiles, "profiles", "", "directory of profile files an arm request may name (besides the built-in profiles)")
-	fs.IntVar(&f.module, "module", -1, "the detector module this node receives, in a profile of several (one serve per module node)")
+	fs.IntVar(&f.module, "module", -1, "the detector module this node receives, in a profile of several (as --modules N)")
+	fs.IntSliceVar(&f.modules, "modules", nil, "the detector modules this node receives, in a profile of several, e.g. 0,1: module K listens on source.port plus K's index in the profile's detector.modules")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (over the profile's stream.address)")
 	fs.StringVar(&f.dataRoot, "data-root", "", "directory under which an arm request may choose its output directory (overrides.output.directory); without it, the profile's directory stands")
@@ -97,6 +101,10 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if f.maxConns < 1 || f.perClient < 1 {
 		return scan.Usage(fmt.Errorf("--max-connections %d, --max-client-connections %d: want 1 or more", f.maxConns, f.perClient))
 	}
+	modules, err := serveModules(f.module, f.modules)
+	if err != nil {
+		return scan.Usage(err)
+	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
 		return scan.Usage(err)
@@ -113,7 +121,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
-	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, Module: f.module,
+	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
 		Stream: f.stream, Log: log, Observer: watch, Stages: stages}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
 		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient})
@@ -138,4 +146,24 @@ func serve(ctx context.Context, f *serveFlags) error {
 		}
 	}()
 	return svc.Serve(ctx, ln, f.drain)
+}
+
+// serveModules returns the modules a serve receives, from --module and
+// --modules: none (any profile of one module), one or several, each once.
+func serveModules(module int, modules []int) ([]int, error) {
+	if module >= 0 {
+		if len(modules) > 0 {
+			return nil, fmt.Errorf("--module %d and --modules: give one of them", module)
+		}
+		modules = []int{module}
+	}
+	for i, m := range modules {
+		if m < 0 || m > 65535 {
+			return nil, fmt.Errorf("--modules: module %d, want 0 to 65535", m)
+		}
+		if slices.Contains(modules[:i], m) {
+			return nil, fmt.Errorf("--modules: module %d given twice", m)
+		}
+	}
+	return modules, nil
 }

@@ -1,0 +1,429 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"h5ingest/config"
+	"h5ingest/service"
+	"h5ingest/source/fabric"
+)
+
+// A serve receives the modules its operator names (serve --modules) in
+// one process: one API, one arm for all of them, one decode backend, a
+// listener per module and a file per module. Module K of a profile of
+// several modules listens on the profile's source.port plus K's index in
+// its detector.modules, whichever modules the serve takes, so that the
+// serves of one host, each with modules of its own, never share a port.
+// A serve that takes every module of the profile writes the master file
+// when the scan ends; one that takes some leaves it to h5ingest master.
+
+// nodeFiles returns the files of a scan that this serve writes, of all
+// the profile's: a profile of one module has its file (the serve's
+// module, where it names one, must be that one); of a profile of several,
+// the files of the serve's modules, with the master where they are every
+// module of the profile.
+func (r *Runner) nodeFiles(name string, profile config.Profile, files Files) (Files, error) {
+	mods := profile.Detector.Modules
+	if len(mods) > 1 && len(r.ModuleIDs) == 0 {
+		return Files{}, fmt.Errorf("profile %s has %d modules, and this serve receives none in particular: its operator names the modules it receives (serve --modules)", name, len(mods))
+	}
+	if len(r.ModuleIDs) == 0 {
+		return files, nil
+	}
+	if len(r.ModuleIDs) == 1 {
+		return files.Only(r.ModuleIDs[0])
+	}
+	node := Files{Master: files.Master}
+	for _, id := range r.ModuleIDs {
+		one, err := files.Only(id)
+		if err != nil {
+			return Files{}, err
+		}
+		node.Modules = append(node.Modules, one.Modules[0])
+	}
+	if len(node.Modules) < len(files.Modules) {
+		node.Master = "" // h5ingest master writes it, where every module file is seen
+	}
+	return node, nil
+}
+
+// moduleListenAddr returns the address the receiver of the first module of
+// files listens on (ModuleAddr).
+func moduleListenAddr(profile config.Profile, files Files) (string, error) {
+	if len(files.Modules) == 0 {
+		return "", errors.New("the scan has no module")
+	}
+	return ModuleAddr(profile, files.Modules[0].Module.ID)
+}
+
+// ModuleAddr returns the address the receiver of module id listens on in
+// a serve: the profile's source.address and source.port, the port plus
+// the module's index in detector.modules where the profile lists several.
+func ModuleAddr(profile config.Profile, id int) (string, error) {
+	src := profile.Source
+	i := slices.IndexFunc(profile.Detector.Modules, func(m config.Module) bool { return m.ID == id })
+	if i < 0 {
+		return "", fmt.Errorf("module %d is not one of the profile's detector.modules", id)
+	}
+	port := src.Port + i
+	if port > 65535 {
+		return "", fmt.Errorf("module %d listens on source.port %d plus its index %d, past port 65535: lower source.port", id, src.Port, i)
+	}
+	return net.JoinHostPort(src.Address, strconv.Itoa(port)), nil
+}
+
+// armNode returns the scan of a serve that receives several modules,
+// listening from now on each module's port (ModuleAddr); release gives
+// back the files' locks. A port that cannot be listened on refuses the
+// arm, with every listener opened closed.
+func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, release func()) (service.Scan, error) {
+	var ls []*fabric.Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	for _, f := range files.Modules {
+		cfg, err := a.moduleConfig(profile, f.Module.ID)
+		if err == nil {
+			var l *fabric.Listener
+			if l, err = listen(cfg); err == nil {
+				ls = append(ls, l)
+			}
+		}
+		if err != nil {
+			closeAll()
+			release()
+			return nil, &service.RefusedError{Reasons: []string{fmt.Sprintf("module %d: %v", f.Module.ID, err)}}
+		}
+	}
+	var mu sync.Mutex
+	taken := false // Run took the listeners over
+	s := &serveScan{a: a, profile: profile, files: files}
+	s.release = sync.OnceFunc(func() {
+		mu.Lock()
+		if !taken {
+			closeAll()
+		}
+		mu.Unlock()
+		release()
+	})
+	return &nodeScan{serveScan: s, take: func() []*fabric.Listener {
+		mu.Lock()
+		defer mu.Unlock()
+		if taken {
+			return nil
+		}
+		taken = true
+		return ls
+	}}, nil
+}
+
+// moduleConfig returns the receiver configuration of module id alone: on
+// its own port, refusing any other module's sender.
+func (a *Acquisition) moduleConfig(profile config.Profile, id int) (fabric.Config, error) {
+	addr, err := ModuleAddr(profile, id)
+	if err != nil {
+		return fabric.Config{}, err
+	}
+	cfg := a.cfg
+	cfg.Addr = addr
+	check := a.cfg.Check
+	cfg.Check = func(h fabric.Hello) error {
+		if int(h.Module) != id {
+			return fmt.Errorf("module %d sent to the port of module %d (%s): module K sends to source.port plus K's index in the profile's detector.modules", h.Module, id, addr)
+		}
+		return check(h)
+	}
+	return cfg, nil
+}
+
+// nodeScan is a scan of a serve that receives several modules: a
+// listener, a connection, a pipeline and a file per module, one backend
+// decoding them all, and the master file where the serve takes every
+// module. It stops, cancels, releases and shows its storage and latest
+// image (its first module's) as a scan of one module does.
+type nodeScan struct {
+	*serveScan
+	take func() []*fabric.Listener // the listeners opened at the arming, once
+}
+
+// Planned returns the frames the plan holds for every module of the
+// scan.
+func (s *nodeScan) Planned() int { return s.a.o.Plan.Frames() * len(s.files.Modules) }
+
+// Run receives every module of the scan, reporting its progress (the sum
+// of the modules', each module's to a service.ModuleReporter) a few times
+// a second, then verifies each file and the master. A module whose sender
+// never connects gets a file with every frame missing, and the scan ends
+// incomplete.
+func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result {
+	defer s.release()
+	ls := s.take()
+	mr, _ := rep.(service.ModuleReporter) // before rates wrap it
+	rep = s.view.reporting(rep)
+	defer s.view.end()
+	sig := NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
+	defer sig.Close()
+	s.mu.Lock()
+	s.sig = sig
+	if s.stopped {
+		sig.Request(StopRequest{})
+	}
+	s.mu.Unlock()
+	stopCancel := s.cancelling(ctx, sig)
+	defer stopCancel()
+
+	n := &nodeRun{a: s.a, ids: make([]int, len(s.files.Modules))}
+	for i, f := range s.files.Modules {
+		n.ids[i] = f.Module.ID
+	}
+	progressDone := make(chan struct{})
+	var progressWG sync.WaitGroup
+	progressWG.Add(1)
+	go func() {
+		defer progressWG.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-t.C:
+				s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.pipeline.Progress()) }))
+			}
+		}
+	}()
+	scans, err := n.receive(sig, ls, s.view.shown)
+	close(progressDone)
+	progressWG.Wait()
+
+	connected := slices.ContainsFunc(scans, func(m *Module) bool { return m != nil })
+	res := result(ctx.Err() != nil, connected, err)
+	if !connected { // no module connected: no file
+		planned := s.Planned()
+		res.Counts = service.Counts{Planned: planned, Missing: planned}
+		rep.Progress(res.Counts)
+		return res
+	}
+	res.Counts = s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.progress) }))
+	for i, f := range s.files.Modules {
+		if scans[i] != nil {
+			res.Files = append(res.Files, s.finalised(rep, f.Path, f.Module.ID))
+		}
+	}
+	if s.files.Master != "" && fileExists(s.files.Master) {
+		res.Files = append(res.Files, s.finalised(rep, s.files.Master, -1))
+	}
+	return res
+}
+
+// cancelling makes the cancelling of ctx cancel the scan (see
+// CancelWrite), until the function it returns is called.
+func (s *serveScan) cancelling(ctx context.Context, sig *Stopper) (stop func()) {
+	var (
+		mu    sync.Mutex
+		timer func() bool
+	)
+	stopCancel := context.AfterFunc(ctx, func() {
+		t := s.cancel(sig)
+		mu.Lock()
+		timer = t
+		mu.Unlock()
+	})
+	return func() {
+		stopCancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if timer != nil {
+			timer()
+		}
+	}
+}
+
+// report reports counts, the sum of the modules', with each module's to
+// mr where it is not nil, and returns the sum.
+func (s *nodeScan) report(rep service.Reporter, mr service.ModuleReporter, mods []service.ModuleCounts) service.Counts {
+	var sum service.Counts
+	for _, m := range mods {
+		sum = addCounts(sum, m.Counts)
+	}
+	if mr != nil {
+		mr.ModuleProgress(mods)
+	}
+	rep.Progress(sum)
+	return sum
+}
+
+// finalised verifies the file at path, of module (-1: the master),
+// reports it and returns it.
+func (s *nodeScan) finalised(rep service.Reporter, path string, module int) service.File {
+	file := service.File{Path: path, Module: module}
+	switch err := verifyPath(path); {
+	case err == nil, errors.Is(err, ErrIncomplete):
+		file.Verified = true
+	default:
+		file.Error = err.Error()
+	}
+	rep.FileFinalised(file)
+	return file
+}
+
+// addCounts returns the sum of two scans' counts.
+func addCounts(a, b service.Counts) service.Counts {
+	return service.Counts{
+		Planned: a.Planned + b.Planned, Received: a.Received + b.Received, Written: a.Written + b.Written,
+		OK: a.OK + b.OK, Pending: a.Pending + b.Pending, Missing: a.Missing + b.Missing,
+		CRCMismatch: a.CRCMismatch + b.CRCMismatch, Rejected: a.Rejected + b.Rejected,
+		Dropped: a.Dropped + b.Dropped, Discarded: a.Discarded + b.Discarded,
+	}
+}
+
+// nodeRun is the receiving of the modules of a nodeScan.
+type nodeRun struct {
+	a   *Acquisition
+	ids []int // the modules, in the order of the scan's files
+
+	mu    sync.Mutex
+	scans []*Module // by the module's place in the scan's files, as they start
+}
+
+// counts returns each module's counts, by of its scan, or all planned
+// frames pending (planned each) where its scan has not started.
+func (n *nodeRun) counts(planned int, by func(*Module) service.Counts) []service.ModuleCounts {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]service.ModuleCounts, len(n.ids))
+	for i, id := range n.ids {
+		out[i] = service.ModuleCounts{Module: id, Counts: service.Counts{Planned: planned, Pending: planned}}
+		if i < len(n.scans) && n.scans[i] != nil {
+			out[i].Counts = by(n.scans[i])
+		}
+	}
+	return out
+}
+
+// receive takes a sender on each module's listener at once, each module
+// into its pipeline and file as it connects (shown is told of the first),
+// until every module has connected or the wait ends (the connect timeout,
+// a stop); a module that never connected then gets a file with every
+// frame missing. It writes the master, where the files have one, once
+// every module's file is closed. It returns the modules' scans (all nil
+// where none connected) and the worst of their results.
+func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Module)) ([]*Module, error) {
+	a := n.a
+	o := &a.o
+	files, log := o.Files, o.Log
+	for _, l := range ls {
+		defer l.Close()
+		sig.addListener(l)
+	}
+	if len(ls) != len(files.Modules) {
+		return nil, errors.New("the scan's listeners were given back before it ran")
+	}
+	ctx, cancel := context.WithCancel(sig.run)
+	defer cancel()
+	// One backend decodes every module: on a GPU one context, whose
+	// streams the modules share.
+	backend, err := openBackend(o.Stages, o.Profile, log)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	mo := o.Options
+	mo.Backend = backend
+	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
+	defer m.abort()
+	var addrs []string
+	for _, l := range ls {
+		addrs = append(addrs, l.Addr().String())
+	}
+	log.Info("waiting for the detector's modules", zap.Ints("modules", n.ids), zap.Strings("addresses", addrs))
+
+	var (
+		wg      sync.WaitGroup
+		streams = make([]*fabric.Stream, len(ls))
+		waits   = make([]error, len(ls)) // why a module never connected
+		failed  error                    // a module's scan that could not start
+	)
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mlog := log.With(zap.Int("module", n.ids[i]))
+			stream, err := acceptSender(sig, l, mlog)
+			if err != nil {
+				waits[i] = err
+				return
+			}
+			sig.add(stream)
+			hello := stream.Hello()
+			mlog.Info("module connected", zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if err := m.start(ctx, files, int(hello.Module), hello.Format, stream); err != nil {
+				stream.Close()
+				failed = errors.Join(failed, fmt.Errorf("module %d: %w", hello.Module, err))
+				cancel()
+				return
+			}
+			streams[i] = stream
+			n.scans = m.scans
+			if shown != nil && slices.IndexFunc(m.scans, func(s *Module) bool { return s != nil }) == i {
+				shown(m.scans[i])
+			}
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, st := range streams {
+			if st != nil {
+				st.Close()
+			}
+		}
+	}()
+	if failed != nil {
+		return nil, failed
+	}
+	if !slices.ContainsFunc(streams, func(s *fabric.Stream) bool { return s != nil }) {
+		err := waits[0]
+		if errors.Is(err, ErrIncomplete) {
+			err = Incomplete(fmt.Errorf("%w: no file written", err))
+		}
+		return nil, err
+	}
+	format := o.Format // the profile's; senders' hellos are held to it
+	var absent []string
+	n.mu.Lock()
+	for i, id := range n.ids {
+		if m.scans[i] != nil {
+			continue
+		}
+		absent = append(absent, strconv.Itoa(id))
+		log.Warn("module never connected: its frames are recorded missing", zap.Int("module", id), zap.NamedError("reason", waits[i]))
+		if err := m.start(ctx, files, id, format, emptySource{}); err != nil {
+			n.mu.Unlock()
+			cancel()
+			return nil, fmt.Errorf("module %d: %w", id, err)
+		}
+	}
+	n.scans = m.scans
+	n.mu.Unlock()
+	m.wg.Wait()
+	m.finished = true
+	err = finishModules(files, mo, m.scans, m.errs)
+	if len(absent) > 0 && (err == nil || errors.Is(err, ErrIncomplete)) {
+		err = Incomplete(fmt.Errorf("module %s never connected: every frame of its file is recorded missing", strings.Join(absent, ", ")))
+	}
+	return m.scans, err
+}

@@ -1,0 +1,329 @@
+package scan
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/service"
+	"h5ingest/source/fabric"
+)
+
+// A serve of several modules (Runner.ModuleIDs) through the real handler
+// on loopback, with a real sender per module on its own port.
+
+// freePorts returns the first of n consecutive loopback ports that were
+// free a moment ago.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := l.Addr().(*net.TCPAddr).Port
+		ls := []net.Listener{l}
+		for i := 1; i < n && base+i <= 65535; i++ {
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i)); err == nil {
+				ls = append(ls, l)
+			}
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if len(ls) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// arrayProfileText is a profile of modules ids of smallFormat, side by
+// side, whose module K's receiver listens on port plus K's index.
+func arrayProfileText(ids []int, port int, dir string, connect time.Duration) string {
+	f := smallFormat
+	text := fmt.Sprintf("detector:\n  chips_x: %d\n  chips_y: %d\n  chip_width: %d\n  chip_height: %d\n  modules:\n",
+		f.ChipsX, f.ChipsY, f.ChipWidth, f.ChipHeight)
+	for i, id := range ids {
+		text += fmt.Sprintf("    - {id: %d, x: %d, y: 0}\n", id, i*(f.Width()+4))
+	}
+	return text + fmt.Sprintf(`source:
+  provider: tcp
+  address: 127.0.0.1
+  port: %d
+  connect_timeout: %v
+  idle_timeout: 20s
+backend: cpu
+output:
+  directory: %s
+  template: "{scan}_m{module}.h5"
+`, port, connect, dir)
+}
+
+// nodeService is a scan service of a Runner of several modules, on a
+// loopback port.
+type nodeService struct {
+	t    *testing.T
+	base string
+}
+
+// startNode starts the service of a Runner that receives modules, whose
+// profile files are profiles (name: text).
+func startNode(t *testing.T, modules []int, profiles map[string]string) *nodeService {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range profiles {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := jsonLog(io.Discard)
+	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: NewServingObserver(log), Stages: testStages(t)}, service.Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svc.Serve(ctx, ln, 30*time.Second)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return &nodeService{t: t, base: "http://" + ln.Addr().String()}
+}
+
+// call makes a request and decodes a 2xx answer into out; it returns the
+// HTTP status and the body.
+func (s *nodeService) call(method, path string, body, out any) (int, string) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Fatalf("%s %s: %v\n%s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode, string(b)
+}
+
+// arm arms scan id of n projections with profile; it fails the test
+// unless the scan is armed.
+func (s *nodeService) arm(profile, id string, n int) service.Status {
+	s.t.Helper()
+	var st service.Status
+	if code, body := s.call("POST", "/v1/scans", map[string]any{"profile": profile, "scan_id": id,
+		"plan": map[string]any{"projections": n}}, &st); code != http.StatusCreated {
+		s.t.Fatalf("arm %s: %d %s", id, code, body)
+	}
+	return st
+}
+
+// wait waits for scan id to end and returns its status.
+func (s *nodeService) wait(id string) service.Status {
+	s.t.Helper()
+	var st service.Status
+	if code, body := s.call("GET", "/v1/scans/"+id+"/wait?timeout=120", nil, &st); code != http.StatusOK {
+		s.t.Fatalf("wait %s: %d %s", id, code, body)
+	}
+	return st
+}
+
+// sendSmall sends the capture at path as module m to the port.
+func sendSmall(t *testing.T, path string, port int, m uint16) <-chan error {
+	return sendAs(t, path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}, nil)
+}
+
+// TestServeModules arms a serve of modules 0 and 1 once per scan, each
+// module's sender on its own port (source.port plus the module's index):
+// both files and the master verify, and the API lists them with each
+// module's counts and their sum; then a scan whose module 1 never
+// connects (its sender tries module 0's port, and is refused) ends
+// incomplete, module 1's file with every frame missing, module 0's whole.
+func TestServeModules(t *testing.T) {
+	const n = 12
+	port := freePorts(t, 2)
+	out := t.TempDir()
+	ids := []int{0, 1}
+	s := startNode(t, ids, map[string]string{
+		"pair":  arrayProfileText(ids, port, out, 30*time.Second),
+		"short": arrayProfileText(ids, port, out, 2*time.Second),
+	})
+	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	var ss service.ServiceStatus
+	if code, body := s.call("GET", "/v1/status", nil, &ss); code != http.StatusOK || fmt.Sprint(ss.Modules) != "[0 1]" {
+		t.Errorf("service status: %d %s", code, body)
+	}
+
+	// Both modules.
+	if st := s.arm("pair", "s1", n); st.Counts.Planned != 2*n || st.Counts.Pending != 2*n {
+		t.Errorf("armed: %+v, want %d planned and pending", st.Counts, 2*n)
+	}
+	sent := []<-chan error{sendSmall(t, caps[0], port, 0), sendSmall(t, caps[1], port+1, 1)}
+	for i, c := range sent {
+		if err := <-c; err != nil {
+			t.Fatalf("sender of module %d: %v", i, err)
+		}
+	}
+	st := s.wait("s1")
+	if st.State != service.Done || st.Counts.OK != 2*n || st.Counts.Planned != 2*n || st.Counts.Missing != 0 || st.Error != "" {
+		t.Fatalf("s1: %s %+v %q", st.State, st.Counts, st.Error)
+	}
+	if len(st.Modules) != 2 {
+		t.Fatalf("s1's modules: %+v", st.Modules)
+	}
+	for i, m := range st.Modules {
+		if m.Module != ids[i] || m.Counts.OK != n || m.Counts.Planned != n || m.Counts.Written != n {
+			t.Errorf("s1's module %d: %+v", ids[i], m)
+		}
+	}
+	want := []service.File{
+		{Path: filepath.Join(out, "s1_m0.h5"), Module: 0, Verified: true},
+		{Path: filepath.Join(out, "s1_m1.h5"), Module: 1, Verified: true},
+		{Path: filepath.Join(out, "s1_master.h5"), Module: -1, Verified: true},
+	}
+	if fmt.Sprint(st.Files) != fmt.Sprint(want) {
+		t.Errorf("s1's files:\n%+v\nwant\n%+v", st.Files, want)
+	}
+	for _, f := range want {
+		if err := Verify(context.Background(), io.Discard, f.Path, DefaultVerifyStall); err != nil {
+			t.Errorf("verify %s: %v", f.Path, err)
+		}
+	}
+	for _, f := range want[:2] {
+		if got := statuses(t, f.Path); got[frame.StatusOK] != n || len(got) != 1 {
+			t.Errorf("%s: statuses %v, want %d ok", f.Path, got, n)
+		}
+	}
+
+	// Module 1 never connects: its sender tries module 0's port.
+	s.arm("short", "s2", n)
+	wrong := sendSmall(t, caps[1], port, 1)
+	if err := <-sendSmall(t, caps[0], port, 0); err != nil {
+		t.Fatalf("sender of module 0: %v", err)
+	}
+	if err := <-wrong; err == nil || !strings.Contains(err.Error(), "sent to the port of module 0") {
+		t.Errorf("module 1's sender on module 0's port: %v", err)
+	}
+	st = s.wait("s2")
+	if st.State != service.Incomplete || st.Counts.OK != n || st.Counts.Missing != n || st.Counts.Planned != 2*n || !strings.Contains(st.Error, "module 1 never connected") {
+		t.Errorf("s2: %s %+v %q", st.State, st.Counts, st.Error)
+	}
+	if len(st.Modules) != 2 || st.Modules[0].Counts.OK != n || st.Modules[0].Counts.Missing != 0 ||
+		st.Modules[1].Counts.OK != 0 || st.Modules[1].Counts.Missing != n || st.Modules[1].Counts.Planned != n {
+		t.Errorf("s2's modules: %+v", st.Modules)
+	}
+	if len(st.Files) != 3 {
+		t.Fatalf("s2's files: %+v", st.Files)
+	}
+	m0, m1, master := filepath.Join(out, "s2_m0.h5"), filepath.Join(out, "s2_m1.h5"), filepath.Join(out, "s2_master.h5")
+	if err := Verify(context.Background(), io.Discard, m0, DefaultVerifyStall); err != nil {
+		t.Errorf("module 0's file: %v", err)
+	}
+	if got := statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
+		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
+	}
+	for _, p := range []string{m1, master} {
+		if err := Verify(context.Background(), io.Discard, p, DefaultVerifyStall); !errors.Is(err, ErrIncomplete) {
+			t.Errorf("verify %s: %v, want incomplete", p, err)
+		}
+	}
+
+	// A stop before any module connected: no file, and the ports are
+	// given back for the next scan.
+	s.arm("pair", "s3", n)
+	if code, body := s.call("POST", "/v1/scans/s3/stop", nil, nil); code != http.StatusAccepted {
+		t.Fatalf("stop: %d %s", code, body)
+	}
+	if st := s.wait("s3"); st.State != service.Cancelled || len(st.Files) != 0 || st.Counts.Missing != 2*n {
+		t.Errorf("s3 stopped before any module: %s %+v %+v", st.State, st.Counts, st.Files)
+	}
+	if m, _ := filepath.Glob(filepath.Join(out, "s3*")); len(m) != 0 {
+		t.Errorf("s3 left %v", m)
+	}
+	for i := 0; i < 2; i++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+i))
+		if err != nil {
+			t.Errorf("port of module %d after the scan: %v", i, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+// TestServeModulesPorts: module K of a profile of several listens on
+// source.port plus K's index in detector.modules, whichever modules the
+// serve takes; a serve of some modules writes no master; a module the
+// profile lacks, or a port past 65535, is refused.
+func TestServeModulesPorts(t *testing.T) {
+	mods := []config.Module{{ID: 0}, {ID: 1, X: 100}, {ID: 2, X: 100, Y: 40}, {ID: 3, Y: 40}}
+	p := config.Default()
+	p.Detector.Modules = mods
+	p.Source.Address, p.Source.Port = "127.0.0.1", 9000
+	all, err := NewFiles(p, Names{ScanID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		modules []int
+		addr    string // of the first module
+		master  bool
+		err     string
+	}{
+		{modules: []int{0, 1, 2, 3}, addr: "127.0.0.1:9000", master: true},
+		{modules: []int{2, 3}, addr: "127.0.0.1:9002"},
+		{modules: []int{3}, addr: "127.0.0.1:9003"},
+		{modules: []int{1, 5}, err: "modules 0, 1, 2, 3"},
+		{modules: nil, err: "serve --modules"},
+	} {
+		r := &Runner{ModuleIDs: tc.modules}
+		files, err := r.nodeFiles("array", p, all)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("modules %v: %v, want an error saying %q", tc.modules, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || len(files.Modules) != len(tc.modules) || (files.Master != "") != tc.master {
+			t.Errorf("modules %v: %+v %v", tc.modules, files, err)
+			continue
+		}
+		if addr, err := moduleListenAddr(p, files); addr != tc.addr || err != nil {
+			t.Errorf("modules %v listen on %s (%v), want %s", tc.modules, addr, err, tc.addr)
+		}
+	}
+	p.Source.Port = 65534
+	if _, err := ModuleAddr(p, 3); err == nil || !strings.Contains(err.Error(), "past port 65535") {
+		t.Errorf("module 3 past the last port: %v", err)
+	}
+}
