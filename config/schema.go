@@ -101,7 +101,7 @@ var Keys = []Key{
 	{"source.transport", "how frames arrive"},
 	{"source.provider", "libfabric provider: verbs on RoCE or InfiniBand, tcp elsewhere"},
 	{"source.address", "address the receiver listens on"},
-	{"source.port", "port the receiver listens on, for every module of the array, 1 to 65535"},
+	{"source.port", "port the receiver listens on, 1 to 65535: acquire takes every module of the array on it, serve module K on it plus K's index in detector.modules"},
 	{"source.mode", "how the detector delivers frames: write (one-sided RDMA writes into the receiver's ring) or send (two-sided); acquire refuses a sender in the other mode"},
 	{"source.connect_timeout", "how long to wait for the detector to connect, e.g. 60s"},
 	{"source.idle_timeout", "silence mid-scan after which the scan ends, e.g. 10s"},
