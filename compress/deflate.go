@@ -27,8 +27,8 @@ func newDeflate(elemSize, level int) (*deflateCodec, error) {
 	if level == 0 {
 		level = DefaultDeflateLevel
 	}
-	if level < 1 || level > 9 {
-		return nil, fmt.Errorf("compress: deflate level %d outside 1..9", level)
+	if level < 1 || level > MaxDeflateLevel {
+		return nil, fmt.Errorf("compress: deflate level %d outside 1..%d", level, MaxDeflateLevel)
 	}
 	c := &deflateCodec{elemSize: elemSize, level: level}
 	var err error

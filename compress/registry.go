@@ -36,10 +36,12 @@ const (
 	BitshuffleMinor = 5
 )
 
-// Default levels, used when New is given level 0.
+// Default levels, used when New is given level 0, and the highest levels.
 const (
 	DefaultZstdLevel    = 3 // the bitshuffle filter's and hdf5plugin's default
 	DefaultDeflateLevel = 6 // zlib's default
+	MaxZstdLevel        = 22
+	MaxDeflateLevel     = 9
 )
 
 // Bitshuffle compression flags, cd_values slot 4.

@@ -20,6 +20,14 @@ var testNames = Names{
 	Backends:   []string{"auto", "cpu", "cuda"},
 	Codecs:     []string{"bslz4", "bszstd", "lz4", "deflate", "none"},
 	Layouts:    []string{"nxtomo", "cxi"},
+	CodecInfo: map[string]CodecInfo{
+		"bslz4":   {Transpose: true, Stream: true},
+		"bszstd":  {MinLevel: 1, MaxLevel: 22, Transpose: true},
+		"lz4":     {Stream: true},
+		"deflate": {MinLevel: 1, MaxLevel: 9},
+		"none":    {Stream: true},
+	},
+	Transposers: []string{"auto", "cpu", "cuda"},
 }
 
 func writeProfile(t *testing.T, text string) string {
@@ -149,7 +157,9 @@ func TestErrors(t *testing.T) {
 		{"layout", "output:\n  layout: nexus\n", nil, nil, "", `key output.layout: "nexus", want one of nxtomo, cxi`},
 		{"compression", "output:\n  compression: zip\n", nil, nil, "", `key output.compression: "zip", want one of bslz4, bszstd, lz4, deflate, none`},
 		{"template", "output:\n  template: scan.nxs\n", nil, nil, "", `key output.template: "scan.nxs", want a file name ending in .h5, without /`},
-		{"deflate level", "output:\n  compression: deflate\n  level: 12\n", nil, nil, "", "key output.level: 12 with deflate, want 0 (default) to 9"},
+		{"deflate level", "output:\n  compression: deflate\n  level: 12\n", nil, nil, "", "key output.level: 12 with deflate, want 0 (default) or 1 to 9"},
+		{"level of a codec without", "output:\n  compression: bslz4\n  level: 3\n", nil, nil, "", "key output.level: 3 with bslz4, which takes no level: want 0"},
+		{"zstd level", "output:\n  compression: bszstd\n  level: 30\n", nil, nil, "", "key output.level: 30 with bszstd, want 0 (default) or 1 to 22"},
 		{"backend shuffle", "output:\n  compression: lz4\n  backend_shuffle: true\n", nil, nil, "",
 			"key output.backend_shuffle: true with compression lz4, which has no bit transpose: want bslz4 or bszstd, or false"},
 		{"backend shuffle flag", "output:\n  compression: deflate\n", nil, map[string]FlagValue{"output.backend_shuffle": {Flag: "--backend-shuffle", Value: true}},

@@ -10,7 +10,7 @@ import (
 
 func TestFlagSet(t *testing.T) {
 	names := Names{Backends: []string{"auto", "cpu", "cuda"}, Codecs: []string{"bslz4", "none"}, Layouts: []string{"nxtomo", "cxi"},
-		Transports: []string{"fabric"}}
+		Transports: []string{"fabric"}, CodecInfo: map[string]CodecInfo{"none": {MinLevel: 1, MaxLevel: 9}}}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	s := NewFlagSet(fs)
 	s.Add(names,

@@ -168,6 +168,24 @@ type Names struct {
 	Codecs     []string // output.compression
 	Layouts    []string // output.layout
 	Processors []string // output.processors
+
+	// CodecInfo says what each codec of Codecs allows, by name; a codec
+	// it leaves out takes no level, has no bit transpose and no Stream V2
+	// encoding.
+	CodecInfo map[string]CodecInfo
+	// Transposers are the backends that do a codec's bit transpose
+	// themselves (output.backend_shuffle).
+	Transposers []string
+}
+
+// CodecInfo is what a profile may ask of a codec, as its registry entry
+// says.
+type CodecInfo struct {
+	// MinLevel and MaxLevel bound output.level besides 0 (the codec's
+	// default); both 0: the codec takes no level.
+	MinLevel, MaxLevel int
+	Transpose          bool // its first stage is a bit transpose a backend may do
+	Stream             bool // DECTRIS Stream V2 carries its chunks
 }
 
 // Of returns the names key may take, and whether key names a stage.
@@ -227,6 +245,11 @@ func (p *Profile) Validate(names Names) error {
 	}
 	for _, proc := range p.Output.Processors {
 		if err := oneOf("output.processors", proc, names.Processors); err != nil {
+			return err
+		}
+	}
+	for _, check := range []func(Names) error{p.validateLevel, p.validateShuffle, p.validateStreamCodec} {
+		if err := check(names); err != nil {
 			return err
 		}
 	}
@@ -392,16 +415,63 @@ func (p *Profile) validateOutput() error {
 		return bad("output.directory", "empty, want a directory (. for the current one)")
 	case !strings.HasSuffix(o.Template, ".h5") || strings.Contains(o.Template, "/"):
 		return bad("output.template", "%q, want a file name ending in .h5, without /", o.Template)
-	case o.Level < 0 || o.Level > 22:
-		return bad("output.level", "%d, want 0 (default) to 22", o.Level)
-	case o.Compression == "deflate" && o.Level > 9:
-		return bad("output.level", "%d with deflate, want 0 (default) to 9", o.Level)
 	case o.FlushInterval <= 0:
 		return bad("output.flush_interval", "%v, want a duration above 0 such as 1s", o.FlushInterval)
-	case o.BackendShuffle && o.Compression != "bslz4" && o.Compression != "bszstd":
-		return bad("output.backend_shuffle", "true with compression %s, which has no bit transpose: want bslz4 or bszstd, or false", o.Compression)
 	}
 	return nil
+}
+
+// validateLevel checks output.level against the levels the codec takes.
+func (p *Profile) validateLevel(names Names) error {
+	o := p.Output
+	if o.Level == 0 {
+		return nil
+	}
+	c := names.CodecInfo[o.Compression]
+	if c.MinLevel == 0 && c.MaxLevel == 0 {
+		return bad("output.level", "%d with %s, which takes no level: want 0", o.Level, o.Compression)
+	}
+	if o.Level < c.MinLevel || o.Level > c.MaxLevel {
+		return bad("output.level", "%d with %s, want 0 (default) or %d to %d", o.Level, o.Compression, c.MinLevel, c.MaxLevel)
+	}
+	return nil
+}
+
+// validateShuffle checks that output.backend_shuffle asks for a bit
+// transpose the codec has and the backend does.
+func (p *Profile) validateShuffle(names Names) error {
+	o := p.Output
+	switch {
+	case !o.BackendShuffle:
+	case !names.CodecInfo[o.Compression].Transpose:
+		return bad("output.backend_shuffle", "true with compression %s, which has no bit transpose: want %s, or false",
+			o.Compression, OneOf(codecsWith(names, func(c CodecInfo) bool { return c.Transpose })))
+	case !slices.Contains(names.Transposers, p.Backend):
+		return bad("output.backend_shuffle", "true with backend %s, which cannot do the bit transpose: want %s, or false",
+			p.Backend, OneOf(names.Transposers))
+	}
+	return nil
+}
+
+// validateStreamCodec checks that the live stream can carry the chunks of
+// the profile's codec.
+func (p *Profile) validateStreamCodec(names Names) error {
+	if p.Stream.Address == "" || names.CodecInfo[p.Output.Compression].Stream {
+		return nil
+	}
+	return bad("stream.address", "set with output.compression %s, which Stream V2 cannot carry: want %s",
+		p.Output.Compression, OneOf(codecsWith(names, func(c CodecInfo) bool { return c.Stream })))
+}
+
+// codecsWith returns the codecs of names, in order, whose info passes ok.
+func codecsWith(names Names, ok func(CodecInfo) bool) []string {
+	var out []string
+	for _, n := range names.Codecs {
+		if ok(names.CodecInfo[n]) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (p *Profile) validateStatus() error {
@@ -452,11 +522,6 @@ func (p *Profile) validateStream() error {
 		return bad("stream.address", "%q, want tcp://HOST:PORT", s.Address)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535-len(p.Detector.Modules) {
 		return bad("stream.address", "%q, want a port of 1 to %d", s.Address, 65535-len(p.Detector.Modules))
-	}
-	switch p.Output.Compression {
-	case "bslz4", "lz4", "none":
-	default:
-		return bad("stream.address", "set with output.compression %s, which Stream V2 cannot carry: want bslz4, lz4 or none", p.Output.Compression)
 	}
 	return nil
 }

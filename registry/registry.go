@@ -11,6 +11,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -19,13 +20,24 @@ import (
 	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/pipeline"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 
-// Source is a way frames arrive, named by source.transport.
+// Source is a way frames arrive, named by source.transport: acquire
+// listens with it, replay reads what it recorded.
 type Source struct {
 	Name string
 	Doc  string // one line, for help and docs
+	// Listen opens the receiver that acquire takes a scan's frames from,
+	// as the profile's source keys configure it; nil: the source cannot
+	// acquire.
+	Listen func(fabric.Config) (*fabric.Listener, error)
+	// Open opens a recording of the source's frames (acquire --record's
+	// file) for replay, with the format of its frames; nil: the source
+	// cannot replay.
+	Open func(path string) (*capture.Reader, frame.Format, error)
 }
 
 // Backend is a decode backend, named by backend.
@@ -33,16 +45,71 @@ type Backend struct {
 	Name string
 	Doc  string
 	New  func(gpu.Options) (gpu.Backend, error)
+	// Batch is how many frames the pipeline gives the backend in one
+	// Decode: 1 (or 0) where a backend splits each frame over every core,
+	// more where it overlaps one batch's copies with another's work (a
+	// GPU).
+	Batch int
+	// Transpose says the backend does the bit transpose of a bitshuffle
+	// codec itself (gpu.Job.ShuffleBlock), so that output.backend_shuffle
+	// may be chosen with it.
+	Transpose bool
 }
 
-// Codec is a chunk codec, named by output.compression.
+// Stream V2 encodings of a codec's chunks (Codec.Stream), besides the
+// name of a compression of Stream V2's compressed-array tag.
+const (
+	StreamNone = ""    // Stream V2 cannot carry the chunks
+	StreamRaw  = "raw" // the chunks are the image's pixels as they are
+)
+
+// Codec is a chunk codec, named by output.compression, with what the
+// program asks about it: how a file's filter pipeline is read back into
+// it, the levels it takes, how the live stream carries its chunks and
+// what its files' readers need.
 type Codec struct {
 	Name string
 	Doc  string
 	// New returns a codec for chunks of elemSize-byte pixels at level
 	// (0: the codec's default).
 	New func(elemSize, level int) (compress.Codec, error)
+	// Filter is the HDF5 filter id that ends the codec's filter pipeline
+	// (its compression, such as 32008 for bitshuffle); 0 for a codec that
+	// stores chunks unfiltered.
+	Filter int
+	// Read returns a codec that decodes the chunks of a dataset whose
+	// filter pipeline, as a file stores it, is filters (ending in Filter)
+	// and whose pixels are elemSize bytes, from the filters' values
+	// (block size, level ...). Verify, inspect and the image reader find
+	// it by the pipeline's last filter (Registry.ReadCodec). Codecs that
+	// share a filter may share a Read: the first registered that reads a
+	// pipeline decodes it.
+	Read func(filters []compress.Filter, elemSize int) (compress.Codec, error)
+	// MinLevel and MaxLevel are the levels output.level may choose, 0
+	// always choosing the codec's default; both 0: the codec takes no
+	// level.
+	MinLevel, MaxLevel int
+	// Transpose says the codec's first stage is the bit transpose that a
+	// backend may do (compress.Preshuffled), for output.backend_shuffle.
+	Transpose bool
+	// Stream is how DECTRIS Stream V2 carries the chunks: StreamNone,
+	// StreamRaw, or the compression the stream's compressed-array tag
+	// names ("bslz4", "lz4").
+	Stream string
+	// Warning is what a user who chooses the codec must know about the
+	// readers of its files, said when a scan starts or a profile is
+	// checked; "" for nothing.
+	Warning string
+	// Optional says the codec's filters are declared optional to libhdf5
+	// (H5Z_FLAG_OPTIONAL), as a filter of a plugin must be: the writer
+	// creates the dataset with plugin loading off, and a mandatory filter
+	// that libhdf5 cannot load fails there.
+	Optional bool
 }
+
+// firstPluginFilter is the lowest HDF5 filter id of a plugin: lower ids
+// are libhdf5's own (deflate 1, shuffle 2 ...).
+const firstPluginFilter = 256
 
 // Layout is a file layout, named by output.layout.
 type Layout struct {
@@ -51,13 +118,31 @@ type Layout struct {
 	New  func() writer.Layout
 }
 
-// Processor is a processor stage, named in output.processors.
+// Processor is a processor stage, named in output.processors. A
+// processor sets New, or Start (with Options where it takes options):
+//
+//   - New, for a processor without options or state of the scan: it makes
+//     the processor of each compression worker, for frames of format f;
+//   - Start, for a processor that takes options from the profile, sees the
+//     scan (its format and plan, each frame's image key) or shares state
+//     across its workers: it starts the processor's stage for one scan,
+//     which makes each worker's processor and is closed when the scan
+//     ends (pipeline.Stage). Registry.StartProcessor calls it.
 type Processor struct {
 	Name string
 	Doc  string
-	// New returns the processor of one compression worker for a scan of
-	// frames of format f.
-	New func(f frame.Format) (pipeline.Processor, error)
+	New  func(f frame.Format) (pipeline.Processor, error)
+	// Options, where set, returns a pointer to a new struct of the
+	// processor's options holding their defaults; a profile entry's
+	// options (output.processors: [{name: NAME, key: value}]) are decoded
+	// into its fields by their mapstructure tags, and an option it has no
+	// field for is refused, naming the key. Nil: the processor takes no
+	// options.
+	Options func() any
+	// Start starts the processor's stage for one scan, given its options
+	// (Options's struct, decoded from the profile; nil without Options).
+	// The stage must be closed.
+	Start func(options any, scan pipeline.Scan) (pipeline.Stage, error)
 }
 
 // Registry is a set of named stages of each kind.
@@ -110,16 +195,31 @@ func (r *Registry) AddSource(s Source) error {
 
 // AddBackend registers b; a name already taken is an error.
 func (r *Registry) AddBackend(b Backend) error {
-	if b.New == nil {
+	switch {
+	case b.New == nil:
 		return fmt.Errorf("register backend %q: no New", b.Name)
+	case b.Batch < 0:
+		return fmt.Errorf("register backend %q: batch %d, want 1 or more (0: 1)", b.Name, b.Batch)
 	}
 	return add("backend", &r.backends, b, func(b Backend) string { return b.Name })
 }
 
-// AddCodec registers c; a name already taken is an error.
+// AddCodec registers c; a name already taken is an error, and so is an
+// entry that could not be used: one without New, with filters but no
+// Read, with a plugin's filter it does not declare optional, or with a
+// level range that is not one.
 func (r *Registry) AddCodec(c Codec) error {
-	if c.New == nil {
+	switch {
+	case c.New == nil:
 		return fmt.Errorf("register codec %q: no New", c.Name)
+	case c.Filter < 0:
+		return fmt.Errorf("register codec %q: filter id %d", c.Name, c.Filter)
+	case c.Filter != 0 && c.Read == nil:
+		return fmt.Errorf("register codec %q: filter %d but no Read, so that no file of it could be read back", c.Name, c.Filter)
+	case c.Filter >= firstPluginFilter && !c.Optional:
+		return fmt.Errorf("register codec %q: filter %d is a plugin's, which libhdf5 may not load when it writes: declare its filters optional (Optional, and compress.Filter.Optional)", c.Name, c.Filter)
+	case c.MinLevel > c.MaxLevel || (c.MinLevel <= 0 && c.MaxLevel >= 0 && (c.MinLevel != 0 || c.MaxLevel != 0)):
+		return fmt.Errorf("register codec %q: levels %d to %d, want a range that leaves out 0 (the default), or none", c.Name, c.MinLevel, c.MaxLevel)
 	}
 	return add("codec", &r.codecs, c, func(c Codec) string { return c.Name })
 }
@@ -137,15 +237,93 @@ func (r *Registry) AddLayout(l Layout) error {
 
 // AddProcessor registers p; a name already taken is an error.
 func (r *Registry) AddProcessor(p Processor) error {
-	if p.New == nil {
-		return fmt.Errorf("register processor %q: no New", p.Name)
+	switch {
+	case p.New == nil && p.Start == nil:
+		return fmt.Errorf("register processor %q: no New or Start", p.Name)
+	case p.New != nil && p.Start != nil:
+		return fmt.Errorf("register processor %q: New and Start both set; a processor sets one", p.Name)
+	case p.Options != nil && p.Start == nil:
+		return fmt.Errorf("register processor %q: Options without Start, which takes them", p.Name)
 	}
 	return add("processor", &r.processors, p, func(p Processor) string { return p.Name })
+}
+
+// Source returns the source named name.
+func (r *Registry) Source(name string) (Source, bool) {
+	return find(r.sources, name, func(s Source) string { return s.Name })
 }
 
 // Backend returns the backend named name.
 func (r *Registry) Backend(name string) (Backend, bool) {
 	return find(r.backends, name, func(b Backend) string { return b.Name })
+}
+
+// Batch returns the frames per Decode of the opened backend b: the batch
+// of the backend registered under the name b says it is (a backend that
+// chooses, such as auto, says what it chose), 1 where none is.
+func (r *Registry) Batch(b gpu.Backend) int {
+	if e, ok := r.Backend(b.Name()); ok && e.Batch > 1 {
+		return e.Batch
+	}
+	return 1
+}
+
+// ReadCodec returns a codec that decodes the chunks of a dataset whose
+// filter pipeline is filters, as a file stores it, and whose pixels are
+// elemSize bytes: the first registered codec whose filter ends the
+// pipeline and whose Read accepts it. An empty pipeline is read by the
+// codec of no filter.
+func (r *Registry) ReadCodec(filters []compress.Filter, elemSize int) (compress.Codec, error) {
+	id := 0
+	if len(filters) > 0 {
+		id = filters[len(filters)-1].ID
+	}
+	var errs []error
+	for _, c := range r.codecs {
+		if c.Filter != id {
+			continue
+		}
+		if c.Read == nil { // no filter: New(elemSize, 0) reads
+			if len(filters) == 0 {
+				return c.New(elemSize, 0)
+			}
+			continue
+		}
+		codec, err := c.Read(filters, elemSize)
+		if err == nil {
+			return codec, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
+	}
+	ids := make([]int, len(filters))
+	for i, f := range filters {
+		ids[i] = f.ID
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("no registered codec reads the filter pipeline %v", ids)
+	}
+	return nil, fmt.Errorf("no registered codec reads the filter pipeline %v: %w", ids, errors.Join(errs...))
+}
+
+// CodecOf returns the name of the codec that reads the filter pipeline
+// filters, for people; "" where none does.
+func (r *Registry) CodecOf(filters []compress.Filter, elemSize int) string {
+	id := 0
+	if len(filters) > 0 {
+		id = filters[len(filters)-1].ID
+	}
+	for _, c := range r.codecs {
+		switch {
+		case c.Filter != id:
+		case c.Read == nil && len(filters) == 0:
+			return c.Name
+		case c.Read != nil:
+			if _, err := c.Read(filters, elemSize); err == nil {
+				return c.Name
+			}
+		}
+	}
+	return ""
 }
 
 // Codec returns the codec named name.
@@ -167,12 +345,29 @@ func (r *Registry) Processor(name string) (Processor, bool) {
 // validation and help.
 func (r *Registry) Names() config.Names {
 	return config.Names{
-		Transports: names(r.sources, func(s Source) string { return s.Name }),
-		Backends:   names(r.backends, func(b Backend) string { return b.Name }),
-		Codecs:     names(r.codecs, func(c Codec) string { return c.Name }),
-		Layouts:    names(r.layouts, func(l Layout) string { return l.Name }),
-		Processors: names(r.processors, func(p Processor) string { return p.Name }),
+		Transports:       names(r.sources, func(s Source) string { return s.Name }),
+		Backends:         names(r.backends, func(b Backend) string { return b.Name }),
+		Codecs:           names(r.codecs, func(c Codec) string { return c.Name }),
+		Layouts:          names(r.layouts, func(l Layout) string { return l.Name }),
+		Processors:       names(r.processors, func(p Processor) string { return p.Name }),
+		ProcessorOptions: r.processorOptions,
+		CodecInfo:        codecInfo(r.codecs),
+		Transposers: slices.DeleteFunc(names(r.backends, func(b Backend) string {
+			if !b.Transpose {
+				return ""
+			}
+			return b.Name
+		}), func(n string) bool { return n == "" }),
 	}
+}
+
+// codecInfo returns what a profile may ask of each codec, by name.
+func codecInfo(codecs []Codec) map[string]config.CodecInfo {
+	m := make(map[string]config.CodecInfo, len(codecs))
+	for _, c := range codecs {
+		m[c.Name] = config.CodecInfo{MinLevel: c.MinLevel, MaxLevel: c.MaxLevel, Transpose: c.Transpose, Stream: c.Stream != StreamNone}
+	}
+	return m
 }
 
 // Entry is one registered stage, for help and docs.

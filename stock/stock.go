@@ -7,6 +7,8 @@ import (
 	"h5ingest/compress"
 	"h5ingest/gpu"
 	"h5ingest/registry"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 
@@ -15,7 +17,8 @@ import (
 func Register(r *registry.Registry) error {
 	for _, add := range []func() error{
 		func() error {
-			return r.AddSource(registry.Source{Name: "fabric", Doc: "libfabric connected endpoints: RDMA (verbs) on RoCE or InfiniBand, tcp elsewhere"})
+			return r.AddSource(registry.Source{Name: "fabric", Doc: "libfabric connected endpoints: RDMA (verbs) on RoCE or InfiniBand, tcp elsewhere",
+				Listen: fabric.Listen, Open: capture.OpenScan})
 		},
 		func() error { return addBackends(r) },
 		func() error { return addCodecs(r) },
@@ -35,38 +38,57 @@ func Register(r *registry.Registry) error {
 	return nil
 }
 
-// backendDocs say what each of gpu's backends is.
-var backendDocs = map[string]string{
-	"auto": "cuda where a GPU is there, else cpu",
-	"cpu":  "pure Go on every core",
-	"cuda": "an NVIDIA GPU through the CUDA driver, loaded at run time",
+// gpuBatch is the frames per decode call on a GPU, which overlaps one
+// batch's copies with another's kernels.
+const gpuBatch = 4
+
+// backends are gpu's backends with what each is and can do. Every one
+// transposes (gpu.Job.ShuffleBlock); auto takes the batch of the backend
+// it chooses.
+var backends = []registry.Backend{
+	{Name: "auto", Doc: "cuda where a GPU is there, else cpu", Transpose: true},
+	{Name: "cpu", Doc: "pure Go on every core", Batch: 1, Transpose: true},
+	{Name: "cuda", Doc: "an NVIDIA GPU through the CUDA driver, loaded at run time", Batch: gpuBatch, Transpose: true},
 }
 
 func addBackends(r *registry.Registry) error {
-	for _, name := range gpu.Names() {
-		err := r.AddBackend(registry.Backend{Name: name, Doc: backendDocs[name],
-			New: func(o gpu.Options) (gpu.Backend, error) { return gpu.New(name, o) }})
-		if err != nil {
+	for _, b := range backends {
+		b.New = func(o gpu.Options) (gpu.Backend, error) { return gpu.New(b.Name, o) }
+		if err := r.AddBackend(b); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// codecDocs say what each of compress's codecs is.
-var codecDocs = map[string]string{
-	"bslz4":   "bitshuffle + LZ4 (HDF5 filter 32008), what detector files usually hold",
-	"bszstd":  "bitshuffle + zstd (filter 32008); needs bitshuffle 0.4 or newer to read",
-	"lz4":     "LZ4 (filter 32004)",
-	"deflate": "shuffle + deflate, HDF5's own filters: every reader opens it",
-	"none":    "uncompressed",
+// bszstdReaders is what a user who chooses bszstd must know about the
+// readers of its files.
+const bszstdReaders = "bszstd (bitshuffle + zstd) files cannot be read with bitshuffle older than 0.4, " +
+	"which is what Debian 12 ships (bitshuffle 0.3.5, which its python3-hdf5plugin uses too): " +
+	"it takes zstd chunks for uncompressed ones, and h5py then fails, crashes (segmentation fault) " +
+	"or returns wrong pixels without any error. Readers need bitshuffle 0.4 or newer " +
+	"(hdf5plugin from PyPI); choose bslz4 for files that Debian 12's readers must open"
+
+// codecs are compress's codecs with what the program asks about each;
+// every one is read back from a file by compress.FromFilters.
+var codecs = []registry.Codec{
+	{Name: "bslz4", Doc: "bitshuffle + LZ4 (HDF5 filter 32008), what detector files usually hold",
+		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, Stream: "bslz4"},
+	{Name: "bszstd", Doc: "bitshuffle + zstd (filter 32008); needs bitshuffle 0.4 or newer to read",
+		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, MinLevel: 1, MaxLevel: compress.MaxZstdLevel, Warning: bszstdReaders},
+	{Name: "lz4", Doc: "LZ4 (filter 32004)", Filter: compress.FilterLZ4, Optional: true, Stream: "lz4"},
+	{Name: "deflate", Doc: "shuffle + deflate, HDF5's own filters: every reader opens it",
+		Filter: compress.FilterDeflate, MinLevel: 1, MaxLevel: compress.MaxDeflateLevel},
+	{Name: "none", Doc: "uncompressed", Stream: registry.StreamRaw},
 }
 
 func addCodecs(r *registry.Registry) error {
-	for _, name := range compress.Names() {
-		err := r.AddCodec(registry.Codec{Name: name, Doc: codecDocs[name],
-			New: func(elemSize, level int) (compress.Codec, error) { return compress.New(name, elemSize, level) }})
-		if err != nil {
+	for _, c := range codecs {
+		c.New = func(elemSize, level int) (compress.Codec, error) { return compress.New(c.Name, elemSize, level) }
+		if c.Filter != 0 {
+			c.Read = compress.FromFilters
+		}
+		if err := r.AddCodec(c); err != nil {
 			return err
 		}
 	}

@@ -416,3 +416,49 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestConsumerLeavesMidScan: a consumer that goes away during the scan.
+// The images after it left are counted for want of a consumer, the end
+// says no consumer was connected, and Close does not wait for the linger.
+func TestConsumerLeavesMidScan(t *testing.T) {
+	codec, _ := compress.New("bslz4", 4, 0)
+	st, err := Open(Config{Address: anyPort, Queue: 4, SendTimeout: 20 * time.Millisecond, Linger: 5 * time.Second}, testSeries(0), codec.Bound(testW*testH*4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := pull(t, st.Endpoint())
+	connected(t, st)
+	sink := st.Sink(discard{})
+	chunk, _ := codec.Encode(nil, testImage(1))
+	n := 0
+	offer := func() {
+		sink.WriteChunk(n, chunk)
+		sink.SetRecord(n, frame.Record{})
+		n++
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 20 {
+		offer()
+	}
+	sock.Close() // the consumer goes; the stream sees it as it sends
+	for deadline := time.Now().Add(5 * time.Second); st.peers.Load() != 0; offer() {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream still counts the consumer 5 s after it left")
+		}
+	}
+	for range 20 {
+		offer()
+	}
+	begin := time.Now()
+	stats, err := st.Close()
+	took := time.Since(begin)
+	if err == nil || !strings.Contains(err.Error(), "no consumer connected") || stats.EndDelivered {
+		t.Errorf("Close: %v, stats %+v; want no consumer", err, stats)
+	}
+	if stats.Sent == 0 || stats.NoConsumer < 20 || stats.Sent+stats.Dropped != uint64(n) {
+		t.Errorf("stats %+v of %d images: want some sent before the consumer left, the last 20 at least counted for no consumer", stats, n)
+	}
+	if took > time.Second {
+		t.Errorf("Close took %v with no consumer left (linger 5 s)", took)
+	}
+}
