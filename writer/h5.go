@@ -38,6 +38,7 @@ const (
 	kindU64 kind = C.H5I_U64
 	kindF64 kind = C.H5I_F64
 	kindI64 kind = C.H5I_I64
+	kindF32 kind = C.H5I_F32
 )
 
 func (k kind) id() hid { return C.h5i_type(C.int(k)) }

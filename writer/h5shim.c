@@ -52,6 +52,8 @@ hid_t h5i_type(int kind) {
 		return H5T_NATIVE_DOUBLE;
 	case H5I_I64:
 		return H5T_NATIVE_INT64;
+	case H5I_F32:
+		return H5T_NATIVE_FLOAT;
 	}
 	return -1;
 }

@@ -19,6 +19,7 @@ enum {
 	H5I_U64,
 	H5I_F64,
 	H5I_I64,
+	H5I_F32,
 };
 
 // h5i_quiet turns off the automatic printing of the calling thread's error

@@ -96,6 +96,9 @@ type Options struct {
 	Distance      float64   // sample to detector, metres
 	Energy        float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)
 	StartTime     time.Time // zero means now
+	// Extra are datasets beside the frame stack that a processor fills
+	// (WriteExtra); nil for none.
+	Extra []Extra
 }
 
 // timeFormat is ISO 8601 with microseconds and the zone.
@@ -153,7 +156,7 @@ func (o *Options) validate() error {
 			return fmt.Errorf("image key %d of frame %d is not 0 to 3", k, i)
 		}
 	}
-	return nil
+	return o.validateExtras()
 }
 
 // Writer writes one scan's file. Its methods must be called from one
@@ -177,6 +180,7 @@ type Writer struct {
 	extendible           bool           // per-frame datasets grow
 	frames               int            // current extent of the stack
 	master               []MasterModule // modules of a master file; nil for a module's own file
+	extras               []*extra       // Options.Extra, open
 	// created and end are a master file's creation time and the scan's
 	// end time (MasterOptions.EndTime); zero for a module's own file,
 	// which was created at its start and ends when closed.
@@ -247,6 +251,9 @@ func Create(opts Options) (*Writer, error) {
 	}
 	w.file = f
 	if err := w.build(); err != nil {
+		return fail(err)
+	}
+	if err := w.createExtras(); err != nil {
 		return fail(err)
 	}
 	if err := startSWMR(w.file, w.temp); err != nil {
@@ -517,6 +524,7 @@ func (w *Writer) closeAll() error {
 		keep(closeID(c.id))
 		c.id = 0
 	}
+	keep(w.closeExtras())
 	keep(closeID(w.stack))
 	keep(closeID(w.endTime))
 	keep(closeID(w.timeType))
