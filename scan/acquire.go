@@ -50,6 +50,9 @@ type Acquisition struct {
 	o      AcquireOptions
 	cfg    fabric.Config
 	checks Checks
+	// open opens the receiver: the Listen of the source that
+	// source.transport names.
+	open func(fabric.Config) (*fabric.Listener, error)
 
 	mu sync.Mutex
 	l  *fabric.Listener // opened by Listen, until One takes it over
@@ -89,7 +92,11 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 		return nil, Usage(err)
 	}
 	checks := acquireChecks(files, profile, o.Plan, src.Provider, addr)
-	checks.Record = o.Record
+	checks.Record, checks.Stages = o.Record, o.Stages
+	open, err := listenerOf(o.Stages, profile)
+	if err != nil {
+		return nil, err
+	}
 	o.Format = format
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -98,7 +105,7 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
-	return &Acquisition{o: o, cfg: cfg, checks: checks}, nil
+	return &Acquisition{o: o, cfg: cfg, checks: checks, open: open}, nil
 }
 
 // Checks returns the acquire's pre-scan checks.
@@ -114,7 +121,7 @@ func (a *Acquisition) Hold() (release func(), err error) { return holdFiles(a.o.
 // the descriptors a listener needs, are the scan's before anything else
 // can take them. Close closes it where One never ran.
 func (a *Acquisition) Listen() error {
-	l, err := listen(a.cfg)
+	l, err := a.listen(a.cfg)
 	if err != nil {
 		return err
 	}
@@ -147,13 +154,13 @@ func (a *Acquisition) listener() (*fabric.Listener, error) {
 	if l != nil {
 		return l, nil
 	}
-	return listen(a.cfg)
+	return a.listen(a.cfg)
 }
 
-// listen opens a receiver's listener, saying so where the process has
-// run out of descriptors.
-func listen(cfg fabric.Config) (*fabric.Listener, error) {
-	l, err := fabric.Listen(cfg)
+// listen opens a receiver's listener with the source's Listen, saying so
+// where the process has run out of descriptors.
+func (a *Acquisition) listen(cfg fabric.Config) (*fabric.Listener, error) {
+	l, err := a.open(cfg)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		return nil, fmt.Errorf("listen for the detector on %s: too many open files (the process has none left to open: raise its limit, ulimit -n, or close what holds them): %w", cfg.Addr, err)
 	}
@@ -568,7 +575,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	profile, plan, files, log := o.Profile, o.Plan, o.Files, o.Log
 	ctx, cancel := context.WithCancel(sig.run)
 	defer cancel()
-	l, err := fabric.Listen(a.cfg)
+	l, err := a.listen(a.cfg)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
+	"h5ingest/registry"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
@@ -30,11 +31,11 @@ const assumedRatio = 2
 const spaceMargin = 10
 
 // expectedBytes returns the space a scan of frames frames of frameBytes
-// decoded bytes each is expected to need: at assumedRatio (1 without
-// compression), plus the margin.
-func expectedBytes(frames, frameBytes int, compression string) uint64 {
+// decoded bytes each is expected to need: at assumedRatio (1 where the
+// chunks are stored unfiltered), plus the margin.
+func expectedBytes(frames, frameBytes int, compressed bool) uint64 {
 	b := uint64(frames) * uint64(frameBytes)
-	if compression != "none" {
+	if compressed {
 		b /= assumedRatio
 	}
 	return b + b*spaceMargin/100
@@ -168,10 +169,19 @@ func checkPortFree(provider, addr string) error {
 	return nil
 }
 
-// checkBackend reports whether the profile's decode backend can start.
-func checkBackend(p config.Profile) error {
-	// The scan's own backend logs the choice "auto" makes; this one is quiet.
-	b, err := gpu.New(p.Backend, gpu.Options{Orientation: p.Detector.Orientation(), Logger: slog.New(slog.DiscardHandler)})
+// checkBackend reports whether the profile's decode backend, as stages
+// make it, can start.
+func checkBackend(stages *registry.Registry, p config.Profile) error {
+	if stages == nil {
+		return errNoRegistry
+	}
+	e, ok := stages.Backend(p.Backend)
+	if !ok {
+		return fmt.Errorf("decode backend %s: not registered", p.Backend)
+	}
+	// The scan's own backend logs the choice a backend that chooses makes;
+	// this one is quiet.
+	b, err := e.New(gpu.Options{Orientation: p.Detector.Orientation(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return fmt.Errorf("decode backend %s: %w", p.Backend, err)
 	}
@@ -201,6 +211,7 @@ type Checks struct {
 	Provider   string   // listen: provider and address; "" for none
 	Addr       string
 	Profile    config.Profile
+	Stages     *registry.Registry // the stages the profile names
 	// SpaceWarns makes too little free space a warning, not a failure:
 	// for a replay, whose frames stay in the capture.
 	SpaceWarns bool
@@ -214,7 +225,7 @@ var ErrChecks = errors.New("pre-scan checks failed")
 // and each failure as one line on errs, and returns ErrChecks if any
 // failed.
 func (c Checks) Run(errs io.Writer) error {
-	WarnReaders(errs, c.Profile.Output.Compression)
+	WarnReaders(errs, c.Stages, c.Profile.Output.Compression)
 	failed := c.Failures(errs)
 	if len(failed) == 0 {
 		return nil
@@ -268,7 +279,7 @@ func (c Checks) Failures(errs io.Writer) []error {
 					n++
 				}
 			}
-			need := uint64(n) * expectedBytes(c.Frames, c.FrameBytes, c.Profile.Output.Compression)
+			need := uint64(n) * expectedBytes(c.Frames, c.FrameBytes, c.compressed())
 			if err := checkFreeSpace(d, need); err != nil && c.SpaceWarns {
 				fmt.Fprintf(errs, "h5ingest: warning: %v\n", err)
 			} else if err != nil {
@@ -291,6 +302,16 @@ func (c Checks) Failures(errs io.Writer) []error {
 		note(checkPortFree(c.Provider, c.Addr))
 		note(c.checkLockedMemory())
 	}
-	note(checkBackend(c.Profile))
+	note(checkBackend(c.Stages, c.Profile))
 	return failed
+}
+
+// compressed reports whether the profile's codec filters its chunks; an
+// unregistered one is counted as compressed (makeStages refuses it).
+func (c Checks) compressed() bool {
+	if c.Stages == nil {
+		return true
+	}
+	e, ok := c.Stages.Codec(c.Profile.Output.Compression)
+	return !ok || e.Filter != 0
 }

@@ -1,7 +1,9 @@
 package scan
 
 import (
+	"h5ingest/compress"
 	"h5ingest/config"
+	"h5ingest/registry"
 	"h5ingest/writer"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 )
 
 func TestExpectedBytes(t *testing.T) {
+	stages := testStages(t)
 	tests := []struct {
 		frames, frameBytes int
 		compression        string
@@ -24,8 +27,32 @@ func TestExpectedBytes(t *testing.T) {
 		{2040, 1536 * 1536 * 4, "bslz4", 2040 * 1536 * 1536 * 2 * 11 / 10},
 	}
 	for _, tt := range tests {
-		if got := expectedBytes(tt.frames, tt.frameBytes, tt.compression); got != tt.want {
+		p := config.Default()
+		p.Output.Compression = tt.compression
+		c := Checks{Profile: p, Stages: stages}
+		if got := expectedBytes(tt.frames, tt.frameBytes, c.compressed()); got != tt.want {
 			t.Errorf("expectedBytes(%d, %d, %s) = %d, want %d", tt.frames, tt.frameBytes, tt.compression, got, tt.want)
+		}
+	}
+}
+
+// TestReadersWarning checks that the warning about a codec's readers is
+// the one its registry entry carries, a facility's codec's too.
+func TestReadersWarning(t *testing.T) {
+	stages := testStages(t)
+	if err := stages.AddCodec(registry.Codec{Name: "zstd-old-readers", Warning: "old readers fail",
+		New: func(elemSize, _ int) (compress.Codec, error) { return compress.New("lz4", elemSize, 0) }}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ codec, want string }{
+		{"bszstd", "h5ingest: warning: bszstd (bitshuffle + zstd) files cannot be read with bitshuffle older than 0.4"},
+		{"bslz4", ""},
+		{"zstd-old-readers", "h5ingest: warning: old readers fail\n"},
+	} {
+		var b strings.Builder
+		WarnReaders(&b, stages, tc.codec)
+		if got := b.String(); (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: warning %q, want %q", tc.codec, got, tc.want)
 		}
 	}
 }
@@ -45,6 +72,7 @@ func TestPreScanChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
+	stages := testStages(t)
 	cpu, cuda := config.Default(), config.Default()
 	cpu.Backend, cuda.Backend = "cpu", "cuda"
 	tests := []struct {
@@ -64,8 +92,8 @@ func TestPreScanChecks(t *testing.T) {
 		{"port free", func() error { return checkPortFree("tcp", freeAddr(t)) }, ""},
 		{"port busy", func() error { return checkPortFree("tcp", busy.Addr().String()) }, "is not free"},
 		{"verbs port not checked", func() error { return checkPortFree("verbs", busy.Addr().String()) }, ""},
-		{"cpu backend", func() error { return checkBackend(cpu) }, ""},
-		{"cuda backend", func() error { return checkBackend(cuda) }, "decode backend cuda"},
+		{"cpu backend", func() error { return checkBackend(stages, cpu) }, ""},
+		{"cuda backend", func() error { return checkBackend(stages, cuda) }, "decode backend cuda"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -77,10 +77,6 @@ type Module struct {
 	live      *stream.Stream
 }
 
-// gpuBatch is the frames per decode call on a GPU, which overlaps one
-// call's copies with another's kernels; to be tuned on the hardware.
-const gpuBatch = 4
-
 // electronVolt is one eV in joules, for CXI's photon energy.
 const electronVolt = 1.602176634e-19
 
@@ -124,10 +120,7 @@ func Open(path string, o Options) (*Module, error) {
 	watch := newScanWatch()
 	backend, newCodec = watch.wrap(backend, newCodec)
 	newProcessor := watch.stages.NewProcessor(st.newProcessor)
-	batch := 1 // the CPU backend splits each frame over every core
-	if backend.Name() == "cuda" {
-		batch = gpuBatch
-	}
+	batch := o.Stages.Batch(backend) // the frames per Decode its registry entry says
 	p, err := pipeline.New(pipeline.Config{
 		Format:         format,
 		Frames:         plan.Frames(),

@@ -3,25 +3,25 @@ package scan
 import (
 	"fmt"
 	"io"
+
+	"h5ingest/registry"
 )
 
 // readersWarning returns what a user who chooses compression must know
-// about the readers of the files, or "" when there is nothing to say.
-func readersWarning(compression string) string {
-	if compression != "bszstd" {
+// about the readers of the files, as the codec's entry in stages says, or
+// "" when there is nothing to say.
+func readersWarning(stages *registry.Registry, compression string) string {
+	if stages == nil {
 		return ""
 	}
-	return "bszstd (bitshuffle + zstd) files cannot be read with bitshuffle older than 0.4, " +
-		"which is what Debian 12 ships (bitshuffle 0.3.5, which its python3-hdf5plugin uses too): " +
-		"it takes zstd chunks for uncompressed ones, and h5py then fails, crashes (segmentation fault) " +
-		"or returns wrong pixels without any error. Readers need bitshuffle 0.4 or newer " +
-		"(hdf5plugin from PyPI); choose bslz4 for files that Debian 12's readers must open"
+	c, _ := stages.Codec(compression)
+	return c.Warning
 }
 
 // WarnReaders prints the warning compression calls for, if any, on w. The
 // commands that start a scan or check a profile call it.
-func WarnReaders(w io.Writer, compression string) {
-	if msg := readersWarning(compression); msg != "" {
+func WarnReaders(w io.Writer, stages *registry.Registry, compression string) {
+	if msg := readersWarning(stages, compression); msg != "" {
 		fmt.Fprintf(w, "h5ingest: warning: %s\n", msg)
 	}
 }

@@ -40,11 +40,15 @@ func Replay(ctx context.Context, o ReplayOptions) error {
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
+	open, err := recordings(o.Stages, o.Profile)
+	if err != nil {
+		return err
+	}
 	paths, plan := o.Captures, o.Plan
 	var format frame.Format
 	var srcs []*capture.Source
 	for i, path := range paths {
-		r, f, err := capture.OpenScan(path)
+		r, f, err := open(path)
 		if err != nil {
 			return err
 		}
@@ -90,7 +94,7 @@ type replayRun struct {
 // plan's, or the capture's (per module) when there is no plan.
 func (rp *replayRun) checks(files Files) Checks {
 	o := &rp.o
-	pre := Checks{Master: files.Master, Frames: o.Plan.Frames(), FrameBytes: o.Format.ImageSize(), Profile: o.Profile, SpaceWarns: true}
+	pre := Checks{Master: files.Master, Frames: o.Plan.Frames(), FrameBytes: o.Format.ImageSize(), Profile: o.Profile, Stages: o.Stages, SpaceWarns: true}
 	if pre.Frames == 0 {
 		for _, path := range o.Captures {
 			pre.Frames += captureFrames(path, o.Format)

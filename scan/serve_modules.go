@@ -97,7 +97,7 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 		cfg, err := a.moduleConfig(profile, f.Module.ID)
 		if err == nil {
 			var l *fabric.Listener
-			if l, err = listen(cfg); err == nil {
+			if l, err = a.listen(cfg); err == nil {
 				ls = append(ls, l)
 			}
 		}

@@ -56,7 +56,7 @@ func newProfilesCmd() *cobra.Command {
 				if err != nil {
 					return scan.Usage(err)
 				}
-				scan.WarnReaders(cmd.ErrOrStderr(), p.Output.Compression)
+				scan.WarnReaders(cmd.ErrOrStderr(), stages, p.Output.Compression)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
 				return nil
 			},

@@ -1,0 +1,49 @@
+package scan
+
+import (
+	"fmt"
+
+	"h5ingest/config"
+	"h5ingest/frame"
+	"h5ingest/registry"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
+)
+
+// sourceOf returns the source profile p's source.transport names.
+func sourceOf(stages *registry.Registry, p config.Profile) (registry.Source, error) {
+	if stages == nil {
+		return registry.Source{}, errNoRegistry
+	}
+	s, ok := stages.Source(p.Source.Transport)
+	if !ok {
+		return registry.Source{}, Usage(fmt.Errorf("key source.transport: %q is not registered", p.Source.Transport))
+	}
+	return s, nil
+}
+
+// recordings returns how replay opens the recordings of profile p's
+// source.
+func recordings(stages *registry.Registry, p config.Profile) (func(path string) (*capture.Reader, frame.Format, error), error) {
+	s, err := sourceOf(stages, p)
+	if err != nil {
+		return nil, err
+	}
+	if s.Open == nil {
+		return nil, Usage(fmt.Errorf("key source.transport: %s records nothing a replay reads", s.Name))
+	}
+	return s.Open, nil
+}
+
+// listenerOf returns how acquire opens the receiver of profile p's
+// source.
+func listenerOf(stages *registry.Registry, p config.Profile) (func(fabric.Config) (*fabric.Listener, error), error) {
+	s, err := sourceOf(stages, p)
+	if err != nil {
+		return nil, err
+	}
+	if s.Listen == nil {
+		return nil, Usage(fmt.Errorf("key source.transport: %s cannot receive a scan (it is replayed only)", s.Name))
+	}
+	return s.Listen, nil
+}

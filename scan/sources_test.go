@@ -1,0 +1,67 @@
+package scan
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"h5ingest/frame"
+	"h5ingest/plan"
+	"h5ingest/registry"
+	"h5ingest/source/capture"
+	"h5ingest/source/fabric"
+)
+
+// TestSourcesChosenByTransport checks that acquire and replay open the
+// receiver and the recordings of the source that source.transport
+// names, through its registry entry: a facility's source replaces both,
+// and a source without either is refused for that command.
+func TestSourcesChosenByTransport(t *testing.T) {
+	stages := testStages(t)
+	var listened, opened atomic.Int32
+	err := stages.AddSource(registry.Source{Name: "beamline", Doc: "the fabric receiver, counted",
+		Listen: func(c fabric.Config) (*fabric.Listener, error) { listened.Add(1); return fabric.Listen(c) },
+		Open: func(path string) (*capture.Reader, frame.Format, error) {
+			opened.Add(1)
+			return capture.OpenScan(path)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stages.AddSource(registry.Source{Name: "silent", Doc: "neither listens nor replays"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	captured := simulate(t, smallFormat, 3)
+
+	p := testProfile(t, stages, smallFormat, map[string]any{"source.transport": "beamline"})
+	if r := replayInto(t, context.Background(), p, stages, plan.Plan{}, filepath.Join(dir, "replayed.h5"), captured); r.err != nil {
+		t.Fatalf("replay: %v", r.said())
+	}
+	if opened.Load() != 1 {
+		t.Errorf("the source's Open ran %d times for one capture, want 1", opened.Load())
+	}
+	a, err := NewAcquisition(acquireOptions(t, p, stages, plan.Plan{}, filepath.Join(dir, "acquired.h5"), freePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if listened.Load() != 1 {
+		t.Errorf("the source's Listen ran %d times, want 1", listened.Load())
+	}
+
+	silent := testProfile(t, stages, smallFormat, map[string]any{"source.transport": "silent"})
+	if r := replayInto(t, context.Background(), silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), captured); r.err == nil ||
+		!strings.Contains(r.err.Error(), "key source.transport: silent records nothing a replay reads") {
+		t.Errorf("replay of a source that records nothing: %v", r.err)
+	}
+	_, err = NewAcquisition(acquireOptions(t, silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), freePort(t)))
+	if err == nil || !strings.Contains(err.Error(), "key source.transport: silent cannot receive a scan") {
+		t.Errorf("acquire of a source that cannot receive: %v", err)
+	}
+}
