@@ -269,7 +269,7 @@ func (s *nodeScan) report(rep service.Reporter, mr service.ModuleReporter, mods 
 // reports it and returns it.
 func (s *nodeScan) finalised(rep service.Reporter, path string, module int) service.File {
 	file := service.File{Path: path, Module: module}
-	switch err := verifyPath(path); {
+	switch err := verifyPath(s.a.o.Stages, path); {
 	case err == nil, errors.Is(err, ErrIncomplete):
 		file.Verified = true
 	default:
@@ -375,6 +375,7 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 				stream.Close()
 				failed = errors.Join(failed, fmt.Errorf("module %d: %w", hello.Module, err))
 				cancel()
+				sig.Request(StopRequest{}) // the other modules wait no more
 				return
 			}
 			streams[i] = stream
