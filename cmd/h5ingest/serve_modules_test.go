@@ -198,3 +198,29 @@ func TestServeModulesTwoNodes(t *testing.T) {
 		t.Errorf("verify module 1's file: %d, want %d with 5 missing\n%s", code, exitIncomplete, out)
 	}
 }
+
+// TestServeModulesFlags: --module N is --modules N; both at once, a
+// module given twice or a negative one are refused.
+func TestServeModulesFlags(t *testing.T) {
+	for _, tc := range []struct {
+		module  int
+		modules []int
+		want    string // the modules, or the error's text
+	}{
+		{-1, nil, "[]"},
+		{2, nil, "[2]"},
+		{-1, []int{0, 1}, "[0 1]"},
+		{1, []int{0, 1}, "give one of them"},
+		{-1, []int{0, 1, 0}, "module 0 given twice"},
+		{-1, []int{-3}, "module -3, want 0 to 65535"},
+	} {
+		got, err := serveModules(tc.module, tc.modules)
+		text := fmt.Sprint(got)
+		if err != nil {
+			text = err.Error()
+		}
+		if !strings.Contains(text, tc.want) {
+			t.Errorf("--module %d --modules %v: %s, want %s", tc.module, tc.modules, text, tc.want)
+		}
+	}
+}
