@@ -147,9 +147,10 @@ type Output struct {
 	// decode backend (on the GPU with cuda), leaving the CPU only the block
 	// compression. The files do not change.
 	BackendShuffle bool `mapstructure:"backend_shuffle"`
-	// Processors name the processor stages every decoded image goes
-	// through, in order, before compression.
-	Processors []string `mapstructure:"processors"`
+	// Processors are the processor stages every decoded image goes
+	// through, in order, before compression: each a name, or a name with
+	// the processor's options.
+	Processors []Processor `mapstructure:"processors"`
 }
 
 // PlanKeys are a profile's scan plan defaults.
@@ -441,7 +442,7 @@ func decode(values map[string]any) (Profile, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:      &p,
 		ErrorUnused: true,
-		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), wholeNumbers),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), wholeNumbers, decodeProcessor),
 	})
 	if err != nil {
 		return p, err
@@ -543,7 +544,13 @@ func structMap(v reflect.Value) map[string]any {
 		case reflect.Struct:
 			out[tag] = structMap(f)
 		case reflect.Slice:
-			if f.Type().Elem().Kind() == reflect.Struct {
+			if procs, ok := f.Interface().([]Processor); ok {
+				list := make([]any, len(procs))
+				for j, pr := range procs {
+					list[j] = pr.value()
+				}
+				out[tag] = list
+			} else if f.Type().Elem().Kind() == reflect.Struct {
 				list := make([]any, f.Len())
 				for j := range f.Len() {
 					list[j] = structMap(f.Index(j))
@@ -594,6 +601,12 @@ func text(v any) string {
 		return "[" + strings.Join(parts, ", ") + "]"
 	case []int:
 		return strings.ReplaceAll(fmt.Sprint(x), " ", ", ")
+	case []Processor:
+		parts := make([]string, len(x))
+		for i, p := range x {
+			parts[i] = p.String()
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
 	return fmt.Sprint(v)
 }

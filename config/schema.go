@@ -58,7 +58,7 @@ func Default() Profile {
 			Directory:     ".",
 			Template:      "{scan}.h5",
 			Layout:        "nxtomo",
-			Processors:    []string{},
+			Processors:    []Processor{},
 			Compression:   "bslz4",
 			Level:         0,
 			FlushInterval: time.Second,
@@ -117,7 +117,7 @@ var Keys = []Key{
 	{"output.level", "compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default"},
 	{"output.flush_interval", "how often readers following the file see new frames, e.g. 1s"},
 	{"output.overwrite", "replace an existing file of the same name: true or false"},
-	{"output.processors", "processor stages every decoded image goes through, in order, before compression (a flat field, a mask); the file stores the processed images; a list, empty for none"},
+	{"output.processors", "processor stages every decoded image goes through, in order, before compression (a mask, a flat-field preview): each a name, or a map of its name and its options ({name: flatfield, bin: 4}); the file stores the images as the processors leave them; a list, empty for none"},
 	{"output.backend_shuffle", "do the bit transpose of bslz4 and bszstd on the decode backend (the GPU with cuda), leaving the CPU only LZ4 or zstd; the files do not change: true or false"},
 	{"plan.darks", "dark fields at the start of a scan"},
 	{"plan.flats", "flat fields after the darks"},
@@ -168,6 +168,11 @@ type Names struct {
 	Codecs     []string // output.compression
 	Layouts    []string // output.layout
 	Processors []string // output.processors
+	// ProcessorOptions returns, for a processor's name, a pointer to a
+	// new struct of its options holding their defaults, which Validate
+	// decodes an entry's options into; nil for a processor without
+	// options. Nil: options are not checked.
+	ProcessorOptions func(name string) any
 
 	// CodecInfo says what each codec of Codecs allows, by name; a codec
 	// it leaves out takes no level, has no bit transpose and no Stream V2
@@ -244,9 +249,12 @@ func (p *Profile) Validate(names Names) error {
 		}
 	}
 	for _, proc := range p.Output.Processors {
-		if err := oneOf("output.processors", proc, names.Processors); err != nil {
+		if err := oneOf("output.processors", proc.Name, names.Processors); err != nil {
 			return err
 		}
+	}
+	if err := p.validateProcessors(names); err != nil {
+		return err
 	}
 	for _, check := range []func(Names) error{p.validateLevel, p.validateShuffle, p.validateStreamCodec} {
 		if err := check(names); err != nil {

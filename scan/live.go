@@ -70,7 +70,11 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 		s.UserData["user_metadata"] = user
 	}
 	if len(profile.Output.Processors) > 0 {
-		s.UserData["processors"] = profile.Output.Processors
+		names := make([]string, len(profile.Output.Processors))
+		for i, p := range profile.Output.Processors {
+			names[i] = p.Name
+		}
+		s.UserData["processors"] = names
 	}
 	if bits := d.BitDepth; bits > 0 && bits < 64 {
 		s.Saturation = 1<<bits - 1

@@ -75,6 +75,8 @@ type Module struct {
 	// which every chunk written is offered to.
 	liveSetup *liveSetup
 	live      *stream.Stream
+	// procs are the scan's processor stages, closed when it ends.
+	procs *processing
 }
 
 // electronVolt is one eV in joules, for CXI's photon energy.
@@ -109,17 +111,25 @@ func Open(path string, o Options) (*Module, error) {
 		}
 		closeBackend = func() { backend.Close() }
 	}
-	opts := fileOptions(path, st.layout, profile, plan, format, user)
-	opts.Filters = codec.Filters()
-	opts.FlushInterval = out.FlushInterval
-	file, err := writer.Create(opts)
+	procs, err := startProcessors(o.Stages, profile, plan, format)
 	if err != nil {
 		closeBackend()
 		return nil, err
 	}
+	opts := fileOptions(path, st.layout, profile, plan, format, user)
+	opts.Filters = codec.Filters()
+	opts.FlushInterval = out.FlushInterval
+	opts.Extra = procs.extras
+	file, err := writer.Create(opts)
+	if err != nil {
+		procs.close()
+		closeBackend()
+		return nil, err
+	}
+	procs.bind(file)
 	watch := newScanWatch()
 	backend, newCodec = watch.wrap(backend, newCodec)
-	newProcessor := watch.stages.NewProcessor(st.newProcessor)
+	newProcessor := watch.stages.NewProcessor(procs.newProcessor())
 	batch := o.Stages.Batch(backend) // the frames per Decode its registry entry says
 	p, err := pipeline.New(pipeline.Config{
 		Format:         format,
@@ -135,6 +145,7 @@ func Open(path string, o Options) (*Module, error) {
 		Log:            log,
 	})
 	if err != nil {
+		procs.close()
 		file.Close()
 		closeBackend()
 		return nil, err
@@ -144,7 +155,7 @@ func Open(path string, o Options) (*Module, error) {
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))
 	m := &Module{output: path, planned: plan.Frames(), out: orDiscard(o.Out), errs: orDiscard(o.Errs), file: file, pipeline: p,
-		closeBackend: closeBackend, log: log, watch: watch,
+		closeBackend: closeBackend, log: log, watch: watch, procs: procs,
 		liveSetup: newLiveSetup(profile, plan, format, path, user, codec.Bound(format.ImageSize()))}
 	if !o.Quiet {
 		m.report = o.Progress
@@ -198,7 +209,7 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 	if st, ok := src.(statser); ok {
 		r.stream = st
 	}
-	var sink pipeline.Sink = fileSink{r.file}
+	sink := r.procs.sink(fileSink{r.file})
 	if r.live != nil { // after the file: a chunk is streamed once it is stored
 		sink = r.live.Sink(sink)
 	}
@@ -231,6 +242,10 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 // finished.
 func (r *Module) Finish(srcErr error) error {
 	r.closed = true
+	if err := r.procs.close(); err != nil { // before the file: a stage may write to it as it closes
+		r.log.Warn("processor stage failed", zap.Error(err))
+		fmt.Fprintf(r.errs, "h5ingest: %v\n", err)
+	}
 	closeErr := r.file.Close()
 	r.closeBackend()
 	printSummary(r.out, r.output, r.progress, r.pipeline.Frames())
@@ -285,6 +300,7 @@ func (r *Module) Abort() {
 	if !r.closed {
 		r.closeLive(io.Discard)
 		r.watch.close()
+		r.procs.close()
 		r.file.Close()
 		r.closeBackend()
 	}

@@ -24,15 +24,16 @@ import (
 // stages from.
 var errNoRegistry = errors.New("scan: no registry of stages (Options.Stages)")
 
-// stages are the stages a profile names, made from a registry.
+// stages are the stages a profile names, made from a registry; its
+// processors are started apart (startProcessors), once the scan's plan
+// is known.
 type stages struct {
-	newCodec     func() (compress.Codec, error)
-	layout       writer.Layout
-	newProcessor func() (pipeline.Processor, error) // nil: no processor stage
+	newCodec func() (compress.Codec, error)
+	layout   writer.Layout
 }
 
-// makeStages returns the codec maker, the layout and the processors that
-// profile p names for frames of format f.
+// makeStages returns the codec maker and the layout that profile p names
+// for frames of format f, and checks that its processors are registered.
 func makeStages(reg *registry.Registry, p config.Profile, f frame.Format) (stages, error) {
 	if reg == nil {
 		return stages{}, errNoRegistry
@@ -46,33 +47,12 @@ func makeStages(reg *registry.Registry, p config.Profile, f frame.Format) (stage
 	if err != nil {
 		return stages{}, err
 	}
-	s := stages{layout: layout, newCodec: func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }}
-	if len(out.Processors) == 0 {
-		return s, nil
-	}
-	var procs []registry.Processor
-	for _, name := range out.Processors {
-		pr, ok := reg.Processor(name)
-		if !ok {
-			return stages{}, Usage(fmt.Errorf("key output.processors: %q is not registered", name))
+	for i, entry := range out.Processors {
+		if _, ok := reg.Processor(entry.Name); !ok {
+			return stages{}, Usage(fmt.Errorf("key output.processors[%d]: %q is not registered", i, entry.Name))
 		}
-		procs = append(procs, pr)
 	}
-	s.newProcessor = func() (pipeline.Processor, error) {
-		var ch chain
-		for _, pr := range procs {
-			p, err := pr.New(f)
-			if err != nil {
-				return nil, fmt.Errorf("processor %s: %w", pr.Name, err)
-			}
-			ch = append(ch, p)
-		}
-		if len(ch) == 1 {
-			return ch[0], nil
-		}
-		return ch, nil
-	}
-	return s, nil
+	return stages{layout: layout, newCodec: func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }}, nil
 }
 
 // layoutOf returns the file layout profile p names.

@@ -12,8 +12,9 @@ import (
 	"h5ingest/writer"
 )
 
-// Register adds h5ingest's sources, backends, codecs and layouts to r. It
-// fails only where r holds one of their names already.
+// Register adds h5ingest's sources, backends, codecs, layouts and
+// processors to r. It fails only where r holds one of their names
+// already.
 func Register(r *registry.Registry) error {
 	for _, add := range []func() error{
 		func() error {
@@ -30,6 +31,7 @@ func Register(r *registry.Registry) error {
 			return r.AddLayout(registry.Layout{Name: writer.LayoutCXI, Doc: "CXI 1.5, for coherent diffraction and ptychography (PtyPy)",
 				New: func() writer.Layout { return writer.CXI{} }})
 		},
+		func() error { return addProcessors(r) },
 	} {
 		if err := add(); err != nil {
 			return err

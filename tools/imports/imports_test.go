@@ -22,7 +22,7 @@ var layers = [][]string{
 	{"gpu", "config"},
 	{"gpu/gputest"},
 	{"pipeline", "compress/compresstest"},
-	{"source/capture", "pipeline/pipelinetest"},
+	{"source/capture", "pipeline/pipelinetest", "processor/flatfield"},
 	{"source/sim", "source/fabric", "writer"},
 	{"writer/writertest"},
 	{"instrument", "preview", "stream", "registry", "bench"},

@@ -1,0 +1,331 @@
+// Package flatfield is a processor stage that corrects a tomography
+// scan's projections with the scan's own dark and flat fields as they
+// arrive, for an online preview:
+//
+//	output:
+//	  processors: [{name: flatfield, bin: 4}]
+//
+// It averages the darks (image key 2) and the flats (image key 1) that
+// the plan puts before its first projection, and from the first
+// projection on writes each projection's corrected preview,
+// (projection - dark) / (flat - dark) clipped to [min, max] as float32,
+// each pixel of it the mean of bin x bin corrected pixels, to a dataset of
+// the scan's file (/flatfield/preview by default, one frame per frame of
+// the scan, NaN where a frame is not a projection). The raw frames go to
+// the file unchanged: the stage only reads them.
+//
+// The stage is the state the compression workers share: the sums of the
+// darks and flats, guarded by a mutex while they arrive, and the
+// reference (the dark average and 1/(flat - dark) of each pixel), made
+// once and read by every worker without a lock after. Each worker keeps
+// its own preview buffers, so that no frame allocates.
+package flatfield
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"h5ingest/frame"
+	"h5ingest/pipeline"
+)
+
+// Where previews go (Options.To).
+const (
+	ToDataset = "dataset" // a dataset of the scan's file
+	ToStream  = "stream"  // the live stream: not yet, see Start
+)
+
+// Options are flatfield's options, set in its profile entry.
+type Options struct {
+	// To says where previews go: "dataset" (a dataset of the scan's
+	// file) or "stream" (the live stream, refused for now).
+	To string `mapstructure:"to"`
+	// Dataset is the path of the previews in the file.
+	Dataset string `mapstructure:"dataset"`
+	// Bin makes each preview pixel the mean of Bin x Bin corrected
+	// pixels (a partial block at the right or bottom edge is left out);
+	// 1 keeps every pixel.
+	Bin int `mapstructure:"bin"`
+	// Min and Max clip each corrected pixel before binning.
+	Min float64 `mapstructure:"min"`
+	Max float64 `mapstructure:"max"`
+	// Wait bounds how long the first projection waits for darks and
+	// flats of the plan still on their way through other workers; once it
+	// passes, the reference is made from those that came.
+	Wait time.Duration `mapstructure:"wait"`
+}
+
+// DefaultOptions returns the options with their defaults.
+func DefaultOptions() *Options {
+	return &Options{To: ToDataset, Dataset: "/flatfield/preview", Bin: 1, Min: 0, Max: 2, Wait: 500 * time.Millisecond}
+}
+
+// Stage is the flatfield stage of one scan (pipeline.Stage).
+type Stage struct {
+	opts   Options
+	format frame.Format
+	keys   []int8
+	out    pipeline.FrameWriter
+	ow, oh int // preview size
+
+	// The reference frames: the darks and flats before the first
+	// projection.
+	first                int // the first projection's frame index
+	needDarks, needFlats int
+
+	mu           sync.Mutex // guards what follows until made
+	darkSum      []float64
+	flatSum      []float64
+	darks, flats int
+	late         int           // reference frames that came after the reference was made
+	ready        chan struct{} // closed once every planned reference frame is in
+	made         atomic.Bool   // dark and scale are set and never change again
+	dark, scale  []float32     // per pixel: the dark average, and 1/(flat - dark) or 0
+
+	previews atomic.Int64 // written
+	failed   atomic.Int64 // not written: the writer failed
+	noFlat   atomic.Int64 // not corrected: no flat came
+	errMu    sync.Mutex
+	firstErr error
+}
+
+// Start starts flatfield's stage for a scan (registry.Processor.Start);
+// options is an *Options.
+func Start(options any, s pipeline.Scan) (pipeline.Stage, error) {
+	opts, ok := options.(*Options)
+	if !ok || opts == nil {
+		return nil, fmt.Errorf("options %T, want *flatfield.Options", options)
+	}
+	return New(*opts, s)
+}
+
+// New returns the stage for scan s with options o.
+func New(o Options, s pipeline.Scan) (*Stage, error) {
+	switch {
+	case o.To == ToStream:
+		return nil, errors.New("to: stream: the live stream carries the scan's own chunks only, not yet a float32 preview; use to: dataset")
+	case o.To != ToDataset:
+		return nil, fmt.Errorf("to: %q, want dataset or stream", o.To)
+	case o.Bin < 1:
+		return nil, fmt.Errorf("bin: %d, want 1 or more", o.Bin)
+	case math.IsNaN(o.Min) || math.IsNaN(o.Max) || o.Min >= o.Max:
+		return nil, fmt.Errorf("min %v, max %v: want min below max", o.Min, o.Max)
+	case o.Wait < 0:
+		return nil, fmt.Errorf("wait: %v is negative", o.Wait)
+	case s.Frames == 0 || len(s.ImageKeys) == 0:
+		return nil, errors.New("needs the scan's plan (its darks, flats and projections); this scan has none")
+	case s.AddDataset == nil:
+		return nil, errors.New("to: dataset: this scan writes no file of its own to add the previews to")
+	}
+	st := &Stage{opts: o, format: s.Format, keys: s.ImageKeys, ready: make(chan struct{}), first: -1}
+	for i, k := range s.ImageKeys {
+		if k == 0 {
+			st.first = i
+			break
+		}
+		switch k {
+		case 2:
+			st.needDarks++
+		case 1:
+			st.needFlats++
+		}
+	}
+	switch {
+	case st.first < 0:
+		return nil, errors.New("the plan has no projection to correct")
+	case st.needFlats == 0:
+		return nil, errors.New("the plan has no flat field before its first projection")
+	}
+	h, w := s.Format.Height(), s.Format.Width()
+	st.oh, st.ow = h/o.Bin, w/o.Bin
+	if st.oh == 0 || st.ow == 0 {
+		return nil, fmt.Errorf("bin: %d is larger than the %dx%d image", o.Bin, h, w)
+	}
+	out, err := s.AddDataset(pipeline.Dataset{Path: o.Dataset, Height: st.oh, Width: st.ow})
+	if err != nil {
+		return nil, err
+	}
+	st.out = out
+	n := h * w
+	st.darkSum, st.flatSum = make([]float64, n), make([]float64, n)
+	st.dark, st.scale = make([]float32, n), make([]float32, n)
+	return st, nil
+}
+
+// Processor returns a worker's processor (pipeline.Stage).
+func (st *Stage) Processor() (pipeline.Processor, error) {
+	return &worker{st: st, acc: make([]float64, st.ow), buf: make([]byte, 4*st.ow*st.oh)}, nil
+}
+
+// Previews returns how many previews the stage wrote.
+func (st *Stage) Previews() int { return int(st.previews.Load()) }
+
+// Close reports the previews the stage could not make or write, and a
+// reference made from fewer darks or flats than planned (pipeline.Stage).
+func (st *Stage) Close() error {
+	var errs []error
+	st.mu.Lock()
+	if st.made.Load() && (st.darks < st.needDarks || st.flats < st.needFlats) {
+		errs = append(errs, fmt.Errorf("reference made from %d of %d darks and %d of %d flats", st.darks, st.needDarks, st.flats, st.needFlats))
+	}
+	if st.late > 0 {
+		errs = append(errs, fmt.Errorf("%d darks or flats came after the first projection was corrected and are in no reference", st.late))
+	}
+	st.mu.Unlock()
+	if n := st.noFlat.Load(); n > 0 {
+		errs = append(errs, fmt.Errorf("%d projections without preview: no flat field came", n))
+	}
+	if n := st.failed.Load(); n > 0 {
+		st.errMu.Lock()
+		errs = append(errs, fmt.Errorf("%d previews not written: %w", n, st.firstErr))
+		st.errMu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// add adds a dark (key 2) or flat (key 1) image to its sum, unless the
+// reference is made.
+func (st *Stage) add(key int8, image []byte) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.made.Load() {
+		st.late++
+		return
+	}
+	sum := st.flatSum
+	if key == 2 {
+		sum = st.darkSum
+		st.darks++
+	} else {
+		st.flats++
+	}
+	switch st.format.PixelSize() {
+	case 2:
+		for i := range sum {
+			sum[i] += float64(binary.LittleEndian.Uint16(image[2*i:]))
+		}
+	default:
+		for i := range sum {
+			sum[i] += float64(binary.LittleEndian.Uint32(image[4*i:]))
+		}
+	}
+	if st.darks == st.needDarks && st.flats == st.needFlats {
+		close(st.ready)
+	}
+}
+
+// reference makes the reference once, after waiting up to Options.Wait
+// for the planned darks and flats, and reports whether there is one (a
+// flat came).
+func (st *Stage) reference() bool {
+	if st.made.Load() {
+		return st.flats > 0 // flats no longer changes once made
+	}
+	t := time.NewTimer(st.opts.Wait)
+	select {
+	case <-st.ready:
+	case <-t.C:
+	}
+	t.Stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.made.Load() {
+		for i := range st.dark {
+			var d, f float64
+			if st.darks > 0 {
+				d = st.darkSum[i] / float64(st.darks)
+			}
+			if st.flats > 0 {
+				f = st.flatSum[i] / float64(st.flats)
+			}
+			st.dark[i], st.scale[i] = float32(d), 0
+			if f-d > 0 {
+				st.scale[i] = float32(1 / (f - d))
+			}
+		}
+		st.made.Store(true)
+	}
+	return st.flats > 0
+}
+
+// fail counts a preview not written and keeps the first error.
+func (st *Stage) fail(err error) {
+	if st.failed.Add(1) == 1 {
+		st.errMu.Lock()
+		st.firstErr = err
+		st.errMu.Unlock()
+	}
+}
+
+// worker is one compression worker's processor, with its own buffers.
+type worker struct {
+	st  *Stage
+	acc []float64 // one row of preview pixels being summed
+	buf []byte    // the preview, float32 little-endian
+}
+
+// Process reads frame n's image: a reference frame goes into its sum, a
+// projection's preview into the dataset. It never changes the image and
+// never fails the frame: a preview it cannot make or write is counted and
+// reported by Close.
+func (w *worker) Process(n int, f frame.Format, image []byte) error {
+	st := w.st
+	if n < 0 || n >= len(st.keys) {
+		return nil
+	}
+	switch key := st.keys[n]; {
+	case key == 0:
+		if !st.reference() {
+			st.noFlat.Add(1)
+			return nil
+		}
+		w.correct(image)
+		if err := st.out.WriteFrame(n, w.buf); err != nil {
+			st.fail(err)
+			return nil
+		}
+		st.previews.Add(1)
+	case n < st.first && (key == 1 || key == 2):
+		st.add(key, image)
+	}
+	return nil
+}
+
+// correct fills buf with the preview of image.
+func (w *worker) correct(image []byte) {
+	st := w.st
+	b, width := st.opts.Bin, st.format.Width()
+	lo, hi := float32(st.opts.Min), float32(st.opts.Max)
+	norm := 1 / float64(b*b)
+	two := st.format.PixelSize() == 2
+	for oy := range st.oh {
+		clear(w.acc)
+		for y := oy * b; y < (oy+1)*b; y++ {
+			row := y * width
+			for ox := range st.ow {
+				var s float64
+				for x := ox * b; x < (ox+1)*b; x++ {
+					i := row + x
+					var p float32
+					if two {
+						p = float32(binary.LittleEndian.Uint16(image[2*i:]))
+					} else {
+						p = float32(binary.LittleEndian.Uint32(image[4*i:]))
+					}
+					v := (p - st.dark[i]) * st.scale[i]
+					s += float64(min(max(v, lo), hi))
+				}
+				w.acc[ox] += s
+			}
+		}
+		out := w.buf[4*oy*st.ow:]
+		for ox, s := range w.acc {
+			binary.LittleEndian.PutUint32(out[4*ox:], math.Float32bits(float32(s*norm)))
+		}
+	}
+}
