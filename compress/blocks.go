@@ -77,13 +77,10 @@ type zstdBlocks struct {
 	dec *zstd.Decoder
 }
 
-// maxZstdLevel is the highest zstd level the filter accepts.
-const maxZstdLevel = 22
-
 // newZstdBlocks returns a zstd block compressor for a zstd level.
 func newZstdBlocks(level int) (*zstdBlocks, error) {
-	if level > maxZstdLevel {
-		return nil, fmt.Errorf("compress: zstd level %d above %d", level, maxZstdLevel)
+	if level > MaxZstdLevel {
+		return nil, fmt.Errorf("compress: zstd level %d above %d", level, MaxZstdLevel)
 	}
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(level)),

@@ -18,7 +18,7 @@ func TestCodecsConform(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				compresstest.Codec(t, c, es)
+				compresstest.Codec(t, c, es, compress.FromFilters)
 			})
 		}
 	}

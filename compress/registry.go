@@ -38,9 +38,9 @@ const (
 
 // Default levels, used when New is given level 0, and the highest levels.
 const (
-	DefaultZstdLevel    = 3 // the bitshuffle filter's and hdf5plugin's default
-	DefaultDeflateLevel = 6 // zlib's default
-	MaxZstdLevel        = 22
+	DefaultZstdLevel    = 3  // the bitshuffle filter's and hdf5plugin's default
+	DefaultDeflateLevel = 6  // zlib's default
+	MaxZstdLevel        = 22 // the highest zstd level the bitshuffle filter accepts
 	MaxDeflateLevel     = 9
 )
 

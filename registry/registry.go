@@ -206,8 +206,8 @@ func (r *Registry) AddBackend(b Backend) error {
 
 // AddCodec registers c; a name already taken is an error, and so is an
 // entry that could not be used: one without New, with filters but no
-// Read, with a plugin's filter it does not declare optional, or with a
-// level range that is not one.
+// Read, with a plugin's filter it does not declare optional, or with its
+// levels the wrong way round.
 func (r *Registry) AddCodec(c Codec) error {
 	switch {
 	case c.New == nil:
@@ -218,8 +218,8 @@ func (r *Registry) AddCodec(c Codec) error {
 		return fmt.Errorf("register codec %q: filter %d but no Read, so that no file of it could be read back", c.Name, c.Filter)
 	case c.Filter >= firstPluginFilter && !c.Optional:
 		return fmt.Errorf("register codec %q: filter %d is a plugin's, which libhdf5 may not load when it writes: declare its filters optional (Optional, and compress.Filter.Optional)", c.Name, c.Filter)
-	case c.MinLevel > c.MaxLevel || (c.MinLevel <= 0 && c.MaxLevel >= 0 && (c.MinLevel != 0 || c.MaxLevel != 0)):
-		return fmt.Errorf("register codec %q: levels %d to %d, want a range that leaves out 0 (the default), or none", c.Name, c.MinLevel, c.MaxLevel)
+	case c.MinLevel > c.MaxLevel:
+		return fmt.Errorf("register codec %q: levels %d to %d, want the lowest first", c.Name, c.MinLevel, c.MaxLevel)
 	}
 	return add("codec", &r.codecs, c, func(c Codec) string { return c.Name })
 }

@@ -482,6 +482,6 @@ func progressOf(running chan<- *pipeline.Pipeline) func(p *pipeline.Pipeline, pl
 // and its result.
 func verified(path string) (string, error) {
 	var out bytes.Buffer
-	err := Verify(context.Background(), &out, path, DefaultVerifyStall)
+	err := Verify(context.Background(), &out, stockStages(), path, DefaultVerifyStall)
 	return out.String(), err
 }

@@ -3,9 +3,9 @@ package scan
 import (
 	"errors"
 	"fmt"
-	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/preview"
+	"h5ingest/registry"
 	"h5ingest/writer"
 	"io"
 	"os"
@@ -17,7 +17,10 @@ import (
 // What the image cannot show (a frame missing, rejected or received
 // damaged, a module file absent) is said on notes, one line each; those
 // pixels hold the fill value 0.
-func ReadImage(notes io.Writer, path string, n int) (preview.Frame, error) {
+func ReadImage(notes io.Writer, stages *registry.Registry, path string, n int) (preview.Frame, error) {
+	if stages == nil {
+		return preview.Frame{}, errNoRegistry
+	}
 	r, err := writer.OpenPlain(path)
 	if err != nil {
 		return preview.Frame{}, err
@@ -28,9 +31,9 @@ func ReadImage(notes io.Writer, path string, n int) (preview.Frame, error) {
 	}
 	var img []byte
 	if r.Modules != nil {
-		img, err = arrayImage(notes, r, path, n)
+		img, err = arrayImage(notes, stages, r, path, n)
 	} else {
-		img, err = moduleImage(notes, r, path, n)
+		img, err = moduleImage(notes, stages, r, path, n)
 	}
 	if err != nil {
 		return preview.Frame{}, err
@@ -40,7 +43,7 @@ func ReadImage(notes io.Writer, path string, n int) (preview.Frame, error) {
 
 // moduleImage returns the decoded image of frame n of a module's file (r,
 // at path): zeros, the fill value, for a frame that was never written.
-func moduleImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte, error) {
+func moduleImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
 	records, err := r.Records()
 	if err != nil {
 		return nil, err
@@ -61,7 +64,7 @@ func moduleImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte,
 	case err != nil:
 		return nil, err
 	}
-	codec, err := compress.FromFilters(r.Filters, r.ElemSize)
+	codec, err := stages.ReadCodec(r.Filters, r.ElemSize)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +78,7 @@ func moduleImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte,
 // arrayImage returns frame n of a master file (r, at path) as the whole
 // array: each module's image, read from its file, at the module's offset;
 // zeros in the gaps and where a module's file is absent or has no frame n.
-func arrayImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte, error) {
+func arrayImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
 	es := r.ElemSize
 	img := make([]byte, r.Height*r.Width*es)
 	for _, m := range r.Modules {
@@ -98,7 +101,7 @@ func arrayImage(notes io.Writer, r *writer.Reader, path string, n int) ([]byte, 
 			fmt.Fprintf(notes, "h5ingest: module %d's file %s has frames 0 to %d: its pixels show the fill value 0\n", m.ID, file, mr.Frames-1)
 			continue
 		}
-		mod, err := moduleImage(notes, mr, file, n)
+		mod, err := moduleImage(notes, stages, mr, file, n)
 		mr.Close()
 		if err != nil {
 			return nil, err

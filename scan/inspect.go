@@ -12,6 +12,7 @@ import (
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/registry"
 	"h5ingest/source/capture"
 	"h5ingest/writer"
 )
@@ -21,8 +22,12 @@ import (
 // a master file, each module's place, file and frame statuses; of a
 // capture file, who wrote it and when, its plan, and per module the
 // frames it holds. A capture that cannot be read to its end is summarised
-// up to there, with the reason, and ErrIncomplete.
-func Inspect(out io.Writer, path string) error {
+// up to there, with the reason, and ErrIncomplete. The compression is
+// named by the codec of stages that reads the file's filters.
+func Inspect(out io.Writer, stages *registry.Registry, path string) error {
+	if stages == nil {
+		return errNoRegistry
+	}
 	if capture.Sniff(path) {
 		return inspectCapture(out, path)
 	}
@@ -50,15 +55,13 @@ func Inspect(out io.Writer, path string) error {
 	if stored > 0 {
 		ratio = float64(int64(counts.Written())*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
 	}
-	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeFilters(r.Filters), FormatBytes(stored), ratio)
+	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeCodec(stages, r.Filters, r.ElemSize), FormatBytes(stored), ratio)
 	fmt.Fprintf(out, "  frames        %v\n", counts)
 	if list := frame.Problems(records); list != "" {
 		fmt.Fprintf(out, "  problems      %s\n", list)
 	}
-	if r.Layout == writer.LayoutNXtomo {
-		if err := printPlan(out, r); err != nil {
-			return fmt.Errorf("inspect %s: %w", path, err)
-		}
+	if err := printPlan(out, r); err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
 	}
 	printTimeSpan(out, records)
 	return nil
@@ -87,10 +90,21 @@ func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
 	return nil
 }
 
+// describeCodec names the codec of stages that reads a filter pipeline,
+// and the pipeline with its ids and stored values: "bslz4: bitshuffle
+// (filter 32008: 0 5 2 0 2)".
+func describeCodec(stages *registry.Registry, filters []compress.Filter, elemSize int) string {
+	name := stages.CodecOf(filters, elemSize)
+	if name == "" {
+		name = "no codec of this h5ingest reads it"
+	}
+	return name + ": " + describeFilters(filters)
+}
+
 // describeFilters names a filter pipeline with its ids and stored values.
 func describeFilters(filters []compress.Filter) string {
 	if len(filters) == 0 {
-		return "none"
+		return "no filter"
 	}
 	parts := make([]string, len(filters))
 	for i, f := range filters {
@@ -99,10 +113,11 @@ func describeFilters(filters []compress.Filter) string {
 	return strings.Join(parts, " then ")
 }
 
-// printPlan prints what the image keys and angles say about the scan.
+// printPlan prints what the image keys and angles say about the scan,
+// where the file's layout records them.
 func printPlan(out io.Writer, r *writer.Reader) error {
 	keys, err := r.ImageKey()
-	if err != nil {
+	if err != nil || keys == nil {
 		return err
 	}
 	angles, err := r.RotationAngle()

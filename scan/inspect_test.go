@@ -29,7 +29,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := Inspect(&b, out); err != nil {
+	if err := Inspect(&b, stockStages(), out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"layout        nxtomo", "stack         6 x 32 x 96 uint32", "bitshuffle (filter 32008:",
@@ -41,7 +41,7 @@ func TestInspect(t *testing.T) {
 	}
 
 	b.Reset()
-	if err := Inspect(&b, src); err != nil {
+	if err := Inspect(&b, stockStages(), src); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "records       6 frames of 1 module") || !strings.Contains(b.String(), "module 0      6 frames, frame numbers 0 to 5") {
@@ -55,7 +55,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Reset()
-	if err := Inspect(&b, src); !errors.Is(err, ErrIncomplete) || !strings.Contains(b.String(), "5 frames") || !strings.Contains(b.String(), "cut short") {
+	if err := Inspect(&b, stockStages(), src); !errors.Is(err, ErrIncomplete) || !strings.Contains(b.String(), "5 frames") || !strings.Contains(b.String(), "cut short") {
 		t.Errorf("a cut capture: %v\n%s", err, b.String())
 	}
 }

@@ -269,7 +269,7 @@ func (s *nodeScan) report(rep service.Reporter, mr service.ModuleReporter, mods 
 // reports it and returns it.
 func (s *nodeScan) finalised(rep service.Reporter, path string, module int) service.File {
 	file := service.File{Path: path, Module: module}
-	switch err := verifyPath(path); {
+	switch err := verifyPath(s.a.o.Stages, path); {
 	case err == nil, errors.Is(err, ErrIncomplete):
 		file.Verified = true
 	default:

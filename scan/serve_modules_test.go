@@ -216,7 +216,7 @@ func TestServeModules(t *testing.T) {
 		t.Errorf("s1's files:\n%+v\nwant\n%+v", st.Files, want)
 	}
 	for _, f := range want {
-		if err := Verify(context.Background(), io.Discard, f.Path, DefaultVerifyStall); err != nil {
+		if err := Verify(context.Background(), io.Discard, stockStages(), f.Path, DefaultVerifyStall); err != nil {
 			t.Errorf("verify %s: %v", f.Path, err)
 		}
 	}
@@ -247,14 +247,14 @@ func TestServeModules(t *testing.T) {
 		t.Fatalf("s2's files: %+v", st.Files)
 	}
 	m0, m1, master := filepath.Join(out, "s2_m0.h5"), filepath.Join(out, "s2_m1.h5"), filepath.Join(out, "s2_master.h5")
-	if err := Verify(context.Background(), io.Discard, m0, DefaultVerifyStall); err != nil {
+	if err := Verify(context.Background(), io.Discard, stockStages(), m0, DefaultVerifyStall); err != nil {
 		t.Errorf("module 0's file: %v", err)
 	}
 	if got := statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
 		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
 	}
 	for _, p := range []string{m1, master} {
-		if err := Verify(context.Background(), io.Discard, p, DefaultVerifyStall); !errors.Is(err, ErrIncomplete) {
+		if err := Verify(context.Background(), io.Discard, stockStages(), p, DefaultVerifyStall); !errors.Is(err, ErrIncomplete) {
 			t.Errorf("verify %s: %v, want incomplete", p, err)
 		}
 	}

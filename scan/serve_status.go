@@ -322,7 +322,7 @@ func (s *serveScan) LatestImage(have uint64) (preview.Frame, uint64, uint64, err
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}
-	fr, err := ReadImage(io.Discard, out, n)
+	fr, err := ReadImage(io.Discard, s.a.o.Stages, out, n)
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}

@@ -431,7 +431,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	res.Counts = serviceCounts(scan.progress)
 	rep.Progress(res.Counts)
 	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
-	switch verr := verifyPath(scan.output); {
+	switch verr := verifyPath(s.a.o.Stages, scan.output); {
 	case verr == nil, errors.Is(verr, ErrIncomplete):
 		file.Verified = true
 	default:

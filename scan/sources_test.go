@@ -12,7 +12,18 @@ import (
 	"h5ingest/registry"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
+	"h5ingest/stock"
 )
+
+// stockStages returns a registry of h5ingest's own stages, for tests
+// without a testing.T at hand.
+func stockStages() *registry.Registry {
+	r := registry.New()
+	if err := stock.Register(r); err != nil {
+		panic(err)
+	}
+	return r
+}
 
 // TestSourcesChosenByTransport checks that acquire and replay open the
 // receiver and the recordings of the source that source.transport

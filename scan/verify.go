@@ -17,6 +17,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/frame"
+	"h5ingest/registry"
 	"h5ingest/writer"
 )
 
@@ -59,8 +60,8 @@ func step() {
 // stop answering), or when ctx is done. HDF5 calls cannot be interrupted:
 // a stuck goroutine is left behind, holding the library, and the caller
 // should call the library no more (a command exits).
-func Verify(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
-	return bounded(ctx, out, path, stall, func(w io.Writer) error { return verify(w, path) })
+func Verify(ctx context.Context, out io.Writer, stages *registry.Registry, path string, stall time.Duration) error {
+	return bounded(ctx, out, path, stall, func(w io.Writer) error { return verify(w, stages, path) })
 }
 
 // bounded runs read, which reads the file at path and writes on the
@@ -127,7 +128,10 @@ type verifyResult struct {
 }
 
 // verify proves path as Verify does, with no bound on the time it takes.
-func verify(out io.Writer, path string) error {
+func verify(out io.Writer, stages *registry.Registry, path string) error {
+	if stages == nil {
+		return errNoRegistry
+	}
 	if _, err := os.Stat(path); err != nil {
 		return err
 	}
@@ -139,9 +143,9 @@ func verify(out io.Writer, path string) error {
 	defer r.Close()
 	step()
 	if r.Modules != nil {
-		return verifyMaster(out, path, r.Modules)
+		return verifyMaster(out, stages, path, r.Modules)
 	}
-	res, err := verifyFile(r)
+	res, err := verifyFile(r, stages)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", path, err)
 	}
@@ -168,14 +172,14 @@ func verify(out io.Writer, path string) error {
 
 // verifyMaster verifies every module file of a master and returns the worst
 // outcome: a module file that is missing or bad fails the master.
-func verifyMaster(out io.Writer, path string, modules []writer.MasterModule) error {
+func verifyMaster(out io.Writer, stages *registry.Registry, path string, modules []writer.MasterModule) error {
 	var worst error
 	for _, m := range modules {
 		file := m.File
 		if !filepath.IsAbs(file) {
 			file = filepath.Join(filepath.Dir(path), file)
 		}
-		err := verify(out, file)
+		err := verify(out, stages, file)
 		if err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, errBad) {
 			fmt.Fprintf(out, "BAD module %d: %v\n", m.ID, err)
 			err = fmt.Errorf("module %d: %w", m.ID, err)
@@ -202,7 +206,7 @@ type chunkCheck struct {
 // verifyFile checks the layout, then every frame's record and chunk.
 // Chunks are read on this goroutine (the HDF5 library is not used
 // concurrently) and decompressed on one worker per core.
-func verifyFile(r *writer.Reader) (verifyResult, error) {
+func verifyFile(r *writer.Reader, stages *registry.Registry) (verifyResult, error) {
 	res := verifyResult{frames: r.Frames}
 	for _, p := range r.MissingPaths() {
 		res.bad = append(res.bad, problem{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
@@ -221,7 +225,7 @@ func verifyFile(r *writer.Reader) (verifyResult, error) {
 		res.bad = append(res.bad, problem{n, fmt.Sprintf("frame %d: ", n) + fmt.Sprintf(format, args...)})
 		mu.Unlock()
 	}
-	chk, err := startChecker(r, report)
+	chk, err := startChecker(r, stages, report)
 	if err != nil {
 		return res, err
 	}
@@ -275,11 +279,11 @@ type checker struct {
 
 // startChecker starts the checker of the chunks of r, reporting through
 // report.
-func startChecker(r *writer.Reader, report func(n int, format string, args ...any)) (*checker, error) {
+func startChecker(r *writer.Reader, stages *registry.Registry, report func(n int, format string, args ...any)) (*checker, error) {
 	codecs := make([]compress.Codec, runtime.GOMAXPROCS(0))
 	for i := range codecs {
 		var err error
-		if codecs[i], err = compress.FromFilters(r.Filters, r.ElemSize); err != nil {
+		if codecs[i], err = stages.ReadCodec(r.Filters, r.ElemSize); err != nil {
 			return nil, err
 		}
 	}
@@ -326,8 +330,8 @@ func (c *checker) wait() {
 
 // verifyPath proves the file at path as Verify does, writing nothing,
 // with DefaultVerifyStall.
-func verifyPath(path string) error {
-	return Verify(context.Background(), io.Discard, path, DefaultVerifyStall)
+func verifyPath(stages *registry.Registry, path string) error {
+	return Verify(context.Background(), io.Discard, stages, path, DefaultVerifyStall)
 }
 
 // ErrNotRecovered is wrapped by the error of a file recover left as it
@@ -343,7 +347,7 @@ var ErrNotRecovered = errors.New("left as it was")
 // untouched, and the error wraps ErrNotRecovered. So does a temporary name
 // that is a symbolic link: recover renames files, not links. Otherwise it
 // says on out what it renamed, then verifies the result as Verify does.
-func Recover(ctx context.Context, out io.Writer, path string, stall time.Duration) error {
+func Recover(ctx context.Context, out io.Writer, stages *registry.Registry, path string, stall time.Duration) error {
 	if _, ok := writer.FinalName(path); !ok {
 		if temp := writer.TempName(path); fileExists(temp) {
 			path = temp
@@ -363,7 +367,7 @@ func Recover(ctx context.Context, out io.Writer, path string, stall time.Duratio
 		return err
 	}
 	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
-	return Verify(ctx, out, final, stall)
+	return Verify(ctx, out, stages, final, stall)
 }
 
 // checkLayout opens the scan's file at path read-only and checks what

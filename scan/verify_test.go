@@ -54,7 +54,7 @@ func writeFrames(t *testing.T, path string, n int) {
 func TestVerifyStalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "scan.h5")
 	writeFrames(t, path, 20)
-	if err := Verify(context.Background(), io.Discard, path, time.Second); err != nil {
+	if err := Verify(context.Background(), io.Discard, stockStages(), path, time.Second); err != nil {
 		t.Fatalf("verify of a good file: %v", err)
 	}
 	// The stalled readings stay stalled until the test ends: a stuck
@@ -84,7 +84,7 @@ func TestVerifyStalls(t *testing.T) {
 				time.AfterFunc(200*time.Millisecond, func() { cancel(errors.New("terminated")) })
 			}
 			start := time.Now()
-			err := Verify(ctx, io.Discard, path, 500*time.Millisecond)
+			err := Verify(ctx, io.Discard, stockStages(), path, 500*time.Millisecond)
 			if d := time.Since(start); err == nil || !strings.Contains(err.Error(), tt.want) || d > 10*time.Second {
 				t.Errorf("stalled verify: %v after %v, want an error saying %q promptly", err, d, tt.want)
 			}
@@ -138,7 +138,7 @@ func TestRecoverLeavesUnreadableFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out bytes.Buffer
-			err := Recover(context.Background(), &out, part, 5*time.Second)
+			err := Recover(context.Background(), &out, stockStages(), part, 5*time.Second)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("recover of a sound file: %v\n%s", err, out.String())

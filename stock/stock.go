@@ -41,7 +41,7 @@ func Register(r *registry.Registry) error {
 }
 
 // gpuBatch is the frames per decode call on a GPU, which overlaps one
-// batch's copies with another's kernels.
+// call's copies with another's kernels; to be tuned on the hardware.
 const gpuBatch = 4
 
 // backends are gpu's backends with what each is and can do. Every one

@@ -34,7 +34,7 @@ func newInspectCmd() *cobra.Command {
 			if output != "" || cmd.Flags().Changed("max-side") {
 				return scan.Usage(errors.New("-o and --max-side go with --png FRAME"))
 			}
-			return scan.Inspect(cmd.OutOrStdout(), args[0])
+			return scan.Inspect(cmd.OutOrStdout(), stages, args[0])
 		},
 	}
 	cmd.Flags().IntVar(&pngFrame, "png", 0, "render this frame as a PNG picture (log scale, with a colour bar)")
@@ -48,7 +48,7 @@ func newInspectCmd() *cobra.Command {
 // picture cannot show (a frame missing, rejected or received damaged, a
 // module file absent) is said on notes, one line each.
 func renderPNG(notes io.Writer, path string, n int, output string, maxSide int) error {
-	fr, err := scan.ReadImage(notes, path, n)
+	fr, err := scan.ReadImage(notes, stages, path, n)
 	if err != nil {
 		return err
 	}

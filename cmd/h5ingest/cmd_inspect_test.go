@@ -63,7 +63,7 @@ func TestInspectPNGOfMaster(t *testing.T) {
 	defer r.Close()
 	const n = 3
 	var notes bytes.Buffer
-	fr, err := scan.ReadImage(&notes, master, n)
+	fr, err := scan.ReadImage(&notes, stages, master, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestInspectPNGOfMaster(t *testing.T) {
 			continue
 		}
 		file := filepath.Join(dir, m.File)
-		mf, err := scan.ReadImage(&notes, file, n)
+		mf, err := scan.ReadImage(&notes, stages, file, n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ the file could not be recovered (and then it keeps its temporary name, untouched
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return scan.Recover(ctx, cmd.OutOrStdout(), args[0], stall)
+			return scan.Recover(ctx, cmd.OutOrStdout(), stages, args[0], stall)
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")

@@ -35,7 +35,7 @@ bad, or the file could not be read.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return scan.Verify(ctx, cmd.OutOrStdout(), args[0], stall)
+			return scan.Verify(ctx, cmd.OutOrStdout(), stages, args[0], stall)
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up when reading the file makes no progress for this long (a damaged file)")

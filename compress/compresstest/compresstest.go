@@ -1,9 +1,12 @@
 // Package compresstest is the conformance suite of chunk codecs: a new
 // compress.Codec, a facility's own or h5ingest's, runs it with one line,
 //
-//	compresstest.Codec(t, codec, elemSize)
+//	compresstest.Codec(t, codec, elemSize, stages.ReadCodec)
 //
-// and it checks what the pipeline and the file's readers count on.
+// and it checks what the pipeline and the file's readers count on. The
+// reader is how h5ingest reads a file's filter pipeline back: a
+// registry's ReadCodec, which finds any registered codec by its filter,
+// or compress.FromFilters for h5ingest's own codecs alone.
 package compresstest
 
 import (
@@ -21,10 +24,10 @@ import (
 // codecs work in) and contents (sparse photon counts, all zeros, noise no
 // codec compresses), Encode appends to dst and stays within Bound, Decode
 // gives the image back, and a reader that knows only the file's filter
-// pipeline (compress.FromFilters of c.Filters()) decodes the chunk too.
-func Codec(t *testing.T, c compress.Codec, elemSize int) {
+// pipeline (read of c.Filters()) decodes the chunk too.
+func Codec(t *testing.T, c compress.Codec, elemSize int, read Reader) {
 	t.Helper()
-	reader, err := compress.FromFilters(c.Filters(), elemSize)
+	reader, err := read(c.Filters(), elemSize)
 	if err != nil {
 		t.Fatalf("no reader decodes the filters %v: %v", c.Filters(), err)
 	}
@@ -41,6 +44,11 @@ func Codec(t *testing.T, c compress.Codec, elemSize int) {
 		}
 	}
 }
+
+// Reader returns a codec that decodes the chunks of a dataset of the
+// filter pipeline filters and elemSize-byte pixels, as a file's reader
+// does: registry.Registry.ReadCodec, compress.FromFilters.
+type Reader func(filters []compress.Filter, elemSize int) (compress.Codec, error)
 
 // roundTrip encodes src after a prefix in dst, checks Bound and the
 // prefix, decodes it back and returns the chunk.

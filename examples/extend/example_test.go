@@ -89,7 +89,7 @@ func Example() {
 	fmt.Printf("layout %s, %d frames, filters %s\n", r.Layout, r.Frames, compress.FilterName(r.Filters[len(r.Filters)-1].ID))
 	fmt.Println("pixels below the threshold left:", below(r, threshold))
 	r.Close()
-	fmt.Println("verify:", scan.Verify(context.Background(), io.Discard, out, time.Minute))
+	fmt.Println("verify:", scan.Verify(context.Background(), io.Discard, stages, out, time.Minute))
 	// Output:
 	// layout other, 12 frames, filters deflate
 	// pixels below the threshold left: 0

@@ -1,7 +1,8 @@
 // Package extend shows how a facility adds its own stages to h5ingest
 // from a package of its own, without touching h5ingest's: a processor
 // stage that sets pixels below a noise threshold to zero, a file layout
-// that keeps only a NeXus entry with the frame stack, and a codec preset.
+// that keeps only a NeXus entry with the frame stack, a codec preset and
+// a codec of a filter h5ingest does not know (plain zstd, filter 32015).
 // A profile then chooses them by name (output.processors, output.layout,
 // output.compression). docs/extending.md explains each step; the
 // package's Example runs a scan with them.
@@ -33,8 +34,15 @@ func Register(r *registry.Registry, threshold uint32) error {
 		New: func() writer.Layout { return Flat{} }}); err != nil {
 		return err
 	}
-	return r.AddCodec(registry.Codec{Name: "deflate-max", Doc: "shuffle + deflate at level 9: smallest files every reader opens",
-		New: func(elemSize, _ int) (compress.Codec, error) { return compress.New("deflate", elemSize, 9) }})
+	if err := r.AddCodec(registry.Codec{Name: "deflate-max", Doc: "shuffle + deflate at level 9: smallest files every reader opens",
+		New:    func(elemSize, _ int) (compress.Codec, error) { return compress.New("deflate", elemSize, 9) },
+		Filter: compress.FilterDeflate, Read: compress.FromFilters}); err != nil {
+		return err
+	}
+	return r.AddCodec(registry.Codec{Name: "zstd", Doc: "plain Zstandard (HDF5 filter 32015, hdf5plugin.Zstd), one frame a chunk",
+		New:    func(_, level int) (compress.Codec, error) { return NewZstd(level) },
+		Filter: FilterZstd, Read: ReadZstd, Optional: true,
+		MinLevel: MinZstdLevel, MaxLevel: MaxZstdLevel})
 }
 
 // Threshold is a processor that sets every pixel below its threshold to

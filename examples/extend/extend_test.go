@@ -22,11 +22,10 @@ import (
 	"h5ingest/writer/writertest"
 )
 
-// replayWith replays a simulated scan under the profile text with the
-// stages of package extend registered, and returns the file's path.
-func replayWith(t *testing.T, text string) string {
+// extendStages returns h5ingest's own stages with package extend's
+// beside them, as a facility's program registers them.
+func extendStages(t *testing.T) *registry.Registry {
 	t.Helper()
-	dir := t.TempDir()
 	stages := registry.New()
 	if err := stock.Register(stages); err != nil {
 		t.Fatal(err)
@@ -34,6 +33,15 @@ func replayWith(t *testing.T, text string) string {
 	if err := extend.Register(stages, 100); err != nil {
 		t.Fatal(err)
 	}
+	return stages
+}
+
+// replayWith replays a simulated scan under the profile text with the
+// stages of package extend registered, and returns the file's path.
+func replayWith(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	stages := extendStages(t)
 	path := filepath.Join(dir, "p.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -126,10 +134,12 @@ func TestConformance(t *testing.T) {
 	if err := extend.Register(stages, 100); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := stages.Codec("deflate-max")
-	codec, err := c.New(4, 0)
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"deflate-max", "zstd"} {
+		c, _ := stages.Codec(name)
+		codec, err := c.New(4, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) { compresstest.Codec(t, codec, 4, stages.ReadCodec) })
 	}
-	compresstest.Codec(t, codec, 4)
 }
