@@ -84,6 +84,11 @@ type Sink interface {
 // The record of a processed frame keeps the CRC-32C of the payload as
 // received (the detector's data); its data CRC is that of the image as
 // processed and stored, so that verify proves the file.
+//
+// A processor that takes options, needs to know the scan (its plan, each
+// frame's image key) or shares state between workers comes from a Stage,
+// started with the scan and closed when it ends; NewProcessor is then the
+// stage's Processor method.
 type Processor interface {
 	// Process works on the decoded image of frame n: f.Height() rows of
 	// f.Width() little-endian pixels of f.PixelSize() bytes. It may

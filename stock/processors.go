@@ -10,7 +10,7 @@ func addProcessors(r *registry.Registry) error {
 	return r.AddProcessor(registry.Processor{
 		Name: "flatfield",
 		Doc: "corrects each projection with the scan's own darks and flats, (proj - dark)/(flat - dark), " +
-			"into a float32 preview beside the raw frames (options: to, dataset, bin, min, max, wait)",
+			"into a float32 preview beside the raw frames (options: to, dataset, bin, every, min, max, wait)",
 		Options: func() any { return flatfield.DefaultOptions() },
 		Start:   flatfield.Start,
 	})

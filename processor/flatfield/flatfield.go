@@ -51,6 +51,11 @@ type Options struct {
 	// pixels (a partial block at the right or bottom edge is left out);
 	// 1 keeps every pixel.
 	Bin int `mapstructure:"bin"`
+	// Every previews every Every-th frame from the first projection on
+	// (the projections among them); 1 previews each projection. A
+	// preview of a Pi-mega module takes milliseconds of one core: at the
+	// detector's full rate, a beamline previews a few a second.
+	Every int `mapstructure:"every"`
 	// Min and Max clip each corrected pixel before binning.
 	Min float64 `mapstructure:"min"`
 	Max float64 `mapstructure:"max"`
@@ -62,7 +67,7 @@ type Options struct {
 
 // DefaultOptions returns the options with their defaults.
 func DefaultOptions() *Options {
-	return &Options{To: ToDataset, Dataset: "/flatfield/preview", Bin: 1, Min: 0, Max: 2, Wait: 500 * time.Millisecond}
+	return &Options{To: ToDataset, Dataset: "/flatfield/preview", Bin: 1, Every: 1, Min: 0, Max: 2, Wait: 500 * time.Millisecond}
 }
 
 // Stage is the flatfield stage of one scan (pipeline.Stage).
@@ -113,6 +118,8 @@ func New(o Options, s pipeline.Scan) (*Stage, error) {
 		return nil, fmt.Errorf("to: %q, want dataset or stream", o.To)
 	case o.Bin < 1:
 		return nil, fmt.Errorf("bin: %d, want 1 or more", o.Bin)
+	case o.Every < 1:
+		return nil, fmt.Errorf("every: %d, want 1 or more", o.Every)
 	case math.IsNaN(o.Min) || math.IsNaN(o.Max) || o.Min >= o.Max:
 		return nil, fmt.Errorf("min %v, max %v: want min below max", o.Min, o.Max)
 	case o.Wait < 0:
@@ -280,6 +287,9 @@ func (w *worker) Process(n int, f frame.Format, image []byte) error {
 	}
 	switch key := st.keys[n]; {
 	case key == 0:
+		if (n-st.first)%st.opts.Every != 0 {
+			return nil
+		}
 		if !st.reference() {
 			st.noFlat.Add(1)
 			return nil
@@ -303,6 +313,19 @@ func (w *worker) correct(image []byte) {
 	lo, hi := float32(st.opts.Min), float32(st.opts.Max)
 	norm := 1 / float64(b*b)
 	two := st.format.PixelSize() == 2
+	if b == 1 {
+		for i := range st.oh * st.ow {
+			var p float32
+			if two {
+				p = float32(binary.LittleEndian.Uint16(image[2*i:]))
+			} else {
+				p = float32(binary.LittleEndian.Uint32(image[4*i:]))
+			}
+			v := min(max((p-st.dark[i])*st.scale[i], lo), hi)
+			binary.LittleEndian.PutUint32(w.buf[4*i:], math.Float32bits(v))
+		}
+		return
+	}
 	for oy := range st.oh {
 		clear(w.acc)
 		for y := oy * b; y < (oy+1)*b; y++ {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,7 +129,7 @@ func floats(b []byte) []float64 {
 	return out
 }
 
-func start(t *testing.T, f frame.Format, o Options, keys []int8) (*Stage, *previews) {
+func start(t testing.TB, f frame.Format, o Options, keys []int8) (*Stage, *previews) {
 	t.Helper()
 	p := &previews{}
 	st, err := New(o, pipeline.Scan{Format: f, Frames: len(keys), ImageKeys: keys, AddDataset: p.add})
@@ -188,6 +189,28 @@ func TestCorrect(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEvery checks that every: 3 previews every third frame from the
+// first projection, and no other.
+func TestEvery(t *testing.T) {
+	keys := tomo.ImageKeys()
+	o := *DefaultOptions()
+	o.Every = 3
+	st, out := start(t, format16, o, keys)
+	p, _ := st.Processor()
+	for n, img := range scene(format16, keys) {
+		p.Process(n, format16, img)
+	}
+	var got []int
+	for n := range len(keys) {
+		if _, ok := out.frames[n]; ok {
+			got = append(got, n)
+		}
+	}
+	if want := []int{5, 8}; !slices.Equal(got, want) {
+		t.Errorf("previews of frames %v, want %v", got, want)
 	}
 }
 
@@ -344,6 +367,7 @@ func TestStartRefuses(t *testing.T) {
 		{"stream", func(o *Options) { o.To = ToStream }, pipeline.Scan{}, "to: stream"},
 		{"to", func(o *Options) { o.To = "file" }, pipeline.Scan{}, `to: "file"`},
 		{"bin", func(o *Options) { o.Bin = 0 }, pipeline.Scan{}, "bin: 0"},
+		{"every", func(o *Options) { o.Every = 0 }, pipeline.Scan{}, "every: 0"},
 		{"bin too large", func(o *Options) { o.Bin = 100 }, pipeline.Scan{Format: format16, Frames: len(keys), ImageKeys: keys, AddDataset: add}, "larger than"},
 		{"clip", func(o *Options) { o.Min = 2 }, pipeline.Scan{}, "min 2, max 2"},
 		{"no plan", nil, pipeline.Scan{Format: format16, AddDataset: add}, "needs the scan's plan"},
