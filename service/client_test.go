@@ -1,8 +1,14 @@
 package service
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -44,5 +50,149 @@ func TestPythonClientTypes(t *testing.T) {
 			pos["x"] != 1.5 || m["note"] != "a=b" || req.ExperimentID != "20261234" {
 			t.Errorf("the runner got %s: %#v, experiment %q", req.ScanID, m, req.ExperimentID)
 		}
+	}
+}
+
+// cuttingProxy forwards TCP connections to backend, putting backend's
+// address in the requests' Host header, and cuts the first connection's
+// answer after its cut'th event: a network drop in the middle of a
+// stream of events. It keeps each request's head.
+type cuttingProxy struct {
+	ln      net.Listener
+	backend string
+	cut     int
+
+	mu    sync.Mutex
+	heads []string
+	conns []net.Conn
+}
+
+func newCuttingProxy(t *testing.T, backend string, cut int) *cuttingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttingProxy{ln: ln, backend: backend, cut: cut}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	go p.serve()
+	return p
+}
+
+func (p *cuttingProxy) serve() {
+	for n := 0; ; n++ {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(c, n == 0)
+	}
+}
+
+func (p *cuttingProxy) forward(c net.Conn, cut bool) {
+	defer c.Close()
+	b, err := net.Dial("tcp", p.backend)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	p.mu.Lock()
+	p.conns = append(p.conns, c, b)
+	p.mu.Unlock()
+	buf := make([]byte, 64<<10)
+	n, err := c.Read(buf)
+	if err != nil {
+		return
+	}
+	head := strings.Replace(string(buf[:n]), "Host: "+p.ln.Addr().String(), "Host: "+p.backend, 1)
+	p.mu.Lock()
+	p.heads = append(p.heads, head)
+	p.mu.Unlock()
+	if _, err := b.Write([]byte(head)); err != nil {
+		return
+	}
+	go io.Copy(b, c)
+	if !cut {
+		io.Copy(c, b)
+		return
+	}
+	var seen bytes.Buffer
+	for bytes.Count(seen.Bytes(), []byte("\n\n")) < p.cut {
+		n, err := b.Read(buf)
+		if err != nil {
+			return
+		}
+		seen.Write(buf[:n])
+		c.Write(buf[:n])
+	}
+}
+
+// TestPythonFollowerResumes: client.py's follower, its connection cut by
+// the network in the middle of a scan, reconnects with Last-Event-ID and
+// prints every event of the scan once, in order, without a gap.
+func TestPythonFollowerResumes(t *testing.T) {
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	r := &fakeRunner{planned: 100, tick: 10 * time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	proxy := newCuttingProxy(t, strings.TrimPrefix(c.base, "http://"), 3)
+	follow := exec.Command("/usr/bin/python3", "../tools/serve/client.py", "follow",
+		"--url", "http://"+proxy.ln.Addr().String(), "--scan-id", "fr1")
+	var out bytes.Buffer
+	follow.Stdout, follow.Stderr = &out, &out
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Process.Kill()
+	time.Sleep(300 * time.Millisecond) // the follower connects
+	if code, _ := c.do("POST", "/v1/scans", arm("fr1")); code != http.StatusCreated {
+		t.Fatalf("arm: %d", code)
+	}
+	done := make(chan error, 1)
+	go func() { done <- follow.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("follow: %v\n%s", err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("follow did not end with the scan:\n%s", out.String())
+	}
+	var ids []int
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var ev struct {
+			ID    int
+			Event string
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("follow printed %q", line)
+		}
+		ids = append(ids, ev.ID)
+		if len(names) == 0 || names[len(names)-1] != ev.Event {
+			names = append(names, ev.Event)
+		}
+	}
+	for i, id := range ids {
+		if id != i+1 {
+			t.Fatalf("event ids %v: a gap or a repeat at %d", ids, i)
+		}
+	}
+	if got := strings.Join(names, ","); got != "armed,first_frame,progress,file_finalised,done" {
+		t.Errorf("events %s", got)
+	}
+	proxy.mu.Lock()
+	heads := proxy.heads
+	proxy.mu.Unlock()
+	if len(heads) != 2 || strings.Contains(strings.ToLower(heads[0]), "last-event-id") || !strings.Contains(strings.ToLower(heads[1]), "last-event-id: 3\r\n") {
+		t.Errorf("the follower's requests: %q", heads)
 	}
 }
