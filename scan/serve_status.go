@@ -35,10 +35,14 @@ func (r *Runner) Modules() []int {
 	return slices.Clone(r.ModuleIDs)
 }
 
-// Storage returns where scans go before the first is armed: the default
-// profile's output directory, and the free space there.
+// Storage returns where scans go before the first is armed, and the free
+// space there: the data root where the operator gave one, else the
+// default profile's output directory.
 func (r *Runner) Storage() service.Storage {
-	dir := config.Default().Output.Directory
+	dir := r.DataRoot
+	if dir == "" {
+		dir = config.Default().Output.Directory
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}

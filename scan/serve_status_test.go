@@ -182,6 +182,10 @@ func TestRunnerStorage(t *testing.T) {
 	if st := r.Storage(); st.Directory == "" || st.Error != "" {
 		t.Errorf("before the first scan: %+v", st)
 	}
+	root := t.TempDir()
+	if st := (&Runner{DataRoot: root}).Storage(); st.Directory != root || st.FreeBytes <= 0 {
+		t.Errorf("with a data root: %+v", st)
+	}
 	if m := r.Modules(); !slices.Equal(m, []int{2, 3}) {
 		t.Errorf("modules %v", m)
 	}
