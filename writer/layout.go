@@ -151,7 +151,7 @@ func (b *Builder) nxtomo(l NXtomo) {
 	det := b.group(inst, "detector", "NXdetector")
 	b.stack(det, nxtomoStack)
 	b.attr(w.stack, "target", nxtomoStack)
-	key := b.column(det, "image_key", kindI8, 1, true, "", func() (unsafe.Pointer, int) { return ptr(w.imageKey), len(w.imageKey) })
+	key := b.perFrame(det, "/entry/instrument/detector/image_key", "image_key", ColumnImageKey)
 	b.attr(key, "target", "/entry/instrument/detector/image_key")
 	b.scalarF64(det, "x_pixel_size", o.PixelSize, "m")
 	b.scalarF64(det, "y_pixel_size", o.PixelSize, "m")
@@ -160,11 +160,11 @@ func (b *Builder) nxtomo(l NXtomo) {
 
 	sample := b.group(entry, "sample", "NXsample")
 	b.str(sample, "name", o.SampleName)
-	angle := b.column(sample, "rotation_angle", kindF64, 1, true, "degree", func() (unsafe.Pointer, int) { return ptr(w.angle), len(w.angle) })
+	angle := b.perFrame(sample, "/entry/sample/rotation_angle", "rotation_angle", ColumnRotationAngle)
 	b.attr(angle, "target", "/entry/sample/rotation_angle")
 
 	control := b.group(entry, "control", "NXmonitor")
-	b.column(control, "data", kindF64, 1, true, "", func() (unsafe.Pointer, int) { return ptr(w.monitor), len(w.monitor) })
+	b.perFrame(control, "/entry/control/data", "data", ColumnMonitor)
 
 	data := b.group(entry, "data", "NXdata")
 	b.attr(data, "signal", "data")
@@ -203,16 +203,43 @@ func (b *Builder) cxi() {
 		b.str(sample, "name", o.SampleName)
 	}
 	geom := b.group(sample, "geometry_1", "NXgeometry")
-	b.column(geom, "translation", kindF64, 3, true, "m", func() (unsafe.Pointer, int) {
-		if len(w.translation) == 0 {
-			return nil, 0
-		}
-		return unsafe.Pointer(&w.translation[0][0]), len(w.translation)
-	})
+	b.perFrame(geom, "/entry_1/sample_1/geometry_1/translation", "translation", ColumnTranslation)
 	data := b.group(entry, "data_1", "NXdata")
 	b.attr(data, "signal", "data")
 	b.softLink(data, cxiStack, "data")
 }
+
+// perFrame creates name in loc, whose absolute path is at, the column of
+// the plan's values v (Builder.Column), records its path in the root's
+// attribute h5ingest_<v>, and returns the dataset.
+func (b *Builder) perFrame(loc hid, at, name string, v PerFrame) hid {
+	w := b.w
+	var d hid
+	switch v {
+	case ColumnImageKey:
+		d = b.column(loc, name, kindI8, 1, true, "", func() (unsafe.Pointer, int) { return ptr(w.imageKey), len(w.imageKey) })
+	case ColumnRotationAngle:
+		d = b.column(loc, name, kindF64, 1, true, "degree", func() (unsafe.Pointer, int) { return ptr(w.angle), len(w.angle) })
+	case ColumnMonitor:
+		d = b.column(loc, name, kindF64, 1, true, "", func() (unsafe.Pointer, int) { return ptr(w.monitor), len(w.monitor) })
+	case ColumnTranslation:
+		d = b.column(loc, name, kindF64, 3, true, "m", func() (unsafe.Pointer, int) {
+			if len(w.translation) == 0 {
+				return nil, 0
+			}
+			return unsafe.Pointer(&w.translation[0][0]), len(w.translation)
+		})
+	default:
+		b.fail(fmt.Errorf("per-frame column %s: no plan values named %q", at, v))
+		return -1
+	}
+	b.attr(w.file, columnAttr(v), at)
+	return d
+}
+
+// columnAttr is the root's attribute that holds the path of the column of
+// the plan's values v.
+func columnAttr(v PerFrame) string { return "h5ingest_" + string(v) }
 
 // records creates the five per-frame record datasets in det.
 func (b *Builder) records(det hid) {

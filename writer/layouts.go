@@ -3,6 +3,7 @@ package writer
 import (
 	"errors"
 	"path"
+	"unsafe"
 )
 
 // Layout arranges a file: where the frame stack, the per-frame records and
@@ -49,10 +50,13 @@ func (CXI) StackPath() string { return cxiStack }
 func (CXI) Build(b *Builder) error { b.cxi(); return b.err }
 
 // Node is a group of the file a Builder creates.
-type Node struct{ id hid }
+type Node struct {
+	id   hid
+	path string // absolute
+}
 
 // Root returns the file's root group.
-func (b *Builder) Root() Node { return Node{b.w.file} }
+func (b *Builder) Root() Node { return Node{b.w.file, "/"} }
 
 // Options returns the options of the file being built.
 func (b *Builder) Options() Options { return b.w.opts }
@@ -60,7 +64,47 @@ func (b *Builder) Options() Options { return b.w.opts }
 // Group creates the group name in parent with its NeXus class (NX_class;
 // "" for none).
 func (b *Builder) Group(parent Node, name, class string) Node {
-	return Node{b.group(parent.id, name, class)}
+	return Node{b.group(parent.id, name, class), path.Join(parent.path, name)}
+}
+
+// PerFrame names a value of the scan plan for each frame, which a layout
+// stores with Builder.Column.
+type PerFrame string
+
+// The scan plan's per-frame values.
+const (
+	ColumnImageKey      PerFrame = "image_key"      // int8: 2 dark, 1 flat, 0 projection (Options.ImageKey)
+	ColumnRotationAngle PerFrame = "rotation_angle" // float64, degrees (Options.RotationAngle)
+	ColumnMonitor       PerFrame = "monitor"        // float64, the beam monitor (Options.Monitor)
+	ColumnTranslation   PerFrame = "translation"    // three float64 a frame, metres (Options.Translation)
+)
+
+// Column creates name in parent, the dataset of the plan's values v for
+// each frame: one value a frame (three for a translation), as many as the
+// scan's frames, growing with the frames in a scan of open length. The
+// root's attribute h5ingest_<v> records where it is, so that Reader
+// (ImageKey, RotationAngle, Translation) and inspect find it in any
+// layout.
+func (b *Builder) Column(parent Node, name string, v PerFrame) {
+	b.perFrame(parent.id, path.Join(parent.path, name), name, v)
+}
+
+// FloatColumn creates name in parent, a dataset of a layout's own float64
+// value for each frame, value(n) for frame n, with its units ("" for
+// none); as many as the scan's frames, growing with the frames in a scan
+// of open length. value is called from the writer's goroutine, once a
+// frame.
+func (b *Builder) FloatColumn(parent Node, name, units string, value func(n int) float64) {
+	w := b.w
+	var vals []float64
+	b.column(parent.id, name, kindF64, 1, true, units, func() (unsafe.Pointer, int) {
+		n := len(w.frameNumber)
+		for i := len(vals); i < n; i++ {
+			vals = append(vals, value(i))
+		}
+		vals = vals[:n]
+		return ptr(vals), n
+	})
 }
 
 // Attr sets the string attribute name of n.

@@ -233,30 +233,34 @@ func (r *Reader) FrameNumbers() ([]uint64, error) {
 	return readColumn[uint64](r, r.det+"/frame_number", kindU64, 1)
 }
 
-// ImageKey returns the image keys of an nxtomo file (nil for cxi).
+// ImageKey returns the image keys of a file whose layout stores them
+// (Builder.Column), nil for one whose layout does not.
 func (r *Reader) ImageKey() ([]int8, error) {
-	if r.Layout != LayoutNXtomo {
+	p, ok := r.columnPath(ColumnImageKey)
+	if !ok {
 		return nil, nil
 	}
-	return readColumn[int8](r, "/entry/instrument/detector/image_key", kindI8, 1)
+	return readColumn[int8](r, p, kindI8, 1)
 }
 
-// RotationAngle returns the rotation angles in degrees of an nxtomo file
-// (nil for cxi).
+// RotationAngle returns the rotation angles in degrees of a file whose
+// layout stores them, nil for one whose layout does not.
 func (r *Reader) RotationAngle() ([]float64, error) {
-	if r.Layout != LayoutNXtomo {
+	p, ok := r.columnPath(ColumnRotationAngle)
+	if !ok {
 		return nil, nil
 	}
-	return readColumn[float64](r, "/entry/sample/rotation_angle", kindF64, 1)
+	return readColumn[float64](r, p, kindF64, 1)
 }
 
-// Translation returns the scan positions in metres of a cxi file (nil for
-// nxtomo).
+// Translation returns the scan positions in metres of a file whose layout
+// stores them, nil for one whose layout does not.
 func (r *Reader) Translation() ([][3]float64, error) {
-	if r.Layout != LayoutCXI {
+	p, ok := r.columnPath(ColumnTranslation)
+	if !ok {
 		return nil, nil
 	}
-	v, err := readColumn[float64](r, "/entry_1/sample_1/geometry_1/translation", kindF64, 3)
+	v, err := readColumn[float64](r, p, kindF64, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +269,29 @@ func (r *Reader) Translation() ([][3]float64, error) {
 		copy(out[i][:], v[3*i:])
 	}
 	return out, nil
+}
+
+// earlierColumns are where files written before the root recorded its
+// columns (h5ingest_<values>) keep them: NXtomo's and CXI's places.
+var earlierColumns = map[PerFrame]string{
+	ColumnImageKey:      "/entry/instrument/detector/image_key",
+	ColumnRotationAngle: "/entry/sample/rotation_angle",
+	ColumnTranslation:   "/entry_1/sample_1/geometry_1/translation",
+}
+
+// columnPath returns where the file keeps the plan's values v: the path
+// the root's attribute h5ingest_<v> names, or in a file written before,
+// NXtomo's or CXI's place for them where it exists.
+func (r *Reader) columnPath(v PerFrame) (string, bool) {
+	if g, err := openGroup(r.file, "/"); err == nil {
+		p, err := readAttrStrings(g, columnAttr(v))
+		closeID(g)
+		if err == nil && len(p) == 1 && exists(r.file, p[0]) {
+			return p[0], true
+		}
+	}
+	p, ok := earlierColumns[v]
+	return p, ok && exists(r.file, p)
 }
 
 // readColumn reads the dataset at p, of width values per row, whole.

@@ -79,7 +79,8 @@ func (t *Threshold) Process(_ int, _ frame.Format, image []byte) error {
 }
 
 // Flat is a layout of one NeXus entry whose data group holds the frame
-// stack and its records: /entry/data/data.
+// stack and its records, /entry/data/data, with the plan's image keys and
+// rotation angles beside them (Builder.Column), which inspect reads back.
 type Flat struct{}
 
 // Name implements writer.Layout.
@@ -97,5 +98,7 @@ func (Flat) Build(b *writer.Builder) error {
 	data := b.Group(entry, "data", "NXdata")
 	b.Attr(data, "signal", "data")
 	b.Stack(data)
+	b.Column(data, "image_key", writer.ColumnImageKey)
+	b.Column(data, "rotation_angle", writer.ColumnRotationAngle)
 	return nil
 }

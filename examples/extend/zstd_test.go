@@ -19,7 +19,8 @@ import (
 // TestZstdEndToEnd replays a scan with the example's zstd codec, of a
 // filter h5ingest's own codecs do not know (32015), at a level h5ingest's
 // own zstd codec refuses, and reads the file back as h5ingest does:
-// verify proves it, inspect names the codec, the image reader decodes a
+// verify proves it, inspect names the codec (and reads the plan from the
+// flat layout's columns), the image reader decodes a
 // frame as the uncompressed file holds it, and h5py with hdf5plugin
 // reads it too. A program without the codec registered refuses the file
 // saying which filter it lacks.
@@ -49,8 +50,10 @@ func TestZstdEndToEnd(t *testing.T) {
 	if err := scan.Inspect(&in, stages, out); err != nil {
 		t.Fatal(err)
 	}
-	if want := "compression   zstd: filter 32015 (filter 32015: 4294967291)"; !strings.Contains(in.String(), want) {
-		t.Errorf("inspect says:\n%s\nwant a line with %q", in.String(), want)
+	for _, want := range []string{"compression   zstd: filter 32015 (filter 32015: 4294967291)", "plan          2 darks, 2 flats, 8 projections"} {
+		if !strings.Contains(in.String(), want) {
+			t.Errorf("inspect says:\n%s\nwant a line with %q", in.String(), want)
+		}
 	}
 	for _, n := range []int{0, 5, 11} {
 		got, err := scan.ReadImage(io.Discard, stages, out, n)
