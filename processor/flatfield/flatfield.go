@@ -89,6 +89,9 @@ type Stage struct {
 	darks, flats int
 	late         int           // reference frames that came after the reference was made
 	ready        chan struct{} // closed once every planned reference frame is in
+	madeCh       chan struct{} // closed once the reference is made
+	workers      int           // processors made: one per worker
+	waiting      int           // workers waiting for the reference
 	made         atomic.Bool   // dark and scale are set and never change again
 	dark, scale  []float32     // per pixel: the dark average, and 1/(flat - dark) or 0
 
@@ -129,7 +132,7 @@ func New(o Options, s pipeline.Scan) (*Stage, error) {
 	case s.AddDataset == nil:
 		return nil, errors.New("to: dataset: this scan writes no file of its own to add the previews to")
 	}
-	st := &Stage{opts: o, format: s.Format, keys: s.ImageKeys, ready: make(chan struct{}), first: -1}
+	st := &Stage{opts: o, format: s.Format, keys: s.ImageKeys, ready: make(chan struct{}), madeCh: make(chan struct{}), first: -1}
 	for i, k := range s.ImageKeys {
 		if k == 0 {
 			st.first = i
@@ -166,6 +169,9 @@ func New(o Options, s pipeline.Scan) (*Stage, error) {
 
 // Processor returns a worker's processor (pipeline.Stage).
 func (st *Stage) Processor() (pipeline.Processor, error) {
+	st.mu.Lock()
+	st.workers++
+	st.mu.Unlock()
 	return &worker{st: st, acc: make([]float64, st.ow), buf: make([]byte, 4*st.ow*st.oh)}, nil
 }
 
@@ -226,38 +232,57 @@ func (st *Stage) add(key int8, image []byte) {
 	}
 }
 
-// reference makes the reference once, after waiting up to Options.Wait
-// for the planned darks and flats, and reports whether there is one (a
-// flat came).
+// reference makes the reference once and reports whether there is one
+// (a flat came). The first projections wait for the planned darks and
+// flats still in other workers, up to Options.Wait, but never once every
+// worker waits: then no other frame can come until the reference is made.
 func (st *Stage) reference() bool {
 	if st.made.Load() {
 		return st.flats > 0 // flats no longer changes once made
 	}
-	t := time.NewTimer(st.opts.Wait)
-	select {
-	case <-st.ready:
-	case <-t.C:
+	st.mu.Lock()
+	st.waiting++
+	if st.waiting >= st.workers {
+		st.makeLocked()
 	}
-	t.Stop()
+	st.mu.Unlock()
+	if !st.made.Load() {
+		t := time.NewTimer(st.opts.Wait)
+		select {
+		case <-st.ready:
+		case <-st.madeCh:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !st.made.Load() {
-		for i := range st.dark {
-			var d, f float64
-			if st.darks > 0 {
-				d = st.darkSum[i] / float64(st.darks)
-			}
-			if st.flats > 0 {
-				f = st.flatSum[i] / float64(st.flats)
-			}
-			st.dark[i], st.scale[i] = float32(d), 0
-			if f-d > 0 {
-				st.scale[i] = float32(1 / (f - d))
-			}
-		}
-		st.made.Store(true)
-	}
+	st.waiting--
+	st.makeLocked()
 	return st.flats > 0
+}
+
+// makeLocked makes the reference from the darks and flats summed so far,
+// unless it is made; st.mu is held.
+func (st *Stage) makeLocked() {
+	if st.made.Load() {
+		return
+	}
+	for i := range st.dark {
+		var d, f float64
+		if st.darks > 0 {
+			d = st.darkSum[i] / float64(st.darks)
+		}
+		if st.flats > 0 {
+			f = st.flatSum[i] / float64(st.flats)
+		}
+		st.dark[i], st.scale[i] = float32(d), 0
+		if f-d > 0 {
+			st.scale[i] = float32(1 / (f - d))
+		}
+	}
+	st.made.Store(true)
+	close(st.madeCh)
 }
 
 // fail counts a preview not written and keeps the first error.

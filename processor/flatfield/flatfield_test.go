@@ -261,6 +261,37 @@ func TestSharedAcrossWorkers(t *testing.T) {
 	}
 }
 
+// TestEveryWorkerWaiting has each of two workers take a projection before
+// the last flat, which a third frame would bring: once both wait, nothing
+// else can come, so the reference is made at once, from what came, and
+// Close says so, rather than the scan stalling for Options.Wait.
+func TestEveryWorkerWaiting(t *testing.T) {
+	keys := tomo.ImageKeys()
+	images := scene(format16, keys)
+	o := *DefaultOptions()
+	o.Wait = time.Minute
+	st, out := start(t, format16, o, keys)
+	p0, _ := st.Processor()
+	p1, _ := st.Processor()
+	for n := range 4 { // frame 4, the last flat, never comes
+		p0.Process(n, format16, images[n])
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { p0.Process(5, format16, images[5]) })
+	wg.Go(func() { p1.Process(6, format16, images[6]) })
+	wg.Wait()
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("the workers waited %v", d)
+	}
+	if len(out.frames) != 2 {
+		t.Errorf("%d previews, want 2", len(out.frames))
+	}
+	if err := st.Close(); err == nil || !strings.Contains(err.Error(), "2 of 2 darks and 2 of 3 flats") {
+		t.Errorf("Close: %v", err)
+	}
+}
+
 // TestNoAllocation checks that no frame allocates once the reference is
 // made: neither a projection nor a late reference frame.
 func TestNoAllocation(t *testing.T) {
