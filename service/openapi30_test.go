@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 )
@@ -98,10 +100,10 @@ func responses(t *testing.T, spec []byte) map[string][]string {
 }
 
 // TestOpenAPIDocuments: the service serves OpenAPI 3.1 at /openapi.json and
-// 3.0 at /openapi-3.0.json; libopenapi validates both, the OAS 3.0 JSON
-// schema the 3.0 one (so no const, no patternDescription); both hold every
-// path and the same responses of each operation, and real requests and
-// answers of every new path, errors included, hold to both.
+// 3.0 at /openapi-3.0.json; libopenapi validates both, kin-openapi and the
+// OAS 3.0 JSON schema the 3.0 one (so no const, no patternDescription);
+// both hold every path and the same responses of each operation, and real
+// requests and answers of every new path, errors included, hold to both.
 func TestOpenAPIDocuments(t *testing.T) {
 	r := &statusRunner{fakeRunner: &fakeRunner{planned: 3, tick: time.Millisecond},
 		storage: Storage{Directory: "/data", FreeBytes: 1 << 30}}
@@ -115,6 +117,14 @@ func TestOpenAPIDocuments(t *testing.T) {
 	}
 	v31 := documentValidator(t, "3.1", spec31)
 	v30 := documentValidator(t, "3.0", spec30)
+
+	// kin-openapi, which reads 3.0 only, as many 3.0 generators do.
+	loader := openapi3.NewLoader()
+	if kin, err := loader.LoadFromData(spec30); err != nil {
+		t.Errorf("kin-openapi cannot load /openapi-3.0.json: %v", err)
+	} else if err := kin.Validate(context.Background()); err != nil {
+		t.Errorf("kin-openapi: %v", err)
+	}
 
 	var doc30 map[string]any
 	json.Unmarshal(spec30, &doc30)
