@@ -15,6 +15,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/registry"
 	"h5ingest/stream"
 	"h5ingest/version"
 )
@@ -26,14 +27,16 @@ type liveSetup struct {
 	series   stream.Series
 	maxChunk int
 	modules  []config.Module
+	err      error // why the stream cannot carry the codec's chunks
 }
 
 // newLiveSetup returns the live stream a scan of format writes under the
 // profile, or nil where the profile asks for none.
-func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, path string, user map[string]any, maxChunk int) *liveSetup {
+func newLiveSetup(stages *registry.Registry, profile config.Profile, pl plan.Plan, format frame.Format, path string, user map[string]any, maxChunk int) *liveSetup {
 	if profile.Stream.Address == "" {
 		return nil
 	}
+	compression, err := streamCompression(stages, profile.Output.Compression)
 	d := profile.Detector
 	s := stream.Series{
 		ScanID:          strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)),
@@ -41,7 +44,7 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 		Width:           format.Width(),
 		Height:          format.Height(),
 		ElemSize:        format.PixelSize(),
-		Compression:     profile.Output.Compression,
+		Compression:     compression,
 		Images:          pl.Frames(),
 		PixelSize:       d.PixelSize,
 		Energy:          d.Energy,
@@ -89,12 +92,32 @@ func newLiveSetup(profile config.Profile, pl plan.Plan, format frame.Format, pat
 			s.Rotation = &stream.Axis{Start: pl.AngleStart, Increment: (pl.AngleEnd - pl.AngleStart) / float64(n)}
 		}
 	}
-	return &liveSetup{keys: profile.Stream, series: s, maxChunk: maxChunk, modules: d.Modules}
+	return &liveSetup{keys: profile.Stream, series: s, maxChunk: maxChunk, modules: d.Modules, err: err}
+}
+
+// streamCompression returns the Stream V2 compression of the chunks of
+// the codec named codec, as its entry in stages says: "bslz4" or "lz4",
+// or "" for the pixels as they are.
+func streamCompression(stages *registry.Registry, codec string) (string, error) {
+	if stages == nil {
+		return "", errNoRegistry
+	}
+	c, ok := stages.Codec(codec)
+	switch {
+	case !ok || c.Stream == registry.StreamNone:
+		return "", fmt.Errorf("compression %s has no Stream V2 encoding", codec)
+	case c.Stream == registry.StreamRaw:
+		return "", nil
+	}
+	return c.Stream, nil
 }
 
 // open binds the stream of module: the profile's port, plus the module's
 // index in a detector of several.
 func (l *liveSetup) open(scanID string, module int) (*stream.Stream, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
 	addr := l.keys.Address
 	if len(l.modules) > 1 {
 		host, port, _ := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://")) // validated with the profile

@@ -156,7 +156,7 @@ func Open(path string, o Options) (*Module, error) {
 		zap.Bool("backend_shuffle", out.BackendShuffle))
 	m := &Module{output: path, planned: plan.Frames(), out: orDiscard(o.Out), errs: orDiscard(o.Errs), file: file, pipeline: p,
 		closeBackend: closeBackend, log: log, watch: watch, procs: procs,
-		liveSetup: newLiveSetup(profile, plan, format, path, user, codec.Bound(format.ImageSize()))}
+		liveSetup: newLiveSetup(o.Stages, profile, plan, format, path, user, codec.Bound(format.ImageSize()))}
 	if !o.Quiet {
 		m.report = o.Progress
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/registry"
@@ -74,5 +75,26 @@ func TestSourcesChosenByTransport(t *testing.T) {
 	_, err = NewAcquisition(acquireOptions(t, silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), freePort(t)))
 	if err == nil || !strings.Contains(err.Error(), "key source.transport: silent cannot receive a scan") {
 		t.Errorf("acquire of a source that cannot receive: %v", err)
+	}
+}
+
+// TestStreamCompression checks that the live stream carries a codec's
+// chunks as its registry entry says, a facility's codec's too, and
+// refuses a codec that has no Stream V2 encoding.
+func TestStreamCompression(t *testing.T) {
+	stages := testStages(t)
+	if err := stages.AddCodec(registry.Codec{Name: "lz4-fast", Doc: "a facility's LZ4", Stream: "lz4",
+		New: func(elemSize, _ int) (compress.Codec, error) { return compress.New("lz4", elemSize, 0) }}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ codec, want, err string }{
+		{"bslz4", "bslz4", ""}, {"lz4", "lz4", ""}, {"none", "", ""}, {"lz4-fast", "lz4", ""},
+		{"bszstd", "", "compression bszstd has no Stream V2 encoding"},
+		{"deflate", "", "compression deflate has no Stream V2 encoding"},
+	} {
+		got, err := streamCompression(stages, tc.codec)
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: %q (%v), want %q (%q)", tc.codec, got, err, tc.want, tc.err)
+		}
 	}
 }

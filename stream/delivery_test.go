@@ -86,7 +86,7 @@ func TestSlowConsumerGetsTheEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			s := testSeries(frames)
-			s.Width, s.Height, s.Compression = w, h, "none"
+			s.Width, s.Height, s.Compression = w, h, ""
 			st, err := Open(Config{Address: anyPort, Queue: 8, Linger: 15 * time.Second}, s, codec.Bound(len(chunk)))
 			if err != nil {
 				t.Error(err)
@@ -135,7 +135,7 @@ func TestStalledConsumerBoundsClose(t *testing.T) {
 	const w, h, frames = 512, 256, 40
 	chunk := make([]byte, w*h*4)
 	s := testSeries(frames)
-	s.Width, s.Height, s.Compression = w, h, "none"
+	s.Width, s.Height, s.Compression = w, h, ""
 	st, err := Open(Config{Address: anyPort, Queue: 4, SendTimeout: 20 * time.Millisecond, Linger: 500 * time.Millisecond}, s, len(chunk))
 	if err != nil {
 		t.Fatal(err)

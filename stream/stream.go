@@ -82,7 +82,9 @@ type Series struct {
 	Width    int       // image_size_x, pixels
 	Height   int       // image_size_y, pixels
 	ElemSize int       // bytes per pixel: 1, 2 or 4 (image_dtype)
-	// Compression is the chunks' codec: bslz4, lz4 or none.
+	// Compression is the chunks' Stream V2 compression, as their codec's
+	// registry entry says (registry.Codec.Stream): "bslz4" or "lz4",
+	// tagged as compressed arrays, or "" for the pixels as they are.
 	Compression string
 	Images      int     // number_of_images; 0 when the scan's length is unknown
 	PixelSize   float64 // pixel_size_x and _y, metres
@@ -187,9 +189,9 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 		return nil, errors.New("stream: no address")
 	}
 	switch s.Compression {
-	case "bslz4", "lz4", "none":
+	case "", "bslz4", "lz4":
 	default:
-		return nil, fmt.Errorf("stream: compression %s has no Stream V2 encoding (bslz4, lz4 or none)", s.Compression)
+		return nil, fmt.Errorf("stream: compression %q has no Stream V2 encoding here (bslz4, lz4, or the pixels as they are)", s.Compression)
 	}
 	if _, ok := typedArrayTag(s.ElemSize); !ok {
 		return nil, fmt.Errorf("stream: %d-byte pixels have no Stream V2 typed array here (1, 2 or 4)", s.ElemSize)

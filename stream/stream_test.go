@@ -301,7 +301,7 @@ func TestThinning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Address, tc.cfg.Queue = anyPort, 20
 			series := testSeries(20)
-			series.Compression = "none"
+			series.Compression = "" // the pixels as they are
 			st, err := Open(tc.cfg, series, codec.Bound(testW*testH*4))
 			if err != nil {
 				t.Fatal(err)

@@ -31,7 +31,7 @@ var stageNameUses = map[string]string{
 	"config/schema.go:Default":                "the built-in default profile",
 	"source/fabric/api.go:CheckProvider":      `"none", no provider found, not a codec`,
 	"stream/message.go:imageMessage":          "Stream V2's own names of its compressions, as DECTRIS defines them",
-	"stream/stream.go:Open":                   "the codecs Stream V2 carries, by name: to go when stream takes the codec entry's Stream encoding",
+	"stream/stream.go:Open":                   "Stream V2's own names of its compressions, which a codec's entry gives (registry.Codec.Stream)",
 	"examples/extend/extend.go:Register":      "a facility's preset names the codec it presets",
 	"bench/bench.go:Run":                      "the bench's fixed rows: uncompressed and bslz4, as its report names them",
 	"bench/bench.go:benchSteps":               "the bench's fixed rows",
