@@ -93,7 +93,8 @@ type observer struct {
 	// (serve): each scan's metrics and page replace the last one's, and
 	// no scan's end stops the server or writes a report.
 	persistent bool
-	last       *scanWatch // persistent: the scan shown now
+	last       []*scanWatch // persistent: the modules of the scan shown now
+	lastID     string       // and its scan id
 }
 
 // Start starts the observer's server, if it has an address and has not
@@ -205,7 +206,7 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 	w.progress.p = p
 	w.monitor = status.NewMonitor(scan, p.Progress, w.stages)
 	if obs.persistent {
-		obs.replace(w)
+		obs.replace(w, scan.ID)
 	}
 	if err := w.stages.Register(obs.reg, module); err != nil {
 		return err
@@ -425,18 +426,28 @@ func (m moduleMetrics) register(c prometheus.Collector) {
 	m.w.collectors = append(m.w.collectors, c)
 }
 
-// replace makes w the scan a persistent observer shows: the last scan's
-// metrics leave the registry and its page the server.
-func (o *observer) replace(w *scanWatch) {
-	if last := o.last; last != nil {
-		last.stages.Unregister(o.reg, last.module)
-		for _, c := range last.collectors {
-			o.reg.Unregister(c)
+// replace makes w, of scan id, one a persistent observer shows: those of
+// the last scan leave the registry and its page the server, those of
+// other modules of the same scan stay (a serve of several modules).
+func (o *observer) replace(w *scanWatch, id string) {
+	if id != o.lastID || slices.ContainsFunc(o.last, func(l *scanWatch) bool { return l.module == w.module }) {
+		for _, last := range o.last {
+			o.unshow(last)
 		}
-		if o.srv != nil {
-			o.srv.Remove(last.monitor)
-		}
-		o.monitors = slices.DeleteFunc(o.monitors, func(m *status.Monitor) bool { return m == last.monitor })
+		o.last = nil
 	}
-	o.last = w
+	o.last, o.lastID = append(o.last, w), id
+}
+
+// unshow takes the scan of a module, last, off the registry and the
+// server.
+func (o *observer) unshow(last *scanWatch) {
+	last.stages.Unregister(o.reg, last.module)
+	for _, c := range last.collectors {
+		o.reg.Unregister(c)
+	}
+	if o.srv != nil {
+		o.srv.Remove(last.monitor)
+	}
+	o.monitors = slices.DeleteFunc(o.monitors, func(m *status.Monitor) bool { return m == last.monitor })
 }

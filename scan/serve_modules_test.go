@@ -91,7 +91,9 @@ func startNode(t *testing.T, modules []int, profiles map[string]string) *nodeSer
 		}
 	}
 	log := jsonLog(io.Discard)
-	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: NewServingObserver(log), Stages: testStages(t)}, service.Config{})
+	obs := NewServingObserver(log)
+	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: obs, Stages: testStages(t)}, service.Config{})
+	svc.Handle("/", obs.Handler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +227,11 @@ func TestServeModules(t *testing.T) {
 			t.Errorf("%s: statuses %v, want %d ok", f.Path, got, n)
 		}
 	}
+	// /metrics shows every module of the scan, not the last to connect.
+	if _, metrics := s.call("GET", "/metrics", nil, nil); !strings.Contains(metrics, fmt.Sprintf(`h5ingest_frames_written_total{module="0"} %d`, n)) ||
+		!strings.Contains(metrics, fmt.Sprintf(`h5ingest_frames_written_total{module="1"} %d`, n)) {
+		t.Errorf("/metrics after s1 lacks a module's frames written:\n%s", grepLines(metrics, "h5ingest_frames_written_total"))
+	}
 
 	// Module 1 never connects: its sender tries module 0's port.
 	s.arm("short", "s2", n)
@@ -326,4 +333,15 @@ func TestServeModulesPorts(t *testing.T) {
 	if _, err := ModuleAddr(p, 3); err == nil || !strings.Contains(err.Error(), "past port 65535") {
 		t.Errorf("module 3 past the last port: %v", err)
 	}
+}
+
+// grepLines returns the lines of text that hold s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
