@@ -39,8 +39,8 @@ func (s *FlagSet) Add(names Names, flags ...Flag) {
 		if !ok {
 			panic("config: flag --" + f.Name + " sets no profile key " + f.Key)
 		}
-		help := f.Help
-		if help == "" {
+		help := f.Help + names.Allowed(f.Key)
+		if f.Help == "" {
 			help = names.KeyHelp(k)
 		}
 		switch d := defaults[f.Key].(type) {

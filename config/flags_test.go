@@ -32,7 +32,7 @@ func TestFlagSet(t *testing.T) {
 	if f := fs.Lookup("compression"); f.DefValue != d.Output.Compression || !strings.HasSuffix(f.Usage, ": bslz4 or none") {
 		t.Errorf("--compression: default %q, help %q", f.DefValue, f.Usage)
 	}
-	if f := fs.Lookup("level"); f.Usage != "compression level" {
+	if f := fs.Lookup("level"); f.Usage != "compression level (none 1 to 9)" { // what the names allow, after the flag's own help
 		t.Errorf("--level help %q", f.Usage)
 	}
 

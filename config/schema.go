@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"embed"
 	"errors"
 	"fmt"
@@ -114,11 +115,11 @@ var Keys = []Key{
 	{"output.template", "file name of a scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id; ends in .h5"},
 	{"output.layout", "file layout"},
 	{"output.compression", "chunk compression"},
-	{"output.level", "compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default"},
+	{"output.level", "compression level, one the codec takes; 0: the codec's default"},
 	{"output.flush_interval", "how often readers following the file see new frames, e.g. 1s"},
 	{"output.overwrite", "replace an existing file of the same name: true or false"},
 	{"output.processors", "processor stages every decoded image goes through, in order, before compression (a mask, a flat-field preview): each a name, or a map of its name and its options ({name: flatfield, bin: 4}); the file stores the images as the processors leave them; a list, empty for none"},
-	{"output.backend_shuffle", "do the bit transpose of bslz4 and bszstd on the decode backend (the GPU with cuda), leaving the CPU only LZ4 or zstd; the files do not change: true or false"},
+	{"output.backend_shuffle", "do the codec's bit transpose on the decode backend (the GPU with cuda), leaving the CPU only the compression; the files do not change: true or false"},
 	{"plan.darks", "dark fields at the start of a scan"},
 	{"plan.flats", "flat fields after the darks"},
 	{"plan.projections", "projections after the flats; 0 with no darks or flats: every frame is a projection"},
@@ -127,7 +128,7 @@ var Keys = []Key{
 	{"plan.sequence", `frames in order as kind:count, e.g. "flats:20,darks:10,projections:1800,flats:20"; replaces darks, flats and projections`},
 	{"plan.positions", "CSV file of the sample's scan positions for ptychography, x,y[,z] in metres, one line per frame; CXI files record them as translations; empty: none"},
 	{"status.address", "serve the status page and Prometheus metrics while a scan runs: [HOST]:PORT, or PORT alone for loopback; empty: off"},
-	{"stream.address", "send the scan's images to online analysis as DECTRIS Stream V2 (CBOR on a ZeroMQ PUSH socket) bound to tcp://HOST:PORT (31001 is Stream V2's port); module i of several binds PORT+i; needs compression bslz4, lz4 or none; empty: off"},
+	{"stream.address", "send the scan's images to online analysis as DECTRIS Stream V2 (CBOR on a ZeroMQ PUSH socket) bound to tcp://HOST:PORT (31001 is Stream V2's port); module i of several binds PORT+i; empty: off"},
 	{"stream.every", "stream every Nth image of the scan, for previews: 1 or more (1: each)"},
 	{"stream.max_rate", "stream at most this many images a second, for previews; 0: no limit"},
 	{"stream.queue", "images that may wait to be put in image_id order and sent, 1 to 1024; an image that finds the queue full is left out of the stream (never the file) and counted"},
@@ -211,16 +212,42 @@ func (n Names) Of(key string) ([]string, bool) {
 }
 
 // KeyHelp returns what k means, with the names it may take where it
-// names a stage.
+// names a stage, and what the stages allow where it depends on them (the
+// codecs' levels, the codecs with a bit transpose, those Stream V2
+// carries).
 func (n Names) KeyHelp(k Key) string {
 	names, ok := n.Of(k.Name)
 	if !ok {
-		return k.Help
+		return k.Help + n.Allowed(k.Name)
 	}
 	if len(names) == 0 {
 		return k.Help + " (none registered)"
 	}
 	return k.Help + ": " + OneOf(names)
+}
+
+// Allowed returns, for help, what the stages allow for key where it
+// depends on their properties: " (bszstd 1 to 22, deflate 1 to 9)" for
+// output.level; "" for other keys.
+func (n Names) Allowed(key string) string {
+	var list string
+	switch key {
+	case "output.level":
+		var levels []string
+		for _, c := range n.Codecs {
+			if i := n.CodecInfo[c]; i.MinLevel != 0 || i.MaxLevel != 0 {
+				levels = append(levels, fmt.Sprintf("%s %d to %d", c, i.MinLevel, i.MaxLevel))
+			}
+		}
+		list = cmp.Or(strings.Join(levels, ", "), "no codec takes one")
+	case "output.backend_shuffle":
+		list = "codecs with a bit transpose: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Transpose })), "none")
+	case "stream.address":
+		list = "codecs Stream V2 carries: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Stream })), "none")
+	default:
+		return ""
+	}
+	return " (" + list + ")"
 }
 
 // OneOf returns names as a person reads a choice: "a, b or c".
