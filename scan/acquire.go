@@ -301,11 +301,12 @@ func holdFiles(files Files, record string) (func(), error) {
 // peers refused meanwhile (a bad peer never ends the wait), until the
 // connect timeout or an interruption.
 //
-// A wait that times out after a sender was refused for want of
-// descriptors says so: the detector tried, and the process had run out of
-// files to open.
+// A wait that times out while the process had run out of descriptors
+// says so: a sender may have tried, and could not be taken.
 func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.Stream, error) {
 	var starved error // the last refusal for want of descriptors
+	watch := watchDescriptors()
+	defer watch.Stop()
 	for {
 		stream, err := l.Accept(sig.wait)
 		switch {
@@ -317,8 +318,8 @@ func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.St
 			continue
 		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
 			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s", sig.signal(), l.Addr()))
-		case errors.Is(err, fabric.ErrTimeout) && starved != nil:
-			return nil, fmt.Errorf("too many open files: a sender connected but the process had no descriptor left to take it (raise its limit, ulimit -n, or close what holds them): %w (then %w)", starved, err)
+		case errors.Is(err, fabric.ErrTimeout) && (starved != nil || watch.Stop()):
+			return nil, fmt.Errorf("too many open files: the process ran out of descriptors while it waited for the detector, so a sender that connected could not be taken (raise its limit, ulimit -n, or close what holds them): %w", err)
 		}
 		return stream, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -107,7 +108,7 @@ func (p *serveProcess) call(method, path string, body any) (int, map[string]any)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		p.t.Fatal(err)
+		p.t.Fatalf("%v\nserve said:\n%s", err, p.out.String())
 	}
 	defer resp.Body.Close()
 	var m map[string]any
@@ -335,5 +336,248 @@ func TestServePythonClient(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != filepath.Join(dir, "py1.h5") {
 		t.Errorf("client printed %q", got)
+	}
+}
+
+// TestServeRequestReachesOnlyWhatTheOperatorAllowed tries, against a
+// running serve, what a hostile request would: a file outside the data
+// root replaced (by a directory outside it, a path out of it, a link that
+// leads out, the overwrite key), the detector's port opened on every
+// interface, a profile that is not the operator's, a file of the data root
+// replaced, a directory made; a web page's requests (a no-cors fetch from
+// another origin, a page whose name was rebound to the service). Every one
+// is refused, naming the request field and never a command-line flag, and
+// nothing changes on disk; then a scan the operator allows is written
+// under the data root from a real sender.
+func TestServeRequestReachesOnlyWhatTheOperatorAllowed(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "6")
+	root, outside := filepath.Join(t.TempDir(), "data"), t.TempDir()
+	victim := filepath.Join(outside, "passwd")
+	for _, f := range []struct{ path, text string }{{victim, "root:x:0:0\n"}, {filepath.Join(root, "s0.h5"), "an older scan\n"}} {
+		os.MkdirAll(filepath.Dir(f.path), 0o755)
+		if err := os.WriteFile(f.path, []byte(f.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	port := operatorPort(t)
+	p := startServe(t, "", "--data-root", root)
+	req := func(id string, output string, overrides map[string]any) map[string]any {
+		r := map[string]any{"profile": "default", "scan_id": id, "plan": map[string]any{"projections": 6}}
+		if output != "" {
+			r["output"] = output
+		}
+		if overrides != nil {
+			r["overrides"] = overrides
+		}
+		return r
+	}
+	out := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return map[string]any{"output": m}
+	}
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		says string
+	}{
+		{"a directory outside", req("h1", "passwd", out("directory", outside)), "not under the data root"},
+		{"a path out of the root", req("h2", "passwd", out("directory", "../"+filepath.Base(outside))), "not under the data root"},
+		{"a link out of the root", req("h3", "passwd", out("directory", "out")), "leads out of the data root"},
+		{"a link, absolute", req("h4", "passwd", out("directory", filepath.Join(root, "out"))), "leads out of the data root"},
+		{"overwrite", req("h5", "passwd", out("directory", ".", "overwrite", true)), "body.overrides.output.overwrite"},
+		{"a file of the root", req("h6", "s0.h5", out("directory", ".")), "no request replaces a file"},
+		{"a file of the root, by template", req("s0", "", out("directory", root)), "no request replaces a file"},
+		{"a directory made", req("h7", "", out("directory", "new/sub")), "creates no directory"},
+		{"every interface", req("h8", "", map[string]any{"source": map[string]any{"address": "0.0.0.0"}}), "body.overrides.source"},
+		{"another port", req("h9", "", map[string]any{"source": map[string]any{"port": 22}}), "body.overrides.source"},
+		{"the stream's endpoint", req("h10", "", map[string]any{"stream": map[string]any{"address": "tcp://0.0.0.0:31001"}}), "body.overrides.stream.address"},
+		{"a profile file", map[string]any{"profile": "/etc/passwd", "scan_id": "h11"}, "not a built-in profile"},
+		{"a profile up the tree", map[string]any{"profile": "../../../../etc/passwd", "scan_id": "h12"}, "not a built-in profile"},
+	} {
+		code, e := p.call("POST", "/v1/scans", tc.body)
+		text := fmt.Sprint(e)
+		if code != http.StatusUnprocessableEntity || !strings.Contains(text, tc.says) {
+			t.Errorf("%s: %d %v, want 422 saying %q", tc.name, code, e, tc.says)
+		}
+		if strings.Contains(text, "--") || strings.Contains(text, "flag ") {
+			t.Errorf("%s: the answer names a command-line flag: %v", tc.name, e)
+		}
+	}
+	if l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port)); err != nil {
+		t.Errorf("the detector's port was opened by a refused request: %v", err)
+	} else {
+		l.Close()
+	}
+
+	// A web page: a no-cors fetch from another origin, a page whose name
+	// was rebound to the service.
+	u := strings.TrimPrefix(p.base, "http://")
+	_, portText, _ := net.SplitHostPort(u)
+	body := `{"profile":"default","scan_id":"web","plan":{"projections":6}}`
+	for name, raw := range map[string]string{
+		"no-cors fetch":  browserFetch(u, "http://evil.example", body),
+		"rebound name":   browserFetch("evil.example:"+portText, "http://evil.example:"+portText, body),
+		"rebound, plain": strings.Replace(browserFetch("evil.example:"+portText, "", body), "text/plain;charset=UTF-8", "application/json", 1),
+	} {
+		if code := rawCall(t, u, raw); code != http.StatusForbidden && code != http.StatusUnsupportedMediaType {
+			t.Errorf("%s: %d, want 403", name, code)
+		}
+	}
+	if code, st := p.call("GET", "/v1/scans", nil); code != http.StatusOK || len(st["scans"].([]any)) != 0 {
+		t.Errorf("refused requests left scans: %d %v", code, st)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "root:x:0:0\n" {
+		t.Errorf("the file outside the data root now holds %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "s0.h5")); string(b) != "an older scan\n" {
+		t.Errorf("the file of the data root now holds %q", b)
+	}
+	for d, n := range map[string]int{root: 2, outside: 1} {
+		if entries, _ := os.ReadDir(d); len(entries) != n {
+			t.Errorf("%s holds %d entries, want %d: %v", d, len(entries), n, entries)
+		}
+	}
+
+	// What the operator allows: a file name and compression, under the
+	// data root, from a real sender.
+	code, st := p.call("POST", "/v1/scans", req("ok", "ok.h5", map[string]any{"output": map[string]any{"directory": ".", "compression": "lz4"}}))
+	if code != http.StatusCreated {
+		t.Fatalf("the allowed arm: %d %v\n%s", code, st, p.out.String())
+	}
+	if code := run([]string{"send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--timeout", "20s"}); code != exitOK {
+		t.Fatalf("send: exit status %d\n%s", code, p.out.String())
+	}
+	_, st = p.call("GET", "/v1/scans/ok/wait?timeout=30", nil)
+	real, _ := filepath.EvalSymlinks(root)
+	if files, _ := st["files"].([]any); st["state"] != "done" || len(files) != 1 || files[0].(map[string]any)["path"] != filepath.Join(real, "ok.h5") {
+		t.Errorf("the allowed scan: %v\n%s", st, p.out.String())
+	}
+}
+
+// browserFetch is the request a browser sends for a page's
+// fetch("http://HOST/v1/scans", {method: "POST", mode: "no-cors", body})
+// from origin ("" for none).
+func browserFetch(host, origin, body string) string {
+	h := "POST /v1/scans HTTP/1.1\r\nHost: " + host + "\r\nAccept: */*\r\nContent-Type: text/plain;charset=UTF-8\r\n" +
+		fmt.Sprintf("Content-Length: %d\r\n", len(body))
+	if origin != "" {
+		h += "Origin: " + origin + "\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: cross-site\r\n"
+	}
+	return h + "Connection: close\r\n\r\n" + body
+}
+
+// rawCall sends the request text as it is to addr and returns the status
+// of the answer.
+func rawCall(t *testing.T, addr, text string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, text)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestServeDescriptorStorm: with serve allowed 160 open files, a scan is
+// armed, then 400 connections are opened from eight client addresses and
+// held, sending nothing, as a page of event streams nobody reads would:
+// the service answers those beyond its caps 503 at once, keeps answering
+// the control system, and the detector, connecting during the storm, is
+// taken: every frame written.
+func TestServeDescriptorStorm(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "20")
+	dir := t.TempDir()
+	port := operatorPort(t)
+	p := startServeLimited(t, "", 160, "--data-root", dir, "--preload-gpu=false")
+	if code, st := p.call("POST", "/v1/scans", armRequest("storm", dir, 20)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v\n%s", code, st, p.out.String())
+	}
+	addr := strings.TrimPrefix(p.base, "http://")
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	refused := 0
+	for i := range 400 {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%8))}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if b, _ := io.ReadAll(c); strings.HasPrefix(string(b), "HTTP/1.1 503") {
+			refused++
+		}
+	}
+	if refused < 400-64 {
+		t.Errorf("%d of 400 connections refused, want %d or more (64 held at most)", refused, 400-64)
+	}
+	start := time.Now()
+	if code, _ := p.call("GET", "/v1/scans/storm", nil); code != http.StatusOK || time.Since(start) > 2*time.Second {
+		t.Errorf("the control system during the storm: %d after %v", code, time.Since(start))
+	}
+	if code := run([]string{"send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--timeout", "20s"}); code != exitOK {
+		t.Fatalf("send during the storm: exit status %d\n%s", code, p.out.String())
+	}
+	_, st := p.call("GET", "/v1/scans/storm/wait?timeout=30", nil)
+	if c, _ := st["counts"].(map[string]any); st["state"] != "done" || c["ok"] != float64(20) {
+		t.Errorf("the scan during the storm: %v\n%s", st, p.out.String())
+	}
+}
+
+// TestServeOutOfDescriptorsSaysSo: where the operator's caps leave more
+// connections than serve may open files (40 here, caps raised), clients
+// that hold them starve the detector; the scan then fails saying so (too
+// many open files), not that no detector came.
+func TestServeOutOfDescriptorsSaysSo(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "5")
+	dir := t.TempDir()
+	port := operatorPort(t)
+	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "3s")
+	p := startServeLimited(t, "", 40, "--data-root", dir, "--preload-gpu=false", "--max-client-connections", "64")
+	if code, st := p.call("POST", "/v1/scans", armRequest("starved", dir, 5)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v\n%s", code, st, p.out.String())
+	}
+	addr := strings.TrimPrefix(p.base, "http://")
+	var held []net.Conn
+	for range 40 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(200 * time.Millisecond) // serve accepts what it can
+	code := run([]string{"send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--timeout", "2s"})
+	for _, c := range held {
+		c.Close()
+	}
+	if code == exitOK {
+		t.Fatalf("send with the receiver out of descriptors: exit status %d", code)
+	}
+	_, st := p.call("GET", "/v1/scans/starved/wait?timeout=30", nil)
+	if msg, _ := st["error"].(string); st["state"] != "failed" || !strings.Contains(msg, "too many open files") {
+		t.Errorf("the starved scan: %v, want failed saying too many open files\n%s", st, p.out.String())
 	}
 }

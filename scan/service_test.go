@@ -1,0 +1,77 @@
+package scan
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunnerOutputDir: a request's output directory lies under the data
+// root, links resolved, whichever way it is written; one that leaves it,
+// lexically or through a link, is refused, and nothing is created outside
+// it; a missing one is created only where the operator allows; without a
+// data root no request chooses a directory.
+func TestRunnerOutputDir(t *testing.T) {
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "data"), filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(root, "p42"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, to := range map[string]string{"out": outside, "in": filepath.Join(root, "p42"), "up": ".."} {
+		if err := os.Symlink(to, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The data root itself through a link: what a request names resolves
+	// under the real one.
+	rootLink := filepath.Join(base, "root-link")
+	if err := os.Symlink(root, rootLink); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dataRoot, dir string
+		create        bool
+		want, err     string // want: relative to root
+	}{
+		{root, ".", false, ".", ""},
+		{root, "p42", false, "p42", ""},
+		{root, root + "/p42", false, "p42", ""},
+		{root, "in", false, "p42", ""},
+		{rootLink, "p42", false, "p42", ""},
+		{rootLink, rootLink + "/p42", false, "p42", ""},
+		{root, "p42/../p42", false, "p42", ""},
+		{root, "new/sub", true, "new/sub", ""},
+		{root, "in/made", true, "p42/made", ""},
+		{root, "new2", false, "", "this serve creates no directory"},
+		{root, "..", false, "", "not under the data root"},
+		{root, "../outside", false, "", "not under the data root"},
+		{root, outside, false, "", "not under the data root"},
+		{root, "/", false, "", "not under the data root"},
+		{root, "out", false, "", "leads out of the data root"},
+		{root, "out/x", true, "", "leads out of the data root"},
+		{root, "up/outside", false, "", "leads out of the data root"},
+		{root, "file", false, "", "not a directory"},
+		{"", "p42", false, "", "no output directory from a request"},
+	} {
+		r := &Runner{DataRoot: tc.dataRoot, CreateDirs: tc.create}
+		got, err := r.outputDir(tc.dir)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s under %s: %q, %v; want an error saying %q", tc.dir, tc.dataRoot, got, err, tc.err)
+		case tc.err == "" && (err != nil || got != filepath.Join(root, tc.want)):
+			t.Errorf("%s under %s: %q, %v; want %s", tc.dir, tc.dataRoot, got, err, filepath.Join(root, tc.want))
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("directories made outside the data root: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(root, "new2")); err == nil {
+		t.Error("a directory was made without CreateDirs")
+	}
+}
