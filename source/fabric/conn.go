@@ -91,10 +91,11 @@ func (c *conn) quitting() bool {
 // the verbs provider caches registrations per domain, by address, and a
 // cache that outlived a ring could hand a later ring's registration the
 // pages of an unmapped one (docs/protocol.md).
-func openConn(fab *fi.Fabric, info *fi.Info, ctrl int) (c *conn, err error) {
-	c = &conn{info: info, ctrl: ctrl, injectSize: info.InjectSize(), maxMsg: info.MaxMessage()}
+func openConn(fab *fi.Fabric, info *fi.Info, ctrl int) (_ *conn, err error) {
+	c := &conn{info: info, ctrl: ctrl, injectSize: info.InjectSize(), maxMsg: info.MaxMessage()}
 	defer func() {
 		if err != nil {
+			c.info = nil // still the caller's, which rejects the request and closes it
 			c.close()
 		}
 	}()
