@@ -300,7 +300,9 @@ func (r *Module) Abort() {
 	if !r.closed {
 		r.closeLive(io.Discard)
 		r.watch.close()
-		r.procs.close()
+		if err := r.procs.close(); err != nil {
+			r.log.Warn("processor stage failed", zap.Error(err))
+		}
 		r.file.Close()
 		r.closeBackend()
 	}
