@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"h5ingest/config"
+	"h5ingest/pipeline"
 	"h5ingest/service"
 	"h5ingest/source/fabric"
 )
@@ -163,16 +164,16 @@ type nodeScan struct {
 func (s *nodeScan) Planned() int { return s.a.o.Plan.Frames() * len(s.files.Modules) }
 
 // Run receives every module of the scan, reporting its progress (the sum
-// of the modules', each module's to a service.ModuleReporter) a few times
-// a second, then verifies each file and the master. A module whose sender
+// of the modules', each module's to a service.ModuleReporter, and the
+// rates of all to a service.RateReporter) a few times a second, then verifies each file and the master. A module whose sender
 // never connects gets a file with every frame missing, and the scan ends
 // incomplete.
 func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result {
 	defer s.release()
 	ls := s.take()
-	mr, _ := rep.(service.ModuleReporter) // before rates wrap it
-	rep = s.view.reporting(rep)
-	defer s.view.end()
+	mr, _ := rep.(service.ModuleReporter)
+	rr, _ := rep.(service.RateReporter)
+	defer s.view.end() // the latest image, the first module's; rates are the modules' sum, here
 	sig := NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
 	defer sig.Close()
 	s.mu.Lock()
@@ -195,11 +196,15 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		defer progressWG.Done()
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
+		var meter rateMeter
 		for {
 			select {
 			case <-progressDone:
 				return
 			case <-t.C:
+				if rr != nil {
+					rr.Rates(meter.add(n.sum(func(m *Module) pipeline.Progress { return m.pipeline.Progress() }), time.Now()))
+				}
 				s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.pipeline.Progress()) }))
 			}
 		}
@@ -215,6 +220,9 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		res.Counts = service.Counts{Planned: planned, Missing: planned}
 		rep.Progress(res.Counts)
 		return res
+	}
+	if rr != nil {
+		rr.Rates(averageRates(n.sum(func(m *Module) pipeline.Progress { return m.progress })))
 	}
 	res.Counts = s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.progress) }))
 	for i, f := range s.files.Modules {
@@ -311,6 +319,26 @@ func (n *nodeRun) counts(planned int, by func(*Module) service.Counts) []service
 		}
 	}
 	return out
+}
+
+// sum returns what rates are measured from of the modules' progress, by
+// of each scan started: frames and bytes summed, the longest elapsed.
+func (n *nodeRun) sum(by func(*Module) pipeline.Progress) pipeline.Progress {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var sum pipeline.Progress
+	for _, m := range n.scans {
+		if m == nil {
+			continue
+		}
+		p := by(m)
+		sum.Received += p.Received
+		sum.Written += p.Written
+		sum.RawBytes += p.RawBytes
+		sum.StoredBytes += p.StoredBytes
+		sum.Elapsed = max(sum.Elapsed, p.Elapsed)
+	}
+	return sum
 }
 
 // receive takes a sender on each module's listener at once, each module

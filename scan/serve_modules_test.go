@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -203,6 +204,10 @@ func TestServeModules(t *testing.T) {
 	}
 	if len(st.Modules) != 2 {
 		t.Fatalf("s1's modules: %+v", st.Modules)
+	}
+	// The rates of an ended scan are over the whole scan: of every module.
+	if r := st.Rates; r.WindowSeconds <= 0 || math.Abs(r.FramesPerSecond*r.WindowSeconds-2*n) > 0.01 {
+		t.Errorf("s1's rates %+v: want %d frames over the window", r, 2*n)
 	}
 	for i, m := range st.Modules {
 		if m.Module != ids[i] || m.Counts.OK != n || m.Counts.Planned != n || m.Counts.Written != n {
