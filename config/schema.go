@@ -241,9 +241,9 @@ func (n Names) Allowed(key string) string {
 		}
 		list = cmp.Or(strings.Join(levels, ", "), "no codec takes one")
 	case "output.backend_shuffle":
-		list = "codecs with a bit transpose: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Transpose })), "none")
+		list = "codecs with a bit transpose: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Transpose })), "no codec has one")
 	case "stream.address":
-		list = "codecs Stream V2 carries: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Stream })), "none")
+		list = "codecs Stream V2 carries: " + cmp.Or(OneOf(codecsWith(n, func(c CodecInfo) bool { return c.Stream })), "no codec")
 	default:
 		return ""
 	}
