@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -579,5 +580,36 @@ func TestServeOutOfDescriptorsSaysSo(t *testing.T) {
 	_, st := p.call("GET", "/v1/scans/starved/wait?timeout=30", nil)
 	if msg, _ := st["error"].(string); st["state"] != "failed" || !strings.Contains(msg, "too many open files") {
 		t.Errorf("the starved scan: %v, want failed saying too many open files\n%s", st, p.out.String())
+	}
+}
+
+// TestServeHungProfile: a profile file that would block whoever opens it
+// (a FIFO, as a file on a hung mount does) holds up neither the service's
+// reads nor its SIGTERM: the arm naming it is refused at once, a second
+// arm is answered, and serve stops on a signal.
+func TestServeHungProfile(t *testing.T) {
+	profiles := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(profiles, "hung.yaml"), 0o644); err != nil {
+		t.Skipf("no FIFO here: %v", err)
+	}
+	p := startServe(t, "", "--profiles", profiles, "--preload-gpu=false")
+	start := time.Now()
+	code, e := p.call("POST", "/v1/scans", map[string]any{"profile": "hung.yaml", "scan_id": "h1"})
+	if code != http.StatusUnprocessableEntity || time.Since(start) > 5*time.Second {
+		t.Errorf("an arm naming a FIFO: %d %v after %v, want 422 at once", code, e, time.Since(start))
+	}
+	if code, _ := p.call("GET", "/v1/scans", nil); code != http.StatusOK {
+		t.Errorf("a read after it: %d", code)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v\n%s", err, p.out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("serve did not stop on SIGTERM:\n%s", p.out.String())
 	}
 }
