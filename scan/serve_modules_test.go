@@ -19,6 +19,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/service"
+	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 )
 
@@ -349,4 +350,92 @@ func grepLines(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// sendPaced sends the capture at path as module m to the port at fps
+// frames a second; the channel gives the sender's error.
+func sendPaced(path string, port int, m uint16, fps float64) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		r, err := capture.Open(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer r.Close()
+		s, err := fabric.DialWait(context.Background(), fabric.SenderConfig{Provider: "tcp", Addr: fmt.Sprintf("127.0.0.1:%d", port),
+			Timeout: 20 * time.Second, Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}})
+		if err != nil {
+			done <- err
+			return
+		}
+		if _, err = fabric.SendCapture(context.Background(), s, r, fps); err != nil {
+			s.Abort()
+		}
+		done <- err
+	}()
+	return done
+}
+
+// TestServeModulesStopCancel stops, then cancels, a scan of two modules
+// mid-scan, each module's sender at 40 frames a second: each ends with
+// every module's file listed and verified, each module's frames ok or
+// missing (none discarded: what arrived is written), and the sum as the
+// scan's counts.
+func TestServeModulesStopCancel(t *testing.T) {
+	const n = 40
+	port := freePorts(t, 2)
+	out := t.TempDir()
+	ids := []int{0, 1}
+	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
+	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	for _, tc := range []struct {
+		id, op string
+		state  service.State
+	}{
+		{"st", "stop", service.Incomplete},
+		{"ca", "cancel", service.Cancelled},
+	} {
+		s.arm("pair", tc.id, n)
+		sent := []<-chan error{sendPaced(caps[0], port, 0, 40), sendPaced(caps[1], port+1, 1, 40)}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var st service.Status
+			s.call("GET", "/v1/scans/"+tc.id, nil, &st)
+			if len(st.Modules) == 2 && st.Modules[0].Counts.Received >= 3 && st.Modules[1].Counts.Received >= 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no frames of both modules: %+v", tc.id, st)
+			}
+		}
+		if code, body := s.call("POST", "/v1/scans/"+tc.id+"/"+tc.op, nil, nil); code != http.StatusAccepted {
+			t.Fatalf("%s %s: %d %s", tc.op, tc.id, code, body)
+		}
+		st := s.wait(tc.id)
+		for i, c := range sent {
+			if err := <-c; err == nil {
+				t.Errorf("%s: module %d's sender sent every frame after the %s", tc.id, i, tc.op)
+			}
+		}
+		c := st.Counts
+		if st.State != tc.state || st.Error != "" || c.Planned != 2*n || c.OK+c.Missing != 2*n || c.Discarded != 0 || c.OK < 6 || c.Missing == 0 {
+			t.Errorf("%s after %s: %s %q %+v", tc.id, tc.op, st.State, st.Error, c)
+		}
+		if len(st.Modules) != 2 || st.Modules[0].Counts.OK+st.Modules[1].Counts.OK != c.OK {
+			t.Errorf("%s's modules %+v, counts %+v", tc.id, st.Modules, c)
+		}
+		for _, m := range st.Modules {
+			if m.Counts.OK+m.Counts.Missing != n || m.Counts.OK < 3 {
+				t.Errorf("%s's module %d: %+v", tc.id, m.Module, m.Counts)
+			}
+		}
+		if len(st.Files) != 3 {
+			t.Errorf("%s's files: %+v", tc.id, st.Files)
+		}
+		for _, f := range st.Files {
+			if err := Verify(context.Background(), io.Discard, stockStages(), f.Path, DefaultVerifyStall); !f.Verified || !errors.Is(err, ErrIncomplete) {
+				t.Errorf("%s: %+v, verify %v, want verified and incomplete", tc.id, f, err)
+			}
+		}
+	}
 }
