@@ -38,6 +38,10 @@ type served struct {
 	dir  string // the profile's output directory
 	logs *bytesBuffer
 	svc  *service.Service
+	// end ends the service as SIGTERM ends serve (its drain, then its
+	// shutdown) and returns what Serve returned; the test's end calls it
+	// too.
+	end func() error
 }
 
 // serveProfile is the profile file the tests' service scans with: frames
@@ -73,6 +77,12 @@ output:
 // startServed starts a scan service whose one profile file, "served", is
 // profile; its log (warnings and errors, JSON) goes to logs.
 func startServed(t *testing.T, profile string, dir string) *served {
+	return startServedDrain(t, profile, dir, 30*time.Second)
+}
+
+// startServedDrain is startServed with the drain timeout of serve's
+// --drain-timeout.
+func startServedDrain(t *testing.T, profile string, dir string, drain time.Duration) *served {
 	t.Helper()
 	profiles := t.TempDir()
 	if err := os.WriteFile(filepath.Join(profiles, "served"), []byte(profile), 0o644); err != nil {
@@ -88,15 +98,13 @@ func startServed(t *testing.T, profile string, dir string) *served {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.svc.Serve(ctx, ln, 30*time.Second)
-	}()
-	t.Cleanup(func() {
+	result := make(chan error, 1)
+	go func() { result <- s.svc.Serve(ctx, ln, drain) }()
+	s.end = sync.OnceValue(func() error {
 		cancel()
-		<-done
+		return <-result
 	})
+	t.Cleanup(func() { s.end() })
 	s.base = "http://" + ln.Addr().String()
 	return s
 }
@@ -528,4 +536,38 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 	if _, err := os.Stat(o.Files.Master); err != nil {
 		t.Errorf("master: %v", err)
 	}
+}
+
+// TestServeDrainTimeoutSaysSo ends a service (as SIGTERM ends serve)
+// while its scan has a backlog in the ring behind a slow pipeline, with a
+// drain timeout too short for it: Serve returns an error wrapping
+// service.ErrDrainTimeout (serve logs it as a warning and exits 1) naming
+// the scan and saying it was cancelled, and the file holds every frame
+// that was received, the rest recorded missing.
+func TestServeDrainTimeoutSaysSo(t *testing.T) {
+	const n, slots = 60, 16
+	dir, addr := t.TempDir(), freePort(t)
+	s := startServedDrain(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir, time.Millisecond)
+	s.arm("drain", n)
+	var sent atomic.Int64
+	result := sendRecords(t, captureRecords(t, simulate(t, bigFormat, n)), addr, &sent)
+	for deadline := time.Now().Add(60 * time.Second); sent.Load() < slots; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backlog: %d sent", sent.Load())
+		}
+	}
+	err := s.end()
+	if !errors.Is(err, service.ErrDrainTimeout) || !strings.Contains(err.Error(), "scan drain") || !strings.Contains(err.Error(), "cancelled") {
+		t.Errorf("Serve: %v, want an error wrapping ErrDrainTimeout naming the scan, cancelled", err)
+	}
+	select {
+	case <-result:
+	case <-time.After(time.Minute):
+		t.Fatal("the sender did not end")
+	}
+	got := statuses(t, filepath.Join(dir, "drain.h5"))
+	if got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusOK] == 0 {
+		t.Errorf("file: %v, want the frames received ok and the rest of %d missing", got, n)
+	}
+	t.Logf("Serve: %v; file %v, %d sent", err, got, sent.Load())
 }

@@ -48,7 +48,8 @@ const (
 // running scan for up to drain (see Drain) and shuts the server down. It
 // holds at most Config.MaxConns connections open, Config.MaxConnsPerClient
 // from one client address, answering any more 503 as they come. It
-// returns an error only when serving fails.
+// returns an error when serving fails, and Drain's when the drain timed
+// out and cancelled the scan (wrapping ErrDrainTimeout).
 func (s *Service) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	ln = newLimitListener(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerClient)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: ReadHeaderTimeout,
@@ -60,11 +61,11 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, drain time.Duratio
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	s.Drain(drain)
+	drained := s.Drain(drain)
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("serve: shut down: %w", err)
 	}
-	return nil
+	return drained
 }

@@ -476,22 +476,28 @@ func (s *Service) list() []Status {
 }
 
 // Drain stops the current scan, if there is one, as a stop request would,
-// and waits for it to end; after timeout it cancels it and waits for that.
-// From then on, the service arms no scan. Call it before the process
-// exits.
-func (s *Service) Drain(timeout time.Duration) {
+// and waits for it to end; after timeout it cancels it, waits for that,
+// and returns an error wrapping ErrDrainTimeout. From then on, the service
+// arms no scan. Call it before the process exits.
+func (s *Service) Drain(timeout time.Duration) error {
 	s.mu.Lock()
 	s.closing = true
 	j := s.current
 	s.mu.Unlock()
 	if j == nil {
-		return
+		return nil
 	}
 	s.stop(j.id, false)
 	select {
 	case <-j.done:
+		return nil
 	case <-time.After(timeout):
 		j.cancel()
 		<-j.done
+		return fmt.Errorf("scan %s: %w %v: it was cancelled, and ended %s", j.id, ErrDrainTimeout, timeout, j.snapshot().State)
 	}
 }
+
+// ErrDrainTimeout is wrapped by Drain's error when the running scan did
+// not drain in time and was cancelled.
+var ErrDrainTimeout = errors.New("the scan did not drain within the drain timeout of")

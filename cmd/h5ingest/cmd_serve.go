@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -73,7 +74,7 @@ name, or a POST that is not application/json, is refused.`,
 	fs.StringArrayVar(&f.hosts, "allow-host", nil, "a name clients reach the service by (its host name, a proxy's), besides its listen address; repeatable")
 	fs.IntVar(&f.maxConns, "max-connections", 64, "most HTTP connections open at once; more are answered 503")
 	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
-	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled")
+	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled (a warning, and serve exits 1)")
 	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
@@ -145,7 +146,13 @@ func serve(ctx context.Context, f *serveFlags) error {
 		case <-ctx.Done():
 		}
 	}()
-	return svc.Serve(ctx, ln, f.drain)
+	err = svc.Serve(ctx, ln, f.drain)
+	if errors.Is(err, service.ErrDrainTimeout) {
+		// The scan was cancelled rather than drained: its frames not
+		// written are counted discarded, and serve exits 1.
+		log.Warn("drain timeout: the running scan was cancelled", zap.Duration("drain_timeout", f.drain), zap.Error(err))
+	}
+	return err
 }
 
 // serveModules returns the modules a serve receives, from --module and
