@@ -138,7 +138,7 @@ func checkName(what, path string, temp bool) error {
 		if temp {
 			hint = fmt.Sprintf(", written first as %.20s…", name)
 		}
-		return fmt.Errorf("%s %s: a name of %d bytes%s, where a file system takes %d (shorten --scan-id, -o or output.template)",
+		return fmt.Errorf("%s %s: a name of %d bytes%s, where a file system takes %d (shorten the scan id, the output file name or output.template)",
 			what, path, len(name), hint, maxNameBytes)
 	}
 	if len(path) >= syscall.PathMax {
