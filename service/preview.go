@@ -25,9 +25,15 @@ type Imager interface {
 }
 
 // previewEvery bounds how often a preview is rendered, however many
-// clients ask: at most two a second. A request in between gets the last
-// picture rendered, when it is of the same scan and size.
-const previewEvery = 500 * time.Millisecond
+// clients ask: at most two a second, and less often where one rendering
+// takes longer than previewShare of the time (a full Pi-mega frame takes
+// about 0.4 s of a core), so that previews never take more than a quarter
+// of a core from the scan. A request in between gets the last picture
+// rendered, when it is of the same scan and size.
+const (
+	previewEvery = 500 * time.Millisecond
+	previewShare = 4
+)
 
 // previewCache holds the last picture rendered, of one scan at one size.
 type previewCache struct {
@@ -38,7 +44,7 @@ type previewCache struct {
 	key    uint64 // of the image rendered
 	number uint64 // its frame number
 	png    []byte
-	at     time.Time // of the last rendering, of any scan
+	next   time.Time // when the next rendering, of any scan, may start
 }
 
 func newPreviewCache() *previewCache {
@@ -65,7 +71,7 @@ func (s *Service) registerPreview() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-preview", Method: http.MethodGet, Path: "/v1/scans/{id}/preview.png",
 		Summary:     "A scan's latest image as a PNG picture",
-		Description: "As h5ingest inspect --png renders a frame: counts on a log scale with a colour bar. While the scan runs, the latest image decoded (kept a few times a second while someone looks); once it has ended, the last frame written to its file. Rendered at most twice a second: a request in between gets the last picture. 404 when the scan has no image yet.",
+		Description: "As h5ingest inspect --png renders a frame: counts on a log scale with a colour bar. While the scan runs, the latest image decoded (kept a few times a second while someone looks); once it has ended, the last frame written to its file. Rendered at most twice a second, and less often where one rendering takes long (a full-size frame of a large detector), so that previews take at most a quarter of a core: a request in between gets the last picture. 404 when the scan has no image yet.",
 		Errors:      []int{http.StatusNotFound, http.StatusInternalServerError, http.StatusServiceUnavailable},
 		Responses: map[string]*huma.Response{
 			"200": {Description: "The picture", Content: map[string]*huma.MediaType{
@@ -90,9 +96,8 @@ func (s *Service) registerPreview() {
 }
 
 // get returns the picture of the scan's latest image at side: the last
-// one rendered when it is of this scan, side and image, or was rendered
-// less than previewEvery ago; otherwise a new one, once previewEvery has
-// passed since the last rendering of any.
+// one rendered when it is of this scan, side and image, or when the next
+// rendering is not due yet; otherwise a new one, once it is due.
 func (c *previewCache) get(ctx context.Context, id string, im Imager, side int) ([]byte, uint64, error) {
 	select {
 	case <-c.turn:
@@ -101,10 +106,10 @@ func (c *previewCache) get(ctx context.Context, id string, im Imager, side int) 
 	}
 	defer func() { c.turn <- struct{}{} }()
 	same := c.scanID == id && c.side == side && c.png != nil
-	if same && time.Since(c.at) < previewEvery {
+	if same && time.Now().Before(c.next) {
 		return c.png, c.number, nil
 	}
-	if wait := previewEvery - time.Since(c.at); wait > 0 {
+	if wait := time.Until(c.next); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -126,6 +131,7 @@ func (c *previewCache) get(ctx context.Context, id string, im Imager, side int) 
 	case same && key == have:
 		return c.png, c.number, nil
 	}
+	start := time.Now()
 	pic, err := preview.Render(img, preview.Options{MaxSide: side, ColorBar: true})
 	if err != nil {
 		return nil, 0, huma.Error500InternalServerError(fmt.Sprintf("scan %s's frame %d", id, number), err)
@@ -135,6 +141,7 @@ func (c *previewCache) get(ctx context.Context, id string, im Imager, side int) 
 	if err := enc.Encode(&b, pic); err != nil {
 		return nil, 0, huma.Error500InternalServerError(fmt.Sprintf("scan %s's frame %d", id, number), err)
 	}
-	c.scanID, c.side, c.key, c.number, c.png, c.at = id, side, key, number, b.Bytes(), time.Now()
+	c.scanID, c.side, c.key, c.number, c.png = id, side, key, number, b.Bytes()
+	c.next = start.Add(max(previewEvery, previewShare*time.Since(start)))
 	return c.png, number, nil
 }

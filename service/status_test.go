@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -356,4 +357,49 @@ func TestPreview(t *testing.T) {
 	if code, _, _ := getPNG(t, c.base+"/v1/scans/nope/preview.png"); code != http.StatusNotFound {
 		t.Errorf("no such scan: %d", code)
 	}
+}
+
+// bigImager's latest image is a frame of 1024 x 1024 pixels, new at each
+// call.
+type bigImager struct{ key uint64 }
+
+func (b *bigImager) LatestImage(have uint64) (preview.Frame, uint64, uint64, error) {
+	b.key++
+	f := preview.Frame{Height: 1024, Width: 1024, ElemSize: 4, Data: make([]byte, 1024*1024*4)}
+	for i := 0; i < len(f.Data); i += 4 {
+		binary.LittleEndian.PutUint32(f.Data[i:], uint32(i%4093))
+	}
+	return f, b.key, b.key, nil
+}
+
+// TestPreviewCostBounded: where rendering a picture takes long (a large
+// frame at full size), the next one waits previewShare times as long, so
+// that previews take at most a quarter of a core however many clients
+// ask.
+func TestPreviewCostBounded(t *testing.T) {
+	c := newPreviewCache()
+	im := &bigImager{}
+	before := time.Now()
+	if _, _, err := c.get(context.Background(), "big", im, 0); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(before)
+	if gap := c.next.Sub(before); gap < previewEvery || took > previewEvery/previewShare && gap < previewShare*took*9/10 {
+		t.Errorf("a rendering of %v: the next may start %v later", took, gap)
+	}
+	if took > 2*time.Second {
+		return // the race detector's pace: the wait below would take long
+	}
+	// The same picture comes at once; another size waits its turn.
+	next := c.next
+	if b, _, err := c.get(context.Background(), "big", im, 0); err != nil || time.Since(before) > next.Sub(before) || im.key != 1 || len(b) == 0 {
+		t.Errorf("the same picture again: %v, after %v, %d images read", err, time.Since(before), im.key)
+	}
+	if _, _, err := c.get(context.Background(), "big", im, 512); err != nil {
+		t.Fatal(err)
+	}
+	if since := time.Since(before); since < next.Sub(before) {
+		t.Errorf("the second rendering ended %v after the first began, before it was due (%v)", since, next.Sub(before))
+	}
+	t.Logf("a frame of 1024 x 1024 pixels rendered in %v", took)
 }
