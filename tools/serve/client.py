@@ -306,7 +306,13 @@ def main(argv):
     prev.set_defaults(run=cmd_preview)
 
     args = ap.parse_args(argv)
-    return args.run(Service(args.url, args.token), args)
+    try:
+        return args.run(Service(args.url, args.token), args)
+    except urllib.error.HTTPError as e:
+        return refused(e)
+    except (urllib.error.URLError, OSError) as e:
+        print(f"cannot reach the service at {args.url}: {getattr(e, 'reason', e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
