@@ -120,6 +120,38 @@ func FromFilters(filters []Filter, elemSize int) (Codec, error) {
 	return nil, fmt.Errorf("compress: unsupported filter pipeline %v", ids)
 }
 
+// ReaderOf returns the reader of the files of the codec name of New: a
+// FromFilters that accepts only that codec's pipelines, so that a reader
+// of bslz4's files does not take bszstd's, whose filter is the same
+// (bitshuffle) with another compression in its values.
+func ReaderOf(name string) func(filters []Filter, elemSize int) (Codec, error) {
+	return func(filters []Filter, elemSize int) (Codec, error) {
+		c, err := FromFilters(filters, elemSize)
+		if err != nil {
+			return nil, err
+		}
+		if n := nameOf(c); n != name {
+			return nil, fmt.Errorf("compress: the filter pipeline is %s's, not %s's", n, name)
+		}
+		return c, nil
+	}
+}
+
+// nameOf returns the name in New of a codec of this package.
+func nameOf(c Codec) string {
+	switch c := c.(type) {
+	case *bitshuffleCodec:
+		return c.name
+	case *lz4Codec:
+		return "lz4"
+	case *deflateCodec:
+		return "deflate"
+	case none:
+		return "none"
+	}
+	return ""
+}
+
 // bitshuffleFromValues builds a bitshuffle codec from the filter's stored
 // cd_values, read the way the filter reads them: slot 2 element size, slot
 // 3 block size, slot 4 compression, slot 5 zstd level.

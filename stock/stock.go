@@ -72,7 +72,7 @@ const bszstdReaders = "bszstd (bitshuffle + zstd) files cannot be read with bits
 	"(hdf5plugin from PyPI); choose bslz4 for files that Debian 12's readers must open"
 
 // codecs are compress's codecs with what the program asks about each;
-// every one is read back from a file by compress.FromFilters.
+// each is read back from a file by compress.ReaderOf its name.
 var codecs = []registry.Codec{
 	{Name: "bslz4", Doc: "bitshuffle + LZ4 (HDF5 filter 32008), what detector files usually hold",
 		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, Stream: "bslz4"},
@@ -88,7 +88,7 @@ func addCodecs(r *registry.Registry) error {
 	for _, c := range codecs {
 		c.New = func(elemSize, level int) (compress.Codec, error) { return compress.New(c.Name, elemSize, level) }
 		if c.Filter != 0 {
-			c.Read = compress.FromFilters
+			c.Read = compress.ReaderOf(c.Name)
 		}
 		if err := r.AddCodec(c); err != nil {
 			return err
