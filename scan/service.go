@@ -418,6 +418,9 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 		}()
 	}
 	_, err := s.a.One(sig)
+	// The service keeps an ended scan for its status: not its Module (its
+	// pipeline, stages and buffers), which the closure holds.
+	s.a.o.OnScan = nil
 	close(progressDone)
 	progressWG.Wait()
 
