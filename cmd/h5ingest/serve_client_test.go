@@ -125,8 +125,10 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 		t.Fatalf("status once armed: %v\n%s\n%s", st, armOut.String(), p.out.String())
 	}
 
-	// The detector sends 40 frames at 40 a second: the scan runs a second.
-	sender := command("send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--fps", "40", "--timeout", "20s")
+	// The detector sends 40 frames at 10 a second: the scan runs four
+	// seconds, long enough for a loaded machine's polls (each preview is a
+	// Python process) to see it running with a rate.
+	sender := command("send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--fps", "10", "--timeout", "20s")
 	if err := sender.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +158,8 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 		t.Errorf("no status while running showed a rate; the last: %v", st)
 	} else {
 		r := running["scan"].(map[string]any)["rates"].(map[string]any)
-		if fps := r["frames_per_second"].(float64); fps > 80 || r["received_mb_per_second"].(float64) <= 0 || r["stored_mb_per_second"].(float64) <= 0 {
-			t.Errorf("rates of a 40 frames/s scan: %v", r)
+		if fps := r["frames_per_second"].(float64); fps > 30 || r["received_mb_per_second"].(float64) <= 0 || r["stored_mb_per_second"].(float64) <= 0 {
+			t.Errorf("rates of a 10 frames/s scan: %v", r)
 		}
 	}
 	if pictures == 0 {
