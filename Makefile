@@ -13,11 +13,14 @@ OUT      ?= out
 # Debian packages: C libraries for cgo, and the independent readers the
 # tests compare against (h5py + hdf5plugin, the C bitshuffle library,
 # dxchange, h5dump), headless chromium for the status page test, and
-# libzmq with the Python stream consumer's zmq and cbor2.
+# libzmq with the Python stream consumer's zmq and cbor2, the OpenAPI 3.0
+# schema and a validator for the service's 3.0 document, and systemd's
+# analyzer for the service unit.
 DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-16 \
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod \
 	python3-dxchange python3-tifffile python3-pandas chromium \
-	libzmq3-dev python3-zmq python3-cbor2
+	libzmq3-dev python3-zmq python3-cbor2 \
+	openapi-specification python3-jsonschema systemd
 
 .PHONY: all build deps test vet fmt-check unit race fuzz ptx-check demo bench-codecs clean
 
@@ -38,6 +41,9 @@ deps:
 			echo "missing Debian packages:" $$missing "(run make as root, or apt-get install them)"; exit 1; \
 		fi; \
 	fi
+	@# Every module the build and the tests need, so that make test runs
+	@# offline after make demo (go vet would otherwise fetch test-only ones).
+	$(GO) mod download
 
 # The version --version prints and every file and capture records.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
