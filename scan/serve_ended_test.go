@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 	"weak"
 
 	"go.uber.org/zap"
@@ -34,40 +35,80 @@ func (c *moduleCatcher) FileFinalised(service.File) {
 	}
 }
 
-// TestServeScanEndedKeepsNoModule runs a scan as the service runs it
-// (Prepare, Run) and checks that once Run has returned, the scan, which
-// the service keeps for its status (the last 16 of them), holds on to
-// nothing of its Module: its pipeline, stages and their buffers are
-// collected.
+// TestServeScanEndedKeepsNoModule runs scans as the service runs them
+// (Prepare, Run), of one module and of a node of two, and checks that
+// once Run has returned, the scan, which the service keeps for its status
+// (the last 16 of them), holds on to nothing of its Modules: their
+// pipelines, stages and buffers are collected.
 func TestServeScanEndedKeepsNoModule(t *testing.T) {
 	const n = 8
-	dir, addr := t.TempDir(), freePort(t)
-	profiles := t.TempDir()
-	if err := os.WriteFile(filepath.Join(profiles, "served"), []byte(serveProfile(bigFormat, addr, dir, 16, "deflate", 1)), 0o644); err != nil {
+	for _, tc := range []struct {
+		name string
+		// arm returns a Runner's scan of n frames and starts its senders,
+		// whose errors come on the channels.
+		arm func(t *testing.T) (service.Scan, []<-chan error)
+	}{
+		{"one module", func(t *testing.T) (service.Scan, []<-chan error) {
+			dir, addr := t.TempDir(), freePort(t)
+			r := &Runner{Profiles: profileFiles(t, "served", serveProfile(bigFormat, addr, dir, 16, "deflate", 1)), Log: zap.NewNop(), Stages: testStages(t)}
+			sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "served", ScanID: "one", Plan: &service.Plan{Projections: n}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sc, []<-chan error{send(t, simulate(t, bigFormat, n), addr, nil)}
+		}},
+		{"a node of two modules", func(t *testing.T) (service.Scan, []<-chan error) {
+			port, ids := freePorts(t, 2), []int{0, 1}
+			r := &Runner{Profiles: profileFiles(t, "pair", arrayProfileText(ids, port, t.TempDir(), 30*time.Second)), ModuleIDs: ids,
+				Log: zap.NewNop(), Stages: testStages(t)}
+			sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "pair", ScanID: "pair", Plan: &service.Plan{Projections: n}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sc, []<-chan error{sendSmall(t, simulateModule(t, smallFormat, n, 0), port, 0), sendSmall(t, simulateModule(t, smallFormat, n, 1), port+1, 1)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, sent := tc.arm(t)
+			var s *serveScan
+			switch sc := sc.(type) {
+			case *serveScan:
+				s = sc
+			case *nodeScan:
+				s = sc.serveScan
+			default:
+				t.Fatalf("a scan of %T", sc)
+			}
+			c := &moduleCatcher{s: s}
+			res := sc.Run(context.Background(), c)
+			for _, ch := range sent {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res.State != service.Done || res.Counts.OK != res.Counts.Planned || res.Counts.OK < n {
+				t.Fatalf("the scan: %+v", res)
+			}
+			if !c.caught {
+				t.Fatal("the scan never showed its Module")
+			}
+			runtime.GC()
+			runtime.GC()
+			if c.module.Value() != nil {
+				t.Error("an ended scan still holds its Module (its pipeline, stages and buffers)")
+			}
+			runtime.KeepAlive(sc)
+		})
+	}
+}
+
+// profileFiles returns a directory holding the profile file name with
+// text.
+func profileFiles(t *testing.T, name, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Profiles: profiles, Log: zap.NewNop(), Stages: testStages(t)}
-	armed, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "served", ScanID: "ended", Plan: &service.Plan{Projections: n}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := armed.(*serveScan)
-	sent := send(t, simulate(t, bigFormat, n), addr, nil)
-	c := &moduleCatcher{s: s}
-	res := s.Run(context.Background(), c)
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
-	if res.State != service.Done || res.Counts.OK != n {
-		t.Fatalf("the scan: %+v", res)
-	}
-	if !c.caught {
-		t.Fatal("the scan never showed its Module")
-	}
-	runtime.GC()
-	runtime.GC()
-	if c.module.Value() != nil {
-		t.Error("an ended scan still holds its Module (its pipeline, stages and buffers)")
-	}
-	runtime.KeepAlive(s)
+	return dir
 }
