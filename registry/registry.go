@@ -352,13 +352,20 @@ func (r *Registry) Names() config.Names {
 		Processors:       names(r.processors, func(p Processor) string { return p.Name }),
 		ProcessorOptions: r.processorOptions,
 		CodecInfo:        codecInfo(r.codecs),
-		Transposers: slices.DeleteFunc(names(r.backends, func(b Backend) string {
-			if !b.Transpose {
-				return ""
-			}
-			return b.Name
-		}), func(n string) bool { return n == "" }),
+		Transposers:      transposers(r.backends),
 	}
+}
+
+// transposers returns the names of the backends that do the bit
+// transpose.
+func transposers(backends []Backend) []string {
+	var out []string
+	for _, b := range backends {
+		if b.Transpose {
+			out = append(out, b.Name)
+		}
+	}
+	return out
 }
 
 // codecInfo returns what a profile may ask of each codec, by name.
