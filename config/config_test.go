@@ -167,6 +167,10 @@ func TestErrors(t *testing.T) {
 		{"plan", "plan:\n  darks: 3\n", nil, nil, "", "key plan.projections: 0 with darks or flats, want the projections too"},
 		{"sequence", "plan:\n  sequence: \"darks:3,whites:4\"\n", nil, nil, "", `key plan.sequence: "whites:4": want kind:count`},
 		{"angles", "plan:\n  angle_end: .inf\n", nil, nil, "", "key plan.angle_start: angles 0 to +Inf: must be finite (with plan.angle_end)"},
+		{"angles whose rotation overflows", "name: x\n", nil, map[string]FlagValue{
+			"plan.angle_start": {Value: -1.7e308, From: "request plan.angle_start"}, "plan.angle_end": {Value: 1.7e308, From: "request plan.angle_end"},
+			"plan.projections": {Value: 3, From: "request plan.projections"}},
+			"request plan.angle_start", "key plan.angle_start: angles -1.7e+308 to 1.7e+308: the rotation between them is not a finite number of degrees (with plan.angle_end)"},
 		{"not yaml", "detector: [unclosed\n", nil, nil, "", "not valid YAML"},
 		{"fraction", "plan:\n  darks: 1.5\n  projections: 10\n", nil, nil, "", "key plan.darks: 1.5, want a whole number"},
 		{"fraction port", "source:\n  port: 7100.9\n", nil, nil, "", "key source.port: 7100.9, want a whole number"},

@@ -85,8 +85,13 @@ var ErrTooLong = fmt.Errorf("more than the %d frames one scan may hold", MaxFram
 
 // Validate reports a plan that cannot be recorded.
 func (p Plan) Validate() error {
-	if math.IsNaN(p.AngleStart) || math.IsInf(p.AngleStart, 0) || math.IsNaN(p.AngleEnd) || math.IsInf(p.AngleEnd, 0) {
+	if !finite(p.AngleStart) || !finite(p.AngleEnd) {
 		return fmt.Errorf("angles %v to %v: must be finite", p.AngleStart, p.AngleEnd)
+	}
+	// Each angle lies between the two, but the step between them is their
+	// difference, which overflows for angles near the largest float64.
+	if !finite(p.AngleEnd - p.AngleStart) {
+		return fmt.Errorf("angles %v to %v: the rotation between them is not a finite number of degrees", p.AngleStart, p.AngleEnd)
 	}
 	total := 0
 	for i, s := range p.Steps {
@@ -103,6 +108,9 @@ func (p Plan) Validate() error {
 	}
 	return nil
 }
+
+// finite reports whether x is neither NaN nor an infinity.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // ImageKeys returns the image key of every frame of the plan.
 func (p Plan) ImageKeys() []int8 {

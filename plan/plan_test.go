@@ -101,3 +101,37 @@ func TestReadPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateAngles: a plan whose angles, or the rotation between them,
+// are not finite is refused, so that no file records NaN or infinite
+// angles; angles near the largest float64 whose difference is finite
+// give finite angles.
+func TestValidateAngles(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		start, end float64
+		ok         bool
+	}{
+		{"ordinary", 0, 180, true},
+		{"near the largest, close", 1.7e308, 1.79e308, true},
+		{"both signs of the largest", -1.7e308, 1.7e308, false},
+		{"downward overflow", 1.7e308, -1.7e308, false},
+		{"largest to lowest", math.MaxFloat64, -math.MaxFloat64, false},
+		{"NaN start", math.NaN(), 180, false},
+		{"infinite end", 0, math.Inf(1), false},
+	} {
+		p := Tomo(0, 0, 5, tc.start, tc.end)
+		err := p.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %g to %g: %v, want ok %v", tc.name, tc.start, tc.end, err, tc.ok)
+		}
+		if err != nil {
+			continue
+		}
+		for i, a := range p.Angles() {
+			if math.IsNaN(a) || math.IsInf(a, 0) {
+				t.Errorf("%s: angle %d is %g", tc.name, i, a)
+			}
+		}
+	}
+}
