@@ -92,11 +92,21 @@ func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
 
 // describeCodec names the codec of stages that reads a filter pipeline,
 // and the pipeline with its ids and stored values: "bslz4: bitshuffle
-// (filter 32008: 0 5 2 0 2)".
+// (filter 32008: 0 5 2 0 2)". A filter the file stores without its name
+// (a plugin's that libhdf5 did not load) is named as the codec names it.
 func describeCodec(stages *registry.Registry, filters []compress.Filter, elemSize int) string {
 	name := stages.CodecOf(filters, elemSize)
 	if name == "" {
-		name = "no codec of this h5ingest reads it"
+		return "no codec of this h5ingest reads it: " + describeFilters(filters)
+	}
+	if c, err := stages.ReadCodec(filters, elemSize); err == nil {
+		own := c.Filters()
+		filters = slices.Clone(filters)
+		for i := range filters {
+			if filters[i].Name == "" && i < len(own) && own[i].ID == filters[i].ID {
+				filters[i].Name = own[i].Name
+			}
+		}
 	}
 	return name + ": " + describeFilters(filters)
 }

@@ -50,7 +50,7 @@ func TestZstdEndToEnd(t *testing.T) {
 	if err := scan.Inspect(&in, stages, out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"compression   zstd: filter 32015 (filter 32015: 4294967291)", "plan          2 darks, 2 flats, 8 projections"} {
+	for _, want := range []string{"compression   zstd: zstd (filter 32015: 4294967291)", "plan          2 darks, 2 flats, 8 projections"} {
 		if !strings.Contains(in.String(), want) {
 			t.Errorf("inspect says:\n%s\nwant a line with %q", in.String(), want)
 		}
