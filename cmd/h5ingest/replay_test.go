@@ -31,10 +31,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// command returns an h5ingest process with the given arguments.
+// command returns an h5ingest process with the given arguments. It is
+// killed if the test binary dies first (a test's timeout), so that no serve
+// or acquire of a test outlives the run holding its ports.
 func command(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "H5INGEST_TEST_AS_COMMAND=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
