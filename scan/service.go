@@ -61,6 +61,14 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, errNoRegistry
 	}
 	refuse := func(err error) error { return &service.RefusedError{Reasons: []string{requestReason(err)}} }
+	// The API's schema allows only one path element in each; checked
+	// again here, whatever decoded the request.
+	if err := config.CheckScanID(req.ScanID); err != nil {
+		return nil, refuse(fmt.Errorf("scan_id: %w", err))
+	}
+	if req.Output != "" && !onePathElement(req.Output) {
+		return nil, refuse(fmt.Errorf("output %q: want one file name in the output directory, without / or \\, not . or ..", req.Output))
+	}
 	profile, pl, err := r.load(req)
 	if err != nil {
 		return nil, refuse(err)
@@ -120,6 +128,13 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(err)
 	}
 	return &serveScan{a: a, profile: profile, files: files, release: sync.OnceFunc(func() { a.Close(); release() })}, nil
+}
+
+// onePathElement reports whether name is one element of a path, the
+// same on every system: not empty, not . or .., without a separator or
+// NUL.
+func onePathElement(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\\\x00")
 }
 
 // requestReason says why a request was refused, in the request's terms

@@ -1,10 +1,16 @@
 package scan
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"h5ingest/service"
+
+	"go.uber.org/zap"
 )
 
 // TestRunnerOutputDir: a request's output directory lies under the data
@@ -73,5 +79,50 @@ func TestRunnerOutputDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "new2")); err == nil {
 		t.Error("a directory was made without CreateDirs")
+	}
+}
+
+// TestRunnerPrepareNamesStayInTheDirectory: whatever decoded the request,
+// Prepare refuses a scan_id or output that is not one path element,
+// naming the request field, not the command's flags, and makes nothing
+// outside the data root.
+func TestRunnerPrepareNamesStayInTheDirectory(t *testing.T) {
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: testStages(t)}
+	dot := "."
+	for _, tc := range []struct {
+		name, scanID, output, says string
+	}{
+		{"output up and out", "v1", "../outside/pwn.h5", "output"},
+		{"output absolute", "v2", outside + "/pwn.h5", "output"},
+		{"output dot-dot", "v3", "..", "output"},
+		{"output with a backslash", "v4", `..\pwn.h5`, "output"},
+		{"scan_id up and out", "../outside/x", "", "scan_id"},
+		{"scan_id dot-dot", "..", "", "scan_id"},
+	} {
+		req := service.ArmRequest{Profile: "default", ScanID: tc.scanID, Output: tc.output, Plan: &service.Plan{Projections: 3},
+			Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
+		sc, err := r.Prepare(context.Background(), req)
+		if err == nil {
+			sc.Release()
+			t.Errorf("%s: prepared", tc.name)
+			continue
+		}
+		var refused *service.RefusedError
+		if !errors.As(err, &refused) || len(refused.Reasons) != 1 || !strings.HasPrefix(refused.Reasons[0], tc.says+" ") && !strings.HasPrefix(refused.Reasons[0], tc.says+":") {
+			t.Errorf("%s: %v, want a refusal naming %s", tc.name, err, tc.says)
+		}
+		if strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: the refusal names a command-line flag: %v", tc.name, err)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("the directory outside the data root holds %v", entries)
 	}
 }

@@ -160,6 +160,11 @@ func TestRequestsReachOnlyTheAllowedKeys(t *testing.T) {
 		{"infinite metadata", `{"user_metadata":{"a":[1,2e308000]}}`, 400, []string{"user_metadata.a[1]: 2e308000"}},
 		{"negative rate", `{"overrides":{"stream":{"max_rate":-1}}}`, 422, []string{`body.overrides.stream.max_rate`}},
 		{"two values", `{"scan_id":"a"} {"scan_id":"b"}`, 400, []string{"more than one JSON value"}},
+		{"output, then OUTPUT", `{"output":"ok.h5","OUTPUT":"../outside/pwn.h5"}`, 422, []string{"body.OUTPUT", "unexpected property"}},
+		{"Output alone", `{"Output":"../outside/pwn.h5"}`, 422, []string{"body.Output", "unexpected property"}},
+		{"scan_id, then SCAN_ID", `{"scan_id":"c3","SCAN_ID":"../outside/c3"}`, 422, []string{"body.SCAN_ID", "unexpected property"}},
+		{"nested DIRECTORY", `{"overrides":{"output":{"directory":"p1","DIRECTORY":"/etc"}}}`, 422, []string{"body.overrides.output.DIRECTORY"}},
+		{"plan in capitals", `{"PLAN":{"projections":3}}`, 422, []string{"body.PLAN"}},
 	} {
 		body := tc.body
 		if !strings.Contains(body, "scan_id") {

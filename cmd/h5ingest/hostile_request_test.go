@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeCaseFoldedKeysStayInTheDataRoot: a request that gives a field
+// twice, once as the API spells it and once in other letter case
+// ("output" and "OUTPUT"), is judged by the first and decoded with the
+// second (encoding/json matches keys without regard to case, the last one
+// winning), so "OUTPUT": "../outside/x.h5" must be refused as the
+// lower-case "output" would be, and nothing may be made outside the data
+// root. The same for scan_id, whose refusal must name the request field,
+// not the command line's --scan-id.
+func TestServeCaseFoldedKeysStayInTheDataRoot(t *testing.T) {
+	smallDetector(t)
+	top := t.TempDir()
+	root, outside := filepath.Join(top, "root"), filepath.Join(top, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	operatorPort(t)
+	p := startServe(t, "", "--data-root", root, "--preload-gpu=false")
+	for _, tc := range []struct{ name, body string }{
+		{"output, then OUTPUT", `{"profile":"default","scan_id":"c1","output":"ok.h5","OUTPUT":"../outside/pwn.h5","plan":{"projections":3},"overrides":{"output":{"directory":"."}}}`},
+		{"output, then Output", `{"profile":"default","scan_id":"c2","output":"ok.h5","Output":"../outside/pwn.h5","plan":{"projections":3},"overrides":{"output":{"directory":"."}}}`},
+		{"scan_id, then SCAN_ID", `{"profile":"default","scan_id":"c3","SCAN_ID":"../outside/c3","plan":{"projections":3},"overrides":{"output":{"directory":"."}}}`},
+	} {
+		code, e := p.call("POST", "/v1/scans", []byte(tc.body))
+		text := fmt.Sprint(e)
+		if code == http.StatusCreated {
+			id, _ := e["scan_id"].(string)
+			p.call("POST", "/v1/scans/"+id+"/cancel", nil)
+			p.call("GET", "/v1/scans/"+id+"/wait?timeout=10", nil)
+			b, _ := json.Marshal(e)
+			t.Errorf("%s: armed (201), want 422: %s", tc.name, b)
+			continue
+		}
+		if code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d %v, want 422", tc.name, code, e)
+		}
+		if strings.Contains(text, "--") || strings.Contains(text, "flag ") {
+			t.Errorf("%s: the answer names a command-line flag: %v", tc.name, e)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("the directory outside the data root holds %v", entries)
+	}
+}
