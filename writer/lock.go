@@ -193,7 +193,7 @@ func lockOutput(path string) (*fileLock, error) {
 	name := LockName(path)
 	busy := 0
 	for range 10 {
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := openLock(name, syscall.O_RDWR|syscall.O_CREAT)
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
@@ -234,13 +234,55 @@ func lockOutput(path string) (*fileLock, error) {
 	return nil, fmt.Errorf("lock %s: %s keeps changing", path, name)
 }
 
+// ErrLockLink is returned, wrapped, when the lock file of an output is a
+// symbolic link, or a file with another name elsewhere (a hard link): a
+// writer truncates and writes its lock file, so it never follows one.
+var ErrLockLink = errors.New("is a link")
+
+// openLock opens the lock file name with flags (O_RDONLY, or O_RDWR and
+// O_CREAT), never through a symbolic link and never a file that has
+// another name: what it opens is a regular file in the output's
+// directory, or an error wrapping ErrLockLink says what is there.
+func openLock(name string, flags int) (*os.File, error) {
+	fd, err := syscall.Open(name, flags|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("lock file %s %w (symbolic link): refusing to write through it; remove it and start again", name, ErrLockLink)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "stat", Path: name, Err: err}
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		syscall.Close(fd)
+		return nil, fmt.Errorf("lock file %s is not a regular file (mode %#o): refusing to use it; remove it and start again", name, st.Mode&syscall.S_IFMT)
+	case st.Nlink > 1:
+		syscall.Close(fd)
+		return nil, fmt.Errorf("lock file %s %w (%d names of one file): refusing to write through it; remove it and start again", name, ErrLockLink, st.Nlink)
+	}
+	// Blocking again: reads and writes of a regular file do not block
+	// anyway, and the runtime poller has no part in them.
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
 // release removes the lock file and gives the lock back. Releasing nil
 // does nothing.
 func (l *fileLock) release() {
 	if l == nil || l.f == nil {
 		return
 	}
-	os.Remove(l.name)
+	// Only the name of this lock: a file put there meanwhile stays.
+	if sameFile(l.f, l.name) {
+		os.Remove(l.name)
+	}
 	l.f.Close()
 	l.f = nil
 }
@@ -249,7 +291,7 @@ func (l *fileLock) release() {
 // file path, and its process id (0 when unknown). It takes no lock and
 // creates nothing: it is the pre-scan check of a file another scan writes.
 func LockHolder(path string) (pid int, locked bool, err error) {
-	f, err := os.Open(LockName(path))
+	f, err := openLock(LockName(path), syscall.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, false, nil
 	}
@@ -301,12 +343,15 @@ func readPID(f *os.File) int {
 	return pid
 }
 
-// sameFile reports whether the open file f is the file at name.
+// sameFile reports whether the open file f is the file at name itself,
+// not a file a symbolic link at name points to.
 func sameFile(f *os.File, name string) bool {
-	a, err := f.Stat()
-	if err != nil {
+	var a, b syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &a); err != nil {
 		return false
 	}
-	b, err := os.Stat(name)
-	return err == nil && os.SameFile(a, b)
+	if err := syscall.Lstat(name, &b); err != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -163,5 +164,160 @@ func TestLockFullDisk(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("files left on the full disk: %v, want only the filler", entries)
+	}
+}
+
+// TestLockLinkRefused plants the lock file of a scan's output as a link
+// to a file elsewhere (symbolic, dangling, hard) or as a named pipe:
+// Create, CreateMaster, Hold and LockHolder refuse it with an error that
+// names the lock file, and the file it points to is left as it was, as is
+// the directory (no .part, no final file).
+func TestLockLinkRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(lock, victim string) error
+		want  string
+	}{
+		{"symbolic link", func(lock, victim string) error { return os.Symlink(victim, lock) }, "symbolic link"},
+		{"dangling symbolic link", func(lock, victim string) error { return os.Symlink(victim+".none", lock) }, "symbolic link"},
+		{"hard link", func(lock, victim string) error { return os.Link(victim, lock) }, "names of one file"},
+		{"named pipe", func(lock, _ string) error { return syscall.Mkfifo(lock, 0o644) }, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			victim := filepath.Join(dir, "victim")
+			if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			o := testOptions(dir, LayoutNXtomo, pipeNone)
+			m := masterOptions(dir, LayoutNXtomo)
+			for _, path := range []string{o.Path, m.Path} {
+				if err := tc.plant(LockName(path), victim); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var errs []error
+			_, err := Create(o)
+			errs = append(errs, err)
+			o.Overwrite = true
+			_, err = Create(o)
+			errs = append(errs, err)
+			errs = append(errs, CreateMaster(m))
+			_, err = Hold(o.Path)
+			errs = append(errs, err)
+			_, _, err = LockHolder(o.Path)
+			errs = append(errs, err)
+			for i, err := range errs {
+				if err == nil || !strings.Contains(err.Error(), LockName(o.Path)) && !strings.Contains(err.Error(), LockName(m.Path)) ||
+					!strings.Contains(err.Error(), tc.want) {
+					t.Errorf("call %d with the lock file a %s: %v, want an error naming the lock file and %q", i, tc.name, err, tc.want)
+				}
+			}
+			if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+				t.Errorf("the file the lock links to holds %q (%v), want it untouched", b, err)
+			}
+			for _, name := range []string{o.Path, TempName(o.Path), m.Path, TempName(m.Path)} {
+				if _, err := os.Lstat(name); !os.IsNotExist(err) {
+					t.Errorf("%s after the refused scans: %v, want none", name, err)
+				}
+			}
+		})
+	}
+}
+
+// TestTempLinkNotWrittenThrough plants a scan's temporary name
+// (.NAME.part) as a symbolic link to a file elsewhere: without Overwrite
+// the scan is refused; with it the link is removed and the scan writes a
+// new file of its own. Either way the file the link points to is left as
+// it was.
+func TestTempLinkNotWrittenThrough(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(dir, LayoutNXtomo, pipeNone)
+	m := masterOptions(dir, LayoutNXtomo)
+	for _, path := range []string{o.Path, m.Path} {
+		if err := os.Symlink(victim, TempName(path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Create(o); !errors.Is(err, ErrExists) {
+		t.Errorf("Create with its .part a link: %v, want ErrExists", err)
+	}
+	if err := CreateMaster(m); !errors.Is(err, ErrExists) {
+		t.Errorf("CreateMaster with its .part a link: %v, want ErrExists", err)
+	}
+	o.Overwrite, m.Overwrite = true, true
+	writeTestFile(t, o, pipeNone)
+	if err := CreateMaster(m); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Errorf("the file the .part linked to holds %d bytes beginning %q (%v), want it untouched", len(b), b[:min(len(b), 16)], err)
+	}
+	for _, path := range []string{o.Path, m.Path} {
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s: %v, want the scan's regular file", path, err)
+		}
+	}
+	checkKept(t, o.Path, o, o.Frames)
+}
+
+// TestRecoverLinkRefused: recover of a .NAME.part that is a symbolic link
+// refuses it, and neither the file it points to nor the final name is
+// touched.
+func TestRecoverLinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	part := filepath.Join(dir, ".x.h5.part")
+	if err := os.Symlink(victim, part); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recover(part); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("Recover of a link: %v, want refused as a symbolic link", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Errorf("the file the .part links to holds %q (%v), want it untouched", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "x.h5")); !os.IsNotExist(err) {
+		t.Errorf("final name after a refused recover: %v, want none", err)
+	}
+}
+
+// TestRenameNoReplace renames onto a free name, and refuses with
+// os.ErrExist a name that holds a file or a link, leaving both as they
+// were.
+func TestRenameNoReplace(t *testing.T) {
+	dir := t.TempDir()
+	from, to := filepath.Join(dir, "from"), filepath.Join(dir, "to")
+	if err := os.WriteFile(from, []byte("scan"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, plant := range []func() error{
+		func() error { return os.WriteFile(to, []byte("intruder"), 0o644) },
+		func() error { return os.Symlink(filepath.Join(dir, "none"), to) },
+	} {
+		os.Remove(to)
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		if err := renameNoReplace(from, to); !errors.Is(err, os.ErrExist) {
+			t.Errorf("rename onto an existing name: %v, want ErrExist", err)
+		}
+		if b, err := os.ReadFile(from); err != nil || string(b) != "scan" {
+			t.Errorf("source after a refused rename: %q, %v", b, err)
+		}
+	}
+	os.Remove(to)
+	if err := renameNoReplace(from, to); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(to); err != nil || string(b) != "scan" {
+		t.Errorf("after the rename: %q, %v", b, err)
 	}
 }

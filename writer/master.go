@@ -86,7 +86,7 @@ func CreateMaster(o MasterOptions) error {
 		}
 	}
 	w.initFrames()
-	f, err := createFile(w.temp, o.Overwrite)
+	f, err := createTemp(w.temp, o.Overwrite)
 	if err != nil {
 		lock.release()
 		return fmt.Errorf("create master %s: %w", o.Path, err)

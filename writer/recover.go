@@ -32,9 +32,14 @@ func Recover(temp string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("recover %s: not the temporary name of a scan's file (.NAME.part)", temp)
 	}
-	info, err := os.Stat(temp)
+	// A symbolic link is not followed: recover writes the file it
+	// finishes, and a link may point to any file.
+	info, err := os.Lstat(temp)
 	if err != nil {
 		return "", fmt.Errorf("recover %s: %w", temp, err)
+	}
+	if info.Mode()&os.ModeSymlink != 0 {
+		return "", fmt.Errorf("recover %s: a symbolic link, not a scan's file: refusing to follow it; recover the file it points to by its own .NAME.part name", temp)
 	}
 	if !info.Mode().IsRegular() {
 		return "", fmt.Errorf("recover %s: not a regular file", temp)
@@ -56,7 +61,10 @@ func Recover(temp string) (string, error) {
 		if errors.Is(err, os.ErrExist) {
 			return "", fmt.Errorf("recover %s: %s %w", temp, final, ErrExists)
 		}
-		if err := os.Rename(temp, final); err != nil {
+		if err := renameNoReplace(temp, final); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return "", fmt.Errorf("recover %s: %s %w", temp, final, ErrExists)
+			}
 			return "", fmt.Errorf("recover %s: %w", temp, err)
 		}
 		return final, nil

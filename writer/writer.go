@@ -25,6 +25,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/plan"
@@ -245,7 +247,7 @@ func Create(opts Options) (*Writer, error) {
 		}
 	}
 	w.initFrames()
-	f, err := createFile(w.temp, opts.Overwrite)
+	f, err := createTemp(w.temp, opts.Overwrite)
 	if err != nil {
 		return fail(err)
 	}
@@ -265,6 +267,21 @@ func Create(opts Options) (*Writer, error) {
 	w.lock = lock
 	w.lastFlush = time.Now()
 	return w, nil
+}
+
+// createTemp creates the HDF5 file temp, a scan's temporary name, as a new
+// file: never through a symbolic link or into a file another name shares.
+// With overwrite, what is at temp (a file of an interrupted scan, or a
+// link planted there) is removed first, the link itself and not what it
+// points to; a name that appears between the removal and the creation
+// fails the creation.
+func createTemp(temp string, overwrite bool) (hid, error) {
+	if overwrite {
+		if err := os.Remove(temp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return -1, fmt.Errorf("remove the temporary file of an earlier scan: %w", err)
+		}
+	}
+	return createFile(temp, false)
 }
 
 // initFrames fills the per-frame slices for the planned frames.
@@ -469,11 +486,12 @@ func (w *Writer) rename() error {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
 		}
-		// No hard links on this file system: rename after a last check.
-		if _, serr := os.Lstat(w.opts.Path); serr == nil {
-			return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
-		}
-		if err := os.Rename(w.temp, w.opts.Path); err != nil {
+		// No hard links on this file system: a rename that replaces
+		// nothing.
+		if err := renameNoReplace(w.temp, w.opts.Path); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
+			}
 			return fmt.Errorf("close %s: %w", w.opts.Path, err)
 		}
 		return nil
@@ -482,6 +500,26 @@ func (w *Writer) rename() error {
 		return fmt.Errorf("close %s: remove temporary name: %w", w.opts.Path, err)
 	}
 	return nil
+}
+
+// renameNoReplace renames from to to unless to exists (renameat2 with
+// RENAME_NOREPLACE); on a file system without it, it renames after a last
+// check that to does not exist.
+func renameNoReplace(from, to string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EEXIST) {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: os.ErrExist}
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		}
+		return nil
+	}
+	if _, err := os.Lstat(to); err == nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: os.ErrExist}
+	}
+	return os.Rename(from, to)
 }
 
 // fail makes err the Writer's sticky error (unless it has one) and gives
