@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -42,6 +43,9 @@ type AcquireOptions struct {
 	// OnScan, where set, is told of the scan of a lone module once it is
 	// set up, before its first frame: the scan service follows it.
 	OnScan func(*Module)
+	// OnWait, where set, is told where the acquire listens and for which
+	// modules, once it waits for the detector: the command says so.
+	OnWait func(addr netip.AddrPort, modules []int)
 }
 
 // Acquisition is an acquire set up, before it listens: its files, the
@@ -167,6 +171,18 @@ func (a *Acquisition) listen(cfg fabric.Config) (*fabric.Listener, error) {
 	return l, err
 }
 
+// waiting tells OnWait, where set, that the acquire waits on addr.
+func (a *Acquisition) waiting(addr netip.AddrPort) {
+	if a.o.OnWait == nil {
+		return
+	}
+	ids := make([]int, len(a.o.Files.Modules))
+	for i, m := range a.o.Files.Modules {
+		ids[i] = m.Module.ID
+	}
+	a.o.OnWait(addr, ids)
+}
+
 // Run listens for the detector and writes the scan: one module, or every
 // module of the files at once. stop ends it early (Stopper).
 func (a *Acquisition) Run(stop *Stopper) error {
@@ -192,6 +208,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 	defer l.Close()
 	sig.addListener(l)
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
+	a.waiting(l.Addr())
 	stream, err := acceptSender(sig, l, log)
 	if err != nil {
 		if errors.Is(err, ErrIncomplete) {
@@ -595,6 +612,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
 	defer m.abort()
 	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.Modules)))
+	a.waiting(l.Addr())
 	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
 	var rec *lockedRecorder
 	late := &lateModules{}

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"h5ingest/config"
 	"h5ingest/scan"
+	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,6 +83,11 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	a, err := scan.NewAcquisition(scan.AcquireOptions{
 		Options: s.options(profile, plan, log), Files: files, Listen: f.listen,
 		Record: f.record, ProfileName: s.profile, ScanID: s.scanID, Observer: &s.observe,
+		OnWait: func(addr netip.AddrPort, modules []int) {
+			if s.logLevel != "error" {
+				fmt.Fprintln(os.Stderr, waitingLine(addr, modules, profile.Source.Provider))
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -103,4 +111,18 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	stop.Notify(os.Interrupt, syscall.SIGTERM)
 	defer stop.Close()
 	return a.Run(stop)
+}
+
+// waitingLine is the line acquire prints while it waits for the detector:
+// where it listens, for which modules, with which provider.
+func waitingLine(addr netip.AddrPort, modules []int, provider string) string {
+	ids := make([]string, len(modules))
+	for i, m := range modules {
+		ids[i] = strconv.Itoa(m)
+	}
+	which := "module " + strings.Join(ids, "")
+	if len(ids) > 1 {
+		which = "modules " + strings.Join(ids, ",")
+	}
+	return fmt.Sprintf("h5ingest: waiting for %s on %s (provider %s)", which, addr, provider)
 }

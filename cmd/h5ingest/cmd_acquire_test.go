@@ -271,3 +271,38 @@ func TestAcquireRefusesOtherSenders(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireSaysWhereItWaits checks the one line acquire prints, at the
+// default log level, while it waits for the detector: where it listens,
+// for which modules and with which provider; and none with --log-level
+// error.
+func TestAcquireSaysWhereItWaits(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // "": no line
+	}{
+		{"one module", nil, "waiting for module 0 on ADDR (provider tcp)"},
+		{"every module of an array", []string{"--profile", "pimega-540d"}, "waiting for modules 0,1,2,3 on ADDR (provider tcp)"},
+		{"one module of an array", []string{"--profile", "pimega-540d", "--module", "2"}, "waiting for module 2 on ADDR (provider tcp)"},
+		{"log level error", []string{"--log-level", "error"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := freeAddr(t)
+			args := append([]string{"acquire", "--provider", "tcp", "--listen", addr, "--connect-timeout", "1s",
+				"-o", filepath.Join(t.TempDir(), "scan.h5")}, tt.args...)
+			_, _, stderr := runProcess(t, args...)
+			if !strings.Contains(stderr, "none in 1s") {
+				t.Fatalf("acquire did not wait for the detector:\n%s", stderr)
+			}
+			got := strings.Count(stderr, "waiting for")
+			switch want := "h5ingest: " + strings.Replace(tt.want, "ADDR", addr, 1) + "\n"; {
+			case tt.want == "" && got != 0:
+				t.Errorf("acquire says where it waits at --log-level error:\n%s", stderr)
+			case tt.want != "" && (got != 1 || !strings.HasPrefix(stderr, want)):
+				t.Errorf("acquire says:\n%s\nwant first, and once:\n%s", stderr, want)
+			}
+		})
+	}
+}
