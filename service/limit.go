@@ -1,30 +1,54 @@
 package service
 
 import (
+	"bufio"
+	"context"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // limitListener caps the connections a server holds open: at most max in
-// all and maxPer from one client address. A connection beyond either is
-// answered 503 and closed as soon as it is accepted, so that clients that
-// open connections and never close them (a page of event streams nobody
-// reads, a descriptor storm) cost the process no descriptor for long, and
-// leave room for the control system and the detector.
+// all and maxPer from one client address, so that clients that open
+// connections and never close them (a page of event streams nobody
+// reads, a descriptor storm) cannot take the process's descriptors from
+// the detector.
+//
+// A full cap does not lock the control system out: a new connection
+// beyond it takes the place of one that serves no control request, of
+// the same client where that client is at its cap, else of the client
+// that holds the most places. Of that client's connections, those
+// between requests, or still sending a request's head, go first, oldest
+// first, then those serving a long request (the event stream, wait) or a
+// request without the service's token (from off loopback, where the
+// service has none). Only where every place serves a control request is
+// the new connection refused: it is answered 503 once its request's head
+// is read (or after a second), so that its client sees why.
 type limitListener struct {
 	net.Listener
 	max, maxPer int
 
-	mu    sync.Mutex
-	total int
-	per   map[string]int // open connections by client address
+	mu       sync.Mutex
+	conns    map[*limitedConn]struct{}
+	per      map[string]int // open connections by client address
+	refusing chan struct{}  // places for connections being refused
 }
 
 func newLimitListener(l net.Listener, max, maxPer int) *limitListener {
-	return &limitListener{Listener: l, max: max, maxPer: maxPer, per: map[string]int{}}
+	return &limitListener{Listener: l, max: max, maxPer: maxPer, conns: map[*limitedConn]struct{}{},
+		per: map[string]int{}, refusing: make(chan struct{}, 16)}
 }
+
+// The states of a connection, as the handler marks them (hold).
+const (
+	connIdle      int32 = iota // between requests, or sending a request's head
+	connRequest                // serving a request that may make way
+	connProtected              // serving a control request
+)
 
 // tooMany is what a connection beyond the caps is told before it is
 // closed.
@@ -34,7 +58,8 @@ var tooMany = func() []byte {
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }()
 
-// Accept returns the next connection within the caps.
+// Accept returns the next connection, making way for it where the caps
+// are reached.
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -42,28 +67,95 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		client := clientAddr(c.RemoteAddr())
-		l.mu.Lock()
-		ok := l.total < l.max && l.per[client] < l.maxPer
-		if ok {
-			l.total++
-			l.per[client]++
+		for {
+			l.mu.Lock()
+			var victim *limitedConn
+			switch {
+			case l.per[client] >= l.maxPer:
+				victim = l.victim(client)
+			case len(l.conns) >= l.max:
+				victim = l.victim("")
+			default:
+				lc := &limitedConn{Conn: c, l: l, client: client, since: time.Now()}
+				l.conns[lc] = struct{}{}
+				l.per[client]++
+				l.mu.Unlock()
+				return lc, nil
+			}
+			l.mu.Unlock()
+			if victim == nil {
+				l.refuse(c)
+				break
+			}
+			victim.Close() // gives its place back
 		}
-		l.mu.Unlock()
-		if ok {
-			return &limitedConn{Conn: c, l: l, client: client}, nil
-		}
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		c.Write(tooMany)
-		c.Close()
 	}
 }
 
-func (l *limitListener) release(client string) {
+// victim returns the connection that makes way for a new one of client
+// ("" for any client): one of the client that holds the most places, so
+// that a flood from some addresses does not take the place of another's
+// connection that is still sending its request; of its connections the
+// oldest idle one, else the oldest serving a request that may make way.
+// It returns nil where every one serves a control request. l.mu is held.
+func (l *limitListener) victim(client string) *limitedConn {
+	var best *limitedConn
+	better := func(c *limitedConn) bool {
+		if n, m := l.per[c.client], l.per[best.client]; n != m {
+			return n > m
+		}
+		if st, bt := c.state.Load(), best.state.Load(); st != bt {
+			return st < bt
+		}
+		return c.since.Before(best.since)
+	}
+	for c := range l.conns {
+		if client != "" && c.client != client || c.state.Load() == connProtected {
+			continue
+		}
+		if best == nil || better(c) {
+			best = c
+		}
+	}
+	return best
+}
+
+// refuse answers c 503 after reading its request's head, for at most a
+// second, and closes it; where many are being refused at once, it closes
+// c at once.
+func (l *limitListener) refuse(c net.Conn) {
+	select {
+	case l.refusing <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.refusing }()
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		r := bufio.NewReaderSize(c, 4096)
+		for read := 0; read < maxBody; {
+			line, err := r.ReadSlice('\n')
+			read += len(line)
+			if err != nil && err != bufio.ErrBufferFull {
+				break
+			}
+			if err == nil && strings.TrimRight(string(line), "\r\n") == "" {
+				break
+			}
+		}
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write(tooMany)
+	}()
+}
+
+func (l *limitListener) release(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
-	if l.per[client]--; l.per[client] <= 0 {
-		delete(l.per, client)
+	delete(l.conns, c)
+	if l.per[c.client]--; l.per[c.client] <= 0 {
+		delete(l.per, c.client)
 	}
 }
 
@@ -85,11 +177,69 @@ type limitedConn struct {
 	net.Conn
 	l      *limitListener
 	client string
+	state  atomic.Int32 // connIdle, connRequest or connProtected
+	since  time.Time    // accepted or last marked; under l.mu
 	once   sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.client) })
+	c.once.Do(func() { c.l.release(c) })
 	return err
+}
+
+// mark sets the connection's state, and makes it the newest of its
+// state.
+func (c *limitedConn) mark(state int32) {
+	c.l.mu.Lock()
+	c.state.Store(state)
+	c.since = time.Now()
+	c.l.mu.Unlock()
+}
+
+// connKey is the context key of the connection a request came on.
+type connKey struct{}
+
+// withConn is the server's ConnContext: it keeps the connection in the
+// context of its requests, for hold.
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// hold marks a request's connection, while the request is served, as one
+// that may be made way for or, for a control request, one that may not: a
+// request with the service's token (without a token, one from loopback)
+// that is not a long one (the event stream, wait).
+func (s *Service) hold(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := r.Context().Value(connKey{}).(*limitedConn)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		state := connRequest
+		if s.control(r) {
+			state = connProtected
+		}
+		c.mark(state)
+		defer c.mark(connIdle)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// control reports whether r is a control request: short, and from the
+// control system.
+func (s *Service) control(r *http.Request) bool {
+	if r.URL.Path == "/v1/events" || strings.HasSuffix(r.URL.Path, "/wait") {
+		return false
+	}
+	if s.cfg.Token != "" {
+		return s.tokenGiven(r.Header.Get("Authorization"))
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -38,22 +38,25 @@ func ReadToken(path string) (string, error) {
 // which would end the long polls of wait (up to ten minutes) and the
 // event stream; but each event of /v1/events must be written within
 // huma's sse.WriteTimeout (5 s), so that a client that stops reading is
-// dropped, and the connections are capped.
+// dropped, and the connections are capped, a new one taking the place of
+// the oldest that serves no control request (see limitListener).
 const (
-	ReadHeaderTimeout = 10 * time.Second
+	ReadHeaderTimeout = 2 * time.Second
 	IdleTimeout       = time.Minute
 )
 
 // Serve serves the service's API on ln until ctx ends; then it drains the
 // running scan for up to drain (see Drain) and shuts the server down. It
 // holds at most Config.MaxConns connections open, Config.MaxConnsPerClient
-// from one client address, answering any more 503 as they come. It
-// returns an error when serving fails, and Drain's when the drain timed
-// out and cancelled the scan (wrapping ErrDrainTimeout).
+// from one client address: a connection beyond them takes the place of
+// the oldest that serves no control request, and only where there is none
+// is answered 503. It returns an error when serving fails, and Drain's
+// when the drain timed out and cancelled the scan (wrapping
+// ErrDrainTimeout).
 func (s *Service) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	ln = newLimitListener(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerClient)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: ReadHeaderTimeout,
-		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxBody}
+	srv := &http.Server{Handler: s.hold(s.Handler()), ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxBody, ConnContext: withConn}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -1,0 +1,205 @@
+package service
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestConnectionFloodLeavesControl: clients from several addresses keep
+// the connection cap full with idle connections, slowloris heads that
+// never end, and event streams that carry the token but are never read,
+// re-opening what the service closes. The control system, with the
+// token, must still arm, cancel and list scans: every one of its
+// requests is answered, none 503.
+func TestConnectionFloodLeavesControl(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	r := &fakeRunner{planned: 100000, tick: 10 * time.Millisecond}
+	s := New(r, Config{Token: token, MaxConns: 12, MaxConnsPerClient: 4})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, time.Second) }()
+	defer func() { cancel(); <-served }()
+	addr := ln.Addr().String()
+
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var opened [3]atomic.Int64
+	for i, kind := range []string{"idle", "slowloris", "events"} {
+		for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+			flood.Add(1)
+			go func() {
+				defer flood.Done()
+				var held []net.Conn
+				defer func() {
+					for _, c := range held {
+						c.Close()
+					}
+				}()
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: time.Second}
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					c, err := d.Dial("tcp", addr)
+					if err != nil {
+						continue
+					}
+					opened[i].Add(1)
+					switch kind {
+					case "slowloris":
+						io.WriteString(c, "GET /v1/scans HTTP/1.1\r\nHost: "+addr+"\r\nX-a: ")
+					case "events":
+						c.(*net.TCPConn).SetReadBuffer(4096)
+						io.WriteString(c, "GET /v1/events HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: Bearer "+token+"\r\n\r\n")
+					}
+					if held = append(held, c); len(held) > 8 {
+						held[0].Close()
+						held = held[1:]
+					}
+				}
+			}()
+		}
+	}
+	defer func() { close(stop); flood.Wait() }()
+	time.Sleep(500 * time.Millisecond) // the cap is full
+
+	do := func(method, path, body string) (int, error) {
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if method == "POST" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		cl := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	answered := 0
+	for i := range 10 {
+		id := fmt.Sprint("f", i)
+		for _, q := range []struct {
+			method, path, body string
+			want               int
+		}{
+			{"POST", "/v1/scans", `{"profile":"default","scan_id":"` + id + `","plan":{"projections":3}}`, http.StatusCreated},
+			{"GET", "/v1/scans/" + id, "", http.StatusOK},
+			{"POST", "/v1/scans/" + id + "/cancel", "{}", http.StatusAccepted},
+		} {
+			code, err := do(q.method, q.path, q.body)
+			if err != nil || code != q.want {
+				t.Errorf("%s %s under the flood: %d %v, want %d", q.method, q.path, code, err, q.want)
+				continue
+			}
+			answered++
+		}
+		// The cancelled scan ends before the next is armed.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			s.mu.Lock()
+			idle := s.current == nil
+			s.mu.Unlock()
+			if idle {
+				break
+			}
+		}
+	}
+	t.Logf("%d of 30 control requests answered; the flood opened %d idle, %d slowloris and %d event stream connections",
+		answered, opened[0].Load(), opened[1].Load(), opened[2].Load())
+}
+
+// TestConnectionCapsMakeWay: a connection beyond the cap of its client
+// takes the place of that client's oldest idle one; one beyond the total
+// cap that of the oldest idle one of any client; a connection serving a
+// control request makes way for none, and where every one does, a new
+// connection is answered 503 once it has sent its request's head.
+func TestConnectionCapsMakeWay(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimitListener(raw, 3, 2)
+	defer l.Close()
+	addr := raw.Addr().String()
+	accepted := make(chan *limitedConn, 8)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c.(*limitedConn)
+		}
+	}()
+	dial := func(from string) (net.Conn, *limitedConn) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-accepted:
+			return c, s
+		case <-time.After(2 * time.Second):
+			return c, nil
+		}
+	}
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err == io.EOF
+	}
+	a1, sa1 := dial("127.0.0.1")
+	a2, sa2 := dial("127.0.0.1")
+	sa2.mark(connProtected)
+	a3, sa3 := dial("127.0.0.1") // a1 makes way; a2 serves a control request
+	if sa3 == nil || !closed(a1) {
+		t.Fatal("a third connection from one address did not take the place of its oldest idle one")
+	}
+	if a2.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); closed(a2) {
+		t.Error("a connection serving a control request was closed")
+	}
+	_ = sa1
+	b1, sb1 := dial("127.0.0.2") // three in all: a2, a3, b1
+	sb1.mark(connRequest)
+	c1, sc1 := dial("127.0.0.3") // a3 (idle) makes way before b1 (a request)
+	if sc1 == nil || !closed(a3) {
+		t.Fatal("a connection beyond the total cap did not take the place of the oldest idle one")
+	}
+	for _, s := range []*limitedConn{sa3, sb1, sc1} {
+		s.mark(connProtected)
+	}
+	sb1.mark(connProtected)
+	sc1.mark(connProtected)
+	d, sd := dial("127.0.0.4")
+	if sd != nil {
+		t.Fatal("a connection was accepted where every place serves a control request")
+	}
+	io.WriteString(d, "GET /v1/scans HTTP/1.1\r\nHost: x\r\n\r\n")
+	d.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(d), nil)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("the refused connection: %v %v, want 503", resp, err)
+	}
+	for _, c := range []net.Conn{a2, b1, c1, d} {
+		c.Close()
+	}
+}
