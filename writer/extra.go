@@ -107,6 +107,8 @@ func (w *Writer) createExtras() error {
 // error in writing it fails the file, as a chunk's would. It does not
 // allocate.
 func (w *Writer) WriteExtra(i, frame int, data []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.err != nil {
 		return w.err
 	}
@@ -124,6 +126,7 @@ func (w *Writer) WriteExtra(i, frame int, data []byte) error {
 	if err := writeChunk(e.id, &e.off, 0, data); err != nil {
 		return w.fail(fmt.Errorf("write frame %d of %s to %s: %w", frame, e.Path, w.opts.Path, err))
 	}
+	w.unflushed = true
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -188,9 +189,14 @@ type Writer struct {
 	// which was created at its start and ends when closed.
 	created, end time.Time
 
+	// mu guards the Writer: its flush timer (see tick) runs on a
+	// goroutine of its own.
+	mu        sync.Mutex
+	flusher   *time.Timer // flushes a file left unwritten; nil in a master file
 	off       chunkOffset
 	lastFlush time.Time
 	dirty     bool // records changed since the last flush
+	unflushed bool // chunks written since the last flush
 	err       error
 
 	// per frame, in memory
@@ -266,7 +272,36 @@ func Create(opts Options) (*Writer, error) {
 	}
 	w.lock = lock
 	w.lastFlush = time.Now()
+	w.mu.Lock() // the timer may fire before it is kept
+	w.flusher = time.AfterFunc(w.opts.FlushInterval, w.tick)
+	w.mu.Unlock()
 	return w, nil
+}
+
+// tick flushes the file when records or chunks changed since the last
+// flush and the flush interval has passed with no write to flush them: a
+// pause in a scan (between its flats and its projections, after its last
+// planned frame) still reaches readers that follow the file and a
+// recovery after a crash within one interval. It runs on the timer's
+// goroutine, under mu; libhdf5 is built thread-safe.
+func (w *Writer) tick() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.file <= 0 || w.err != nil {
+		return
+	}
+	// Within one interval of a change, the file is flushed: by a write
+	// (WriteChunk) or here.
+	wait := w.opts.FlushInterval - time.Since(w.lastFlush)
+	if wait <= 0 {
+		if w.dirty || w.unflushed {
+			// A failure is the Writer's sticky error, which the next
+			// write or Close returns.
+			w.flush()
+		}
+		wait = w.opts.FlushInterval
+	}
+	w.flusher.Reset(max(wait, time.Millisecond))
 }
 
 // createTemp creates the HDF5 file temp, a scan's temporary name, as a new
@@ -339,6 +374,8 @@ func (w *Writer) grow(n int) {
 // extendible file grows to hold it. It does not allocate, except to grow
 // an extendible file.
 func (w *Writer) WriteChunk(frame int, mask uint32, chunk []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.err != nil {
 		return w.err
 	}
@@ -354,8 +391,9 @@ func (w *Writer) WriteChunk(frame int, mask uint32, chunk []byte) error {
 	if err := writeChunk(w.stack, &w.off, mask, chunk); err != nil {
 		return w.fail(fmt.Errorf("write chunk of frame %d to %s: %w", frame, w.opts.Path, err))
 	}
+	w.unflushed = true
 	if time.Since(w.lastFlush) >= w.opts.FlushInterval {
-		return w.Flush()
+		return w.flush()
 	}
 	return nil
 }
@@ -380,6 +418,8 @@ func (w *Writer) extend(n int) error {
 // that Close writes records of the whole scan as the pipeline saw it;
 // other records return the failure.
 func (w *Writer) SetRecord(frame int, r frame.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if frame < 0 || (!w.extendible && frame >= w.frames) {
 		if w.err != nil {
 			return w.err
@@ -409,8 +449,15 @@ func (w *Writer) SetRecord(frame int, r frame.Record) error {
 func chunkless(s uint8) bool { return s == frame.StatusMissing || s == frame.StatusRejected }
 
 // Flush writes the records and flushes the file, so that SWMR readers see
-// every chunk written so far.
+// every chunk written so far. Between writes the Writer also flushes by
+// itself, once the flush interval has passed after a change.
 func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flush()
+}
+
+func (w *Writer) flush() error {
 	if w.err != nil {
 		return w.err
 	}
@@ -424,6 +471,7 @@ func (w *Writer) Flush() error {
 		return w.fail(err)
 	}
 	w.lastFlush = time.Now()
+	w.unflushed = false
 	return nil
 }
 
@@ -432,8 +480,13 @@ func (w *Writer) Flush() error {
 // renames what it has, and Close returns the first error. Close is
 // idempotent in that a second call returns the first call's result.
 func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.file <= 0 {
 		return w.err
+	}
+	if w.flusher != nil {
+		w.flusher.Stop()
 	}
 	defer w.lock.release()
 	// The records go out even after a failure: they hold only frames whose
