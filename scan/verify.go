@@ -372,7 +372,10 @@ func Recover(ctx context.Context, out io.Writer, stages *registry.Registry, path
 
 // checkLayout opens the scan's file at path read-only and checks what
 // recover needs of it before renaming it: a frame stack, every dataset of
-// its layout, and records that read back, one per frame.
+// its layout, records that read back, one per frame, and a chunk index
+// that finds every frame's chunk (or none): each chunk is read, not
+// checked. A damaged chunk is verify's to name; damaged metadata that
+// would leave the file unreadable under its final name is refused here.
 func checkLayout(path string) error {
 	step()
 	r, err := writer.OpenPlain(path)
@@ -394,6 +397,15 @@ func checkLayout(path string) error {
 	step()
 	if len(records) != r.Frames {
 		return fmt.Errorf("%d records for %d frames", len(records), r.Frames)
+	}
+	var buf []byte
+	for n := range r.Frames {
+		data, _, err := r.ReadChunk(n, buf[:0])
+		if err != nil && !errors.Is(err, writer.ErrNoChunk) {
+			return err
+		}
+		buf = data
+		step()
 	}
 	return nil
 }
