@@ -30,7 +30,9 @@ const (
 // test binary as h5ingest on the PATH, each block in a directory of its
 // own: an example that breaks fails the test. Loopback addresses the
 // examples name (127.0.0.1:PORT) are given free ports in their place, so
-// that runs beside each other do not collide.
+// that runs beside each other do not collide, and the repository's
+// scripts they name from its root (tools/serve/client.py) their absolute
+// paths.
 func TestDocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the documents' examples run scans of full-size detectors")
@@ -82,6 +84,27 @@ func h5ingestOnPath(t *testing.T) string {
 // loopbackAddr is a loopback address of an example.
 var loopbackAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
 
+// repoScript is a script of the repository's tools/ as an example names it,
+// from the repository's root.
+var repoScript = regexp.MustCompile(`\btools/[A-Za-z0-9_./-]+\.(?:py|sh)\b`)
+
+// fromRoot returns text with the repository's scripts it names given by
+// their absolute paths, so that an example written to be run from the
+// repository's root runs in a directory of its own.
+func fromRoot(t *testing.T, text string) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repoScript.ReplaceAllStringFunc(text, func(path string) string {
+		if _, err := os.Stat(filepath.Join(root, path)); err != nil {
+			return path
+		}
+		return filepath.Join(root, path)
+	})
+}
+
 // runDocBlock runs block b (under bash -e, or Python) in a directory of
 // its own, after its commands before and with its background commands
 // beside it, and fails the test where any of them fails, the block
@@ -101,7 +124,7 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	bgCtx, bgCancel := context.WithCancel(ctx)
 	defer bgCancel()
 	shell := func(ctx context.Context, script string, out *bytes.Buffer) *exec.Cmd {
-		return docCommand(ctx, dir, bin, out, "bash", "-e", "-o", "pipefail", "-c", loopbackAddr.ReplaceAllStringFunc(script, free))
+		return docCommand(ctx, dir, bin, out, "bash", "-e", "-o", "pipefail", "-c", loopbackAddr.ReplaceAllStringFunc(fromRoot(t, script), free))
 	}
 	for _, line := range b.Before {
 		var out bytes.Buffer
@@ -126,7 +149,7 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	var out bytes.Buffer
 	example := shell(ctx, b.Text, &out)
 	if b.Lang == "python" {
-		example = docCommand(ctx, dir, bin, &out, docPython, "-c", loopbackAddr.ReplaceAllStringFunc(b.Text, free))
+		example = docCommand(ctx, dir, bin, &out, docPython, "-c", loopbackAddr.ReplaceAllStringFunc(fromRoot(t, b.Text), free))
 	}
 	if err := example.Run(); err != nil {
 		t.Errorf("%s: the example fails (%v):\n%s\n%s", b, err, b.Text, tail(out.String()))
