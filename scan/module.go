@@ -331,7 +331,7 @@ func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
 	fmt.Fprintf(w, "  ok              %d\n", p.OK)
 	fmt.Fprintf(w, "  missing         %d\n", p.Missing)
 	if p.Discarded > 0 {
-		fmt.Fprintf(w, "  discarded       %d arrived but not written: the scan was cancelled first (recorded missing)\n", p.Discarded)
+		fmt.Fprintf(w, "  discarded       %d arrived but not written: the scan was stopped at once, before it could write them (recorded missing)\n", p.Discarded)
 	}
 	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
 	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
