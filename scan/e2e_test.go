@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -542,8 +544,9 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 }
 
 // acquireBig starts an acquire of n bigFormat frames into dir with a
-// 16-slot ring behind a slow pipeline and its sender, and returns them.
-func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}) (out string, result, sent <-chan error) {
+// 16-slot ring behind a slow pipeline and its sender, and returns them;
+// its summary goes to summary.
+func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summary io.Writer) (out string, result, sent <-chan error) {
 	t.Helper()
 	stages := testStages(t)
 	level := 7
@@ -556,7 +559,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}) (out s
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages, Out: summary}, Files: files, Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +577,8 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 	stop := NewStopper(context.Background(), 30*time.Second, &notes)
 	defer stop.Close()
 	kill := make(chan struct{})
-	out, result, sent := acquireBig(t, n, stop, kill)
+	var summary bytesBuffer
+	out, result, sent := acquireBig(t, n, stop, kill, &summary)
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(writer.TempName(out)); err == nil {
 			break
@@ -595,6 +599,21 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 	if got := statuses(t, out); got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusMissing] == 0 {
 		t.Errorf("statuses %v, want %d frames ok or missing, some missing", got, n)
 	}
+	// The frames in the ring when the second request came are not lost in
+	// silence: every frame the stream received is written or discarded.
+	count := func(label string) int {
+		m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(summary.String())
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.Atoi(m[1])
+		return v
+	}
+	ok, discarded, received := count("ok"), count("discarded"), count("received")
+	if ok+discarded != received || received == 0 {
+		t.Errorf("%d ok and %d discarded of %d received: every frame that arrived is written or counted discarded\n%s", ok, discarded, received, summary.String())
+	}
+	t.Logf("%d received: %d ok, %d discarded", received, ok, discarded)
 }
 
 // TestAcquireStoppedWhileWaiting asks an acquire to stop before any
