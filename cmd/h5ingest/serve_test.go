@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -544,6 +546,105 @@ func TestServeDescriptorStorm(t *testing.T) {
 	if c, _ := st["counts"].(map[string]any); st["state"] != "done" || c["ok"] != float64(20) {
 		t.Errorf("the scan during the storm: %v\n%s", st, p.out.String())
 	}
+}
+
+// TestServeFloodLeavesControl: clients from eight addresses keep serve's
+// connection caps (64, 16 a client) full with idle connections, request
+// heads that never end and event streams that carry the token but are
+// never read, opening a new connection every few milliseconds. The
+// control system, with the token, arms a scan, reads it 28 times and
+// cancels it: every one of its 30 requests is answered, none 503, each
+// within 2 s.
+func TestServeFloodLeavesControl(t *testing.T) {
+	const token = "flood-control-token-0123"
+	dir := t.TempDir()
+	operatorPort(t)
+	p := startServe(t, token, "--data-root", dir, "--preload-gpu=false")
+	addr := strings.TrimPrefix(p.base, "http://")
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var opened atomic.Int64
+	for i := range 24 {
+		flood.Add(1)
+		go func() {
+			defer flood.Done()
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%8))}, Timeout: time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					continue
+				}
+				opened.Add(1)
+				switch i % 3 {
+				case 1:
+					io.WriteString(c, "GET /v1/scans HTTP/1.1\r\nHost: "+addr+"\r\nX-a: ")
+				case 2:
+					c.(*net.TCPConn).SetReadBuffer(4096)
+					io.WriteString(c, "GET /v1/events HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: Bearer "+token+"\r\n\r\n")
+				}
+				if held = append(held, c); len(held) > 16 {
+					held[0].Close()
+					held = held[1:]
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); flood.Wait() }()
+	time.Sleep(time.Second) // the caps are full
+
+	do := func(method, path string, body []byte) (int, time.Duration, error) {
+		req, _ := http.NewRequest(method, p.base+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		cl := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		start := time.Now()
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, time.Since(start), err
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, time.Since(start), nil
+	}
+	arm, _ := json.Marshal(armRequest("flood", dir, 5))
+	requests := []struct {
+		method, path string
+		body         []byte
+		want         int
+	}{{"POST", "/v1/scans", arm, http.StatusCreated}}
+	for range 28 {
+		requests = append(requests, struct {
+			method, path string
+			body         []byte
+			want         int
+		}{"GET", "/v1/scans/flood", nil, http.StatusOK})
+	}
+	requests = append(requests, struct {
+		method, path string
+		body         []byte
+		want         int
+	}{"POST", "/v1/scans/flood/cancel", []byte("{}"), http.StatusAccepted})
+	answered := 0
+	for _, q := range requests {
+		code, took, err := do(q.method, q.path, q.body)
+		if err != nil || code != q.want || took > 2*time.Second {
+			t.Errorf("%s %s under the flood: %d %v after %v, want %d", q.method, q.path, code, err, took.Round(time.Millisecond), q.want)
+			continue
+		}
+		answered++
+	}
+	t.Logf("%d of %d control requests answered; the flood opened %d connections", answered, len(requests), opened.Load())
 }
 
 // TestServeOutOfDescriptorsSaysSo: where the operator's caps leave more
