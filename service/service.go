@@ -142,6 +142,12 @@ type Service struct {
 	ended     []string        // scan ids of ended jobs, oldest first
 }
 
+// A body's keys are judged as written: encoding/json would take "OUTPUT"
+// for "output" (the last of the two winning), which huma would otherwise
+// not check, so a key in other letter case is an unexpected property. Set
+// once, before any request is validated.
+func init() { huma.ValidateStrictCasing = true }
+
 // New returns a service running scans through r.
 func New(r Runner, cfg Config) *Service {
 	if cfg.History <= 0 {
@@ -159,11 +165,6 @@ func New(r Runner, cfg Config) *Service {
 	if cfg.MaxConnsPerClient <= 0 {
 		cfg.MaxConnsPerClient = 16
 	}
-	// A body's keys are judged as written: encoding/json would take
-	// "OUTPUT" for "output" (the last of the two winning), which huma
-	// would otherwise not check, so a key in other letter case is an
-	// unexpected property.
-	huma.ValidateStrictCasing = true
 	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{}}
 	hc := huma.DefaultConfig("h5ingest scan service", cfg.Version)
 	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
