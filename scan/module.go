@@ -247,6 +247,7 @@ func (r *Module) Finish(srcErr error) error {
 		fmt.Fprintf(r.errs, "h5ingest: %v\n", err)
 	}
 	closeErr := r.file.Close()
+	r.output = r.file.Name() // the .part, where its final name could not be taken
 	r.closeBackend()
 	printSummary(r.out, r.output, r.progress, r.pipeline.Frames())
 	r.closeLive(r.out)

@@ -227,7 +227,8 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 	res.Counts = s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.progress) }))
 	for i, f := range s.files.Modules {
 		if scans[i] != nil {
-			res.Files = append(res.Files, s.finalised(rep, f.Path, f.Module.ID))
+			// Its .part where a file appeared at its final name.
+			res.Files = append(res.Files, s.finalised(rep, scans[i].output, f.Module.ID))
 		}
 	}
 	if s.files.Master != "" && fileExists(s.files.Master) {

@@ -1,9 +1,11 @@
 package writer
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +108,56 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAppearedKeepsPart puts a file at a scan's final name while the scan
+// writes: Close leaves that file as it is and returns an *AppearedError
+// naming the .part, which keeps every frame, and Name says the file is
+// the .part. A scan that closes normally is named by its final name.
+func TestAppearedKeepsPart(t *testing.T) {
+	o := testOptions(t.TempDir(), LayoutNXtomo, pipeNone)
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range o.Frames {
+		if err := w.WriteChunk(i, 0, pattern(i, o.Height, o.Width, o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(o.Path, []byte("another file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = w.Close()
+	var ap *AppearedError
+	if !errors.As(err, &ap) || ap.Temp != TempName(o.Path) || ap.Path != o.Path || !strings.Contains(err.Error(), TempName(o.Path)) {
+		t.Fatalf("Close with a file at the final name: %v, want an AppearedError naming %s", err, TempName(o.Path))
+	}
+	if got := w.Name(); got != TempName(o.Path) {
+		t.Errorf("Name after the final name was taken: %s, want %s", got, TempName(o.Path))
+	}
+	if b, err := os.ReadFile(o.Path); err != nil || string(b) != "another file\n" {
+		t.Errorf("the other file holds %q (%v), want it untouched", b, err)
+	}
+	if got := recordsIn(t, TempName(o.Path), o.Frames); got != o.Frames {
+		t.Errorf("%s holds %d frames as written, want %d", TempName(o.Path), got, o.Frames)
+	}
+	o2 := testOptions(t.TempDir(), LayoutNXtomo, pipeNone)
+	w2, err := Create(o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w2.Name(); got != TempName(o2.Path) {
+		t.Errorf("Name while writing: %s, want %s", got, TempName(o2.Path))
+	}
+	if err := w2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w2.Name(); got != o2.Path {
+		t.Errorf("Name after Close: %s, want %s", got, o2.Path)
 	}
 }

@@ -197,6 +197,7 @@ type Writer struct {
 	lastFlush time.Time
 	dirty     bool // records changed since the last flush
 	unflushed bool // chunks written since the last flush
+	renamed   bool // the file has its final name
 	err       error
 
 	// per frame, in memory
@@ -526,6 +527,30 @@ func (w *Writer) Close() error {
 	return w.err
 }
 
+// Name returns the name of the Writer's file: its temporary name (see
+// TempName) until Close has given it its final name, and still after a
+// Close that could not (a file appeared at the final name meanwhile).
+func (w *Writer) Name() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.renamed {
+		return w.opts.Path
+	}
+	return w.temp
+}
+
+// AppearedError is returned by Close when a file appeared at the final
+// name while the scan wrote: that file is left as it is, and the scan's
+// file keeps its temporary name, Temp.
+type AppearedError struct {
+	Path string // the final name, taken by another file
+	Temp string // the scan's file
+}
+
+func (e *AppearedError) Error() string {
+	return fmt.Sprintf("close %s: file appeared while writing; the scan stays in %s", e.Path, e.Temp)
+}
+
 // rename moves the closed file to its final name, without replacing an
 // existing file unless Overwrite is set.
 func (w *Writer) rename() error {
@@ -533,22 +558,26 @@ func (w *Writer) rename() error {
 		if err := os.Rename(w.temp, w.opts.Path); err != nil {
 			return fmt.Errorf("close %s: %w", w.opts.Path, err)
 		}
+		w.renamed = true
 		return nil
 	}
 	if err := os.Link(w.temp, w.opts.Path); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
+			return &AppearedError{Path: w.opts.Path, Temp: w.temp}
 		}
 		// No hard links on this file system: a rename that replaces
 		// nothing.
 		if err := renameNoReplace(w.temp, w.opts.Path); err != nil {
 			if errors.Is(err, os.ErrExist) {
-				return fmt.Errorf("close %s: file appeared while writing; the scan stays in %s", w.opts.Path, w.temp)
+				return &AppearedError{Path: w.opts.Path, Temp: w.temp}
 			}
 			return fmt.Errorf("close %s: %w", w.opts.Path, err)
 		}
+		w.renamed = true
 		return nil
 	}
+	// The file has its final name, whether or not the temporary one goes.
+	w.renamed = true
 	if err := os.Remove(w.temp); err != nil {
 		return fmt.Errorf("close %s: remove temporary name: %w", w.opts.Path, err)
 	}

@@ -1,0 +1,80 @@
+package scan
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/frame"
+	"h5ingest/service"
+	"h5ingest/source/fabric"
+	"h5ingest/writer"
+)
+
+// TestServeFileAppearedNamesThePart: while a scan of the service writes
+// x.h5, another file is put at that name. The scan leaves that file alone
+// and ends failed with its frames in .x.h5.part; its result's file is the
+// .part, not the other file, and its error says where the frames are.
+func TestServeFileAppearedNamesThePart(t *testing.T) {
+	const n, first = 12, 4
+	recs := captureRecords(t, simulate(t, bigFormat, n))
+	dir, addr := t.TempDir(), freePort(t)
+	s := startServed(t, serveProfile(bigFormat, addr, dir, 16, "deflate", 1), dir)
+	s.arm("x", n)
+	final, part := filepath.Join(dir, "x.h5"), writer.TempName(filepath.Join(dir, "x.h5"))
+
+	go1, rest := make(chan struct{}), make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		snd, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 30 * time.Second,
+			Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: bigFormat}})
+		if err != nil {
+			rest <- err
+			return
+		}
+		for i, rec := range recs {
+			if i == first {
+				<-go1
+			}
+			buf, err := snd.Buffer(ctx)
+			if err == nil {
+				err = snd.Post(copy(buf, rec))
+			}
+			if err != nil {
+				snd.Abort()
+				rest <- err
+				return
+			}
+		}
+		_, err = snd.Close(ctx)
+		rest <- err
+	}()
+	for deadline := time.Now().Add(60 * time.Second); s.status("x").Counts.Written < first-1 || !fileExists(part); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(go1)
+			t.Fatalf("the first %d frames were not written: %+v", first-1, s.status("x"))
+		}
+	}
+	if err := os.WriteFile(final, []byte("another file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	close(go1)
+	st := s.wait("x")
+	<-rest
+	if b, err := os.ReadFile(final); err != nil || string(b) != "another file\n" {
+		t.Errorf("the file put at x.h5 now holds %q (%v), want it untouched", b, err)
+	}
+	if st.State != service.Failed || !strings.Contains(st.Error, part) {
+		t.Errorf("state %s, error %q: want failed, saying the frames are in %s", st.State, st.Error, part)
+	}
+	if len(st.Files) != 1 || st.Files[0].Path != part {
+		t.Fatalf("files %+v, want the scan's, %s", st.Files, part)
+	}
+	if got := statuses(t, part); got[frame.StatusOK] != n {
+		t.Errorf("%s: statuses %v, want %d ok", part, got, n)
+	}
+}
