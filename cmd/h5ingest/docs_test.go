@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,13 +153,17 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	if b.Lang == "python" {
 		example = docCommand(ctx, dir, bin, &out, docPython, "-c", loopbackAddr.ReplaceAllStringFunc(fromRoot(t, b.Text), free))
 	}
-	if err := example.Run(); err != nil {
+	err := example.Run()
+	endGroup(example)
+	if err != nil {
 		t.Errorf("%s: the example fails (%v):\n%s\n%s", b, err, b.Text, tail(out.String()))
 	}
 	linger := time.AfterFunc(docBackgroundLinger, bgCancel)
 	defer linger.Stop()
 	for _, bg := range bgs {
-		if err := bg.cmd.Wait(); err != nil {
+		err := bg.cmd.Wait()
+		endGroup(bg.cmd)
+		if err != nil {
 			t.Errorf("%s: its background command %q fails (%v):\n%s", b, bg.line, err, tail(bg.out.String()))
 		}
 	}
@@ -171,14 +177,32 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 const docPython = "/usr/bin/python3"
 
 // docCommand returns the command name args of a document's example, run
-// in dir with bin first on the PATH, its output to out.
+// in dir with bin first on the PATH, its output to out, in a process group
+// of its own: the processes an example starts in the background (a serve)
+// are killed with it when ctx ends, and by endGroup.
 func docCommand(ctx context.Context, dir, bin string, out *bytes.Buffer, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return endGroup(cmd) }
 	cmd.WaitDelay = time.Second
 	return cmd
+}
+
+// endGroup kills what is left of the process group of cmd, which
+// docCommand started: the background processes of an example that failed
+// before it stopped them, so that none holds its ports after the test.
+func endGroup(cmd *exec.Cmd) error {
+	if cmd.Process == nil {
+		return nil
+	}
+	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone
+	}
+	return err
 }
 
 // tail returns the end of a command's output, enough to see why it failed.
