@@ -126,3 +126,24 @@ func TestRunnerPrepareNamesStayInTheDirectory(t *testing.T) {
 		t.Errorf("the directory outside the data root holds %v", entries)
 	}
 }
+
+// TestRunnerPrepareRefusesOverflowingAngles: angles that are each finite
+// but whose rotation between them is not (it would record NaN and
+// infinite angles in the file) are refused at arm, naming the request
+// field.
+func TestRunnerPrepareRefusesOverflowingAngles(t *testing.T) {
+	r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: testStages(t)}
+	dot := "."
+	req := service.ArmRequest{Profile: "default", ScanID: "angles",
+		Plan:      &service.Plan{Projections: 3, AngleStart: -1.7e308, AngleEnd: 1.7e308},
+		Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
+	sc, err := r.Prepare(context.Background(), req)
+	if err == nil {
+		sc.Release()
+		t.Fatal("prepared a scan of angles -1.7e308 to 1.7e308")
+	}
+	var refused *service.RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "request plan.angle_start") || !strings.Contains(err.Error(), "plan.angle_end") {
+		t.Errorf("%v, want a refusal naming plan.angle_start and plan.angle_end", err)
+	}
+}
