@@ -2,6 +2,8 @@ package scan
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +78,36 @@ func TestServeFileAppearedNamesThePart(t *testing.T) {
 	}
 	if got := statuses(t, part); got[frame.StatusOK] != n {
 		t.Errorf("%s: statuses %v, want %d ok", part, got, n)
+	}
+}
+
+// TestServeLockLinkRefused plants the lock file of a scan's output as a
+// symbolic link to a file outside the output directory: the arm is
+// refused with an error naming the lock file, and that file is left as it
+// was.
+func TestServeLockLinkRefused(t *testing.T) {
+	dir, addr := t.TempDir(), freePort(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock := writer.LockName(filepath.Join(dir, "x.h5"))
+	if err := os.Symlink(victim, lock); err != nil {
+		t.Fatal(err)
+	}
+	s := startServed(t, serveProfile(bigFormat, addr, dir, 16, "deflate", 1), dir)
+	resp, err := http.Post(s.base+"/v1/scans", "application/json",
+		strings.NewReader(`{"profile": "served", "scan_id": "x", "plan": {"projections": 4}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	code, msg := resp.StatusCode, string(b)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(msg, lock) || !strings.Contains(msg, "symbolic link") {
+		t.Errorf("arm with the lock file a link: status %d, %s; want 422, naming %s as a symbolic link", code, msg, lock)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Errorf("the file the lock links to holds %d bytes (%v), want it untouched", len(b), err)
 	}
 }
