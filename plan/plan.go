@@ -127,12 +127,21 @@ func (p Plan) ImageKeys() []int8 {
 func (p Plan) Angles() []float64 {
 	n := p.Count(Projection)
 	angles := make([]float64, 0, p.Frames())
+	span := p.AngleEnd - p.AngleStart
+	// i*span overflows where the angles are near the largest float64;
+	// (i/n)*span then, which does not. Elsewhere i*span/n, which rounds
+	// once.
+	huge := math.IsInf(float64(n)*span, 0)
 	i := 0
 	for _, s := range p.Steps {
 		for range s.Count {
 			a := p.AngleStart
 			if s.Key == Projection {
-				a += float64(i) * (p.AngleEnd - p.AngleStart) / float64(n)
+				if huge {
+					a += float64(i) / float64(n) * span
+				} else {
+					a += float64(i) * span / float64(n)
+				}
 				i++
 			}
 			angles = append(angles, a)

@@ -114,6 +114,8 @@ func TestValidateAngles(t *testing.T) {
 	}{
 		{"ordinary", 0, 180, true},
 		{"near the largest, close", 1.7e308, 1.79e308, true},
+		{"a rotation of 1e308", -0.5e308, 0.5e308, true},
+		{"largest to zero", -math.MaxFloat64, 0, true},
 		{"both signs of the largest", -1.7e308, 1.7e308, false},
 		{"downward overflow", 1.7e308, -1.7e308, false},
 		{"largest to lowest", math.MaxFloat64, -math.MaxFloat64, false},
