@@ -55,3 +55,26 @@ func TestServeCaseFoldedKeysStayInTheDataRoot(t *testing.T) {
 		t.Errorf("the directory outside the data root holds %v", entries)
 	}
 }
+
+// TestServeOverflowingAnglesRefused: angles that are each finite but
+// whose rotation between them is not would record NaN and infinite
+// rotation angles; the arm is refused (422), naming the request fields,
+// and no file is made.
+func TestServeOverflowingAnglesRefused(t *testing.T) {
+	smallDetector(t)
+	root := t.TempDir()
+	operatorPort(t)
+	p := startServe(t, "", "--data-root", root, "--preload-gpu=false")
+	code, e := p.call("POST", "/v1/scans", []byte(`{"profile":"default","scan_id":"a1","plan":{"projections":3,"angle_start":-1.7e308,"angle_end":1.7e308},"overrides":{"output":{"directory":"."}}}`))
+	if code == http.StatusCreated {
+		p.call("POST", "/v1/scans/a1/cancel", nil)
+		p.call("GET", "/v1/scans/a1/wait?timeout=10", nil)
+	}
+	text := fmt.Sprint(e)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(text, "plan.angle_start") || !strings.Contains(text, "plan.angle_end") {
+		t.Errorf("an arm of angles -1.7e308 to 1.7e308: %d %v, want 422 naming plan.angle_start and plan.angle_end", code, e)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("the refused arm made %v", entries)
+	}
+}
