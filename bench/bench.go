@@ -205,8 +205,9 @@ const (
 // benchStep is one row's measurement: it runs one round and returns the
 // time, the stored bytes and the process's peak RSS.
 type benchStep struct {
-	name string
-	run  func() (secs float64, stored, rss int64, err error)
+	name    string
+	run     func() (secs float64, stored, rss int64, err error)
+	imports []string // the Python modules the row needs, if it runs Python
 }
 
 // Run prepares the scan, runs every row in interleaved rounds and prints
@@ -278,6 +279,15 @@ func Run(out, logw io.Writer, fl *Config) error {
 	}
 
 	steps := benchSteps(self, dir, fl, files)
+	// The Python rows need modules a machine may lack (h5py and
+	// hdf5plugin, the C bitshuffle library's module): a row whose modules
+	// do not import is left out, and the table says why, rather than the
+	// whole bench failing.
+	var notRun []string
+	steps, notRun = dropUnimportable(steps, fl.Python)
+	for _, s := range notRun {
+		fmt.Fprintf(logw, "bench: not run: %s\n", s)
+	}
 	rows := make([]row, len(steps))
 	n, image := fl.Frames, int64(format.ImageSize())
 	for i, s := range steps {
@@ -296,8 +306,68 @@ func Run(out, logw io.Writer, fl *Config) error {
 		}
 	}
 	printBench(out, fl, format, rows)
+	if len(notRun) > 0 {
+		fmt.Fprintln(out, "\nrows not run (their Python modules do not import):")
+		for _, s := range notRun {
+			fmt.Fprintf(out, "  %s\n", s)
+		}
+	}
 	return nil
 }
+
+// dropUnimportable returns the steps whose Python modules import with
+// python, and for each other step a line naming the row and the reason.
+// Each distinct list of modules is tried once.
+func dropUnimportable(steps []benchStep, python string) (kept []benchStep, notRun []string) {
+	reasons := map[string]string{}
+	for _, s := range steps {
+		if len(s.imports) == 0 {
+			kept = append(kept, s)
+			continue
+		}
+		mods := strings.Join(s.imports, ", ")
+		reason, tried := reasons[mods]
+		if !tried {
+			reason = importProblem(python, s.imports)
+			reasons[mods] = reason
+		}
+		if reason == "" {
+			kept = append(kept, s)
+		} else {
+			notRun = append(notRun, fmt.Sprintf("%s: %s", s.name, reason))
+		}
+	}
+	return kept, notRun
+}
+
+// importProblem returns "" if python imports every module, else why not:
+// the Python that cannot start, or the import's error.
+func importProblem(python string, modules []string) string {
+	cmd := exec.Command(python, "-c", "import "+strings.Join(modules, ", "))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err == nil {
+		return ""
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return fmt.Sprintf("%s cannot run: %v", python, err)
+	}
+	// The last line of a traceback is the error itself.
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if last == "" {
+		last = err.Error()
+	}
+	return fmt.Sprintf("%s: import %s: %s", python, strings.Join(modules, ", "), last)
+}
+
+// The modules the Python rows' scripts import (scripts/*.py).
+var (
+	referenceImports = []string{"numpy", "h5py", "hdf5plugin"}
+	ceilingImports   = []string{"numpy", "h5py", "bitshuffle"}
+)
 
 // benchSteps returns the rows of the table in the order each round runs
 // them.
@@ -347,28 +417,28 @@ func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
 	omp := func(t int) []string { return []string{"OMP_NUM_THREADS=" + strconv.Itoa(t)} }
 	replayOut := filepath.Join(dir, "replay.h5")
 
-	steps := []benchStep{{fmt.Sprintf("%s, %s (one per core)", RowOurs, workers(cores)), replay(replayOut, false, nil)}}
+	steps := []benchStep{{fmt.Sprintf("%s, %s (one per core)", RowOurs, workers(cores)), replay(replayOut, false, nil), nil}}
 	for _, w := range fl.Workers {
 		if w != cores {
 			steps = append(steps, benchStep{fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%s)", w, workers(w)),
-				replay(replayOut, false, []string{"GOMAXPROCS=" + strconv.Itoa(w)})})
+				replay(replayOut, false, []string{"GOMAXPROCS=" + strconv.Itoa(w)}), nil})
 		}
 	}
-	steps = append(steps, benchStep{RowShuffled, replay(replayOut, false, nil, "--backend-shuffle")})
+	steps = append(steps, benchStep{RowShuffled, replay(replayOut, false, nil, "--backend-shuffle"), nil})
 	if files.disk != "" {
-		steps = append(steps, benchStep{RowDisk, replay(files.disk, true, nil)})
+		steps = append(steps, benchStep{RowDisk, replay(files.disk, true, nil), nil})
 	}
 	steps = append(steps,
 		// The user's own environment, OpenMP settings included.
-		benchStep{RowReference, python(nil, files.reference, script("reference.py"), files.decoded, files.reference, nstr)},
-		benchStep{RowReference1, python(omp(1), files.reference, script("reference.py"), files.decoded, files.reference, nstr)},
+		benchStep{RowReference, python(nil, files.reference, script("reference.py"), files.decoded, files.reference, nstr), referenceImports},
+		benchStep{RowReference1, python(omp(1), files.reference, script("reference.py"), files.decoded, files.reference, nstr), referenceImports},
 		// OpenMP's threads spin while they wait, as installed: on a quiet
 		// machine that is the fastest (OMP_WAIT_POLICY=passive took 1.5
 		// to 2.5 times as long), but whenever another process wants a
 		// core 2 threads can run many times slower than 1, hence the
 		// ratio to the faster C row as well.
-		benchStep{fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr)},
-		benchStep{RowC1, python(omp(1), "", script("ceiling.py"), files.decoded, nstr)},
+		benchStep{fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr), ceilingImports},
+		benchStep{RowC1, python(omp(1), "", script("ceiling.py"), files.decoded, nstr), ceilingImports},
 		benchStep{RowWriter, func() (float64, int64, int64, error) {
 			res, err := benchRun(self, nil, "bench", "write-chunks", files.ours, files.written, strconv.Itoa(fl.Unique), nstr)
 			if err != nil {
@@ -381,7 +451,7 @@ func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
 				return 0, 0, 0, fmt.Errorf("bench write-chunks: output %q: %w", res.stdout, err)
 			}
 			return r.Seconds, size, res.maxRSS, nil
-		}},
+		}, nil},
 	)
 	return steps
 }

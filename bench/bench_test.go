@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -70,6 +71,49 @@ func TestValidate(t *testing.T) {
 		tc.change(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c, err, tc.want)
+		}
+	}
+}
+
+// TestDropUnimportable checks that a Python row whose modules do not
+// import, or whose Python cannot start, is left out with the reason, and
+// that the other rows stay, in order.
+func TestDropUnimportable(t *testing.T) {
+	steps := []benchStep{
+		{name: "ours"},
+		{name: "missing module", imports: []string{"sys", "h5ingest_no_such_module"}},
+		{name: "same modules", imports: []string{"sys", "h5ingest_no_such_module"}},
+		{name: "present", imports: []string{"sys", "json"}},
+		{name: "writer"},
+	}
+	names := func(s []benchStep) (n []string) {
+		for _, x := range s {
+			n = append(n, x.name)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		python string
+		kept   []string
+		say    string
+	}{
+		{"/usr/bin/python3", []string{"ours", "present", "writer"}, "No module named 'h5ingest_no_such_module'"},
+		{"/nonexistent/python3", []string{"ours", "writer"}, "/nonexistent/python3 cannot run"},
+	} {
+		if _, err := exec.LookPath(tc.python); err != nil && !strings.HasPrefix(tc.python, "/nonexistent") {
+			t.Skipf("needs %s", tc.python)
+		}
+		kept, notRun := dropUnimportable(steps, tc.python)
+		if !slices.Equal(names(kept), tc.kept) {
+			t.Errorf("%s: kept %v, want %v", tc.python, names(kept), tc.kept)
+		}
+		if want := len(steps) - len(tc.kept); len(notRun) != want {
+			t.Errorf("%s: %d rows not run, want %d: %q", tc.python, len(notRun), want, notRun)
+		}
+		for _, s := range notRun {
+			if !strings.Contains(s, tc.say) {
+				t.Errorf("%s: %q does not say %q", tc.python, s, tc.say)
+			}
 		}
 	}
 }
