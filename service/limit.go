@@ -25,7 +25,8 @@ import (
 // between requests, or still sending a request's head, go first, oldest
 // first, then those serving a long request (the event stream, wait) or a
 // request without the service's token (from off loopback, where the
-// service has none). Only where every place serves a control request is
+// service has none), then those between requests that the control system
+// used. Only where every place serves a control request is
 // the new connection refused: it is answered 503 once its request's head
 // is read (or after a second), so that its client sees why.
 type limitListener struct {
@@ -47,6 +48,7 @@ func newLimitListener(l net.Listener, max, maxPer int) *limitListener {
 const (
 	connIdle      int32 = iota // between requests, or sending a request's head
 	connRequest                // serving a request that may make way
+	connTrusted                // between requests, after one of the control system's
 	connProtected              // serving a control request
 )
 
@@ -208,8 +210,10 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 
 // hold marks a request's connection, while the request is served, as one
 // that may be made way for or, for a control request, one that may not: a
-// request with the service's token (without a token, one from loopback)
-// that is not a long one (the event stream, wait).
+// request of the control system (with the service's token; without a
+// token, from loopback) that is not a long one (the event stream, wait).
+// Between requests, a connection the control system used makes way after
+// the others.
 func (s *Service) hold(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, ok := r.Context().Value(connKey{}).(*limitedConn)
@@ -217,22 +221,23 @@ func (s *Service) hold(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		state := connRequest
-		if s.control(r) {
-			state = connProtected
+		state, after := connRequest, connIdle
+		if s.controlSystem(r) {
+			after = connTrusted
+			if !long(r) {
+				state = connProtected
+			}
 		}
 		c.mark(state)
-		defer c.mark(connIdle)
+		defer c.mark(after)
 		next.ServeHTTP(w, r)
 	})
 }
 
-// control reports whether r is a control request: short, and from the
-// control system.
-func (s *Service) control(r *http.Request) bool {
-	if r.URL.Path == "/v1/events" || strings.HasSuffix(r.URL.Path, "/wait") {
-		return false
-	}
+// controlSystem reports whether r comes from the control system: it
+// carries the service's token, or, where the service has none, it comes
+// from loopback.
+func (s *Service) controlSystem(r *http.Request) bool {
 	if s.cfg.Token != "" {
 		return s.tokenGiven(r.Header.Get("Authorization"))
 	}
@@ -242,4 +247,10 @@ func (s *Service) control(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// long reports whether r may last as long as its client likes: the event
+// stream, or a wait.
+func long(r *http.Request) bool {
+	return r.URL.Path == "/v1/events" || strings.HasSuffix(r.URL.Path, "/wait")
 }

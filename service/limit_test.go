@@ -203,3 +203,51 @@ func TestConnectionCapsMakeWay(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestConnectionCapsKeepTheControlSystems: where every client holds as
+// many places, an idle connection the control system used makes way
+// after an idle one it did not, though older.
+func TestConnectionCapsKeepTheControlSystems(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimitListener(raw, 2, 2)
+	defer l.Close()
+	accepted := make(chan *limitedConn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c.(*limitedConn)
+		}
+	}()
+	dial := func(from string) (net.Conn, *limitedConn) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, <-accepted
+	}
+	control, sc := dial("127.0.0.1")
+	defer control.Close()
+	sc.mark(connProtected)
+	sc.mark(connTrusted) // its request answered
+	other, _ := dial("127.0.0.2")
+	defer other.Close()
+	late, _ := dial("127.0.0.3")
+	defer late.Close()
+	for _, c := range []net.Conn{control, other} {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	}
+	if _, err := other.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the idle connection of another client: %v, want closed", err)
+	}
+	if _, err := control.Read(make([]byte, 1)); err == io.EOF {
+		t.Error("the control system's idle connection made way first")
+	}
+}
