@@ -18,10 +18,16 @@ import (
 // the connection cap full with idle connections, slowloris heads that
 // never end, and event streams that carry the token but are never read,
 // re-opening what the service closes. The control system, with the
-// token, must still arm, cancel and list scans: every one of its
-// requests is answered, none 503.
+// token (or, where the service has none, on loopback, as the flood is
+// too), must still arm, cancel and list scans: every one of its requests
+// is answered, none 503.
 func TestConnectionFloodLeavesControl(t *testing.T) {
-	const token = "0123456789abcdef0123"
+	for _, token := range []string{"0123456789abcdef0123", ""} {
+		t.Run(fmt.Sprintf("token %t", token != ""), func(t *testing.T) { floodControl(t, token) })
+	}
+}
+
+func floodControl(t *testing.T, token string) {
 	r := &fakeRunner{planned: 100000, tick: 10 * time.Millisecond}
 	s := New(r, Config{Token: token, MaxConns: 12, MaxConnsPerClient: 4})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
