@@ -111,3 +111,52 @@ func TestServeLockLinkRefused(t *testing.T) {
 		t.Errorf("the file the lock links to holds %d bytes (%v), want it untouched", len(b), err)
 	}
 }
+
+// TestServeModulesFileAppeared: while a scan of two modules writes, a file
+// is put at module 1's final name. The result lists module 1's file as
+// its .part, which holds its frames, and module 0's under its final name;
+// the other file is left as it is.
+func TestServeModulesFileAppeared(t *testing.T) {
+	const n = 40
+	port := freePorts(t, 2)
+	out := t.TempDir()
+	ids := []int{0, 1}
+	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
+	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	s.arm("pair", "ap", n)
+	sent := []<-chan error{sendPaced(caps[0], port, 0, 40), sendPaced(caps[1], port+1, 1, 40)}
+	var parts []string
+	for deadline := time.Now().Add(30 * time.Second); len(parts) < 2; time.Sleep(20 * time.Millisecond) {
+		parts, _ = filepath.Glob(filepath.Join(out, ".ap*.h5.part"))
+		if time.Now().After(deadline) {
+			t.Fatalf("no .part of both modules: %v", parts)
+		}
+	}
+	part1 := parts[1] // sorted: module 1's
+	intruder, _ := writer.FinalName(part1)
+	if err := os.WriteFile(intruder, []byte("another file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := s.wait("ap")
+	for _, c := range sent {
+		<-c
+	}
+	if b, err := os.ReadFile(intruder); err != nil || string(b) != "another file\n" {
+		t.Errorf("the file put at %s now holds %q (%v), want it untouched", intruder, b, err)
+	}
+	if st.State != service.Failed || !strings.Contains(st.Error, part1) {
+		t.Errorf("state %s, error %q: want failed, saying module 1's frames are in %s", st.State, st.Error, part1)
+	}
+	var got []string
+	for _, f := range st.Files {
+		if f.Module == 1 {
+			got = append(got, f.Path)
+			if c := statuses(t, f.Path); c[frame.StatusOK] != n {
+				t.Errorf("%s: statuses %v, want %d ok", f.Path, c, n)
+			}
+		}
+	}
+	if len(got) != 1 || got[0] != part1 {
+		t.Errorf("module 1's files %v, want its .part %s (all files %+v)", got, part1, st.Files)
+	}
+}
