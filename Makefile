@@ -93,6 +93,9 @@ bench-codecs: deps
 # newest glibc symbol version they need is written to bin/gpu/glibc.txt.
 # make test builds them too, so that the kit cannot break unseen (and
 # go test ./tools/gpu checks that they are the binaries run.sh runs).
+# h5ingest itself, stripped, goes with the shared libraries it needs but
+# glibc in bin/gpu/h5ingest.tar.gz, for tools/gpu/first-contact.sh; the
+# kit and the tracked files must stay under the 64 MiB a call carries.
 .PHONY: gpu-binaries
 gpu-binaries:
 	@mkdir -p bin/gpu
@@ -100,6 +103,8 @@ gpu-binaries:
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/gpu-backends.test ./gpu
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/pipeline.test ./pipeline
 	GO=$(GO) tools/gpu/check-binaries.sh bin/gpu
+	CGO_ENABLED=1 $(GO) build -ldflags "-s -w -X h5ingest/version.version=$(VERSION)" -o bin/h5ingest-gpu ./cmd/h5ingest
+	tools/gpu/pack-h5ingest.sh bin/h5ingest-gpu bin/gpu/h5ingest.tar.gz
 
 clean:
 	rm -rf bin $(OUT)

@@ -58,6 +58,41 @@ func TestKitMatchesMakefile(t *testing.T) {
 	}
 }
 
+// TestFirstContactNamesBuiltFiles checks, without building anything, that
+// every file first-contact.sh takes from bin/gpu is one make gpu-binaries
+// makes (a test binary, or the archive pack-h5ingest.sh packs), and that
+// it runs run.sh.
+func TestFirstContactNamesBuiltFiles(t *testing.T) {
+	root := filepath.Join("..", "..")
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("first-contact.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := builtBinaries(t, string(mk))
+	recipe := regexp.MustCompile(`(?ms)^gpu-binaries:.*?\n\n`).FindString(string(mk))
+	packed := regexp.MustCompile(`tools/gpu/pack-h5ingest\.sh \S+ bin/gpu/(\S+)`).FindStringSubmatch(recipe)
+	if packed == nil {
+		t.Fatal("make gpu-binaries packs no h5ingest (no `tools/gpu/pack-h5ingest.sh BINARY bin/gpu/ARCHIVE` line)")
+	}
+	made[packed[1]] = "cmd/h5ingest"
+	named := regexp.MustCompile(`\$bin/([A-Za-z0-9._-]+)`).FindAllStringSubmatch(string(script), -1)
+	if len(named) == 0 {
+		t.Fatal("first-contact.sh takes nothing from bin/gpu")
+	}
+	for _, m := range named {
+		if _, ok := made[m[1]]; !ok {
+			t.Errorf("first-contact.sh takes bin/gpu/%s, which make gpu-binaries does not make", m[1])
+		}
+	}
+	if !strings.Contains(string(script), `"$root/tools/gpu/run.sh"`) {
+		t.Error("first-contact.sh does not run tools/gpu/run.sh")
+	}
+}
+
 // builtBinaries returns the test binaries the Makefile's gpu-binaries
 // recipe builds, by name, with the package each is built from.
 func builtBinaries(t *testing.T, makefile string) map[string]string {

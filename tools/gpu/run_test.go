@@ -210,3 +210,96 @@ func TestCheckBinaries(t *testing.T) {
 		})
 	}
 }
+
+// firstContact runs first-contact.sh in k with the packed h5ingest of
+// archive (none if "") and env, and returns its exit status, its output
+// and its summary file.
+func (k *kit) firstContact(t *testing.T, archive string, env ...string) (int, string, string) {
+	t.Helper()
+	script, err := os.ReadFile("first-contact.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(k.root, "tools", "gpu", "first-contact.sh"), string(script))
+	if archive != "" {
+		b, err := os.ReadFile(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(k.bin, "h5ingest.tar.gz"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(k.root, "out")
+	cmd := exec.Command("sh", filepath.Join(k.root, "tools", "gpu", "first-contact.sh"))
+	cmd.Env = append(os.Environ(), "PATH="+k.tools+":"+os.Getenv("PATH"), "OUT="+out,
+		"FAKE_SMI_ARGS="+filepath.Join(k.root, "smi-args"), "TMPDIR="+k.root)
+	cmd.Env = append(cmd.Env, env...)
+	b, err := cmd.CombinedOutput()
+	code := 0
+	if e, ok := err.(*exec.ExitError); ok {
+		code = e.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	summary, _ := os.ReadFile(filepath.Join(out, "summary.txt"))
+	return code, string(b), string(summary)
+}
+
+// TestFirstContactNoGPU runs first-contact.sh on a machine with no GPU,
+// with the h5ingest that make gpu-binaries packed and a short bench: run.sh's
+// device tests skip, the CPU bench's own rows still run, the Python rows it
+// cannot run are named, the cuda bench is left out, and the exit status
+// says "no GPU". Without the archive it refuses, saying what to build.
+func TestFirstContactNoGPU(t *testing.T) {
+	for _, tool := range []string{"sh", "tar", "df"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	k := newKit(t, "2.40")
+	code, out, _ := k.firstContact(t, "")
+	if code != 2 || !strings.Contains(out, "h5ingest.tar.gz missing: run make gpu-binaries") {
+		t.Errorf("no archive: exit %d, want 2 saying what to build:\n%s", code, out)
+	}
+
+	archive := filepath.Join("..", "..", "bin", "gpu", "h5ingest.tar.gz")
+	if _, err := os.Stat(archive); err != nil {
+		t.Skip("no bin/gpu/h5ingest.tar.gz: run make gpu-binaries (make test does)")
+	}
+	if testing.Short() {
+		t.Skip("runs h5ingest bench")
+	}
+	code, out, summary := k.firstContact(t, archive, "FAKE_GPU=skip",
+		"FRAMES=4", "ROUNDS=1", "WORKERS=1,2", "PYTHON=/nonexistent/python3")
+	if code != 4 {
+		t.Errorf("exit %d, want 4 (no GPU):\n%s", code, out)
+	}
+	for _, s := range []string{
+		"run.sh: exit 4 (every step ran, no GPU answered)",
+		"gpu: NVIDIA H100, 550.54, Default",
+		"bench-cpu: h5ingest bench --backend cpu --workers 1,2",
+		"h5ingest replay, GOMAXPROCS=1 (1 worker)",
+		"h5ingest writer alone, chunks precompressed",
+		"reference: h5py + hdf5plugin bslz4, defaults: /nonexistent/python3 cannot run",
+		"bench-cuda: not run: run.sh found no working GPU (exit 4)",
+		"first-contact: exit 4: everything ran, but no GPU answered",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output does not say %q:\n%s", s, out)
+		}
+	}
+	if !strings.HasSuffix(out, summary) || summary == "" {
+		t.Errorf("the summary is not what it prints last:\n%s", out)
+	}
+	entries, err := os.ReadDir(filepath.Join(k.root, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) > 8 {
+		t.Errorf("%d files under $OUT; a call brings back 8 at most", len(entries))
+	}
+	if left, _ := filepath.Glob(filepath.Join(k.root, "first-contact.*")); len(left) > 0 {
+		t.Errorf("left its temporary folder behind: %v", left)
+	}
+}
