@@ -303,3 +303,67 @@ func TestFirstContactNoGPU(t *testing.T) {
 		t.Errorf("left its temporary folder behind: %v", left)
 	}
 }
+
+// TestPackH5ingest checks what pack-h5ingest.sh packs: the binary, the
+// libraries it needs but the glibc family, and the glibc they need; and
+// that it fails, saying so, when the kit passes the limit a call carries.
+func TestPackH5ingest(t *testing.T) {
+	for _, tool := range []string{"sh", "ldd", "readelf", "tar"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary, err := filepath.EvalSymlinks("/usr/bin/python3") // links libm and libz beside libc
+	if err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	if deps, _ := exec.Command("ldd", binary).Output(); !strings.Contains(string(deps), "libz.so") || !strings.Contains(string(deps), "libm.so") {
+		t.Skipf("%s does not link libz and libm: %s", binary, deps)
+	}
+	for _, tc := range []struct {
+		name  string
+		limit string
+		ok    bool
+		say   string
+	}{
+		{"fits", "64", true, "under 64 MiB"},
+		{"over the limit", "0", false, "over the 0 MiB a call to the lent GPU machine carries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			archive := filepath.Join(dir, "gpu", "h5ingest.tar.gz")
+			cmd := exec.Command("sh", "pack-h5ingest.sh", binary, archive)
+			cmd.Env = append(os.Environ(), "KIT_LIMIT_MIB="+tc.limit)
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != tc.ok || !strings.Contains(string(out), tc.say) {
+				t.Fatalf("pack: %v, %s; want ok %v saying %q", err, out, tc.ok, tc.say)
+			}
+			if !tc.ok {
+				return
+			}
+			list, err := exec.Command("tar", "-tzf", archive).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			files := strings.Fields(string(list))
+			has := func(prefix string) bool {
+				for _, f := range files {
+					if strings.HasPrefix(f, prefix) {
+						return true
+					}
+				}
+				return false
+			}
+			for _, want := range []string{"h5ingest", "glibc.txt", "lib/libz.so"} {
+				if !has(want) {
+					t.Errorf("archive lacks %s: %v", want, files)
+				}
+			}
+			for _, glibc := range []string{"lib/libc.so", "lib/libm.so", "lib/ld-linux"} {
+				if has(glibc) {
+					t.Errorf("archive holds %s, which the machine's glibc provides: %v", glibc, files)
+				}
+			}
+		})
+	}
+}
