@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -54,17 +55,18 @@ func TestPythonClientTypes(t *testing.T) {
 }
 
 // cuttingProxy forwards TCP connections to backend, putting backend's
-// address in the requests' Host header, and cuts the first connection's
-// answer after its cut'th event: a network drop in the middle of a
-// stream of events. It keeps each request's head.
+// address in the requests' Host header, and cuts the first stream of
+// events after its cut'th event: a network drop in the middle of it. It
+// keeps each request's head.
 type cuttingProxy struct {
 	ln      net.Listener
 	backend string
 	cut     int
 
-	mu    sync.Mutex
-	heads []string
-	conns []net.Conn
+	mu     sync.Mutex
+	heads  []string
+	conns  []net.Conn
+	events int // streams of events opened
 }
 
 func newCuttingProxy(t *testing.T, backend string, cut int) *cuttingProxy {
@@ -87,16 +89,16 @@ func newCuttingProxy(t *testing.T, backend string, cut int) *cuttingProxy {
 }
 
 func (p *cuttingProxy) serve() {
-	for n := 0; ; n++ {
+	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		go p.forward(c, n == 0)
+		go p.forward(c)
 	}
 }
 
-func (p *cuttingProxy) forward(c net.Conn, cut bool) {
+func (p *cuttingProxy) forward(c net.Conn) {
 	defer c.Close()
 	b, err := net.Dial("tcp", p.backend)
 	if err != nil {
@@ -114,6 +116,11 @@ func (p *cuttingProxy) forward(c net.Conn, cut bool) {
 	head := strings.Replace(string(buf[:n]), "Host: "+p.ln.Addr().String(), "Host: "+p.backend, 1)
 	p.mu.Lock()
 	p.heads = append(p.heads, head)
+	stream := strings.HasPrefix(head, "GET /v1/events ")
+	if stream {
+		p.events++
+	}
+	cut := stream && p.events == 1
 	p.mu.Unlock()
 	if _, err := b.Write([]byte(head)); err != nil {
 		return
@@ -190,9 +197,28 @@ func TestPythonFollowerResumes(t *testing.T) {
 		t.Errorf("events %s", got)
 	}
 	proxy.mu.Lock()
-	heads := proxy.heads
+	var heads []string // of the event streams: the follower asks first whether the scan has ended
+	for _, h := range proxy.heads {
+		if strings.HasPrefix(h, "GET /v1/events ") {
+			heads = append(heads, h)
+		}
+	}
 	proxy.mu.Unlock()
 	if len(heads) != 2 || strings.Contains(strings.ToLower(heads[0]), "last-event-id") || !strings.Contains(strings.ToLower(heads[1]), "last-event-id: 3\r\n") {
 		t.Errorf("the follower's requests: %q", heads)
+	}
+
+	// Following the scan once it has ended says how it ended, at once,
+	// rather than wait for events that will not come.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	again, err := exec.CommandContext(ctx, "/usr/bin/python3", "../tools/serve/client.py", "follow",
+		"--url", c.base, "--scan-id", "fr1").CombinedOutput()
+	var ended struct {
+		Event string
+		Data  struct{ State string }
+	}
+	if err != nil || json.Unmarshal(bytes.TrimSpace(again), &ended) != nil || ended.Event != "done" || ended.Data.State != "done" {
+		t.Errorf("follow of the ended scan: %v\n%s", err, again)
 	}
 }

@@ -39,16 +39,17 @@ const (
 
 func newBroker() *broker { return &broker{subs: map[chan event]struct{}{}} }
 
-// subscribe returns a new subscriber's channel and the events with ids
-// after last that the broker still holds, in order; last 0 is a new
-// client, which gets none. A last beyond every id the broker gave is a
-// client of an earlier run of the service: it gets every event held.
-func (b *broker) subscribe(last uint64) (chan event, []event) {
+// subscribe returns a new subscriber's channel and, for a client that
+// resumes, the events with ids after last that the broker still holds, in
+// order (ids start at 1: last 0 asks for every event held); a new client
+// gets none. A last beyond every id the broker gave is a client of an
+// earlier run of the service: it gets every event held.
+func (b *broker) subscribe(last uint64, resume bool) (chan event, []event) {
 	ch := make(chan event, subscriberBuffer)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.subs[ch] = struct{}{}
-	if last == 0 {
+	if !resume {
 		return ch, nil
 	}
 	if last > b.lastID {
@@ -105,10 +106,7 @@ type eventsInput struct {
 // send fails.
 func (b *broker) follow(ctx context.Context, in *eventsInput, send sse.Sender) {
 	last, err := strconv.ParseUint(in.LastEventID, 10, 64)
-	if err != nil {
-		last = 0 // not an id: a new client
-	}
-	sub, missed := b.subscribe(last)
+	sub, missed := b.subscribe(last, err == nil) // none or not an id: a new client
 	defer b.unsubscribe(sub)
 	retry := retryMillis
 	put := func(ev event) bool {

@@ -127,12 +127,19 @@ func TestEventsResume(t *testing.T) {
 }
 
 // TestBrokerReplay holds the broker to its buffer: a client gets only the
-// events after its last id, at most replayBuffer of them; a new client
-// none; a client of an earlier run of the service all it holds.
+// events after its last id (0: before the first), at most replayBuffer of
+// them; a new client none; a client of an earlier run of the service all
+// it holds.
 func TestBrokerReplay(t *testing.T) {
 	b := newBroker()
 	for i := range replayBuffer + 10 {
 		b.publish(FileEvent{ScanID: strconv.Itoa(i)})
+	}
+	if ch, missed := b.subscribe(0, false); len(missed) != 0 {
+		t.Errorf("a new client: %d events, want none", len(missed))
+		b.unsubscribe(ch)
+	} else {
+		b.unsubscribe(ch)
 	}
 	for _, tc := range []struct {
 		last      uint64
@@ -140,14 +147,14 @@ func TestBrokerReplay(t *testing.T) {
 		firstID   uint64
 		firstData string
 	}{
-		{0, 0, 0, ""},
+		{0, replayBuffer, 11, "10"}, // before the first id: what it holds
 		{replayBuffer + 9, 1, replayBuffer + 10, strconv.Itoa(replayBuffer + 9)},
 		{replayBuffer + 10, 0, 0, ""},
 		{100, replayBuffer - 90, 101, "100"},
 		{3, replayBuffer, 11, "10"},       // older than the buffer: what it holds
 		{1 << 40, replayBuffer, 11, "10"}, // from an earlier run
 	} {
-		ch, missed := b.subscribe(tc.last)
+		ch, missed := b.subscribe(tc.last, true)
 		b.unsubscribe(ch)
 		if len(missed) != tc.n {
 			t.Errorf("after %d: %d events, want %d", tc.last, len(missed), tc.n)
@@ -179,7 +186,7 @@ func TestEventsBadLastEventID(t *testing.T) {
 		last    string
 		replays bool
 	}{
-		{"abc", false}, {"-1", false}, {"99999999999999999999", false}, {"4000000000", true}, {"0", false},
+		{"abc", false}, {"-1", false}, {"99999999999999999999", false}, {"4000000000", true}, {"0", true},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if !tc.replays {

@@ -71,6 +71,10 @@ class Service:
             if st["state"] in ENDED:
                 return st
 
+    def scan(self, scan_id):
+        """The scan's status now."""
+        return self.call("GET", f"/v1/scans/{scan_id}")
+
     def stop(self, scan_id):
         return self.call("POST", f"/v1/scans/{scan_id}/stop")
 
@@ -240,6 +244,19 @@ def cmd_profiles(svc, args):
 
 
 def cmd_follow(svc, args):
+    if args.scan_id and args.last_event_id is None:
+        # A scan that has already ended sends no more events: say how it
+        # ended rather than wait for them.
+        try:
+            st = svc.scan(args.scan_id)
+        except urllib.error.HTTPError as e:
+            if e.code != 404:  # not armed yet: follow until it is and ends
+                return refused(e)
+        else:
+            if st["state"] in ENDED:
+                event = "failed" if st["state"] == "failed" else "done"
+                print(json.dumps({"id": None, "event": event, "data": st}), flush=True)
+                return 0 if st["state"] == "done" else 3
     seen = 0
     for event_id, name, data in svc.events(args.last_event_id):
         print(json.dumps({"id": event_id, "event": name, "data": data}), flush=True)
