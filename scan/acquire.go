@@ -209,7 +209,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 	sig.addListener(l)
 	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
 	a.waiting(l.Addr())
-	stream, err := acceptSender(sig, l, log)
+	stream, err := acceptSender(sig, l, log, nil)
 	if err != nil {
 		if errors.Is(err, ErrIncomplete) {
 			err = Incomplete(fmt.Errorf("%w: no file written", err))
@@ -319,14 +319,17 @@ func holdFiles(files Files, record string) (func(), error) {
 // connect timeout or an interruption.
 //
 // A wait that times out while the process had run out of descriptors
-// says so: a sender may have tried, and could not be taken.
-func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger) (*fabric.Stream, error) {
+// says so: a sender may have tried, and could not be taken. A sender
+// refused because the scan had stopped is noted in late, where not nil.
+func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger, late *lateModules) (*fabric.Stream, error) {
 	var starved error // the last refusal for want of descriptors
 	watch := watchDescriptors()
 	defer watch.Stop()
 	for {
 		stream, err := l.Accept(sig.wait)
 		switch {
+		case late != nil && late.note(err, log):
+			continue
 		case errors.Is(err, fabric.ErrRefused):
 			log.Warn("sender refused", zap.Error(err))
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
@@ -617,7 +620,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	var rec *lockedRecorder
 	late := &lateModules{}
 	for connected := 0; connected < len(files.Modules); {
-		stream, err := acceptSender(sig, l, log)
+		stream, err := acceptSender(sig, l, log, late)
 		if err != nil && connected > 0 {
 			// The wait ended (a stop, the connect timeout): the modules
 			// whose handshakes were under way are taken (after a stop,

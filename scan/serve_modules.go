@@ -298,6 +298,11 @@ func addCounts(a, b service.Counts) service.Counts {
 	}
 }
 
+// modulesDraining, where a test sets it, runs while the modules that
+// connected drain and the ports of those that did not are watched for
+// late senders: it holds the drain open for as long as it runs.
+var modulesDraining func()
+
 // nodeRun is the receiving of the modules of a nodeScan.
 type nodeRun struct {
 	a   *Acquisition
@@ -384,13 +389,24 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 		streams = make([]*fabric.Stream, len(ls))
 		waits   = make([]error, len(ls)) // why a module never connected
 		failed  error                    // a module's scan that could not start
+		lates   = make([]lateModules, len(ls))
 	)
+	mlog := func(i int) *zap.Logger { return log.With(zap.Int("module", n.ids[i])) }
 	for i, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mlog := log.With(zap.Int("module", n.ids[i]))
-			stream, err := acceptSender(sig, l, mlog)
+			mlog := mlog(i)
+			stream, err := acceptSender(sig, l, mlog, &lates[i])
+			if err != nil && sig.signal() != nil {
+				// A stop: a sender whose handshake was under way is taken
+				// (and stopped at once: its frames in the ring are
+				// written); any later one is refused at its hello.
+				l.Stop(stoppedReason)
+				if s := lates[i].pending(l, mlog); s != nil {
+					stream, err = s, nil
+				}
+			}
 			if err != nil {
 				waits[i] = err
 				return
@@ -433,14 +449,13 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 		return nil, err
 	}
 	format := o.Format // the profile's; senders' hellos are held to it
-	var absent []string
+	var absent []int   // the places of the modules that never connected
 	n.mu.Lock()
 	for i, id := range n.ids {
 		if m.scans[i] != nil {
 			continue
 		}
-		absent = append(absent, strconv.Itoa(id))
-		log.Warn("module never connected: its frames are recorded missing", zap.Int("module", id), zap.NamedError("reason", waits[i]))
+		absent = append(absent, i)
 		if err := m.start(ctx, files, id, format, emptySource{}); err != nil {
 			n.mu.Unlock()
 			cancel()
@@ -449,11 +464,47 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 	}
 	n.scans = m.scans
 	n.mu.Unlock()
+	// The senders of those modules that connect while the others drain
+	// are refused at their hello (the stop's reason) and named in the
+	// result. Once the scan ends their ports are closed: a sender that
+	// comes later finds nothing listening.
+	for _, i := range absent {
+		ls[i].Stop(stoppedReason) // where the connect timeout, not a stop, ended its wait
+		lates[i].watch(ls[i], mlog(i))
+	}
+	if len(absent) > 0 && modulesDraining != nil {
+		modulesDraining()
+	}
 	m.wg.Wait()
+	var refused, never []string
+	for _, i := range absent {
+		lates[i].end()
+		if s := lates[i].pending(ls[i], mlog(i)); s != nil { // a handshake that beat the stop: too late all the same
+			s.Close()
+		}
+		id := n.ids[i]
+		if lates[i].end()[uint16(id)] {
+			refused = append(refused, strconv.Itoa(id))
+			continue
+		}
+		never = append(never, strconv.Itoa(id))
+		log.Warn("module never connected: its frames are recorded missing", zap.Int("module", id), zap.NamedError("reason", waits[i]))
+	}
 	m.finished = true
 	err = finishModules(files, mo, m.scans, m.errs)
 	if len(absent) > 0 && (err == nil || errors.Is(err, ErrIncomplete)) {
-		err = Incomplete(fmt.Errorf("module %s never connected: every frame of its file is recorded missing", strings.Join(absent, ", ")))
+		var why []string
+		if len(refused) > 0 {
+			why = append(why, fmt.Sprintf("module %s connected after the stop and was refused", strings.Join(refused, ", ")))
+		}
+		if len(never) > 0 {
+			why = append(why, fmt.Sprintf("module %s never connected", strings.Join(never, ", ")))
+		}
+		whose := "its file"
+		if len(absent) > 1 {
+			whose = "their files"
+		}
+		err = Incomplete(fmt.Errorf("%s: every frame of %s is recorded missing", strings.Join(why, "; "), whose))
 	}
 	return m.scans, err
 }

@@ -86,13 +86,19 @@ type nodeService struct {
 // profile files are profiles (name: text).
 func startNode(t *testing.T, modules []int, profiles map[string]string) *nodeService {
 	t.Helper()
+	return startNodeLog(t, modules, profiles, io.Discard)
+}
+
+// startNodeLog is startNode whose service logs to w.
+func startNodeLog(t *testing.T, modules []int, profiles map[string]string, w io.Writer) *nodeService {
+	t.Helper()
 	dir := t.TempDir()
 	for name, text := range profiles {
 		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	log := jsonLog(io.Discard)
+	log := jsonLog(w)
 	obs := NewServingObserver(log)
 	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: obs, Stages: testStages(t)}, service.Config{})
 	svc.Handle("/", obs.Handler())
@@ -437,5 +443,72 @@ func TestServeModulesStopCancel(t *testing.T) {
 				t.Errorf("%s: %+v, verify %v, want verified and incomplete", tc.id, f, err)
 			}
 		}
+	}
+}
+
+// TestServeModulesLateSender stops a scan of modules 0, 1 and 2 while
+// module 0 sends; module 1's sender comes while module 0 drains, module
+// 2's never. Module 1's sender is refused ("the scan has stopped"), serve
+// logs the refusal, and the scan's error names module 1 as refused after
+// the stop and module 2 as never connected; every file is written and
+// listed.
+func TestServeModulesLateSender(t *testing.T) {
+	const n = 40
+	port := freePorts(t, 3)
+	out := t.TempDir()
+	ids := []int{0, 1, 2}
+	draining, release := make(chan struct{}), make(chan struct{})
+	modulesDraining = func() {
+		close(draining)
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+	}
+	t.Cleanup(func() { modulesDraining = nil }) // after the service's cleanup, which ends the scan
+	var logs bytesBuffer
+	s := startNodeLog(t, ids, map[string]string{"trio": arrayProfileText(ids, port, out, 30*time.Second)}, &logs)
+	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	s.arm("trio", "late", n)
+	first := sendPaced(caps[0], port, 0, 40)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st service.Status
+		s.call("GET", "/v1/scans/late", nil, &st)
+		if len(st.Modules) == 3 && st.Modules[0].Counts.Received >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no frames of module 0: %+v", st)
+		}
+	}
+	if code, body := s.call("POST", "/v1/scans/late/stop", nil, nil); code != http.StatusAccepted {
+		t.Fatalf("stop: %d %s", code, body)
+	}
+	select {
+	case <-draining:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the scan never drained")
+	}
+	err := <-sendPaced(caps[1], port+1, 1, 0)
+	close(release)
+	var refusal *fabric.RefusedError
+	if !errors.As(err, &refusal) || !strings.Contains(err.Error(), "the scan has stopped") {
+		t.Errorf("module 1's sender after the stop: %v, want refused: the scan has stopped", err)
+	}
+	<-first
+	st := s.wait("late")
+	if st.State != service.Incomplete ||
+		!strings.Contains(st.Error, "module 1 connected after the stop and was refused") ||
+		!strings.Contains(st.Error, "module 2 never connected") || strings.Contains(st.Error, "1, 2") {
+		t.Errorf("late: %s %q, want incomplete, module 1 refused after the stop, module 2 never connected", st.State, st.Error)
+	}
+	if c := st.Counts; c.Planned != 3*n || c.OK+c.Missing != 3*n || c.OK < 3 || c.Discarded != 0 {
+		t.Errorf("late's counts: %+v", c)
+	}
+	if len(st.Files) != 4 {
+		t.Errorf("late's files: %+v, want every module's and the master", st.Files)
+	}
+	if l := grepLines(logs.String(), "connected after the stop and was refused"); !strings.Contains(l, `"module":1`) {
+		t.Errorf("serve's log has no refusal of module 1:\n%s", grepLines(logs.String(), "module"))
 	}
 }
