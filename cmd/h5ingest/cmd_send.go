@@ -119,8 +119,13 @@ func sendError(ctx context.Context, st fabric.SendStats, err error) error {
 		return fmt.Errorf("interrupted after sending %d frames: the receiver has the scan as it stood", st.Frames)
 	case errors.Is(err, fabric.ErrDisconnected):
 		// The library's words (the provider's completion error) add
-		// nothing a person can act on: the receiver ended the scan.
-		return fmt.Errorf("the receiver stopped the scan after %d frames: it took no more and closed the connection", st.Frames)
+		// nothing a person can act on: the receiver ended the scan. A
+		// receiver that stops says no count: the frames it confirmed (gave
+		// their slot back for) are the ones the sender knows it took.
+		if st.Credited == st.Frames {
+			return fmt.Errorf("the receiver stopped the scan after %d frames, every one it confirmed: it took no more and closed the connection", st.Frames)
+		}
+		return fmt.Errorf("the receiver stopped the scan and closed the connection: sent %d frames; the receiver confirmed %d (the other %d were in its ring or on their way: its own summary says how many it wrote)", st.Frames, st.Credited, st.Frames-st.Credited)
 	}
 	return err
 }
@@ -133,7 +138,11 @@ func printSendSummary(w io.Writer, to string, module int, st fabric.SendStats) {
 		rate = float64(st.Bytes) / secs / 1e6
 	}
 	fmt.Fprintf(w, "sent to %s\n", to)
-	fmt.Fprintf(w, "  frames          %d sent, %d received\n", st.Frames, st.Received)
+	if st.Received > 0 || st.Frames == 0 {
+		fmt.Fprintf(w, "  frames          %d sent, %d received\n", st.Frames, st.Received)
+	} else { // no bye: the receiver said no count
+		fmt.Fprintf(w, "  frames          %d sent, %d confirmed by the receiver\n", st.Frames, st.Credited)
+	}
 	fmt.Fprintf(w, "  bytes           %d\n", st.Bytes)
 	fmt.Fprintf(w, "  time            %.2f s, %.0f MB/s\n", secs, rate)
 	fmt.Fprintf(w, "  held back       %v waiting for credits\n", st.HeldBack.Round(time.Microsecond))

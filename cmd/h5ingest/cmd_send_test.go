@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -33,9 +34,11 @@ func TestSendNoReceiver(t *testing.T) {
 
 // TestSendReceiverStops sends a scan to an acquire whose ring is full
 // behind a slow pipeline, and stops the acquire (SIGTERM): send ends
-// saying the receiver stopped the scan after the frames it delivered, as
-// many as acquire received or more (those it sent into the stopped ring),
-// exit status 1.
+// saying the receiver stopped the scan, the frames it sent and those the
+// receiver confirmed (gave their slot back for), exit status 1. The
+// confirmed ones are frames acquire received and wrote; the others, at
+// most a ring of them, were in its ring or on their way: acquire received
+// at least the confirmed and at most the sent.
 func TestSendReceiverStops(t *testing.T) {
 	const n = 60
 	src := simulateBacklog(t, n)
@@ -52,13 +55,29 @@ func TestSendReceiverStops(t *testing.T) {
 	}
 	code := sender.wait(t, 60*time.Second)
 	msg := sender.stderr.String()
-	m := regexp.MustCompile(`the receiver stopped the scan after (\d+) frames`).FindStringSubmatch(msg)
 	received := summaryCount(t, acq.stdout.String(), "received")
-	if code != exitFailure || m == nil {
-		t.Fatalf("send: exit status %d, want %d saying the receiver stopped the scan:\n%s", code, exitFailure, msg)
+	ok := summaryCount(t, acq.stdout.String(), "ok")
+	var sent, confirmed int
+	if m := regexp.MustCompile(`the receiver stopped the scan and closed the connection: sent (\d+) frames; the receiver confirmed (\d+) \(the other (\d+) `).FindStringSubmatch(msg); m != nil {
+		sent, _ = strconv.Atoi(m[1])
+		confirmed, _ = strconv.Atoi(m[2])
+		if other, _ := strconv.Atoi(m[3]); other != sent-confirmed {
+			t.Errorf("send says %d sent, %d confirmed and %d others", sent, confirmed, other)
+		}
+	} else if m := regexp.MustCompile(`the receiver stopped the scan after (\d+) frames, every one it confirmed`).FindStringSubmatch(msg); m != nil {
+		sent, _ = strconv.Atoi(m[1])
+		confirmed = sent
+	} else {
+		t.Fatalf("send: exit status %d, want %d saying the receiver stopped the scan, and the frames it confirmed:\n%s", code, exitFailure, msg)
 	}
-	if sent, _ := strconv.Atoi(m[1]); sent < received || sent >= n {
-		t.Errorf("send says %d frames, acquire received %d of %d", sent, received, n)
+	if code != exitFailure {
+		t.Errorf("send: exit status %d, want %d", code, exitFailure)
 	}
-	t.Logf("send: %s", strings.TrimSpace(msg))
+	if confirmed > received || received > sent || sent >= n || received-confirmed > backlogSlots || ok != received {
+		t.Errorf("send says %d sent, %d confirmed; acquire received %d (ok %d) of %d, with a ring of %d", sent, confirmed, received, ok, n, backlogSlots)
+	}
+	if want := fmt.Sprintf("%d sent, %d confirmed by the receiver", sent, confirmed); !strings.Contains(sender.stdout.String(), want) {
+		t.Errorf("send's summary lacks %q:\n%s", want, sender.stdout.String())
+	}
+	t.Logf("send: %s; acquire received %d", strings.TrimSpace(msg), received)
 }

@@ -39,8 +39,16 @@ type SendStats struct {
 	Bytes    uint64        // bytes sent, headers included
 	HeldBack time.Duration // time spent waiting for credits
 	Elapsed  time.Duration // since the connection was accepted
+	// Credited are the frames the receiver gave their slot back for (a
+	// credit): frames it took and was done with. A receiver that stops a
+	// scan gives no more credits and closes the connection without a bye,
+	// so Credited is then all the sender knows it took: the frames in its
+	// ring when it stopped (at most the ring's slots) are taken too, those
+	// that arrived later are not.
+	Credited uint64
 	// Received and ReceiverHeldBack are the receiver's counts at the end
-	// of the scan (frames received, time its ring was full).
+	// of the scan (frames received, time its ring was full), from its bye;
+	// 0 where it sent none.
 	Received         uint64
 	ReceiverHeldBack time.Duration
 	// Skipped are the frames of other modules that SendCapture found in
@@ -295,6 +303,9 @@ func (s *Sender) handle(b []byte) error {
 		slot := parseCredit(b)
 		if s.cfg.Hello.Mode == ModeSend {
 			s.credits++
+			if s.stats.Credited < s.stats.Frames { // not the end message's receive
+				s.stats.Credited++
+			}
 			return nil
 		}
 		if slot >= s.accept.Slots || !s.slotUsed[slot] {
@@ -302,6 +313,7 @@ func (s *Sender) handle(b []byte) error {
 		}
 		s.slotUsed[slot] = false
 		s.freeSlots = append(s.freeSlots, slot)
+		s.stats.Credited++
 	case msgBye:
 		m := parseBye(b)
 		s.stats.Received, s.stats.ReceiverHeldBack = m.Frames, time.Duration(m.HeldBack)
