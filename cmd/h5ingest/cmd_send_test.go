@@ -38,15 +38,25 @@ func TestSendNoReceiver(t *testing.T) {
 // receiver confirmed (gave their slot back for), exit status 1. The
 // confirmed ones are frames acquire received and wrote; the others, at
 // most a ring of them, were in its ring or on their way: acquire received
-// at least the confirmed and at most the sent.
+// at least the confirmed and at most the sent. In both modes: write (a
+// slot's credit) and send (a receive's).
 func TestSendReceiverStops(t *testing.T) {
 	const n = 60
 	src := simulateBacklog(t, n)
+	for _, mode := range []string{"write", "send"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv("H5INGEST_SOURCE_MODE", mode)
+			sendReceiverStops(t, src, n, mode)
+		})
+	}
+}
+
+func sendReceiverStops(t *testing.T, src string, n int, mode string) {
 	dir := t.TempDir()
 	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
-	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
+	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s", "--mode", mode)
 	acq.waitForFile(t, writer.TempName(out))
 	waitForSize(t, rec, frameBytes(t, src, n)*int64(backlogSlots+4), 20*time.Second)
 	acq.cmd.Process.Signal(syscall.SIGTERM)
