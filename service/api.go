@@ -22,10 +22,10 @@ type ArmRequest struct {
 	ScanID    string     `json:"scan_id" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"The scan's id: names its files through the profile's output template, and its stream's series."`
 	Output    string     `json:"output,omitempty" maxLength:"200" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$" patternDescription:"one path element: letters, digits, '.', '_', '-'" doc:"File name in the output directory, instead of the template. No request replaces a file: a name that exists is refused."`
 	// Metadata lands in the file.
-	Title        string         `json:"title,omitempty" maxLength:"1024" doc:"NeXus /entry/title."`
-	Sample       string         `json:"sample,omitempty" maxLength:"1024" doc:"NeXus /entry/sample/name."`
-	ExperimentID string         `json:"experiment_identifier,omitempty" maxLength:"256" doc:"NeXus /entry/experiment_identifier (proposal or experiment number)."`
-	UserMetadata map[string]any `json:"user_metadata,omitempty" doc:"Any JSON object: kept in the file under an NXcollection."`
+	Title        string   `json:"title,omitempty" maxLength:"1024" doc:"NeXus /entry/title."`
+	Sample       string   `json:"sample,omitempty" maxLength:"1024" doc:"NeXus /entry/sample/name."`
+	ExperimentID string   `json:"experiment_identifier,omitempty" maxLength:"256" doc:"NeXus /entry/experiment_identifier (proposal or experiment number)."`
+	UserMetadata Metadata `json:"user_metadata,omitempty" doc:"Any JSON object: kept in the file under an NXcollection, each value with its JSON type (a whole number written without a fraction or exponent is an integer)."`
 }
 
 // Overrides are the profile keys a request may set over its profile, and

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,26 @@ func TestCancelSaysCancelling(t *testing.T) {
 	}
 	if _, st := c.do("GET", "/v1/scans/c/wait?timeout=10", nil); st["state"] != "cancelled" || st["error"] != nil {
 		t.Errorf("after the cancel: %v, want cancelled without an error", st)
+	}
+}
+
+// TestUserMetadataKeepsTypes: the user metadata of an arm reaches the
+// runner with its numbers as written: a whole number an integer, one with
+// a fraction or an exponent a float, at any depth.
+func TestUserMetadataKeepsTypes(t *testing.T) {
+	r := &fakeRunner{planned: 3, tick: time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	body := `{"profile":"p","scan_id":"m1","user_metadata":{"proposal":20261234,"dose":1.5,"energy":12.0,"big":1e3,"neg":-7,` +
+		`"nested":{"n":3,"list":[1,2.5]},"note":"abc","flag":true}}`
+	if code, text := c.do("POST", "/v1/scans", []byte(body)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %s", code, text)
+	}
+	r.mu.Lock()
+	got := r.prepared[len(r.prepared)-1].UserMetadata
+	r.mu.Unlock()
+	want := Metadata{"proposal": int64(20261234), "dose": 1.5, "energy": 12.0, "big": 1000.0, "neg": int64(-7),
+		"nested": map[string]any{"n": int64(3), "list": []any{int64(1), 2.5}}, "note": "abc", "flag": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("user metadata %#v, want %#v", got, want)
 	}
 }

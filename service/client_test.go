@@ -47,7 +47,7 @@ func TestPythonClientTypes(t *testing.T) {
 	for _, req := range r.prepared {
 		m := req.UserMetadata
 		pos, _ := m["pos"].(map[string]any)
-		if m["proposal"] != float64(20261234) || m["operator"] != "ana" || m["run"] != "007" || m["flag"] != true ||
+		if m["proposal"] != int64(20261234) || m["operator"] != "ana" || m["run"] != "007" || m["flag"] != true ||
 			pos["x"] != 1.5 || m["note"] != "a=b" || req.ExperimentID != "20261234" {
 			t.Errorf("the runner got %s: %#v, experiment %q", req.ScanID, m, req.ExperimentID)
 		}

@@ -99,3 +99,45 @@ func fieldName(path string) string {
 	}
 	return path
 }
+
+// Metadata is a request's user metadata: any JSON object, whose numbers
+// keep the type they are written with, as a JSON reader in Python or C
+// keeps it: a whole number written without a fraction or exponent that an
+// int64 holds is an int64 (a proposal number stays 20261234, not
+// 2.0261234e7), any other number a float64.
+type Metadata map[string]any
+
+// UnmarshalJSON reads m with its numbers as written.
+func (m *Metadata) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var x map[string]any
+	if err := dec.Decode(&x); err != nil {
+		return err
+	}
+	*m = typedNumbers(x).(map[string]any)
+	return nil
+}
+
+// typedNumbers returns v with each json.Number as an int64 or float64.
+func typedNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if !strings.ContainsAny(string(x), ".eE") {
+			if i, err := x.Int64(); err == nil {
+				return i
+			}
+		}
+		f, _ := x.Float64() // checkNumbers refused what no double holds
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = typedNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = typedNumbers(e)
+		}
+	}
+	return v
+}

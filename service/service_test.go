@@ -164,7 +164,7 @@ func TestArmWaitBackToBack(t *testing.T) {
 			t.Errorf("%s files: %d %v", id, code, files)
 		}
 		if len(r.prepared) != i+1 || r.prepared[i].Title != "gold foam" || r.prepared[i].Plan.Projections != 3 ||
-			r.prepared[i].UserMetadata["proposal"] != float64(20261234) {
+			r.prepared[i].UserMetadata["proposal"] != int64(20261234) {
 			t.Errorf("the runner got %+v", r.prepared)
 		}
 	}
