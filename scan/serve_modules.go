@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -94,8 +95,10 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 			l.Close()
 		}
 	}
-	for _, f := range files.Modules {
-		cfg, err := a.moduleConfig(profile, f.Module.ID)
+	late := make([]*lateHello, len(files.Modules))
+	for i, f := range files.Modules {
+		late[i] = &lateHello{}
+		cfg, err := a.moduleConfig(profile, f.Module.ID, late[i])
 		if err == nil {
 			var l *fabric.Listener
 			if l, err = a.listen(cfg); err == nil {
@@ -119,7 +122,7 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 		mu.Unlock()
 		release()
 	})
-	return &nodeScan{serveScan: s, take: func() []*fabric.Listener {
+	return &nodeScan{serveScan: s, late: late, take: func() []*fabric.Listener {
 		mu.Lock()
 		defer mu.Unlock()
 		if taken {
@@ -130,9 +133,19 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 	}}, nil
 }
 
+// lateHello tells whether module's sender said hello after its
+// listener was stopped, and so was refused: the hello check sees it before
+// the sender is told, where the listener's Accept may learn of it only
+// after the scan has ended.
+type lateHello struct {
+	stopped atomic.Bool // the listener refuses every hello from now on
+	seen    atomic.Bool // a hello of the module came since, and passed the checks
+}
+
 // moduleConfig returns the receiver configuration of module id alone: on
-// its own port, refusing any other module's sender.
-func (a *Acquisition) moduleConfig(profile config.Profile, id int) (fabric.Config, error) {
+// its own port, refusing any other module's sender. A hello that passes
+// its checks after late.stopped is noted in late.
+func (a *Acquisition) moduleConfig(profile config.Profile, id int, late *lateHello) (fabric.Config, error) {
 	addr, err := ModuleAddr(profile, id)
 	if err != nil {
 		return fabric.Config{}, err
@@ -144,7 +157,13 @@ func (a *Acquisition) moduleConfig(profile config.Profile, id int) (fabric.Confi
 		if int(h.Module) != id {
 			return fmt.Errorf("module %d sent to the port of module %d (%s): module K sends to source.port plus K's index in the profile's detector.modules", h.Module, id, addr)
 		}
-		return check(h)
+		if err := check(h); err != nil {
+			return err
+		}
+		if late.stopped.Load() {
+			late.seen.Store(true)
+		}
+		return nil
 	}
 	return cfg, nil
 }
@@ -157,6 +176,7 @@ func (a *Acquisition) moduleConfig(profile config.Profile, id int) (fabric.Confi
 type nodeScan struct {
 	*serveScan
 	take func() []*fabric.Listener // the listeners opened at the arming, once
+	late []*lateHello              // by the module's place in the scan's files
 }
 
 // Planned returns the frames the plan holds for every module of the
@@ -185,7 +205,7 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 	stopCancel := s.cancelling(ctx, sig)
 	defer stopCancel()
 
-	n := &nodeRun{a: s.a, ids: make([]int, len(s.files.Modules))}
+	n := &nodeRun{a: s.a, ids: make([]int, len(s.files.Modules)), late: s.late}
 	for i, f := range s.files.Modules {
 		n.ids[i] = f.Module.ID
 	}
@@ -305,8 +325,9 @@ var modulesDraining func()
 
 // nodeRun is the receiving of the modules of a nodeScan.
 type nodeRun struct {
-	a   *Acquisition
-	ids []int // the modules, in the order of the scan's files
+	a    *Acquisition
+	ids  []int        // the modules, in the order of the scan's files
+	late []*lateHello // likewise
 
 	mu    sync.Mutex
 	scans []*Module // by the module's place in the scan's files, as they start
@@ -470,6 +491,7 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 	// comes later finds nothing listening.
 	for _, i := range absent {
 		ls[i].Stop(stoppedReason) // where the connect timeout, not a stop, ended its wait
+		n.late[i].stopped.Store(true)
 		lates[i].watch(ls[i], mlog(i))
 	}
 	if len(absent) > 0 && modulesDraining != nil {
@@ -483,7 +505,10 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 			s.Close()
 		}
 		id := n.ids[i]
-		if lates[i].end()[uint16(id)] {
+		if noted := lates[i].end()[uint16(id)]; noted || n.late[i].seen.Load() {
+			if !noted { // refused as the scan ended: the listener's word came too late
+				log.Warn("module connected after the stop and was refused", zap.Int("module", id))
+			}
 			refused = append(refused, strconv.Itoa(id))
 			continue
 		}
