@@ -149,7 +149,7 @@ func TestPythonFollowerResumes(t *testing.T) {
 		t.Skip("no /usr/bin/python3")
 	}
 	r := &fakeRunner{planned: 100, tick: 10 * time.Millisecond}
-	_, c := newTestService(t, r, Config{})
+	svc, c := newTestService(t, r, Config{})
 	proxy := newCuttingProxy(t, strings.TrimPrefix(c.base, "http://"), 3)
 	follow := exec.Command("/usr/bin/python3", "../tools/serve/client.py", "follow",
 		"--url", "http://"+proxy.ln.Addr().String(), "--scan-id", "fr1")
@@ -159,7 +159,19 @@ func TestPythonFollowerResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer follow.Process.Kill()
-	time.Sleep(300 * time.Millisecond) // the follower connects
+	// The follower asks whether the scan has ended, then opens its stream
+	// of events: arm once the service has it as a subscriber.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		svc.events.mu.Lock()
+		subscribed := len(svc.events.subs) > 0
+		svc.events.mu.Unlock()
+		if subscribed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower opened no stream of events:\n%s", out.String())
+		}
+	}
 	if code, _ := c.do("POST", "/v1/scans", arm("fr1")); code != http.StatusCreated {
 		t.Fatalf("arm: %d", code)
 	}

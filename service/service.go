@@ -439,12 +439,16 @@ func (s *Service) stop(id string, cancel bool) (Status, error) {
 		j.status.State = Stopping
 	}
 	j.mu.Unlock()
+	// The answer says what the request set under way (stopping or
+	// cancelling), taken before the scan is asked: a scan that ends at once
+	// would otherwise answer with its end, which wait is for.
+	st := j.snapshot()
 	if cancel {
 		j.cancel()
 	} else {
 		j.scan.Stop()
 	}
-	return j.snapshot(), nil
+	return st, nil
 }
 
 // wait waits up to timeout for the scan to end and returns its status.
