@@ -407,7 +407,6 @@ func TestNoStaleErrnoText(t *testing.T) {
 			done <- err
 			return
 		}
-		defer s.Abort()
 		time.Sleep(200 * time.Millisecond) // the receiver closes meanwhile
 		for i := 0; ; i++ {
 			buf, err := s.Buffer(ctx)
@@ -415,6 +414,7 @@ func TestNoStaleErrnoText(t *testing.T) {
 				err = s.Post(copy(buf, testRecord(t, testFormat, 0, i)))
 			}
 			if err != nil {
+				s.Abort() // before the test ends and counts what is left open
 				done <- err
 				return
 			}
