@@ -392,24 +392,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 		sig.Request(StopRequest{})
 	}
 	s.mu.Unlock()
-	var (
-		cancelMu    sync.Mutex
-		cancelTimer func() bool
-	)
-	stopCancel := context.AfterFunc(ctx, func() {
-		stop := s.cancel(sig)
-		cancelMu.Lock()
-		cancelTimer = stop
-		cancelMu.Unlock()
-	})
-	defer func() {
-		stopCancel()
-		cancelMu.Lock()
-		defer cancelMu.Unlock()
-		if cancelTimer != nil {
-			cancelTimer()
-		}
-	}()
+	defer s.cancelling(ctx, sig)()
 
 	var scan *Module
 	progressDone := make(chan struct{})
