@@ -67,7 +67,7 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(fmt.Errorf("scan_id: %w", err))
 	}
 	if req.Output != "" && !onePathElement(req.Output) {
-		return nil, refuse(fmt.Errorf("output %q: want one file name in the output directory, without / or \\, not . or ..", req.Output))
+		return nil, refuse(fmt.Errorf("output %q: want one file name in the output directory: no / or \\, and not . or .. alone", req.Output))
 	}
 	profile, pl, err := r.load(req)
 	if err != nil {
