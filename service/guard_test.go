@@ -210,15 +210,7 @@ func TestTokenGuardsEveryRead(t *testing.T) {
 func TestConnectionCaps(t *testing.T) {
 	r := &fakeRunner{planned: 1, tick: time.Millisecond}
 	s := New(r, Config{MaxConns: 4, MaxConnsPerClient: 2})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, time.Second) }()
-	defer func() { cancel(); <-served }()
-	addr := ln.Addr().String()
+	addr := serveLoopback(t, s)
 	dial := func(from string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
@@ -273,15 +265,7 @@ func TestConnectionCaps(t *testing.T) {
 func TestEventClientThatStopsReading(t *testing.T) {
 	r := &fakeRunner{planned: 1, tick: time.Millisecond}
 	s := New(r, Config{MaxConns: 1, MaxConnsPerClient: 1})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, time.Second) }()
-	defer func() { cancel(); <-served }()
-	addr := ln.Addr().String()
+	addr := serveLoopback(t, s)
 
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

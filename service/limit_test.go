@@ -2,7 +2,6 @@ package service
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -30,15 +29,7 @@ func TestConnectionFloodLeavesControl(t *testing.T) {
 func floodControl(t *testing.T, token string) {
 	r := &fakeRunner{planned: 100000, tick: 10 * time.Millisecond}
 	s := New(r, Config{Token: token, MaxConns: 12, MaxConnsPerClient: 4})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, time.Second) }()
-	defer func() { cancel(); <-served }()
-	addr := ln.Addr().String()
+	addr := serveLoopback(t, s)
 
 	stop := make(chan struct{})
 	var flood sync.WaitGroup

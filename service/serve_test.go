@@ -74,3 +74,18 @@ func TestServeDrainsAtTheEnd(t *testing.T) {
 		t.Error("the server still answers after Serve returned")
 	}
 }
+
+// serveLoopback serves s on a free loopback port until the test ends, and
+// returns its address.
+func serveLoopback(t *testing.T, s *Service) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, time.Second) }()
+	t.Cleanup(func() { cancel(); <-served })
+	return ln.Addr().String()
+}
