@@ -113,33 +113,42 @@ func startServedDrain(t *testing.T, profile string, dir string, drain time.Durat
 // out is not nil; it returns the HTTP status.
 func (s *served) call(method, path string, body, out any) int {
 	s.t.Helper()
+	code, b := apiCall(s.t, s.base, method, path, body, out)
+	if code >= 300 {
+		s.t.Logf("%s %s: %d %s", method, path, code, b)
+	}
+	return code
+}
+
+// apiCall makes a request of the API at base, its body (where not nil) as
+// JSON, and decodes a 2xx answer into out where out is not nil; it returns
+// the HTTP status and the answer's body.
+func apiCall(t *testing.T, base, method, path string, body, out any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, s.base+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if body != nil || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.Unmarshal(b, out); err != nil {
-			s.t.Fatalf("%s %s: %v\n%s", method, path, err, b)
+			t.Fatalf("%s %s: %v\n%s", method, path, err, b)
 		}
 	}
-	if resp.StatusCode >= 300 {
-		s.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	return resp.StatusCode
+	return resp.StatusCode, b
 }
 
 // arm arms scan id of n projections and returns its status as the arm

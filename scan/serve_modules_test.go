@@ -1,9 +1,7 @@
 package scan
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -123,28 +121,8 @@ func startNodeLog(t *testing.T, modules []int, profiles map[string]string, w io.
 // HTTP status and the body.
 func (s *nodeService) call(method, path string, body, out any) (int, string) {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			s.t.Fatalf("%s %s: %v\n%s", method, path, err, b)
-		}
-	}
-	return resp.StatusCode, string(b)
+	code, b := apiCall(s.t, s.base, method, path, body, out)
+	return code, string(b)
 }
 
 // arm arms scan id of n projections with profile; it fails the test
