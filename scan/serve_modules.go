@@ -194,16 +194,8 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 	mr, _ := rep.(service.ModuleReporter)
 	rr, _ := rep.(service.RateReporter)
 	defer s.view.end() // the latest image, the first module's; rates are the modules' sum, here
-	sig := NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
-	defer sig.Close()
-	s.mu.Lock()
-	s.sig = sig
-	if s.stopped {
-		sig.Request(StopRequest{})
-	}
-	s.mu.Unlock()
-	stopCancel := s.cancelling(ctx, sig)
-	defer stopCancel()
+	sig, end := s.begin(ctx)
+	defer end()
 
 	n := &nodeRun{a: s.a, ids: make([]int, len(s.files.Modules)), late: s.late}
 	for i, f := range s.files.Modules {
@@ -255,6 +247,24 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		res.Files = append(res.Files, s.finalised(rep, s.files.Master, -1))
 	}
 	return res
+}
+
+// begin opens the scan's stopper, applies a stop asked before Run, and
+// makes the cancelling of ctx cancel the scan until end is called, which
+// then closes the stopper.
+func (s *serveScan) begin(ctx context.Context) (sig *Stopper, end func()) {
+	sig = NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
+	s.mu.Lock()
+	s.sig = sig
+	if s.stopped {
+		sig.Request(StopRequest{})
+	}
+	s.mu.Unlock()
+	stopCancel := s.cancelling(ctx, sig)
+	return sig, func() {
+		stopCancel()
+		sig.Close()
+	}
 }
 
 // cancelling makes the cancelling of ctx cancel the scan (see

@@ -384,15 +384,8 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	defer s.release()
 	rep = s.view.reporting(rep)
 	defer s.view.end()
-	sig := NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
-	defer sig.Close()
-	s.mu.Lock()
-	s.sig = sig
-	if s.stopped {
-		sig.Request(StopRequest{})
-	}
-	s.mu.Unlock()
-	defer s.cancelling(ctx, sig)()
+	sig, end := s.begin(ctx)
+	defer end()
 
 	var scan *Module
 	progressDone := make(chan struct{})
