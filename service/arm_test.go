@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -295,5 +296,51 @@ func TestUserMetadataKeepsTypes(t *testing.T) {
 		"nested": map[string]any{"n": int64(3), "list": []any{int64(1), 2.5}}, "note": "abc", "flag": true}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("user metadata %#v, want %#v", got, want)
+	}
+}
+
+// endingScan is a scan whose stop drains until finish is closed, deaf to
+// a cancel meanwhile: a stopped scan still writing its last frames.
+type endingScan struct {
+	stopped, finish chan struct{}
+	once            sync.Once
+}
+
+func (s *endingScan) Run(ctx context.Context, rep Reporter) Result {
+	<-s.stopped
+	<-s.finish
+	return Result{State: Incomplete, Counts: Counts{Planned: 10, Received: 4, Written: 4, OK: 4, Missing: 6}}
+}
+
+func (s *endingScan) Stop() { s.once.Do(func() { close(s.stopped) }) }
+
+func (s *endingScan) Release() {}
+
+type endingRunner struct{ scan *endingScan }
+
+func (r endingRunner) Prepare(context.Context, ArmRequest) (Scan, error) { return r.scan, nil }
+
+// TestCancelWhileAStopEnds: a cancel accepted ("cancelling") while a
+// stopped scan is still ending leaves the scan cancelled, without an error,
+// as the cancel's answer said, rather than incomplete.
+func TestCancelWhileAStopEnds(t *testing.T) {
+	sc := &endingScan{stopped: make(chan struct{}), finish: make(chan struct{})}
+	_, c := newTestService(t, endingRunner{sc}, Config{})
+	if code, st := c.do("POST", "/v1/scans", arm("e")); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	if code, st := c.do("POST", "/v1/scans/e/stop", nil); code != http.StatusAccepted || st["state"] != "stopping" {
+		t.Fatalf("stop: %d %v", code, st)
+	}
+	if code, st := c.do("POST", "/v1/scans/e/cancel", nil); code != http.StatusAccepted || st["state"] != "cancelling" {
+		t.Fatalf("cancel: %d %v", code, st)
+	}
+	close(sc.finish)
+	_, st := c.do("GET", "/v1/scans/e/wait?timeout=10", nil)
+	if st["state"] != "cancelled" || st["error"] != nil {
+		t.Errorf("after a cancel while the stop ended: %v, want cancelled without an error", st)
+	}
+	if counts, _ := st["counts"].(map[string]any); counts["ok"] != float64(4) || counts["missing"] != float64(6) {
+		t.Errorf("counts %v, want the scan's own: 4 ok, 6 missing", st["counts"])
 	}
 }

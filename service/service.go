@@ -347,7 +347,13 @@ func (s *Service) run(ctx context.Context, j *job) {
 	}
 	j.status.Counts = res.Counts
 	j.status.Error = res.Error
-	if res.State == Cancelled && j.cancelled.Load() {
+	if res.State == Incomplete && j.cancelled.Load() {
+		// A cancel answered "cancelling" while the scan was already ending
+		// (a stop's drain done): its file is what the cancel would have
+		// left, and the scan ends as the answer said.
+		j.status.State = Cancelled
+	}
+	if j.status.State == Cancelled && j.cancelled.Load() {
 		j.status.Error = "" // the user's cancel is no error
 	}
 	j.status.Files = res.Files
