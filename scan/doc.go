@@ -7,7 +7,7 @@
 // the status page and metrics, and the proof of a finished file (Verify)
 // live here too.
 //
-// A command (cmd/h5ingest) or a service (package service) keeps only its
+// A command (package cli) or a service (package service) keeps only its
 // flags, its terminal output and its exit statuses: errors wrapping
 // ErrUsage are the profile's or the request's fault, ErrIncomplete means
 // the file is complete but some frames are not good.

@@ -235,7 +235,7 @@ func expectedStatus(truth *sim.Truth) []uint8 {
 // simulator makes (missing, duplicated, reordered, corrupt), of a detector
 // with chips turned, and checks the file record by record, then reads it
 // with h5py. (What inspect says of the file: TestInspectFaultTable in
-// cmd/h5ingest.)
+// package cli.)
 func TestReplayFaultTable(t *testing.T) {
 	cfg := simScan(smallFormat, 0)
 	cfg.Plan = plan.Tomo(2, 2, 12, 0, 180)

@@ -28,6 +28,7 @@ var layers = [][]string{
 	{"instrument", "preview", "stream", "registry", "bench"},
 	{"stock", "status", "service"},
 	{"scan"},
+	{"cli"},
 	{"examples/extend", "cmd/h5ingest", "tools/gpu", "deploy"},
 }
 

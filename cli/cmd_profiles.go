@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"h5ingest/config"
+	"h5ingest/registry"
+	"h5ingest/scan"
+)
+
+func newProfilesCmd(stages *registry.Registry) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "profiles",
+		Short: "List, show and check beamline profiles",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "list",
+			Short: "List the profiles built into h5ingest",
+			Args:  usageArgs(cobra.NoArgs),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return listProfiles(cmd.OutOrStdout(), stages)
+			},
+		},
+		&cobra.Command{
+			Use:   "show NAME|FILE",
+			Short: "Print a profile merged over the defaults and the environment, with where each value came from",
+			Args:  usageArgs(cobra.ExactArgs(1)),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return showProfile(cmd.OutOrStdout(), stages, args[0])
+			},
+		},
+		&cobra.Command{
+			Use:   "names",
+			Short: "List the stages a profile may name: sources, backends, codecs, layouts and processors",
+			Args:  usageArgs(cobra.NoArgs),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				for _, e := range stages.Entries() {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", e.Kind, e.Name, e.Doc)
+				}
+				return w.Flush()
+			},
+		},
+		&cobra.Command{
+			Use:   "check FILE",
+			Short: "Check a profile without running a scan",
+			Args:  usageArgs(cobra.ExactArgs(1)),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				p, err := config.Load(args[0], stages.Names())
+				if err != nil {
+					return scan.Usage(err)
+				}
+				scan.WarnReaders(cmd.ErrOrStderr(), stages, p.Output.Compression)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
+				return nil
+			},
+		},
+	)
+	return cmd
+}
+
+func listProfiles(out io.Writer, stages *registry.Registry) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, name := range config.BuiltinNames() {
+		p, err := config.Load(name, stages.Names())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\t%s\n", name, p.Description)
+	}
+	return w.Flush()
+}
+
+// showProfile prints every key's merged value and its layer.
+func showProfile(out io.Writer, stages *registry.Registry, ref string) error {
+	p, sources, err := config.LoadLayers(config.Layers{Profile: ref, Names: stages.Names()})
+	if err != nil {
+		return scan.Usage(err)
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, k := range scan.ProfileKeys(p, sources, stages.Names()) {
+		from := k.From
+		if k.OneOf != nil {
+			from += "; one of " + config.OneOf(k.OneOf)
+			if len(k.OneOf) == 0 {
+				from += "none registered"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t# %s\n", k.Key, k.Value, from)
+	}
+	return w.Flush()
+}

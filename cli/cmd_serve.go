@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"h5ingest/registry"
+	"h5ingest/scan"
+	"h5ingest/service"
+	"h5ingest/version"
+)
+
+// serveFlags are the flags of serve.
+type serveFlags struct {
+	listen    string
+	tokenFile string
+	profiles  string // directory of the profile files a request may name
+	module    int
+	modules   []int // the modules this node receives, with --module
+	logLevel  string
+	drain     time.Duration
+	stream    string // every scan's live stream
+	dataRoot  string // the directory under which a request may choose its output directory
+	mkdirs    bool   // a request's output directory may be created
+	hosts     []string
+	maxConns  int
+	perClient int
+	gpu       bool   // open the GPU and load its kernels at start-up
+	cudaCache string // the CUDA driver's cache of compiled kernels
+
+	stages *registry.Registry // the stages a profile may name
+}
+
+func newServeCmd(stages *registry.Registry) *cobra.Command {
+	f := serveFlags{stages: stages}
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR:PORT] [--token-file FILE] [--profiles DIR] [--data-root DIR] [--modules K,...]",
+		Short: "Run the scan service: a control system arms, waits for, stops and cancels scans over HTTP",
+		Long: `serve receives a detector's scans (in a profile of several modules, those of --modules,
+a file each, and the master where it takes them all), one after another, as a control system
+asks over a JSON HTTP API under /v1/ (its OpenAPI document at /openapi.json): arm a scan with
+a profile, overrides, a plan and metadata; wait for it; stop it (drain) or cancel it; follow it
+as server-sent events at /v1/events. See docs/beamline.md.
+
+A request reaches only what the operator allowed: a built-in profile or one of --profiles,
+with the few keys a request may set over it (file name and template, layout, compression,
+stream thinning); its output directory only under --data-root; it never replaces a file.
+It binds 127.0.0.1 unless told otherwise; any other address needs --token-file, whose token
+every request under /v1/ must then carry (Authorization: Bearer TOKEN). It answers no web
+page: a request from another Origin, to another Host than its address or an --allow-host
+name, or a POST that is not application/json, is refused.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), &f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8642", "address the HTTP API listens on, HOST:PORT")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token that every request under /v1/ must carry; needed off loopback")
+	fs.StringVar(&f.profiles, "profiles", "", "directory of profile files an arm request may name (besides the built-in profiles)")
+	fs.IntVar(&f.module, "module", -1, "the detector module this node receives, in a profile of several (as --modules N)")
+	fs.IntSliceVar(&f.modules, "modules", nil, "the detector modules this node receives, in a profile of several, e.g. 0,1: module K listens on source.port plus K's index in the profile's detector.modules")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.stream, "stream", "", "send every scan's images to online analysis as DECTRIS Stream V2 on a ZeroMQ PUSH socket bound to tcp://HOST:PORT (over the profile's stream.address)")
+	fs.StringVar(&f.dataRoot, "data-root", "", "directory under which an arm request may choose its output directory (overrides.output.directory); without it, the profile's directory stands")
+	fs.BoolVar(&f.mkdirs, "create-dirs", false, "create a request's output directory under --data-root when it does not exist")
+	fs.StringArrayVar(&f.hosts, "allow-host", nil, "a name clients reach the service by (its host name, a proxy's), besides its listen address; repeatable")
+	fs.IntVar(&f.maxConns, "max-connections", 64, "most HTTP connections open at once; more are answered 503")
+	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
+	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled (a warning, and serve exits 1)")
+	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
+	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
+	return cmd
+}
+
+func serve(ctx context.Context, f *serveFlags) error {
+	token, err := service.ReadToken(f.tokenFile)
+	if err != nil {
+		return scan.Usage(err)
+	}
+	if err := service.CheckAddr(f.listen, token); err != nil {
+		return scan.Usage(err)
+	}
+	for _, d := range []struct{ flag, dir string }{{"--profiles", f.profiles}, {"--data-root", f.dataRoot}} {
+		if d.dir == "" {
+			continue
+		}
+		if fi, err := os.Stat(d.dir); err != nil || !fi.IsDir() {
+			return scan.Usage(fmt.Errorf("%s %s: not a directory", d.flag, d.dir))
+		}
+	}
+	if f.mkdirs && f.dataRoot == "" {
+		return scan.Usage(fmt.Errorf("--create-dirs needs --data-root: directories are created only under it"))
+	}
+	if f.maxConns < 1 || f.perClient < 1 {
+		return scan.Usage(fmt.Errorf("--max-connections %d, --max-client-connections %d: want 1 or more", f.maxConns, f.perClient))
+	}
+	modules, err := serveModules(f.module, f.modules)
+	if err != nil {
+		return scan.Usage(err)
+	}
+	log, err := newLogger(f.logLevel)
+	if err != nil {
+		return scan.Usage(err)
+	}
+	defer log.Sync()
+	if f.gpu {
+		// The GPU's kernels compiled now, not when a detector connects;
+		// every scan shares its context.
+		unload, err := scan.PreloadBackend("auto", f.cudaCache, log)
+		if err != nil {
+			return err
+		}
+		defer unload()
+	}
+	// The status page and /metrics of the scan running, beside the API.
+	watch := scan.NewServingObserver(log)
+	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
+		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages}
+	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient})
+	svc.Handle("/", watch.Handler())
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintf(os.Stdout, "h5ingest %s serving scans on http://%s (OpenAPI at /openapi.json)\n", version.String(), ln.Addr())
+	log.Info("serving", zap.Stringer("address", ln.Addr()), zap.Bool("token", token != ""))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "h5ingest: %v: draining the running scan, then stopping\n", s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = svc.Serve(ctx, ln, f.drain)
+	if errors.Is(err, service.ErrDrainTimeout) {
+		// The scan was cancelled rather than drained: its frames not
+		// written are counted discarded, and serve exits 1.
+		log.Warn("drain timeout: the running scan was cancelled", zap.Duration("drain_timeout", f.drain), zap.Error(err))
+	}
+	return err
+}
+
+// serveModules returns the modules a serve receives, from --module and
+// --modules: none (any profile of one module), one or several, each once.
+func serveModules(module int, modules []int) ([]int, error) {
+	if module >= 0 {
+		if len(modules) > 0 {
+			return nil, fmt.Errorf("--module %d and --modules: give one of them", module)
+		}
+		modules = []int{module}
+	}
+	for i, m := range modules {
+		if m < 0 || m > 65535 {
+			return nil, fmt.Errorf("--modules: module %d, want 0 to 65535", m)
+		}
+		if slices.Contains(modules[:i], m) {
+			return nil, fmt.Errorf("--modules: module %d given twice", m)
+		}
+	}
+	return modules, nil
+}

@@ -1,0 +1,344 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"image/png"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/frame"
+)
+
+// scrape returns the samples of a Prometheus text page, by series.
+func scrape(t *testing.T, url string) (map[string]float64, error) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample line %q", line)
+		}
+		m[line[:i]] = v
+	}
+	return m, sc.Err()
+}
+
+// waitFor polls f every 20 ms until it returns true, for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !f(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+	}
+}
+
+// TestMetricsDuringAcquire scrapes /metrics while a paced sender sends a
+// scan with faults over the tcp provider, and checks the final figures
+// against the file's records.
+func TestMetricsDuringAcquire(t *testing.T) {
+	smallDetector(t)
+	path, truth := simulate(t, "--darks", "0", "--flats", "0", "--projections", "50",
+		"--missing", "7,20", "--corrupt", "11,12,30", "--duplicate", "5")
+	dir := t.TempDir()
+	addr, maddr := freeAddr(t), freeAddr(t)
+	base := "http://" + maddr
+	done := startAcquire("--listen", addr, "--output-dir", dir, "--scan-id", "obs", "--connect-timeout", "20s",
+		"--projections", "50", "--metrics", maddr, "--metrics-linger", "5s", "--report", filepath.Join(dir, "report.html"))
+	sent := make(chan int, 1)
+	go func() { sent <- run([]string{"send", path, "--to", addr, "--fps", "25", "--timeout", "20s"}) }()
+
+	// Mid-scan: the counts are there and grow.
+	var mid map[string]float64
+	waitFor(t, 20*time.Second, "a mid-scan scrape", func() bool {
+		m, err := scrape(t, base+"/metrics")
+		if err == nil && m[`h5ingest_frames_written_total{module="0"}`] >= 5 {
+			mid = m
+			return true
+		}
+		return false
+	})
+	if mid[`h5ingest_frames_written_total{module="0"}`] >= 45 {
+		t.Errorf("the scrape was not mid-scan: %v frames written", mid[`h5ingest_frames_written_total{module="0"}`])
+	}
+	if code := <-sent; code != exitOK {
+		t.Fatalf("send exit status %d", code)
+	}
+	final := filepath.Join(dir, "obs.h5")
+	waitFor(t, 20*time.Second, "the final file", func() bool { _, err := os.Stat(final); return err == nil })
+	m, err := scrape(t, base+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range mid { // counters never go back
+		if strings.Contains(k, "_total") && m[k] < v {
+			t.Errorf("%s went from %v to %v", k, v, m[k])
+		}
+	}
+	recs, _ := readFile(t, final)
+	byStatus := map[uint8]float64{}
+	for _, r := range recs {
+		byStatus[r.Status]++
+	}
+	want := map[string]float64{
+		`h5ingest_records_total{module="0",status="ok"}`:                   byStatus[frame.StatusOK],
+		`h5ingest_records_total{module="0",status="missing"}`:              byStatus[frame.StatusMissing],
+		`h5ingest_records_total{module="0",status="crc_mismatch"}`:         byStatus[frame.StatusCRCMismatch],
+		`h5ingest_records_total{module="0",status="rejected"}`:             byStatus[frame.StatusRejected],
+		`h5ingest_frames_written_total{module="0"}`:                        byStatus[frame.StatusOK] + byStatus[frame.StatusCRCMismatch],
+		`h5ingest_write_frames_total{module="0"}`:                          byStatus[frame.StatusOK] + byStatus[frame.StatusCRCMismatch],
+		`h5ingest_frames_missing{module="0"}`:                              byStatus[frame.StatusMissing],
+		`h5ingest_frame_problems_total{module="0",problem="crc_mismatch"}`: byStatus[frame.StatusCRCMismatch],
+		`h5ingest_frame_problems_total{module="0",problem="duplicate"}`:    1,
+		`h5ingest_source_frames_total{module="0"}`:                         49, // 50 - 2 missing + 1 duplicate
+		`h5ingest_fabric_frames_total{module="0"}`:                         49,
+		`h5ingest_source_frames_in_flight{module="0"}`:                     0,
+		`h5ingest_scan_frames{module="0"}`:                                 50,
+	}
+	for k, v := range want {
+		if got, ok := m[k]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+	if byStatus[frame.StatusMissing] != 2 || byStatus[frame.StatusCRCMismatch] != float64(len(truth.Faults.Corrupt)) {
+		t.Errorf("file records by status %v: want the simulated faults", byStatus)
+	}
+	if c := m[`h5ingest_decode_batch_seconds_count{module="0"}`]; c < 1 || m[`h5ingest_decode_frames_total{module="0"}`] != 48 {
+		t.Errorf("decode: %v batches, %v frames; want some, and 48", c, m[`h5ingest_decode_frames_total{module="0"}`])
+	}
+	resp, err := http.Get(base + "/preview.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(resp.Body); err != nil {
+		t.Errorf("preview: %v", err)
+	}
+	resp.Body.Close()
+	if code := <-done; code != exitIncomplete {
+		t.Errorf("acquire exit status %d, want %d (frames missing)", code, exitIncomplete)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "<polyline", "incomplete: 2 missing, 3 with a CRC mismatch", final} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+}
+
+// chromium is the headless browser of the status page test.
+const chromium = "/usr/bin/chromium"
+
+// dumpDOM loads url in headless Chromium, lets its scripts run for budget
+// of virtual time, and returns what Chromium printed: the page, with
+// --dump-dom.
+func dumpDOM(t *testing.T, url string, budget time.Duration, extra ...string) string {
+	t.Helper()
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
+		"--user-data-dir=" + t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds())}, extra...)
+	cmd := exec.Command(chromium, append(args, url)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium %v: %v\n%s", extra, err, stderr.String())
+	}
+	return string(out)
+}
+
+// shown returns the number the page shows in the element with id.
+func shown(t *testing.T, dom, id string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`id="` + regexp.QuoteMeta(id) + `"[^>]*>([0-9.]+)`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the page shows no %s:\n%.2000s", id, dom)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// TestStatusPageInChromium loads the status page twice during a paced
+// replay and checks that its numbers move and match the metrics, then
+// takes a screenshot.
+func TestStatusPageInChromium(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("no headless browser: %s is missing (Debian package chromium, in the Makefile's DEBS)", chromium)
+	}
+	path, _ := simulate(t, "--frames", "160", "--corrupt", "3")
+	dir := t.TempDir()
+	maddr := freeAddr(t)
+	base := "http://" + maddr
+	// 13 s of scan, and 3 s more of the page, leave room for a browser
+	// slow to start on a busy machine.
+	replay := command("replay", path, "-o", filepath.Join(dir, "page.h5"), "--projections", "160", "--fps", "12",
+		"--metrics", maddr, "--metrics-linger", "3s")
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		replay.Process.Kill()
+		replay.Wait()
+	}()
+	written := func() float64 {
+		m, err := scrape(t, base+"/metrics")
+		if err != nil {
+			return -1
+		}
+		return m[`h5ingest_frames_written_total{module="0"}`]
+	}
+	waitFor(t, 20*time.Second, "the replay to start", func() bool { return written() >= 1 })
+
+	shotDir := os.Getenv("H5INGEST_TEST_SCREENSHOT_DIR")
+	if shotDir == "" {
+		shotDir = t.TempDir()
+	}
+	shot := filepath.Join(shotDir, "status-page.png")
+	var seen []float64
+	for i := range 2 {
+		before := written()
+		dom := dumpDOM(t, base+"/", 1500*time.Millisecond, "--dump-dom")
+		after := written()
+		n := shown(t, dom, "m0-written")
+		if n < before || n > after {
+			t.Errorf("the page shows %v frames written; the metrics said %v before and %v after", n, before, after)
+		}
+		if crc := shown(t, dom, "m0-crc_mismatch"); crc > 1 {
+			t.Errorf("the page shows %v CRC mismatches, the scan has 1", crc)
+		}
+		if !strings.Contains(dom, "160 projections") {
+			t.Error("the page does not show the plan")
+		}
+		seen = append(seen, n)
+		if i == 0 {
+			dumpDOM(t, base+"/", 1500*time.Millisecond, "--screenshot="+shot, "--window-size=1200,560", "--hide-scrollbars")
+			if w := written(); w < 0 || w >= 160 {
+				t.Errorf("the screenshot was not taken during the scan (metrics: %v frames written)", w)
+			}
+		}
+	}
+	if seen[1] <= seen[0] {
+		t.Errorf("frames written on the page went %v -> %v, want growth", seen[0], seen[1])
+	}
+
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	colours := map[[3]uint32]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 4 {
+		for x := b.Min.X; x < b.Max.X; x += 4 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			colours[[3]uint32{r >> 12, g >> 12, bl >> 12}] = true
+		}
+	}
+	if len(colours) < 20 {
+		t.Errorf("the screenshot has %d colours: blank?", len(colours))
+	}
+	t.Logf("screenshot: %s", shot)
+	var ee *exec.ExitError
+	if err := replay.Wait(); !errors.As(err, &ee) || ee.ExitCode() != exitIncomplete {
+		t.Errorf("replay: %v, want exit status %d (a CRC mismatch)", err, exitIncomplete)
+	}
+}
+
+// TestStatusPageWhileWaiting takes the status address from the profile and
+// checks the page answers while acquire still waits for the detector.
+func TestStatusPageWhileWaiting(t *testing.T) {
+	statusAddr := freeAddr(t)
+	profile := filepath.Join(t.TempDir(), "watch.yaml")
+	if err := os.WriteFile(profile, []byte("status:\n  address: "+statusAddr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	done := startAcquire("--profile", profile, "--listen", freeAddr(t), "-o", out, "--connect-timeout", "3s")
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		resp, err := http.Get("http://" + statusAddr + "/status.json")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("status.json: %s", resp.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := waitExit(t, done, 10*time.Second); code != exitFailure {
+		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
+	}
+}
+
+// TestReplayObserveFlagsFailEarly checks that a --report or --metrics that
+// cannot work stops replay before it creates its file, and that a replay
+// failing before its scan stops the status server it started.
+func TestReplayObserveFlagsFailEarly(t *testing.T) {
+	path, _ := simulate(t, "--frames", "2")
+	dir := t.TempDir()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"report in a missing directory", []string{"--report", filepath.Join(dir, "none", "report.html")}, exitUsage},
+		{"status port in use", []string{"--metrics", busy.Addr().String()}, exitFailure},
+	}
+	for _, tt := range tests {
+		out := filepath.Join(dir, "scan.h5")
+		if code := run(append([]string{"replay", path, "-o", out}, tt.args...)); code != tt.code {
+			t.Errorf("%s: exit status %d, want %d", tt.name, code, tt.code)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: replay left %s (%v)", tt.name, out, err)
+		}
+	}
+	addr := freeAddr(t)
+	if code := run([]string{"replay", path, "-o", filepath.Join(dir, "none", "scan.h5"), "--metrics", addr}); code != exitFailure {
+		t.Errorf("replay into a missing directory: exit status %d, want %d", code, exitFailure)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the status server of a replay that failed before its scan still listens: %v", err)
+	}
+	l.Close()
+}

@@ -1,0 +1,593 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"h5ingest/frame"
+	"h5ingest/registry"
+	"h5ingest/source/capture"
+	"h5ingest/source/sim"
+	"h5ingest/stock"
+	"h5ingest/writer"
+)
+
+// TestMain lets the test binary stand in for the h5ingest command, so that
+// tests can run it as a process of its own (to kill it, or to read its file
+// from another process while it writes).
+func TestMain(m *testing.M) {
+	if err := stock.Register(stages); err != nil {
+		panic(err) // an empty registry takes every built-in name
+	}
+	if os.Getenv("H5INGEST_TEST_AS_COMMAND") == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// stages are the stages of the command the tests run: h5ingest's own.
+var stages = registry.New()
+
+// run runs the command line args as h5ingest does, returning its exit
+// status.
+func run(args []string) int { return Run(stages, args) }
+
+// command returns an h5ingest process with the given arguments. It is
+// killed if the test binary dies first (a test's timeout), so that no serve
+// or acquire of a test outlives the run holding its ports.
+func command(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "H5INGEST_TEST_AS_COMMAND=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// smallScan is the geometry the end-to-end tests simulate: small enough to
+// be quick, with several chips in both directions so orientation matters.
+var smallScan = []string{"--chips", "3x2", "--chip-size", "32x16"}
+
+// simulate writes a capture with the given extra simulate flags and returns
+// its path and ground truth.
+func simulate(t *testing.T, args ...string) (string, *sim.Truth) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scan.pmcap")
+	all := append([]string{"simulate", "-o", path, "--seed", "11"}, smallScan...)
+	if code := run(append(all, args...)); code != exitOK {
+		t.Fatalf("simulate %v: exit status %d", args, code)
+	}
+	return path, readTruth(t, path)
+}
+
+// readTruth returns the ground truth a simulated capture holds.
+func readTruth(t *testing.T, path string) *sim.Truth {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	truth, err := sim.ReadTruth(r.Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return truth
+}
+
+// runCaptured runs h5ingest in-process and returns its exit status and what
+// it printed on standard output.
+func runCaptured(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	old := os.Stdout
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout = wr
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(rd)
+		done <- b
+	}()
+	code := run(args)
+	wr.Close()
+	os.Stdout = old
+	return code, string(<-done)
+}
+
+// expectedStatus returns the status every frame should get from the faults
+// the simulator put in.
+func expectedStatus(truth *sim.Truth) []uint8 {
+	status := make([]uint8, truth.Frames)
+	for _, n := range truth.Faults.Missing {
+		status[n] = frame.StatusMissing
+	}
+	for _, n := range truth.Faults.Corrupt {
+		status[n] = frame.StatusCRCMismatch
+	}
+	return status
+}
+
+// python returns /usr/bin/python3 if it has the modules, or skips the test.
+func python(t *testing.T, modules ...string) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	for _, m := range modules {
+		if out, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
+			t.Skipf("%s cannot import %s (install the Debian packages with make deps): %v %s", py, m, err, out)
+		}
+	}
+	return py
+}
+
+// crossCheck has check_scan.py read the file with h5py + hdf5plugin and
+// compare it with the truth.
+func crossCheck(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool) {
+	t.Helper()
+	crossCheckWith(t, file, layout, truth, status, dxchange, nil)
+}
+
+// crossCheckWith is crossCheck with more expectations for check_scan.py
+// (such as "translation").
+func crossCheckWith(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool, more map[string]any) {
+	t.Helper()
+	py := python(t, "h5py", "hdf5plugin", "crcmod", "numpy")
+	if dxchange {
+		python(t, "dxchange")
+	}
+	f := truthFormat(t, truth)
+	ints := make([]int, len(status)) // not []uint8, which JSON writes as base64
+	for i, s := range status {
+		ints[i] = int(s)
+	}
+	exp := map[string]any{
+		"layout":    layout,
+		"status":    ints,
+		"data_crc":  truth.DataCRC,
+		"height":    f.Height(),
+		"width":     f.Width(),
+		"elem_size": f.PixelSize(),
+		"dxchange":  dxchange,
+	}
+	if layout == writer.LayoutNXtomo {
+		exp["image_key"] = truth.ImageKey
+		exp["rotation_angle"] = truth.RotationAngle
+	}
+	// Two frames pixel by pixel, from the simulator itself.
+	scan, err := sim.New(simConfig(t, truth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pixels := map[string][]uint32{}
+	for _, n := range []int{0, truth.Frames - 1} {
+		if status[n] == frame.StatusOK {
+			img, _ := scan.Image(n, nil)
+			pixels[fmt.Sprint(n)] = img
+		}
+	}
+	exp["pixels"] = pixels
+	for k, v := range more {
+		exp[k] = v
+	}
+	out, err := exec.Command(py, "testdata/check_scan.py", file, writeExpect(t, exp)).CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
+		t.Fatalf("h5py cross-check of %s: %v\n%s", file, err, out)
+	}
+}
+
+// truthFormat returns the frame format a simulated capture holds.
+func truthFormat(t *testing.T, truth *sim.Truth) frame.Format {
+	t.Helper()
+	f, err := truth.Format.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// writeExpect writes what a Python check expects as JSON and returns the
+// file's path.
+func writeExpect(t *testing.T, exp any) string {
+	t.Helper()
+	js, err := json.Marshal(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "expect.json")
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// simConfig rebuilds the simulator's configuration from a capture's truth.
+func simConfig(t *testing.T, truth *sim.Truth) sim.Config {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Scene = truth.Scene
+	cfg.Seed = truth.Seed
+	cfg.Format = truthFormat(t, truth)
+	cfg.StartNS = truth.StartNS
+	cfg.Orientation = truth.Orientation
+	cfg.Module = truth.Module
+	cfg.FPS = truth.FPS
+	if truth.Plan != nil {
+		cfg.Plan = *truth.Plan
+	}
+	cfg.Frames = truth.Frames
+	return cfg
+}
+
+// TestReplayCodecsAndLayouts writes every codec and both layouts and has
+// h5py + hdf5plugin read them back.
+func TestReplayCodecsAndLayouts(t *testing.T) {
+	path, truth := simulate(t, "--darks", "1", "--flats", "1", "--projections", "4")
+	status := expectedStatus(truth)
+	tests := []struct {
+		compression, layout string
+		filters             string   // as h5dump -pH shows the first filter
+		args                []string // more flags
+	}{
+		{"bslz4", writer.LayoutNXtomo, "FILTER_ID 32008", nil},
+		{"bslz4", writer.LayoutNXtomo, "FILTER_ID 32008", []string{"--backend-shuffle"}},
+		{"lz4", writer.LayoutNXtomo, "FILTER_ID 32004", nil},
+		{"deflate", writer.LayoutNXtomo, "SHUFFLE", nil},
+		{"none", writer.LayoutNXtomo, "NONE", nil},
+		{"bslz4", writer.LayoutCXI, "FILTER_ID 32008", nil},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(append([]string{tt.compression, tt.layout}, tt.args...), "/"), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "scan.h5")
+			args := append([]string{"replay", path, "-o", out, "--compression", tt.compression,
+				"--layout", tt.layout, "--darks", "1", "--flats", "1", "--projections", "4"}, tt.args...)
+			code, stdout := runCaptured(t, args...)
+			if code != exitOK {
+				t.Fatalf("replay exit status %d\n%s", code, stdout)
+			}
+			if code, stdout := runCaptured(t, "verify", out); code != exitOK {
+				t.Fatalf("verify exit status %d\n%s", code, stdout)
+			}
+			if dump, err := exec.Command("h5dump", "-pH", "-d", stackPath(tt.layout), out).CombinedOutput(); err != nil {
+				t.Errorf("h5dump: %v\n%s", err, dump)
+			} else if !strings.Contains(string(dump), tt.filters) {
+				t.Errorf("h5dump -pH does not show %q:\n%s", tt.filters, dump)
+			}
+			crossCheck(t, out, tt.layout, truth, status, tt.compression == "bslz4" && tt.layout == writer.LayoutNXtomo)
+		})
+	}
+}
+
+func stackPath(layout string) string {
+	if layout == writer.LayoutCXI {
+		return "/entry_1/instrument_1/detector_1/data"
+	}
+	return "/entry/instrument/detector/data"
+}
+
+// TestReplayBitshuffleValues checks the bitshuffle filter's stored values in
+// h5dump's words: element size 4 and LZ4 in the slots readers use.
+func TestReplayBitshuffleValues(t *testing.T) {
+	path, _ := simulate(t, "--frames", "2")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	dump, err := exec.Command("h5dump", "-pH", "-d", stackPath(writer.LayoutNXtomo), out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("h5dump: %v\n%s", err, dump)
+	}
+	if ok, _ := regexp.MatchString(`PARAMS \{ 0 5 4 0 2 \}`, string(dump)); !ok {
+		t.Errorf("h5dump does not show cd_values 0 5 4 0 2:\n%s", dump)
+	}
+}
+
+// TestVerifyFindsDamage damages one chunk behind h5ingest's back and checks
+// that verify names the frame and fails.
+func TestVerifyFindsDamage(t *testing.T) {
+	py := python(t, "h5py", "numpy")
+	path, _ := simulate(t, "--frames", "4")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--compression", "none"); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	script := `
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["/entry/instrument/detector/data"]
+    mask, chunk = d.id.read_direct_chunk((2, 0, 0))
+    b = bytearray(chunk)
+    b[100] ^= 0x01
+    d.id.write_direct_chunk((2, 0, 0), bytes(b), mask)
+`
+	if o, err := exec.Command(py, "-c", script, out).CombinedOutput(); err != nil {
+		t.Fatalf("damage chunk: %v\n%s", err, o)
+	}
+	code, stdout := runCaptured(t, "verify", out)
+	if code != exitFailure || !strings.Contains(stdout, "BAD frame 2: data CRC") {
+		t.Errorf("verify exit status %d, want %d naming frame 2:\n%s", code, exitFailure, stdout)
+	}
+}
+
+func TestReplayRefusesExistingFile(t *testing.T) {
+	path, _ := simulate(t, "--frames", "2")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if err := os.WriteFile(out, []byte("earlier scan"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := runCaptured(t, "replay", path, "-o", out); code == exitOK {
+		t.Fatal("replay replaced an existing file without --overwrite")
+	}
+	if b, _ := os.ReadFile(out); string(b) != "earlier scan" {
+		t.Fatal("the existing file changed")
+	}
+	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--overwrite"); code != exitOK {
+		t.Fatalf("replay --overwrite exit status %d\n%s", code, stdout)
+	}
+}
+
+func TestReplayUsageErrors(t *testing.T) {
+	path, _ := simulate(t, "--frames", "1")
+	badProfile := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(badProfile, []byte("detector:\n  pixel_sise_m: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "x.h5")
+	tests := [][]string{
+		{"replay", path},
+		{"replay", path, "-o", out, "--compression", "zip"},
+		{"replay", path, "-o", out, "--layout", "nexus"},
+		{"replay", path, "-o", out, "--backend", "fpga"},
+		{"replay", path, "-o", out, "--profile", badProfile},
+		{"replay", path, "-o", out, "--darks", "2"},
+		{"replay", path, "-o", out, "--projections", "-1"},
+		{"replay", path, "-o", out, "--fps", "-5"},
+		{"replay", path, "-o", out, "--fps", "NaN"},
+		{"replay", path, "-o", out, "--fps", "Inf"},
+		{"send", path, "--to", "127.0.0.1:1", "--fps", "NaN"},
+		{"send", path, "--to", "127.0.0.1:1", "--fps", "+Inf"},
+		{"replay", "-o", out},
+		{"replay", path, "-o", out, "--no-such-flag"},
+		{"no-such-command"},
+		{"verify"},
+		{"inspect", out, "--png", "0"},
+	}
+	for _, args := range tests {
+		if code, _ := runCaptured(t, args...); code != exitUsage {
+			t.Errorf("%v: exit status %d, want %d", args, code, exitUsage)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a usage error left an output file")
+	}
+}
+
+// TestSWMRReaderFollowsReplay has an h5py SWMR reader follow the file while
+// a paced replay writes it, and checks that it sees frames arrive.
+func TestSWMRReaderFollowsReplay(t *testing.T) {
+	py := python(t, "h5py", "numpy")
+	path, _ := simulate(t, "--frames", "40")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	replay := command("replay", path, "-o", out, "--projections", "40", "--fps", "20", "--flush", "100ms")
+	var stderr bytes.Buffer
+	replay.Stderr = &stderr
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import os, sys, time, h5py
+part, final = sys.argv[1], sys.argv[2]
+deadline = time.time() + 30
+while not os.path.exists(part):
+    if time.time() > deadline: sys.exit("no file appeared")
+    time.sleep(0.02)
+# The file exists before its layout is complete and SWMR writing starts:
+# until then it does not open as a SWMR file.
+while True:
+    try:
+        f = h5py.File(part, "r", swmr=True)
+        break
+    except OSError:
+        if time.time() > deadline: raise
+        time.sleep(0.02)
+seen = []
+with f:
+    st = f["/entry/instrument/detector/frame_status"]
+    while time.time() < deadline:
+        st.refresh()
+        ok = int((st[:] == 0).sum())
+        if not seen or seen[-1] != ok: seen.append(ok)
+        if ok == 40 or os.path.exists(final): break
+        time.sleep(0.05)
+print(" ".join(map(str, seen)))
+`
+	o, err := exec.Command(py, "-c", script, writer.TempName(out), out).CombinedOutput()
+	if werr := replay.Wait(); werr != nil {
+		t.Fatalf("replay: %v\n%s", werr, stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("SWMR reader: %v\n%s", err, o)
+	}
+	var seen []int
+	for _, f := range strings.Fields(string(o)) {
+		var n int
+		fmt.Sscan(f, &n)
+		seen = append(seen, n)
+	}
+	if len(seen) < 4 || !slices.IsSorted(seen) {
+		t.Errorf("the reader saw ok-frame counts %v: want several, growing", seen)
+	}
+}
+
+// TestKilledWriterLeavesReadableFile kills a paced replay mid-scan and
+// checks that its file opens, holds the frames of its last flush, and that
+// verify says which frames are missing.
+func TestKilledWriterLeavesReadableFile(t *testing.T) {
+	path, truth := simulate(t, "--frames", "60")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	replay := command("replay", path, "-o", out, "--projections", "60", "--fps", "25", "--flush", "100ms")
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	part := writer.TempName(out)
+	deadline := time.Now().Add(30 * time.Second)
+	for flushed := 0; flushed < 10; {
+		if time.Now().After(deadline) {
+			replay.Process.Kill()
+			t.Fatal("replay wrote nothing in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+		flushed = okRecords(part)
+	}
+	if err := replay.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	replay.Wait()
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a killed scan got its final name")
+	}
+	code, stdout := runCaptured(t, "verify", part)
+	if code != exitIncomplete || strings.Contains(stdout, "BAD") {
+		t.Fatalf("verify of the killed scan: exit status %d, want %d with no bad chunk\n%s", code, exitIncomplete, stdout)
+	}
+	records := fileRecords(t, part)
+	ok := 0
+	for n, rec := range records {
+		if rec.Status == frame.StatusOK {
+			ok++
+			if rec.DataCRC != truth.DataCRC[n] {
+				t.Errorf("frame %d: data CRC %08x, truth %08x", n, rec.DataCRC, truth.DataCRC[n])
+			}
+		}
+	}
+	if ok < 10 || ok >= 60 {
+		t.Errorf("%d frames ok in the killed scan, want at least the 10 seen flushed and not all 60", ok)
+	}
+}
+
+// okRecords returns how many frames the file at path records as ok, or 0
+// when it cannot be read yet.
+func okRecords(path string) int {
+	r, err := writer.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	records, err := r.Records()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, rec := range records {
+		if rec.Status == frame.StatusOK {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLogsNameTheScan checks that with --scan-id every log line says which
+// scan it is about.
+func TestLogsNameTheScan(t *testing.T) {
+	path, _ := simulate(t, "--frames", "3", "--corrupt", "1")
+	cmd := command("replay", path, "-o", filepath.Join(t.TempDir(), "s9.h5"), "--scan-id", "s9", "--log-level", "info")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	n := 0
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "{") {
+			continue // the command's own closing message
+		}
+		n++
+		if !strings.Contains(line, `"scan":"s9"`) {
+			t.Errorf("log line without the scan: %s", line)
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d log lines, want at least the start and the CRC mismatch:\n%s", n, stderr.String())
+	}
+}
+
+// TestInspectWithoutPlan checks what inspect says of a scan replayed
+// without a plan: every frame a projection, and no rotation, not a range
+// "0 to 0".
+func TestInspectWithoutPlan(t *testing.T) {
+	simulated, _ := simulate(t, "--frames", "3")
+	path := filepath.Join(t.TempDir(), "noplan.pmcap")
+	writeRecords(t, path, records(t, simulated)) // metadata without a plan
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
+		t.Fatalf("replay exit status %d\n%s", code, stdout)
+	}
+	code, stdout := runCaptured(t, "inspect", out)
+	if code != exitOK || !strings.Contains(stdout, "0 darks, 0 flats, 3 projections all at 0 degrees (no rotation recorded)") {
+		t.Errorf("inspect exit status %d:\n%s", code, stdout)
+	}
+}
+
+// TestReplayOneModuleOfSeveral replays an interleaved capture of the test
+// array with a profile of one module: the file holds that module's frames
+// only, told apart by their module_id, and the others are dropped and
+// counted, never taken for the profile's module (same frame numbers).
+func TestReplayOneModuleOfSeveral(t *testing.T) {
+	paths, truths := simulateModules(t)
+	capturePath := interleave(t, paths)
+	for _, id := range []int{0, 2} {
+		t.Run(fmt.Sprint("module ", id), func(t *testing.T) {
+			dir := t.TempDir()
+			profile := filepath.Join(dir, "one.yaml")
+			text := fmt.Sprintf("detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n    - {id: %d, x: 0, y: 0}\n", id)
+			if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "one.h5")
+			code, _, stderr := runProcess(t, append([]string{"replay", capturePath, "--profile", profile, "-o", out}, arrayPlan...)...)
+			if code != exitOK {
+				t.Fatalf("replay exit status %d, want %d\n%s", code, exitOK, stderr)
+			}
+			others := truths[0].Records * (len(arrayModules) - 1)
+			if want := fmt.Sprintf("%d frames of modules other than the profile's module %d", others, id); !strings.Contains(stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr)
+			}
+			recs := fileRecords(t, out)
+			truth := truths[slices.IndexFunc(arrayModules, func(m struct{ id, x, y int }) bool { return m.id == id })]
+			if len(recs) != truth.Frames {
+				t.Fatalf("%d records, want %d", len(recs), truth.Frames)
+			}
+			for n, rec := range recs {
+				if rec.Status != frame.StatusOK || rec.DataCRC != truth.DataCRC[n] {
+					t.Errorf("frame %d: status %d data CRC %08x, want module %d's: status 0, %08x",
+						n, rec.Status, rec.DataCRC, id, truth.DataCRC[n])
+				}
+			}
+		})
+	}
+}
+
+// TestReplayOtherModuleHint replays a capture of module 3 with the default
+// profile (module 0): nothing is written, and the command says how to
+// replay module 3, which then works.
+func TestReplayOtherModuleHint(t *testing.T) {
+	path, _ := simulate(t, "--frames", "3", "--module", "3")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	code, _, stderr := runProcess(t, "replay", path, "-o", out)
+	hint := `to replay module 3 of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES="[{id: 3}]"`
+	if code != exitIncomplete || !strings.Contains(stderr, hint) {
+		t.Fatalf("replay of module 3 with a profile of module 0: exit status %d\n%s", code, stderr)
+	}
+	t.Setenv("H5INGEST_DETECTOR_MODULES", "[{id: 3}]")
+	if code, _, stderr := runProcess(t, "replay", path, "-o", out, "--overwrite"); code != exitOK {
+		t.Errorf("replay as the hint says: exit status %d\n%s", code, stderr)
+	}
+}
