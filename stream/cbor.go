@@ -6,8 +6,9 @@ import (
 )
 
 // The image message is the one message sent per frame, so it is encoded
-// by these append-style helpers into a buffer the sender reuses: nothing
-// is allocated per image, and the chunk is copied once. The start and end
+// by these append-style helpers into the image's own buffer, around the
+// chunk the sink copied there: nothing is allocated per image, and the
+// chunk is copied once. The start and end
 // messages, which carry free-form user metadata, go through
 // fxamacker/cbor. Every message is checked in the tests by a decoder that
 // follows DECTRIS's reference parser (stream2_parser_test.go), and by
@@ -31,6 +32,7 @@ const (
 	tagUint8         = 64    // typed array of uint8 (RFC 8746, 2)
 	tagUint16LE      = 69    // typed array of little-endian uint16
 	tagUint32LE      = 70    // typed array of little-endian uint32
+	tagFloat32LE     = 85    // typed array of little-endian IEEE 754 binary32
 	tagCompressed    = 56500 // DECTRIS compressed byte string: [algorithm, modifier, bytes]
 )
 

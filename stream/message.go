@@ -19,25 +19,34 @@ const rotationAxis = "omega"
 // nanoseconds, the denominator of every image's times.
 const clockRate = uint64(time.Second)
 
-// imageOverhead bounds the bytes of an image message besides its chunk.
-const imageOverhead = 512
-
 // typedArrayTag returns the RFC 8746 typed array tag of little-endian
-// unsigned pixels of size bytes.
-func typedArrayTag(size int) (uint64, bool) {
-	switch size {
-	case 1:
+// pixels of size bytes: unsigned integers, or IEEE 754 floats where float
+// is set (float32 only).
+func typedArrayTag(size int, float bool) (uint64, bool) {
+	switch {
+	case float && size == 4:
+		return tagFloat32LE, true
+	case float:
+		return 0, false
+	case size == 1:
 		return tagUint8, true
-	case 2:
+	case size == 2:
 		return tagUint16LE, true
-	case 4:
+	case size == 4:
 		return tagUint32LE, true
 	}
 	return 0, false
 }
 
-// dtypeName is Stream V2's image_dtype of size-byte pixels.
-func dtypeName(size int) string { return fmt.Sprintf("uint%d", 8*size) }
+// dtypeName is Stream V2's image_dtype of size-byte pixels: uint8, uint16
+// or uint32, as DECTRIS lists them, or float32, the name NumPy gives the
+// typed array of tag 85.
+func dtypeName(size int, float bool) string {
+	if float {
+		return fmt.Sprintf("float%d", 8*size)
+	}
+	return fmt.Sprintf("uint%d", 8*size)
+}
 
 // startMessage encodes the start of the series: every field the profile
 // and the plan know. A field whose value is not known (0 or empty in the
@@ -51,13 +60,14 @@ func startMessage(s *Series, id string, number uint64) ([]byte, error) {
 		"channels":             []string{channel},
 		"image_size_x":         uint64(s.Width),
 		"image_size_y":         uint64(s.Height),
-		"image_dtype":          dtypeName(s.ElemSize),
+		"image_dtype":          dtypeName(s.ElemSize, s.Float),
 		"number_of_images":     uint64(s.Images),
 		"detector_description": s.Description,
 		// h5ingest writes the images as the detector counted them: it
-		// applies none of the corrections Stream V2 names.
+		// applies none of the corrections Stream V2 names, but in a
+		// series of a flat-field processor's previews.
 		"countrate_correction_enabled":        false,
-		"flatfield_enabled":                   false,
+		"flatfield_enabled":                   s.Flatfield,
 		"pixel_mask_enabled":                  false,
 		"virtual_pixel_interpolation_enabled": false,
 	}
@@ -162,8 +172,36 @@ func encodeTypeFirst(m map[string]any) ([]byte, error) {
 	return append(b, body...), nil
 }
 
-// imageMessage appends the image message of img to b.
-func (s *Stream) imageMessage(b []byte, img *image) []byte {
+// headFixed bounds the bytes of an image message before its chunk, less
+// its series_unique_id and series_date.
+const headFixed = 256
+
+// sizeHead sets the room each image's buffer keeps before its chunk for
+// the head of its message, and the largest chunk.
+func (s *Stream) sizeHead(maxChunk int) {
+	s.headRoom = headFixed + len(s.uniqueID) + len(s.armDate)
+	s.maxChunk = maxChunk
+	s.head = make([]byte, 0, s.headRoom)
+}
+
+// imageMessage returns the image message of img, built in img's buffer
+// around its chunk: the head is encoded apart and copied in just before
+// the chunk, and the tail appended after it, so that the chunk is not
+// copied again.
+func (s *Stream) imageMessage(img *image) []byte {
+	s.head = s.imageHead(s.head[:0], img)
+	at := s.headRoom - len(s.head)
+	if at < 0 { // cannot happen: headRoom bounds the head
+		msg := append(s.head, img.buf[s.headRoom:s.headRoom+img.size]...)
+		return s.imageTail(msg, img)
+	}
+	copy(img.buf[at:], s.head)
+	return s.imageTail(img.buf[:s.headRoom+img.size], img)[at:]
+}
+
+// imageHead appends the fields of img's message before its chunk's
+// bytes, and the head of their byte string, to b.
+func (s *Stream) imageHead(b []byte, img *image) []byte {
 	se := &s.series
 	fields := uint64(8) // type, series_id, series_unique_id, image_id, series_date, start_time, data, user_data
 	exposure := s.exposure
@@ -187,7 +225,7 @@ func (s *Stream) imageMessage(b []byte, img *image) []byte {
 	b = appendHead(appendText(b, channel), majorTag, tagMultiDim)
 	b = appendHead(b, majorArray, 2)
 	b = appendUint(appendUint(appendHead(b, majorArray, 2), uint64(se.Height)), uint64(se.Width))
-	tag, _ := typedArrayTag(se.ElemSize)
+	tag, _ := typedArrayTag(se.ElemSize, se.Float)
 	b = appendHead(b, majorTag, tag)
 	switch se.Compression {
 	case "bslz4":
@@ -195,18 +233,29 @@ func (s *Stream) imageMessage(b []byte, img *image) []byte {
 	case "lz4":
 		b = appendUint(appendText(appendHead(appendHead(b, majorTag, tagCompressed), majorArray, 3), "lz4"), 0)
 	}
-	b = append(appendHead(b, majorBytes, uint64(len(img.chunk))), img.chunk...)
-	// user_data: what the file's records and plan say of the frame.
+	return appendHead(b, majorBytes, uint64(img.size))
+}
+
+// imageTail appends the fields of img's message after its chunk to b:
+// its user_data, what the file's records (where the image is a chunk of
+// the file) and plan say of the frame.
+func (s *Stream) imageTail(b []byte, img *image) []byte {
+	se := &s.series
 	r := img.record
-	n := uint64(3)
+	n := uint64(0)
+	if img.recorded {
+		n += 3
+	}
 	plan := img.n < len(se.ImageKeys) && img.n < len(se.Angles)
 	if plan {
 		n += 2
 	}
 	b = appendHead(appendText(b, "user_data"), majorMap, n)
-	b = appendUint(appendText(b, "status"), uint64(r.Status))
-	b = appendUint(appendText(b, "raw_crc32c"), uint64(r.RawCRC))
-	b = appendUint(appendText(b, "data_crc32c"), uint64(r.DataCRC))
+	if img.recorded {
+		b = appendUint(appendText(b, "status"), uint64(r.Status))
+		b = appendUint(appendText(b, "raw_crc32c"), uint64(r.RawCRC))
+		b = appendUint(appendText(b, "data_crc32c"), uint64(r.DataCRC))
+	}
 	if plan {
 		b = appendUint(appendText(b, "image_key"), uint64(se.ImageKeys[img.n]))
 		b = appendFloat(appendText(b, "rotation_angle"), se.Angles[img.n])

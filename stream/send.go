@@ -170,10 +170,9 @@ func (n *sender) close(linger time.Duration) (flushed bool) {
 // Open has returned: it sends the start message once a consumer is
 // there, every queued image, and at the end the end message, then closes
 // the socket.
-func (s *Stream) send(start []byte, maxChunk int) {
+func (s *Stream) send(start []byte) {
 	defer close(s.done)
 	n := s.net
-	msg := make([]byte, 0, maxChunk+imageOverhead)
 	started := false
 	// Until the start message has gone out, try it every so often: a
 	// consumer that connects gets it before any image.
@@ -215,8 +214,7 @@ func (s *Stream) send(start []byte, maxChunk int) {
 				}
 			}
 			if err == nil {
-				msg = s.imageMessage(msg[:0], img)
-				err = n.put(msg, deadline, quick)
+				err = n.put(s.imageMessage(img), deadline, quick)
 			}
 		}
 		switch {

@@ -13,9 +13,16 @@
 // of the image, image key and rotation angle. Images go out in image_id
 // order (see order), whatever order compression finishes them in.
 //
+// A stream may instead carry images a processor stage makes from the
+// scan's frames (Series.Float, WriteFrame): float32 pixels as the RFC 8746
+// typed array of tag 85, in a series of their own on a socket of their
+// own, so that neither the scan's series nor its consumers change.
+//
 // The stream never holds the scan back. Its Sink copies each chunk into
-// one of a fixed set of buffers (their bytes bounded by Config.MaxBytes)
-// and queues it for a goroutine that owns the socket; an image that finds
+// one of a fixed set of buffers (their bytes bounded by Config.MaxBytes),
+// the only copy the stream makes: the image message is built around the
+// chunk in that buffer. (ZeroMQ copies the message once more as it takes
+// it.) The buffer is queued for a goroutine that owns the socket; an image that finds
 // every buffer taken (a consumer slower than the scan, or none at all) is
 // dropped from the stream, never from the file, and counted. Thinning for
 // previews (every Nth image, at most N images a second) is applied before
@@ -82,6 +89,13 @@ type Series struct {
 	Width    int       // image_size_x, pixels
 	Height   int       // image_size_y, pixels
 	ElemSize int       // bytes per pixel: 1, 2 or 4 (image_dtype)
+	// Float says the pixels are IEEE 754 floats (image_dtype float32,
+	// typed array tag 85), not unsigned integers; ElemSize is then 4 and
+	// Compression "". Such a series is fed by WriteFrame, not a Sink.
+	Float bool
+	// Flatfield says the images are flat-field corrected
+	// (flatfield_enabled in the start message).
+	Flatfield bool
 	// Compression is the chunks' Stream V2 compression, as their codec's
 	// registry entry says (registry.Codec.Stream): "bslz4" or "lz4",
 	// tagged as compressed arrays, or "" for the pixels as they are.
@@ -153,6 +167,12 @@ type Stream struct {
 
 	net *sender // the socket, owned by the sending goroutine
 
+	// headRoom is the bytes before the chunk in each image's buffer,
+	// enough for every field of its message before the chunk; maxChunk
+	// the chunk bytes after them.
+	headRoom, maxChunk int
+	head               []byte // the sender's: the head of the message being built
+
 	free  chan *image // buffers not in use
 	queue chan *image // images in order, to send
 	done  chan struct{}
@@ -169,16 +189,43 @@ type Stream struct {
 	deadline                                                 atomic.Int64 // once Close is called: when the linger ends, Unix ns
 	endDelivered                                             atomic.Bool
 
+	// wmu serialises WriteFrame's callers, and Close with them.
+	wmu     sync.Mutex
+	closing bool // Close has begun: WriteFrame refuses
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// image is one queued image: a copy of its chunk and its record.
+// image is one queued image: its chunk, copied into the middle of its
+// buffer, where the sender writes the rest of its message around it, and
+// its record.
 type image struct {
-	n      int
-	chunk  []byte
-	record frame.Record
-	start  uint64 // start_time: the detector clock since series_date, ns
+	n        int
+	buf      []byte // headRoom bytes, the chunk, then room for the message's tail
+	size     int    // the chunk's bytes, at buf[headRoom:]
+	record   frame.Record
+	recorded bool   // record is the frame's record in the file
+	start    uint64 // start_time: the detector clock since series_date, ns
+}
+
+// tailRoom bounds the bytes of an image message after its chunk (its
+// user_data).
+const tailRoom = 160
+
+// newImage returns an image whose buffer holds a chunk of maxChunk bytes
+// and the message around it.
+func (s *Stream) newImage(maxChunk int) *image {
+	return &image{buf: make([]byte, s.headRoom+maxChunk+tailRoom)}
+}
+
+// fill copies data into img's buffer as its chunk, growing the buffer
+// only for a chunk larger than the codec's bound.
+func (s *Stream) fill(img *image, n int, data []byte) {
+	if need := s.headRoom + len(data) + tailRoom; len(img.buf) < need {
+		img.buf = make([]byte, need)
+	}
+	img.n, img.size = n, copy(img.buf[s.headRoom:], data)
 }
 
 // Open checks the buffers' bytes, binds the socket and starts sending.
@@ -193,8 +240,14 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 	default:
 		return nil, fmt.Errorf("stream: compression %q has no Stream V2 encoding here (bslz4, lz4, or the pixels as they are)", s.Compression)
 	}
-	if _, ok := typedArrayTag(s.ElemSize); !ok {
+	if _, ok := typedArrayTag(s.ElemSize, s.Float); !ok {
+		if s.Float {
+			return nil, fmt.Errorf("stream: %d-byte float pixels have no Stream V2 typed array here (4, float32)", s.ElemSize)
+		}
 		return nil, fmt.Errorf("stream: %d-byte pixels have no Stream V2 typed array here (1, 2 or 4)", s.ElemSize)
+	}
+	if s.Float && s.Compression != "" {
+		return nil, fmt.Errorf("stream: float pixels are sent as they are, not compressed with %s", s.Compression)
 	}
 	if s.BeamCenter != nil && len(s.BeamCenter) != 2 {
 		return nil, fmt.Errorf("stream: a beam centre of %d values, want x and y", len(s.BeamCenter))
@@ -236,11 +289,12 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 		net.close(0)
 		return nil, err
 	}
+	st.sizeHead(maxChunk)
 	for range cfg.Queue {
-		st.free <- &image{chunk: make([]byte, 0, maxChunk)}
+		st.free <- st.newImage(maxChunk)
 	}
 	st.order = newOrder(st.queue, st.free, &st.gaps, &st.late)
-	go st.send(start, maxChunk)
+	go st.send(start)
 	return st, nil
 }
 
@@ -335,7 +389,7 @@ func (t *tap) SetRecord(n int, r frame.Record) error {
 		return err
 	}
 	s.pending = nil
-	p.record = r
+	p.record, p.recorded = r, true
 	p.start = s.clock(r.Timestamp, now)
 	s.order.put(n, p, now)
 	return nil
@@ -362,28 +416,93 @@ func (s *Stream) offer(n int, chunk []byte) {
 		s.free <- p
 		s.order.put(p.n, nil, now)
 	}
-	if s.cfg.Every > 1 && n%s.cfg.Every != 0 {
-		s.thinned.Add(1)
+	if s.thin(n, now) {
 		s.order.put(n, nil, now)
 		return
 	}
-	if s.cfg.MaxRate > 0 {
-		if !s.last.IsZero() && now.Sub(s.last).Seconds() < 1/s.cfg.MaxRate {
-			s.thinned.Add(1)
-			s.order.put(n, nil, now)
-			return
-		}
-		s.last = now
-	}
 	select {
 	case p := <-s.free:
-		p.n, p.chunk = n, append(p.chunk[:0], chunk...)
+		s.fill(p, n, chunk)
 		s.pending = p
 	default:
 		// The window's images go out, so that buffers come back.
 		s.order.skipGap(now)
 		s.leftOut()
 		s.order.put(n, nil, now)
+	}
+}
+
+// thin reports whether Every or MaxRate leave image n out, and counts it.
+func (s *Stream) thin(n int, now time.Time) bool {
+	if s.cfg.Every > 1 && n%s.cfg.Every != 0 {
+		s.thinned.Add(1)
+		return true
+	}
+	if s.cfg.MaxRate > 0 {
+		if !s.last.IsZero() && now.Sub(s.last).Seconds() < 1/s.cfg.MaxRate {
+			s.thinned.Add(1)
+			return true
+		}
+		s.last = now
+	}
+	return false
+}
+
+// WriteFrame streams data, the Width x Height pixels of a series of Float
+// pixels, as image n (pipeline.FrameWriter): a processor stage's result
+// for the scan's frame n, with the plan's image key and rotation angle of
+// frame n in its user_data. Images go out in image_id order, as a Sink's
+// do: the stage says which frames have no image with Skip, so that the
+// stream need not wait for them. Like a Sink it never waits: data is
+// copied into a free buffer, or left out of the stream and counted where
+// none is free, or thinned. It is safe for concurrent use, keeps no
+// reference to data and allocates nothing; after Close it returns an
+// error.
+func (s *Stream) WriteFrame(n int, data []byte) error {
+	se := &s.series
+	switch want := se.Width * se.Height * se.ElemSize; {
+	case !se.Float:
+		return fmt.Errorf("stream %s: image %d: a series of the scan's chunks is fed by its sink", s.endpoint, n)
+	case len(data) != want:
+		return fmt.Errorf("stream %s: image %d of %d bytes, want %d x %d pixels of %d bytes", s.endpoint, n, len(data), se.Width, se.Height, se.ElemSize)
+	case n < 0:
+		return fmt.Errorf("stream %s: image %d: a negative image_id", s.endpoint, n)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closing {
+		return fmt.Errorf("stream %s: image %d after the stream was closed", s.endpoint, n)
+	}
+	now := time.Now()
+	if s.thin(n, now) {
+		s.order.put(n, nil, now)
+		return nil
+	}
+	select {
+	case p := <-s.free:
+		s.fill(p, n, data)
+		p.recorded = false
+		p.start = uint64(max(now.Sub(se.Armed), 0))
+		s.order.put(n, p, now)
+	default:
+		s.order.skipGap(now)
+		s.leftOut()
+		s.order.put(n, nil, now)
+	}
+	return nil
+}
+
+// Skip says that image n of a series fed by WriteFrame has no image (the
+// stage makes none of frame n), so that the images after it need not wait
+// for it. It is safe for concurrent use; after Close it does nothing.
+func (s *Stream) Skip(n int) {
+	if n < 0 {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if !s.closing {
+		s.order.put(n, nil, time.Now())
 	}
 }
 
@@ -403,6 +522,9 @@ func (s *Stream) leftOut() {
 // delivered: no consumer, or one that did not take it in time.
 func (s *Stream) Close() (Stats, error) {
 	s.closeOnce.Do(func() {
+		s.wmu.Lock()
+		s.closing = true
+		s.wmu.Unlock()
 		now := time.Now()
 		if p := s.pending; p != nil {
 			s.pending = nil

@@ -762,7 +762,7 @@ func checkScan(t *testing.T, msgs [][]byte) []*s2Msg {
 		if len(m.Data) != 1 || !ok || d.Dim != [2]uint64{start.ImageSizeY, start.ImageSizeX} {
 			t.Errorf("image %d: data %v, want one %s of %d x %d", m.ImageID, m.Data, channel, start.ImageSizeY, start.ImageSizeX)
 		}
-		if want := map[string]uint64{"uint8": tagUint8, "uint16": tagUint16LE, "uint32": tagUint32LE}[start.ImageDtype]; d.Tag != want {
+		if want := map[string]uint64{"uint8": tagUint8, "uint16": tagUint16LE, "uint32": tagUint32LE, "float32": tagFloat32LE}[start.ImageDtype]; d.Tag != want {
 			t.Errorf("image %d: typed array tag %d, the start's image_dtype %q", m.ImageID, d.Tag, start.ImageDtype)
 		}
 		if !m.has("start_time") || m.StartTime[1] != clockRate {
@@ -839,6 +839,18 @@ func TestParserRefuses(t *testing.T) {
 			b = multidim(b, 1, 1, tagUint32LE)
 			return append(appendHead(b, majorBytes, 5), make([]byte, 5)...)
 		}), errS2Parse},
+		{"float32 not whole elements", image(func(b []byte) []byte {
+			b = multidim(b, 1, 2, tagFloat32LE)
+			return append(appendHead(b, majorBytes, 6), make([]byte, 6)...)
+		}), errS2Parse},
+		{"float32 dims do not match", image(func(b []byte) []byte {
+			b = multidim(b, 1, 2, tagFloat32LE)
+			return append(appendHead(b, majorBytes, 4), make([]byte, 4)...)
+		}), errS2Parse},
+		{"typed array tag beyond 87", image(func(b []byte) []byte {
+			b = multidim(b, 1, 1, 88)
+			return append(appendHead(b, majorBytes, 4), make([]byte, 4)...)
+		}), errS2NotImplemented},
 		{"compressed dims do not match", image(func(b []byte) []byte { return bslz4(multidim(b, 2, 2, tagUint32LE), 12, 12) }), errS2Parse},
 		{"bslz4 under 12 bytes", image(func(b []byte) []byte { return bslz4(multidim(b, 1, 1, tagUint32LE), 4, 11) }), errS2Decode},
 		{"unknown compression", image(func(b []byte) []byte {
@@ -860,5 +872,14 @@ func TestParserRefuses(t *testing.T) {
 	}
 	if m, err := parseStream2(good); err != nil || m.Type != "end" || m.SeriesID != 1 || m.SeriesUniqueID != "x" {
 		t.Errorf("a good end message: %+v, %v", m, err)
+	}
+	// A float32 image of 1 x 2 pixels, tag 85: the reference parser takes
+	// it, 4 bytes an element.
+	f32 := image(func(b []byte) []byte {
+		b = multidim(b, 1, 2, tagFloat32LE)
+		return append(appendHead(b, majorBytes, 8), 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40)
+	})
+	if m, err := parseStream2(f32); err != nil || m.Data[channel].Tag != tagFloat32LE || m.Data[channel].Dim != [2]uint64{1, 2} {
+		t.Errorf("a float32 image: %+v, %v", m, err)
 	}
 }

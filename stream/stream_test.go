@@ -393,13 +393,19 @@ func TestImageMessageAllocatesNothing(t *testing.T) {
 	}
 	defer st.Close()
 	chunk, _ := codec.Encode(nil, testImage(3))
-	img := &image{n: 2, chunk: chunk, record: frame.Record{DataCRC: 1}, start: 5}
-	msg := make([]byte, 0, len(chunk)+imageOverhead)
-	if a := testing.AllocsPerRun(100, func() { msg = st.imageMessage(msg[:0], img) }); a != 0 {
+	img := st.newImage(codec.Bound(testW * testH * 4))
+	st.fill(img, 2, chunk)
+	img.record, img.recorded, img.start = frame.Record{DataCRC: 1}, true, 5
+	var msg []byte
+	if a := testing.AllocsPerRun(100, func() { msg = st.imageMessage(img) }); a != 0 {
 		t.Errorf("%v allocations per image message", a)
 	}
-	if _, err := parseStream2(msg); err != nil {
-		t.Error(err)
+	m, err := parseStream2(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.Data[channel].Data, chunk) {
+		t.Error("the message's chunk is not the chunk")
 	}
 }
 
