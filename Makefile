@@ -10,6 +10,12 @@ BIN      := bin/h5ingest
 FUZZTIME ?= 4s
 OUT      ?= out
 
+# examples/extend is a module of its own, as a facility's would be (its
+# go.mod replaces h5ingest with this tree): go vet ./... and go test ./...
+# here leave it out, so deps, vet and unit cover it too (fmt-check does
+# already: it checks every Go file git tracks).
+EXTEND := examples/extend
+
 # Debian packages: C libraries for cgo, and the independent readers the
 # tests compare against (h5py + hdf5plugin, the C bitshuffle library,
 # dxchange, h5dump), headless chromium for the status page test, and
@@ -42,8 +48,10 @@ deps:
 		fi; \
 	fi
 	@# Every module the build and the tests need, so that make test runs
-	@# offline after make demo (go vet would otherwise fetch test-only ones).
+	@# offline after make demo (go vet would otherwise fetch test-only ones),
+	@# those of the example facility's module (examples/extend) included.
 	$(GO) mod download
+	cd $(EXTEND) && $(GO) mod download
 
 # The version --version prints and every file and capture records.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -53,6 +61,7 @@ build: deps
 
 vet:
 	$(GO) vet ./...
+	cd $(EXTEND) && $(GO) vet ./...
 
 fmt-check:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -60,6 +69,7 @@ fmt-check:
 
 unit:
 	$(GO) test -count=1 ./...
+	cd $(EXTEND) && $(GO) test -count=1 ./...
 
 # The packages whose goroutines share state, under the race detector.
 RACE_PKGS := ./pipeline ./scan ./service ./source/fabric ./source/capture ./instrument ./status ./stream

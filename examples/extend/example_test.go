@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"example.org/beamline/extend"
+
 	"h5ingest/compress"
 	"h5ingest/config"
-	"h5ingest/examples/extend"
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/registry"
@@ -22,13 +23,17 @@ import (
 	"h5ingest/writer"
 )
 
-// profile chooses the stages of package extend by name.
+// threshold is the noise threshold the profile sets, in counts.
+const threshold = 1500
+
+// profile chooses the stages of package extend by name, and sets the
+// threshold processor's option.
 const profile = `description: a beamline that thresholds its frames
 backend: cpu
 output:
   layout: flat
   compression: deflate-max
-  processors: [threshold]
+  processors: [{name: threshold, min: 1500}]
 `
 
 // Example registers the stages of package extend beside h5ingest's own,
@@ -46,13 +51,12 @@ func Example() {
 	if err := stock.Register(stages); err != nil {
 		panic(err)
 	}
-	const threshold = 100
-	if err := extend.Register(stages, threshold); err != nil {
+	if err := extend.Register(stages); err != nil {
 		panic(err)
 	}
 
 	// The profile names them; loading it checks the names against the
-	// registry.
+	// registry, and the threshold's option against its options.
 	path := filepath.Join(dir, "beamline.yaml")
 	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
 		panic(err)

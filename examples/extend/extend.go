@@ -1,11 +1,19 @@
 // Package extend shows how a facility adds its own stages to h5ingest
-// from a package of its own, without touching h5ingest's: a processor
-// stage that sets pixels below a noise threshold to zero, a file layout
-// that keeps only a NeXus entry with the frame stack, a codec preset and
-// a codec of a filter h5ingest does not know (plain zstd, filter 32015).
-// A profile then chooses them by name (output.processors, output.layout,
-// output.compression). docs/extending.md explains each step; the
-// package's Example runs a scan with them.
+// from a module of its own, without touching h5ingest's: a processor
+// stage, configured in the profile, that sets pixels below a noise
+// threshold to zero, a file layout that keeps only a NeXus entry with the
+// frame stack, a codec preset and a codec of a filter h5ingest does not
+// know (plain zstd, filter 32015). A profile then chooses them by name
+// (output.processors, output.layout, output.compression):
+//
+//	output:
+//	  layout: flat
+//	  compression: zstd
+//	  processors: [{name: threshold, min: 100}]
+//
+// Its command, cmd/h5ingest-beamline, is h5ingest with these stages
+// beside h5ingest's own. docs/extending.md explains each step; the
+// package's Example runs a scan with them through the library.
 package extend
 
 import (
@@ -19,14 +27,13 @@ import (
 	"h5ingest/writer"
 )
 
-// Register adds the stages of this package to r, each under its own
-// name, with threshold as the noise threshold in counts.
-func Register(r *registry.Registry, threshold uint32) error {
+// Register adds the stages of this package to r, each under its own name.
+func Register(r *registry.Registry) error {
 	if err := r.AddProcessor(registry.Processor{
-		Name: "threshold", Doc: fmt.Sprintf("pixels below %d counts set to 0 (noise)", threshold),
-		New: func(f frame.Format) (pipeline.Processor, error) {
-			return NewThreshold(f, threshold)
-		},
+		Name:    "threshold",
+		Doc:     fmt.Sprintf("pixels below min counts set to 0, as noise (option min, default %d)", DefaultThreshold),
+		Options: func() any { return DefaultThresholdOptions() },
+		Start:   StartThreshold,
 	}); err != nil {
 		return err
 	}
@@ -44,6 +51,56 @@ func Register(r *registry.Registry, threshold uint32) error {
 		Filter: FilterZstd, Read: ReadZstd, Optional: true,
 		MinLevel: MinZstdLevel, MaxLevel: MaxZstdLevel})
 }
+
+// DefaultThreshold is the threshold processor's noise threshold, in
+// counts, where its profile entry sets none.
+const DefaultThreshold = 100
+
+// ThresholdOptions are the threshold processor's options, set in its
+// profile entry: processors: [{name: threshold, min: 50}].
+type ThresholdOptions struct {
+	// Min is the noise threshold in counts: pixels below it are set to 0.
+	Min int64 `mapstructure:"min"`
+}
+
+// DefaultThresholdOptions returns the options with their defaults (the
+// registry entry's Options).
+func DefaultThresholdOptions() *ThresholdOptions {
+	return &ThresholdOptions{Min: DefaultThreshold}
+}
+
+// StartThreshold starts the threshold stage of one scan from its options,
+// a *ThresholdOptions (the registry entry's Start). A threshold outside
+// the counts a pixel of the scan's format holds is refused, before any
+// file is made.
+func StartThreshold(options any, s pipeline.Scan) (pipeline.Stage, error) {
+	o, ok := options.(*ThresholdOptions)
+	if !ok || o == nil {
+		return nil, fmt.Errorf("options %T, want *extend.ThresholdOptions", options)
+	}
+	if top := int64(s.Format.MaxCount()); o.Min < 1 || o.Min > top {
+		return nil, fmt.Errorf("min: %d, want 1 to %d, the counts of a %d-bit pixel", o.Min, top, s.Format.BitDepth)
+	}
+	if _, err := NewThreshold(s.Format, uint32(o.Min)); err != nil {
+		return nil, err
+	}
+	return thresholdStage{min: uint32(o.Min), format: s.Format}, nil
+}
+
+// thresholdStage is the threshold processor's stage of one scan: each
+// worker gets a processor of its own, and there is no state to share.
+type thresholdStage struct {
+	min    uint32
+	format frame.Format
+}
+
+// Processor implements pipeline.Stage.
+func (s thresholdStage) Processor() (pipeline.Processor, error) {
+	return NewThreshold(s.format, s.min)
+}
+
+// Close implements pipeline.Stage: the stage has nothing to report.
+func (thresholdStage) Close() error { return nil }
 
 // Threshold is a processor that sets every pixel below its threshold to
 // zero, in place.

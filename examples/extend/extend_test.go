@@ -2,15 +2,17 @@ package extend_test
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"example.org/beamline/extend"
+
 	"h5ingest/compress/compresstest"
 	"h5ingest/config"
-	"h5ingest/examples/extend"
 	"h5ingest/frame"
 	"h5ingest/pipeline"
 	"h5ingest/pipeline/pipelinetest"
@@ -30,7 +32,7 @@ func extendStages(t *testing.T) *registry.Registry {
 	if err := stock.Register(stages); err != nil {
 		t.Fatal(err)
 	}
-	if err := extend.Register(stages, 100); err != nil {
+	if err := extend.Register(stages); err != nil {
 		t.Fatal(err)
 	}
 	return stages
@@ -75,7 +77,7 @@ func TestThresholdChangesTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if n := below(r, 100); n == 0 {
+	if n := below(r, threshold); n == 0 {
 		t.Error("without the threshold processor no pixel is below the threshold: the example proves nothing")
 	}
 }
@@ -116,10 +118,10 @@ func TestUnregisteredNamesRefused(t *testing.T) {
 	if _, err := config.Load(path, stages.Names()); err == nil || !strings.Contains(err.Error(), "flat") {
 		t.Errorf("a profile naming unregistered stages: %v", err)
 	}
-	if err := extend.Register(stages, 1); err != nil {
+	if err := extend.Register(stages); err != nil {
 		t.Fatal(err)
 	}
-	if err := extend.Register(stages, 1); err == nil {
+	if err := extend.Register(stages); err == nil {
 		t.Error("the same names registered twice: no error")
 	}
 }
@@ -131,7 +133,7 @@ func TestConformance(t *testing.T) {
 	pipelinetest.Processor(t, func() (pipeline.Processor, error) { return extend.NewThreshold(f, 100) }, f)
 	writertest.Layout(t, extend.Flat{})
 	stages := registry.New()
-	if err := extend.Register(stages, 100); err != nil {
+	if err := extend.Register(stages); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"deflate-max", "zstd"} {
@@ -142,4 +144,89 @@ func TestConformance(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) { compresstest.Codec(t, codec, 4, stages.ReadCodec) })
 	}
+}
+
+// TestThresholdOptions checks the threshold processor's option from the
+// profile to the pixels: the entry's min decoded by the registry, the
+// default where it sets none, and a threshold the scan's pixels cannot
+// reach refused when the stage starts.
+func TestThresholdOptions(t *testing.T) {
+	bits24 := frame.Format{Geometry: frame.Geometry{ChipsX: 1, ChipsY: 1, ChipWidth: 4, ChipHeight: 1}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	bits12 := bits24
+	bits12.Encoding, bits12.BitDepth, bits12.Coding = frame.Packed12, 12, frame.Binary
+	tests := []struct {
+		name    string
+		entry   string // output.processors' entry
+		format  frame.Format
+		pixels  []uint32 // the image, processed
+		want    []uint32
+		wantErr string
+	}{
+		{"min set", "{name: threshold, min: 1500}", bits24, []uint32{0, 1499, 1500, 70000}, []uint32{0, 0, 1500, 70000}, ""},
+		{"the default", "threshold", bits24, []uint32{99, 100, 1499, 7}, []uint32{0, 100, 1499, 0}, ""},
+		{"16-bit pixels", "{name: threshold, min: 4095}", bits12, []uint32{4094, 4095, 1, 0}, []uint32{0, 4095, 0, 0}, ""},
+		{"zero", "{name: threshold, min: 0}", bits24, nil, nil, "processor threshold: min: 0, want 1 to 16777215, the counts of a 24-bit pixel"},
+		{"negative", "{name: threshold, min: -3}", bits24, nil, nil, "min: -3, want 1 to 16777215"},
+		{"above the counter", "{name: threshold, min: 4096}", bits12, nil, nil, "min: 4096, want 1 to 4095, the counts of a 12-bit pixel"},
+		{"not a number", "{name: threshold, min: high}", bits24, nil, nil, "output.processors[0].min"},
+		{"unknown option", "{name: threshold, max: 3}", bits24, nil, nil, "output.processors[0].max: unknown option of processor threshold (it knows min)"},
+	}
+	stages := extendStages(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p.yaml")
+			if err := os.WriteFile(path, []byte("output:\n  processors: ["+tt.entry+"]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p, err := config.Load(path, stages.Names())
+			var st pipeline.Stage
+			if err == nil {
+				st, err = stages.StartProcessor(0, p.Output.Processors[0], pipeline.Scan{Format: tt.format})
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			proc, err := st.Processor()
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := tt.format.PixelSize()
+			img := make([]byte, size*len(tt.pixels))
+			for i, v := range tt.pixels {
+				put(img[i*size:], size, v)
+			}
+			if err := proc.Process(0, tt.format, img); err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range tt.want {
+				if got := get(img[i*size:], size); got != w {
+					t.Errorf("pixel %d: %d after the threshold, want %d", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+// put stores v as a little-endian pixel of size bytes.
+func put(b []byte, size int, v uint32) {
+	if size == 2 {
+		binary.LittleEndian.PutUint16(b, uint16(v))
+		return
+	}
+	binary.LittleEndian.PutUint32(b, v)
+}
+
+// get reads a little-endian pixel of size bytes.
+func get(b []byte, size int) uint32 {
+	if size == 2 {
+		return uint32(binary.LittleEndian.Uint16(b))
+	}
+	return binary.LittleEndian.Uint32(b)
 }

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/examples/extend"
+	"example.org/beamline/extend"
+
 	"h5ingest/registry"
 	"h5ingest/scan"
 	"h5ingest/stock"

@@ -3,11 +3,14 @@
 package imports
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -29,11 +32,15 @@ var layers = [][]string{
 	{"stock", "status", "service"},
 	{"scan"},
 	{"cli"},
-	{"examples/extend", "cmd/h5ingest", "tools/gpu", "deploy"},
+	{"cmd/h5ingest", "tools/gpu", "deploy"},
 }
 
-// TestImportDirection checks, from go list, that no package imports its
-// parent, a sibling of its layer or a package above it.
+// TestImportDirection checks, from go list, that no package of h5ingest
+// imports its parent, a sibling of its layer or a package above it, and
+// that the packages of the modules nested in this repository (a
+// facility's own, as examples/extend is) sit above every layer: they may
+// import any of h5ingest's packages, and none of h5ingest's imports them.
+// A nested module's packages need no place in layers.
 func TestImportDirection(t *testing.T) {
 	layer := map[string]int{}
 	for i, l := range layers {
@@ -41,22 +48,20 @@ func TestImportDirection(t *testing.T) {
 			layer["h5ingest/"+p] = i
 		}
 	}
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "h5ingest/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	root := filepath.Join("..", "..")
+	outside := map[string]bool{}
+	var theirs []listed
+	for _, dir := range nestedModules(t, root) {
+		for _, p := range goList(t, dir, "./...") {
+			outside[p.ImportPath] = true
+			theirs = append(theirs, p)
+		}
 	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
+	if len(theirs) == 0 {
+		t.Error("go list found no package of a nested module: examples/extend is one")
+	}
 	checked := 0
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range goList(t, root, "h5ingest/...") {
 		if p.ImportPath == "h5ingest/tools/imports" {
 			continue
 		}
@@ -67,6 +72,10 @@ func TestImportDirection(t *testing.T) {
 		}
 		checked++
 		for _, imp := range p.Imports {
+			if outside[imp] {
+				t.Errorf("%s imports %s, a package of another module: h5ingest imports no facility's code", p.ImportPath, imp)
+				continue
+			}
 			if !strings.HasPrefix(imp, "h5ingest/") {
 				continue
 			}
@@ -87,6 +96,69 @@ func TestImportDirection(t *testing.T) {
 	if checked < len(layer)-2 {
 		t.Errorf("go list showed %d of the %d packages", checked, len(layer))
 	}
+	for _, p := range theirs {
+		for _, imp := range p.Imports {
+			if _, ok := layer[imp]; strings.HasPrefix(imp, "h5ingest/") && !ok {
+				t.Errorf("%s (another module) imports %s, which is in no layer", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// listed is a package as go list describes it.
+type listed struct {
+	ImportPath string
+	Imports    []string
+}
+
+// goList returns the packages that go list, run in dir, finds for
+// pattern.
+func goList(t *testing.T, dir, pattern string) []listed {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", pattern)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go list %s in %s: %v\n%s", pattern, dir, err, exit.Stderr)
+		}
+		t.Fatalf("go list %s in %s: %v", pattern, dir, err)
+	}
+	var pkgs []listed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			return pkgs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+}
+
+// nestedModules returns the directories under root, other than root,
+// that hold a go.mod: modules of their own, which go list and go test
+// ./... in root leave out.
+func nestedModules(t *testing.T, root string) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
+			return filepath.SkipDir
+		case !d.IsDir() && d.Name() == "go.mod" && filepath.Dir(p) != root:
+			dirs = append(dirs, filepath.Dir(p))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
 }
 
 // conformance reports whether pkg is a conformance suite of its parent's
