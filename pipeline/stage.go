@@ -17,6 +17,48 @@ type Scan struct {
 	// while the stage starts (registry.Processor.Start); nil where the
 	// scan has no file to add to.
 	AddDataset func(Dataset) (FrameWriter, error)
+	// AddStream, where the scan has a live stream, declares a series of
+	// the stage's images sent beside the scan's own, on a socket of its
+	// own, and returns its writer. Like AddDataset it may be called only
+	// while the stage starts; nil where the scan has no live stream.
+	AddStream func(StreamSeries) (FrameStream, error)
+}
+
+// StreamSeries is a series of images a processor stage sends on the live
+// stream, in the DECTRIS Stream V2 format: Height x Width float32 pixels
+// an image, each image's image_id the index of the frame it was made
+// from.
+type StreamSeries struct {
+	// Name names the series: the end of its scan id, and the log's.
+	Name          string
+	Height, Width int
+	// Images is how many images the stage sends (number_of_images); 0
+	// when it does not know.
+	Images int
+	// Scale is how many of the frame's pixels, across and down, one of
+	// its pixels covers (a binning); 1 for the frame's own pixels.
+	Scale int
+	// FlatField says the images are flat-field corrected (Stream V2's
+	// flatfield_enabled).
+	FlatField bool
+	// Address is the ZeroMQ endpoint the series binds; "" lets the scan
+	// choose, beside its own stream's.
+	Address string
+}
+
+// FrameStream sends the images of a StreamSeries.
+type FrameStream interface {
+	// WriteFrame sends data, Height*Width little-endian float32 pixels,
+	// as the image of frame n. It never waits: an image no consumer can
+	// take now is left out of the stream and counted. It is safe for
+	// concurrent use, does not keep data, allocates nothing, and may be
+	// called from the scan's first Process until the stage's Close
+	// returns.
+	WriteFrame(n int, data []byte) error
+	// Skip says that frame n has no image, so that the images after it,
+	// sent in image_id order, need not wait for it. It is safe for
+	// concurrent use.
+	Skip(n int)
 }
 
 // Dataset is a dataset a processor stage writes beside the scan's images:

@@ -149,6 +149,11 @@ func (r *Module) openLive(scanID string, module int) error {
 	}
 	r.live = live
 	r.log.Info("live stream", zap.String("endpoint", live.Endpoint()), zap.String("series_unique_id", live.UniqueID()))
+	if err := r.procs.openStreams(r.liveSetup, live, scanID, module, r.log); err != nil {
+		live.Close()
+		r.live = nil
+		return fmt.Errorf("key stream.address: %w", err)
+	}
 	if w := r.watch; w.obs != nil {
 		reg := moduleMetrics{w}
 		for _, o := range []struct {

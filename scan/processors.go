@@ -6,6 +6,8 @@ import (
 	"path"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/pipeline"
@@ -22,6 +24,10 @@ import (
 type processing struct {
 	stages []namedStage
 	extras []writer.Extra // datasets the stages declared, for the file
+	// streams are the series the stages declared, opened with the scan's
+	// live stream (openStreams); log is the scan's, once they are.
+	streams []*previewStream
+	log     *zap.Logger
 
 	mu       sync.Mutex     // serialises calls to file once it is bound
 	file     *writer.Writer // nil before bind and after close
@@ -53,9 +59,13 @@ func startProcessors(reg *registry.Registry, p config.Profile, pl plan.Plan, f f
 	}
 	pr.starting = true
 	defer func() { pr.starting = false }()
+	var addStream func(pipeline.StreamSeries) (pipeline.FrameStream, error)
+	if p.Stream.Address != "" {
+		addStream = pr.addStream
+	}
 	for i, entry := range p.Output.Processors {
 		st, err := reg.StartProcessor(i, entry, pipeline.Scan{
-			Format: f, Frames: pl.Frames(), ImageKeys: keys, AddDataset: pr.addDataset,
+			Format: f, Frames: pl.Frames(), ImageKeys: keys, AddDataset: pr.addDataset, AddStream: addStream,
 		})
 		if err != nil {
 			pr.close()
@@ -122,9 +132,10 @@ func (pr *processing) sink(s pipeline.Sink) pipeline.Sink {
 	return &lockedSink{s, &pr.mu}
 }
 
-// close closes every stage, once every frame is processed, and then
-// unbinds the file; it returns the stages' errors, each named by its
-// processor. A second call does nothing.
+// close closes every stage, once every frame is processed, then the
+// series they sent on the live stream, and unbinds the file; it returns
+// the stages' errors, each named by its processor. A second call does
+// nothing.
 func (pr *processing) close() error {
 	if pr == nil || pr.closed {
 		return nil
@@ -136,6 +147,7 @@ func (pr *processing) close() error {
 			errs = append(errs, fmt.Errorf("processor %s: %w", s.name, err))
 		}
 	}
+	pr.closeStreams()
 	pr.bind(nil)
 	return errors.Join(errs...)
 }

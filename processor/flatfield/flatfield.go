@@ -7,12 +7,31 @@
 //
 // It averages the darks (image key 2) and the flats (image key 1) that
 // the plan puts before its first projection, and from the first
-// projection on writes each projection's corrected preview,
+// projection on makes each projection's corrected preview,
 // (projection - dark) / (flat - dark) clipped to [min, max] as float32,
-// each pixel of it the mean of bin x bin corrected pixels, to a dataset of
-// the scan's file (/flatfield/preview by default, one frame per frame of
-// the scan, NaN where a frame is not a projection). The raw frames go to
-// the file unchanged: the stage only reads them.
+// each pixel of it the mean of bin x bin corrected pixels. The raw frames
+// go to the file, and to the live stream, unchanged: the stage only reads
+// them. Where the previews go is its option to:
+//
+//   - dataset (the default): a dataset of the scan's file
+//     (/flatfield/preview by default, one frame per frame of the scan, NaN
+//     where a frame is not a projection);
+//   - stream: the live stream, as a Stream V2 series of its own on a
+//     socket of its own (by default the port after the scan's streams:
+//     stream.address's port plus the number of modules), one image
+//     message per preview, its data a float32 typed array (CBOR tag 85),
+//     its image_id the index of the projection it was made from, the
+//     start message's flatfield_enabled true and image_dtype float32.
+//     The previews are not a channel of the scan's own image messages:
+//     Stream V2's channels are a detector's thresholds, each image
+//     message carries every channel of one exposure, and they share the
+//     start message's image size and unsigned pixel type; a preview is
+//     float32, binned, and made of projections only.
+//
+// A profile that streams every tenth projection's preview, binned 4 x 4:
+//
+//	output:
+//	  processors: [{name: flatfield, to: stream, bin: 4, every: 10}]
 //
 // The stage is the state the compression workers share: the sums of the
 // darks and flats, guarded by a mutex while they arrive, and the
@@ -26,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,16 +57,20 @@ import (
 // Where previews go (Options.To).
 const (
 	ToDataset = "dataset" // a dataset of the scan's file
-	ToStream  = "stream"  // the live stream: not yet, see Start
+	ToStream  = "stream"  // a series of the live stream
 )
 
 // Options are flatfield's options, set in its profile entry.
 type Options struct {
 	// To says where previews go: "dataset" (a dataset of the scan's
-	// file) or "stream" (the live stream, refused for now).
+	// file) or "stream" (a series of the live stream).
 	To string `mapstructure:"to"`
-	// Dataset is the path of the previews in the file.
+	// Dataset is the path of the previews in the file (to: dataset).
 	Dataset string `mapstructure:"dataset"`
+	// Address is the ZeroMQ endpoint of the previews' series (to:
+	// stream), tcp://HOST:PORT; "" binds the port after the scan's own
+	// streams. In a scan of several modules, module i's binds PORT+i.
+	Address string `mapstructure:"address"`
 	// Bin makes each preview pixel the mean of Bin x Bin corrected
 	// pixels (a partial block at the right or bottom edge is left out);
 	// 1 keeps every pixel.
@@ -76,7 +100,8 @@ type Stage struct {
 	format frame.Format
 	keys   []int8
 	out    pipeline.FrameWriter
-	ow, oh int // preview size
+	stream pipeline.FrameStream // out, where previews go to the live stream
+	ow, oh int                  // preview size
 
 	// The reference frames: the darks and flats before the first
 	// projection.
@@ -115,9 +140,7 @@ func Start(options any, s pipeline.Scan) (pipeline.Stage, error) {
 // New returns the stage for scan s with options o.
 func New(o Options, s pipeline.Scan) (*Stage, error) {
 	switch {
-	case o.To == ToStream:
-		return nil, errors.New("to: stream: the live stream carries the scan's own chunks only, not yet a float32 preview; use to: dataset")
-	case o.To != ToDataset:
+	case o.To != ToDataset && o.To != ToStream:
 		return nil, fmt.Errorf("to: %q, want dataset or stream", o.To)
 	case o.Bin < 1:
 		return nil, fmt.Errorf("bin: %d, want 1 or more", o.Bin)
@@ -129,8 +152,12 @@ func New(o Options, s pipeline.Scan) (*Stage, error) {
 		return nil, fmt.Errorf("wait: %v is negative", o.Wait)
 	case s.Frames == 0 || len(s.ImageKeys) == 0:
 		return nil, errors.New("needs the scan's plan (its darks, flats and projections); this scan has none")
-	case s.AddDataset == nil:
+	case o.To == ToDataset && s.AddDataset == nil:
 		return nil, errors.New("to: dataset: this scan writes no file of its own to add the previews to")
+	case o.To == ToStream && s.AddStream == nil:
+		return nil, errors.New("to: stream: this scan has no live stream (the profile sets no stream.address)")
+	case o.To == ToStream && o.Address != "" && !strings.HasPrefix(o.Address, "tcp://"):
+		return nil, fmt.Errorf("address: %q, want tcp://HOST:PORT", o.Address)
 	}
 	st := &Stage{opts: o, format: s.Format, keys: s.ImageKeys, ready: make(chan struct{}), madeCh: make(chan struct{}), first: -1}
 	for i, k := range s.ImageKeys {
@@ -156,11 +183,26 @@ func New(o Options, s pipeline.Scan) (*Stage, error) {
 	if st.oh == 0 || st.ow == 0 {
 		return nil, fmt.Errorf("bin: %d is larger than the %dx%d image", o.Bin, h, w)
 	}
-	out, err := s.AddDataset(pipeline.Dataset{Path: o.Dataset, Height: st.oh, Width: st.ow})
-	if err != nil {
-		return nil, err
+	if o.To == ToStream {
+		images := 0
+		for n := st.first; n < len(st.keys); n += o.Every {
+			if st.keys[n] == 0 {
+				images++
+			}
+		}
+		out, err := s.AddStream(pipeline.StreamSeries{Name: "flatfield", Height: st.oh, Width: st.ow, Images: images,
+			Scale: o.Bin, FlatField: true, Address: o.Address})
+		if err != nil {
+			return nil, err
+		}
+		st.out, st.stream = out, out
+	} else {
+		out, err := s.AddDataset(pipeline.Dataset{Path: o.Dataset, Height: st.oh, Width: st.ow})
+		if err != nil {
+			return nil, err
+		}
+		st.out = out
 	}
-	st.out = out
 	n := h * w
 	st.darkSum, st.flatSum = make([]float64, n), make([]float64, n)
 	st.dark, st.scale = make([]float32, n), make([]float32, n)
@@ -302,33 +344,44 @@ type worker struct {
 }
 
 // Process reads frame n's image: a reference frame goes into its sum, a
-// projection's preview into the dataset. It never changes the image and
-// never fails the frame: a preview it cannot make or write is counted and
-// reported by Close.
+// projection's preview to the dataset or the stream. It never changes the
+// image and never fails the frame: a preview it cannot make or write is
+// counted and reported by Close.
 func (w *worker) Process(n int, f frame.Format, image []byte) error {
 	st := w.st
 	if n < 0 || n >= len(st.keys) {
 		return nil
 	}
+	if !w.preview(n, image) && st.stream != nil {
+		st.stream.Skip(n) // no preview of n: the stream need not wait for one
+	}
+	return nil
+}
+
+// preview writes frame n's preview, or adds it to the reference, and
+// reports whether a preview of n was written.
+func (w *worker) preview(n int, image []byte) bool {
+	st := w.st
 	switch key := st.keys[n]; {
 	case key == 0:
 		if (n-st.first)%st.opts.Every != 0 {
-			return nil
+			return false
 		}
 		if !st.reference() {
 			st.noFlat.Add(1)
-			return nil
+			return false
 		}
 		w.correct(image)
 		if err := st.out.WriteFrame(n, w.buf); err != nil {
 			st.fail(err)
-			return nil
+			return false
 		}
 		st.previews.Add(1)
+		return true
 	case n < st.first && (key == 1 || key == 2):
 		st.add(key, image)
 	}
-	return nil
+	return false
 }
 
 // correct fills buf with the preview of image.

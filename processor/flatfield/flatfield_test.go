@@ -29,11 +29,27 @@ type previews struct {
 	frames  map[int][]byte
 	err     error // returned by every write
 	discard bool  // keep nothing (and allocate nothing)
+
+	skipped map[int]int           // to a stream: the frames skipped, and how often
+	series  pipeline.StreamSeries // to a stream: the series declared
 }
 
 func (p *previews) add(d pipeline.Dataset) (pipeline.FrameWriter, error) {
 	p.frames = map[int][]byte{}
 	return p, nil
+}
+
+// addStream is pipeline.Scan.AddStream: the previews' series, kept.
+func (p *previews) addStream(s pipeline.StreamSeries) (pipeline.FrameStream, error) {
+	p.frames, p.skipped, p.series = map[int][]byte{}, map[int]int{}, s
+	return p, nil
+}
+
+// Skip implements pipeline.FrameStream.
+func (p *previews) Skip(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.skipped[n]++
 }
 
 func (p *previews) WriteFrame(n int, data []byte) error {
@@ -395,7 +411,10 @@ func TestStartRefuses(t *testing.T) {
 		scan pipeline.Scan
 		want string
 	}{
-		{"stream", func(o *Options) { o.To = ToStream }, pipeline.Scan{}, "to: stream"},
+		{"stream without a live stream", func(o *Options) { o.To = ToStream },
+			pipeline.Scan{Format: format16, Frames: len(keys), ImageKeys: keys, AddDataset: add}, "to: stream: this scan has no live stream"},
+		{"stream address", func(o *Options) { o.To, o.Address = ToStream, "127.0.0.1:1" },
+			pipeline.Scan{Format: format16, Frames: len(keys), ImageKeys: keys, AddStream: (&previews{}).addStream}, `address: "127.0.0.1:1"`},
 		{"to", func(o *Options) { o.To = "file" }, pipeline.Scan{}, `to: "file"`},
 		{"bin", func(o *Options) { o.Bin = 0 }, pipeline.Scan{}, "bin: 0"},
 		{"every", func(o *Options) { o.Every = 0 }, pipeline.Scan{}, "every: 0"},
@@ -416,5 +435,58 @@ func TestStartRefuses(t *testing.T) {
 				t.Fatalf("Start: %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestStream sends the previews to the live stream: the series declared
+// is float32 previews of the binned size, flat-field corrected, as many
+// as the plan has projections to preview; each preview is the one the
+// dataset route writes; and every other frame, the darks, the flats and
+// the projections Every leaves out, is skipped once, so that the stream
+// keeps image_id order without waiting for them.
+func TestStream(t *testing.T) {
+	keys := plan.Tomo(2, 3, 9, 0, 180).ImageKeys() // projections 5-13
+	images := scene(format16, keys)
+	o := *DefaultOptions()
+	o.To, o.Bin, o.Every, o.Address = ToStream, 2, 2, "tcp://127.0.0.1:31999"
+	out := &previews{}
+	st, err := New(o, pipeline.Scan{Format: format16, Frames: len(keys), ImageKeys: keys, AddStream: out.addStream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSeries := pipeline.StreamSeries{Name: "flatfield", Height: 3, Width: 8, Images: 5, Scale: 2, FlatField: true, Address: o.Address}
+	if out.series != wantSeries {
+		t.Errorf("series %+v, want %+v", out.series, wantSeries)
+	}
+	p, _ := st.Processor()
+	for n, img := range images {
+		if err := p.Process(n, format16, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for n, k := range keys {
+		previewed := k == plan.Projection && (n-5)%2 == 0
+		if _, ok := out.frames[n]; ok != previewed || out.skipped[n] != map[bool]int{false: 1, true: 0}[previewed] {
+			t.Errorf("frame %d (key %d): preview %v, skipped %d times; want preview %v", n, k, ok, out.skipped[n], previewed)
+		}
+		if previewed {
+			assertClose(t, n, floats(out.frames[n]), want(format16, o, keys, images, n))
+		}
+	}
+}
+
+// assertClose fails t unless preview g of frame n is w, pixel by pixel.
+func assertClose(t *testing.T, n int, g, w []float64) {
+	t.Helper()
+	if len(g) != len(w) {
+		t.Fatalf("frame %d: %d pixels, want %d", n, len(g), len(w))
+	}
+	for i := range w {
+		if math.Abs(g[i]-w[i]) > 1e-5*max(1, math.Abs(w[i])) {
+			t.Fatalf("frame %d pixel %d: %v, want %v", n, i, g[i], w[i])
+		}
 	}
 }

@@ -9,7 +9,8 @@ bitshuffle (the C library's Python module) and python3-crcmod.
 
 It prints one JSON line per message, the image's pixels summarised (shape,
 dtype, sum) with the CRC-32C of its decoded bytes beside the CRC the file's
-record holds, and whether the message began with the self-described CBOR
+record holds (a processor's float32 series, such as flat-field previews,
+has no record to check), and whether the message began with the self-described CBOR
 tag (d9 d9 f7) that DECTRIS's own parser requires; it exits 0 at the end
 message, 1 on a CRC mismatch, 2 on a timeout.
 """
@@ -24,7 +25,7 @@ import crcmod.predefined
 import numpy as np
 import zmq
 
-DTYPES = {64: np.dtype("u1"), 69: np.dtype("<u2"), 70: np.dtype("<u4")}
+DTYPES = {64: np.dtype("u1"), 69: np.dtype("<u2"), 70: np.dtype("<u4"), 85: np.dtype("<f4")}
 crc32c = crcmod.predefined.mkCrcFun("crc-32c")
 
 
@@ -86,15 +87,18 @@ def main():
         out = {"type": msg["type"], "first_key": first, "self_described": raw[:3] == b"\xd9\xd9\xf7"}
         if msg["type"] == "image":
             img = msg["data"]["threshold_1"]
-            crc = crc32c(img.tobytes())
             ud = msg["user_data"]
             out.update(image_id=msg["image_id"], start_time=msg.get("start_time"), shape=list(img.shape), dtype=str(img.dtype),
-                       sum=int(img.sum(dtype=np.uint64)), crc=crc, record_crc=ud["data_crc32c"],
-                       status=ud["status"], image_key=ud.get("image_key"))
-            bad += crc != ud["data_crc32c"]
+                       image_key=ud.get("image_key"))
+            if img.dtype.kind == "f":  # a processor's series (flat-field previews): no chunk of the file, no record
+                out.update(sum=float(img.sum(dtype=np.float64)))
+            else:
+                crc = crc32c(img.tobytes())
+                out.update(sum=int(img.sum(dtype=np.uint64)), crc=crc, record_crc=ud["data_crc32c"], status=ud["status"])
+                bad += crc != ud["data_crc32c"]
         else:
             out.update({k: v for k, v in msg.items() if k in ("series_id", "series_unique_id", "number_of_images", "image_size_x", "image_size_y",
-                                                             "image_dtype", "count_time", "user_data")})
+                                                             "image_dtype", "count_time", "flatfield_enabled", "user_data")})
         print(json.dumps(out, default=str), flush=True)
         if msg["type"] == "end":
             return 1 if bad else 0
