@@ -151,3 +151,41 @@ func TestWriteFrameAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per preview", a)
 	}
 }
+
+// TestFloatSeriesSlowConsumer: a consumer that takes a preview every 100
+// ms while a stage writes one every 2 ms never holds the stage back (no
+// WriteFrame waits), the previews it could not take are counted slow,
+// and those it gets are in image_id order, followed by the end.
+func TestFloatSeriesSlowConsumer(t *testing.T) {
+	const frames, w, h = 60, 512, 256 // 512 KiB a preview: more than the kernel holds
+	st, err := Open(Config{Address: anyPort, Queue: 2, SendTimeout: 50 * time.Millisecond, Linger: 3 * time.Second}, floatSeries(frames, w, h), 4*w*h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := slowConsumer(st.Endpoint(), 100*time.Millisecond, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected(t, st)
+	var slowest time.Duration
+	for n := range frames {
+		began := time.Now()
+		if err := st.WriteFrame(n, preview(n, w, h)); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(began))
+		time.Sleep(2 * time.Millisecond)
+	}
+	stats, err := st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := checkScan(t, <-got)
+	t.Logf("%d sent, %d slow, slowest WriteFrame %v", stats.Sent, stats.Slow, slowest)
+	if slowest > 20*time.Millisecond {
+		t.Errorf("a WriteFrame took %v", slowest)
+	}
+	if stats.Slow == 0 || stats.Sent+stats.Dropped != frames || int(stats.Sent) != len(msgs)-2 || !stats.EndDelivered {
+		t.Errorf("stats %+v with %d images received, want some slow and the rest sent", stats, len(msgs)-2)
+	}
+}
