@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -38,9 +40,22 @@ the file could not be recovered (and then it keeps its temporary name, untouched
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return scan.Recover(ctx, cmd.OutOrStdout(), stages, args[0], stall)
+			rep, err := scan.Recover(ctx, stages, args[0], stall)
+			if rep != nil {
+				printRecover(cmd.OutOrStdout(), rep)
+			}
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")
 	return cmd
+}
+
+// printRecover writes what recover did: the file it renamed, then what
+// verify found in it.
+func printRecover(w io.Writer, rep *scan.RecoverReport) {
+	fmt.Fprintf(w, "recovered %s as %s\n", filepath.Base(rep.Temp), rep.Final)
+	if rep.Verify != nil {
+		printVerify(w, rep.Verify)
+	}
 }

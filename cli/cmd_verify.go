@@ -2,14 +2,16 @@ package cli
 
 import (
 	"fmt"
-	"h5ingest/registry"
-	"h5ingest/scan"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"h5ingest/registry"
+	"h5ingest/scan"
 )
 
 func newVerifyCmd(stages *registry.Registry) *cobra.Command {
@@ -36,9 +38,41 @@ bad, or the file could not be read.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return scan.Verify(ctx, cmd.OutOrStdout(), stages, args[0], stall)
+			rep, err := scan.Verify(ctx, stages, args[0], stall)
+			if rep != nil {
+				printVerify(cmd.OutOrStdout(), rep)
+			}
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up when reading the file makes no progress for this long (a damaged file)")
 	return cmd
+}
+
+// printVerify writes what verify found: a line per bad chunk, record or
+// layout, and one summing up; of a master, each module file's lines, or
+// why it could not be verified, then one for the master.
+func printVerify(w io.Writer, rep *scan.VerifyReport) {
+	if rep.Modules != nil {
+		for _, m := range rep.Modules {
+			if m.Report == nil {
+				fmt.Fprintf(w, "BAD module %d: %v\n", m.ID, m.Err)
+				continue
+			}
+			printVerify(w, m.Report)
+		}
+		fmt.Fprintf(w, "%s: master of %d modules\n", rep.Path, len(rep.Modules))
+		return
+	}
+	for _, f := range rep.Bad {
+		fmt.Fprintf(w, "BAD %v\n", f)
+	}
+	if n := len(rep.Unrecorded); n > 0 {
+		fmt.Fprintf(w, "note: %d frames (first %d) have a chunk but no record, as a writer stopped mid-scan leaves them: counted as missing\n",
+			n, rep.Unrecorded[0])
+	}
+	fmt.Fprintf(w, "%s: %d frames, %d chunks verified; %v\n", rep.Path, rep.Frames, rep.Checked, rep.Counts)
+	if len(rep.Bad) == 0 && rep.Frames == 0 {
+		fmt.Fprintf(w, "%s holds no frame\n", rep.Path)
+	}
 }

@@ -1,7 +1,6 @@
 package scan
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -478,10 +477,31 @@ func progressOf(running chan<- *pipeline.Pipeline) func(p *pipeline.Pipeline, pl
 	}
 }
 
-// verified runs Verify on the file at path and returns what it wrote
-// and its result.
+// verified runs Verify on the file at path and returns its result, with
+// its report as lines to match and show: a line "BAD ..." per finding (of
+// a master, also per module file that could not be verified) and a line
+// per file saying how many chunks it verified.
 func verified(path string) (string, error) {
-	var out bytes.Buffer
-	err := Verify(context.Background(), &out, stockStages(), path, DefaultVerifyStall)
-	return out.String(), err
+	rep, err := Verify(context.Background(), stockStages(), path, DefaultVerifyStall)
+	var b strings.Builder
+	var lines func(rep *VerifyReport)
+	lines = func(rep *VerifyReport) {
+		for _, m := range rep.Modules {
+			if m.Report == nil {
+				fmt.Fprintf(&b, "BAD module %d: %v\n", m.ID, m.Err)
+			} else {
+				lines(m.Report)
+			}
+		}
+		for _, f := range rep.Bad {
+			fmt.Fprintf(&b, "BAD %v\n", f)
+		}
+		if rep.Modules == nil {
+			fmt.Fprintf(&b, "%s: %d frames, %d chunks verified; %v\n", rep.Path, rep.Frames, rep.Checked, rep.Counts)
+		}
+	}
+	if rep != nil {
+		lines(rep)
+	}
+	return b.String(), err
 }

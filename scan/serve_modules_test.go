@@ -208,7 +208,7 @@ func TestServeModules(t *testing.T) {
 		t.Errorf("s1's files:\n%+v\nwant\n%+v", st.Files, want)
 	}
 	for _, f := range want {
-		if err := Verify(context.Background(), io.Discard, stockStages(), f.Path, DefaultVerifyStall); err != nil {
+		if err := verifyPath(stockStages(), f.Path); err != nil {
 			t.Errorf("verify %s: %v", f.Path, err)
 		}
 	}
@@ -244,14 +244,14 @@ func TestServeModules(t *testing.T) {
 		t.Fatalf("s2's files: %+v", st.Files)
 	}
 	m0, m1, master := filepath.Join(out, "s2_m0.h5"), filepath.Join(out, "s2_m1.h5"), filepath.Join(out, "s2_master.h5")
-	if err := Verify(context.Background(), io.Discard, stockStages(), m0, DefaultVerifyStall); err != nil {
+	if err := verifyPath(stockStages(), m0); err != nil {
 		t.Errorf("module 0's file: %v", err)
 	}
 	if got := statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
 		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
 	}
 	for _, p := range []string{m1, master} {
-		if err := Verify(context.Background(), io.Discard, stockStages(), p, DefaultVerifyStall); !errors.Is(err, ErrIncomplete) {
+		if err := verifyPath(stockStages(), p); !errors.Is(err, ErrIncomplete) {
 			t.Errorf("verify %s: %v, want incomplete", p, err)
 		}
 	}
@@ -417,7 +417,7 @@ func TestServeModulesStopCancel(t *testing.T) {
 			t.Errorf("%s's files: %+v", tc.id, st.Files)
 		}
 		for _, f := range st.Files {
-			if err := Verify(context.Background(), io.Discard, stockStages(), f.Path, DefaultVerifyStall); !f.Verified || !errors.Is(err, ErrIncomplete) {
+			if err := verifyPath(stockStages(), f.Path); !f.Verified || !errors.Is(err, ErrIncomplete) {
 				t.Errorf("%s: %+v, verify %v, want verified and incomplete", tc.id, f, err)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,7 +21,7 @@ import (
 )
 
 // errBad is wrapped by the error of a file with bad chunks or records,
-// each of which Verify listed.
+// each of which Verify's report lists.
 var errBad = errors.New("bad chunks or records")
 
 // DefaultVerifyStall is how long Verify waits for one step of its reading
@@ -30,7 +29,7 @@ var errBad = errors.New("bad chunks or records")
 const DefaultVerifyStall = 2 * time.Minute
 
 // verifySteps counts the steps of verify's reading (a file opened, a
-// chunk read); the watchdog of verifyBounded reads it.
+// chunk read); the watchdog of bounded reads it.
 var verifySteps atomic.Int64
 
 // verifyStep, where a test sets it, runs at every step: it stands in for an
@@ -45,155 +44,159 @@ func step() {
 	}
 }
 
+// VerifyReport is what Verify finds in a file: of a module's file, its
+// frames, the chunks it checked and what does not hold up; of a master,
+// each module file's report.
+type VerifyReport struct {
+	Path    string
+	Frames  int          // frames in the stack
+	Checked int          // chunks decompressed and compared with their record's CRC-32C
+	Counts  frame.Counts // frames by recorded status
+	Bad     []Finding    // chunks, records and layout that do not hold up, in frame order (the layout's first)
+
+	// Unrecorded lists the frames that have a chunk but no record, as a
+	// writer stopped mid-scan leaves them: they count as missing.
+	Unrecorded []int
+
+	// Modules is, of a master, the verification of each module file it
+	// names, in the master's order; it is nil of a module's file.
+	Modules []ModuleVerify
+}
+
+// A Finding is a chunk, record or part of the layout that Verify found
+// does not hold up.
+type Finding struct {
+	Frame  int    // the frame; -1 for the file's layout
+	Detail string // what is wrong
+}
+
+// String returns the finding as Verify's caller shows it: "frame 3: data
+// CRC 1a2b3c4d, recorded 5e6f7a8b", or of the layout its Detail alone.
+func (f Finding) String() string {
+	if f.Frame < 0 {
+		return f.Detail
+	}
+	return fmt.Sprintf("frame %d: %s", f.Frame, f.Detail)
+}
+
+// ModuleVerify is the verification of one module file of a master.
+type ModuleVerify struct {
+	ID   int    // the module's id
+	Path string // the module's file
+	// Report is the file's report; nil when the file could not be
+	// verified (absent, unreadable, its records short), and then Err says
+	// why.
+	Report *VerifyReport
+	// Err is the file's outcome, as Verify returns it for the file.
+	Err error
+}
+
 // Verify proves the file at path, a module's file or a master (and then
 // every module file it names), against its records: every written chunk
-// decompressed with h5ingest's own codecs and its CRC-32C compared with
-// the frame's data_crc32c, the layout complete, records and chunks in
-// agreement. It writes what it finds on out, a line per problem and one
-// summing up. It returns nil when every frame is good, ErrIncomplete when
-// the file is sound but some frames are missing, corrupt or rejected (or
-// it holds none), and an error for a bad chunk or layout or a file that
-// cannot be read.
+// decompressed with the codec of stages that reads the file's filters and
+// its CRC-32C compared with the frame's data_crc32c, the layout complete,
+// records and chunks in agreement. It returns what it finds, and nil when
+// every frame is good, ErrIncomplete when the file is sound but some
+// frames are missing, corrupt or rejected (or it holds none), and an
+// error for a bad chunk or layout (listed in the report's Bad) or a file
+// that cannot be read. The report is nil when the file could not be
+// verified: it could not be read, or the reading stopped.
 //
 // Verify reads on a goroutine of its own and gives up when the reading
 // makes no progress for stall (a damaged file can make the HDF5 library
 // stop answering), or when ctx is done. HDF5 calls cannot be interrupted:
 // a stuck goroutine is left behind, holding the library, and the caller
 // should call the library no more (a command exits).
-func Verify(ctx context.Context, out io.Writer, stages *registry.Registry, path string, stall time.Duration) error {
-	return bounded(ctx, out, path, stall, func(w io.Writer) error { return verify(w, stages, path) })
+func Verify(ctx context.Context, stages *registry.Registry, path string, stall time.Duration) (*VerifyReport, error) {
+	return bounded(ctx, path, stall, func() (*VerifyReport, error) { return verify(stages, path) })
 }
 
-// bounded runs read, which reads the file at path and writes on the
-// writer it is given, on a goroutine of its own, as Verify describes: it
-// gives up when the reading makes no progress for stall or ctx is done.
-func bounded(ctx context.Context, out io.Writer, path string, stall time.Duration, read func(io.Writer) error) error {
-	gated := &gatedWriter{w: out}
-	done := make(chan error, 1)
-	go func() { done <- read(gated) }()
+// bounded runs read, which reads the file at path, on a goroutine of its
+// own, as Verify describes: it gives up when the reading makes no
+// progress for stall or ctx is done, and then returns the zero R.
+func bounded[R any](ctx context.Context, path string, stall time.Duration, read func() (R, error)) (R, error) {
+	type result struct {
+		r   R
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := read()
+		done <- result{r, err}
+	}()
 	tick := time.NewTicker(min(stall/4, time.Second))
 	defer tick.Stop()
 	last, since := verifySteps.Load(), time.Now()
+	var zero R
 	for {
 		select {
-		case err := <-done:
-			return err
+		case res := <-done:
+			return res.r, res.err
 		case <-ctx.Done():
-			gated.cut()
-			return fmt.Errorf("verify %s: stopped (%v) before the end", path, context.Cause(ctx))
+			return zero, fmt.Errorf("verify %s: stopped (%v) before the end", path, context.Cause(ctx))
 		case <-tick.C:
 			if n := verifySteps.Load(); n != last {
 				last, since = n, time.Now()
 				continue
 			}
 			if time.Since(since) >= stall {
-				gated.cut()
-				return fmt.Errorf("verify %s: reading the file made no progress for %v: the file is damaged or its storage does not answer", path, stall)
+				return zero, fmt.Errorf("verify %s: reading the file made no progress for %v: the file is damaged or its storage does not answer", path, stall)
 			}
 		}
 	}
 }
 
-// gatedWriter passes writes on until cut, and drops them after.
-type gatedWriter struct {
-	mu     sync.Mutex
-	w      io.Writer
-	closed bool
-}
-
-func (g *gatedWriter) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return len(p), nil
-	}
-	return g.w.Write(p)
-}
-
-func (g *gatedWriter) cut() {
-	g.mu.Lock()
-	g.closed = true
-	g.mu.Unlock()
-}
-
-// verifyResult sums up a verification.
-type verifyResult struct {
-	frames  int
-	checked int          // chunks decompressed and compared
-	bad     []problem    // chunks or records that do not hold up
-	counts  frame.Counts // frames per recorded status
-	// unrecorded lists frames with a chunk but no record: the writer
-	// stopped between the two.
-	unrecorded []int
-}
-
 // verify proves path as Verify does, with no bound on the time it takes.
-func verify(out io.Writer, stages *registry.Registry, path string) error {
+func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
 	if stages == nil {
-		return errNoRegistry
+		return nil, errNoRegistry
 	}
 	if _, err := os.Stat(path); err != nil {
-		return err
+		return nil, err
 	}
 	step()
 	r, err := writer.OpenPlain(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
 	step()
 	if r.Modules != nil {
-		return verifyMaster(out, stages, path, r.Modules)
+		return verifyMaster(stages, path, r.Modules)
 	}
-	res, err := verifyFile(r, stages)
+	rep, err := verifyFile(r, stages)
 	if err != nil {
-		return fmt.Errorf("verify %s: %w", path, err)
+		return nil, fmt.Errorf("verify %s: %w", path, err)
 	}
-	slices.SortStableFunc(res.bad, func(a, b problem) int { return cmp.Compare(a.n, b.n) })
-	for _, p := range res.bad {
-		fmt.Fprintf(out, "BAD %s\n", p.msg)
-	}
-	if n := len(res.unrecorded); n > 0 {
-		fmt.Fprintf(out, "note: %d frames (first %d) have a chunk but no record, as a writer stopped mid-scan leaves them: counted as missing\n",
-			n, res.unrecorded[0])
-	}
-	fmt.Fprintf(out, "%s: %d frames, %d chunks verified; %v\n", path, res.frames, res.checked, res.counts)
+	rep.Path = path
+	slices.SortStableFunc(rep.Bad, func(a, b Finding) int { return cmp.Compare(a.Frame, b.Frame) })
 	switch {
-	case len(res.bad) > 0:
-		return fmt.Errorf("%s: %d %w", path, len(res.bad), errBad)
-	case res.frames == 0:
-		fmt.Fprintf(out, "%s holds no frame\n", path)
-		return ErrIncomplete
-	case res.counts.OK != res.frames:
-		return ErrIncomplete
+	case len(rep.Bad) > 0:
+		return rep, fmt.Errorf("%s: %d %w", path, len(rep.Bad), errBad)
+	case rep.Frames == 0, rep.Counts.OK != rep.Frames:
+		return rep, ErrIncomplete
 	}
-	return nil
+	return rep, nil
 }
 
 // verifyMaster verifies every module file of a master and returns the worst
 // outcome: a module file that is missing or bad fails the master.
-func verifyMaster(out io.Writer, stages *registry.Registry, path string, modules []writer.MasterModule) error {
+func verifyMaster(stages *registry.Registry, path string, modules []writer.MasterModule) (*VerifyReport, error) {
+	rep := &VerifyReport{Path: path, Modules: make([]ModuleVerify, 0, len(modules))}
 	var worst error
 	for _, m := range modules {
 		file := m.File
 		if !filepath.IsAbs(file) {
 			file = filepath.Join(filepath.Dir(path), file)
 		}
-		err := verify(out, stages, file)
+		mr, err := verify(stages, file)
+		rep.Modules = append(rep.Modules, ModuleVerify{ID: m.ID, Path: file, Report: mr, Err: err})
 		if err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, errBad) {
-			fmt.Fprintf(out, "BAD module %d: %v\n", m.ID, err)
 			err = fmt.Errorf("module %d: %w", m.ID, err)
 		}
 		worst = worse(worst, err)
 	}
-	fmt.Fprintf(out, "%s: master of %d modules\n", path, len(modules))
-	return worst
-}
-
-// problem is something verify found wrong with frame n (-1: the layout).
-type problem struct {
-	n   int
-	msg string
+	return rep, worst
 }
 
 // chunkCheck is one chunk handed to a verification worker.
@@ -206,31 +209,31 @@ type chunkCheck struct {
 // verifyFile checks the layout, then every frame's record and chunk.
 // Chunks are read on this goroutine (the HDF5 library is not used
 // concurrently) and decompressed on one worker per core.
-func verifyFile(r *writer.Reader, stages *registry.Registry) (verifyResult, error) {
-	res := verifyResult{frames: r.Frames}
+func verifyFile(r *writer.Reader, stages *registry.Registry) (*VerifyReport, error) {
+	res := &VerifyReport{Frames: r.Frames}
 	for _, p := range r.MissingPaths() {
-		res.bad = append(res.bad, problem{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
+		res.Bad = append(res.Bad, Finding{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
 	}
 	records, err := r.Records()
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	step()
 	if len(records) != r.Frames {
-		return res, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
+		return nil, fmt.Errorf("%d records for %d frames", len(records), r.Frames)
 	}
 	var mu sync.Mutex
 	report := func(n int, format string, args ...any) {
 		mu.Lock()
-		res.bad = append(res.bad, problem{n, fmt.Sprintf("frame %d: ", n) + fmt.Sprintf(format, args...)})
+		res.Bad = append(res.Bad, Finding{n, fmt.Sprintf(format, args...)})
 		mu.Unlock()
 	}
 	chk, err := startChecker(r, stages, report)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	for n, rec := range records {
-		res.counts.Add(rec.Status)
+		res.Counts.Add(rec.Status)
 		if rec.Status > frame.StatusRejected {
 			report(n, "unknown status %d", rec.Status)
 		}
@@ -245,12 +248,12 @@ func verifyFile(r *writer.Reader, stages *registry.Registry) (verifyResult, erro
 			chk.done(data)
 		case err != nil:
 			chk.wait()
-			return res, err
+			return nil, err
 		case rec.Status == frame.StatusMissing:
 			// The writer stored the chunk but stopped (killed, or the disk
 			// filled) before its record reached the file: nothing vouches
 			// for it, so the frame stays missing.
-			res.unrecorded = append(res.unrecorded, n)
+			res.Unrecorded = append(res.Unrecorded, n)
 			chk.done(data)
 		case !written:
 			report(n, "recorded with status %d but has a chunk", rec.Status)
@@ -259,7 +262,7 @@ func verifyFile(r *writer.Reader, stages *registry.Registry) (verifyResult, erro
 			report(n, "chunk skipped filters (mask %#x)", mask)
 			chk.done(data)
 		default:
-			res.checked++
+			res.Checked++
 			chk.check(chunkCheck{n: n, data: data, want: rec.DataCRC})
 		}
 	}
@@ -328,16 +331,25 @@ func (c *checker) wait() {
 	c.wg.Wait()
 }
 
-// verifyPath proves the file at path as Verify does, writing nothing,
-// with DefaultVerifyStall.
+// verifyPath proves the file at path as Verify does, with
+// DefaultVerifyStall, and returns its outcome.
 func verifyPath(stages *registry.Registry, path string) error {
-	return Verify(context.Background(), io.Discard, stages, path, DefaultVerifyStall)
+	_, err := Verify(context.Background(), stages, path, DefaultVerifyStall)
+	return err
 }
 
 // ErrNotRecovered is wrapped by the error of a file recover left as it
 // was: it cannot be read as a scan's file, or it is not one recover may
 // rename.
 var ErrNotRecovered = errors.New("left as it was")
+
+// RecoverReport is what Recover did: the temporary file it renamed, the
+// final name the file now has, and the verification of it.
+type RecoverReport struct {
+	Temp   string        // the temporary file, as it was named
+	Final  string        // the file's final name
+	Verify *VerifyReport // as Verify reports it; nil when it could not be verified
+}
 
 // Recover finishes the file of a scan whose writer was killed (see
 // writer.Recover): path is its temporary file, or its final name when the
@@ -346,28 +358,31 @@ var ErrNotRecovered = errors.New("left as it was")
 // frame); a file that fails (empty, damaged) keeps its temporary name,
 // untouched, and the error wraps ErrNotRecovered. So does a temporary name
 // that is a symbolic link: recover renames files, not links. Otherwise it
-// says on out what it renamed, then verifies the result as Verify does.
-func Recover(ctx context.Context, out io.Writer, stages *registry.Registry, path string, stall time.Duration) error {
+// renames the file and verifies it under its final name as Verify does,
+// and returns what it did with Verify's outcome. The report is nil when
+// the file was not renamed.
+func Recover(ctx context.Context, stages *registry.Registry, path string, stall time.Duration) (*RecoverReport, error) {
 	if _, ok := writer.FinalName(path); !ok {
 		if temp := writer.TempName(path); fileExists(temp) {
 			path = temp
 		}
 	}
 	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("recover %s: a symbolic link: %w (run recover on the file it points to, under its own .NAME.part name)", path, ErrNotRecovered)
+		return nil, fmt.Errorf("recover %s: a symbolic link: %w (run recover on the file it points to, under its own .NAME.part name)", path, ErrNotRecovered)
 	}
 	if _, ok := writer.FinalName(path); ok && fileExists(path) {
-		err := bounded(ctx, io.Discard, path, stall, func(io.Writer) error { return checkLayout(path) })
+		_, err := bounded(ctx, path, stall, func() (struct{}, error) { return struct{}{}, checkLayout(path) })
 		if err != nil {
-			return fmt.Errorf("recover %s: %w: %w", path, ErrNotRecovered, err)
+			return nil, fmt.Errorf("recover %s: %w: %w", path, ErrNotRecovered, err)
 		}
 	}
 	final, err := writer.Recover(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(out, "recovered %s as %s\n", filepath.Base(path), final)
-	return Verify(ctx, out, stages, final, stall)
+	rep := &RecoverReport{Temp: path, Final: final}
+	rep.Verify, err = Verify(ctx, stages, final, stall)
+	return rep, err
 }
 
 // checkLayout opens the scan's file at path read-only and checks what

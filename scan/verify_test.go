@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,7 +53,7 @@ func writeFrames(t *testing.T, path string, n int) {
 func TestVerifyStalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "scan.h5")
 	writeFrames(t, path, 20)
-	if err := Verify(context.Background(), io.Discard, stockStages(), path, time.Second); err != nil {
+	if _, err := Verify(context.Background(), stockStages(), path, time.Second); err != nil {
 		t.Fatalf("verify of a good file: %v", err)
 	}
 	// The stalled readings stay stalled until the test ends: a stuck
@@ -84,9 +83,12 @@ func TestVerifyStalls(t *testing.T) {
 				time.AfterFunc(200*time.Millisecond, func() { cancel(errors.New("terminated")) })
 			}
 			start := time.Now()
-			err := Verify(ctx, io.Discard, stockStages(), path, 500*time.Millisecond)
+			rep, err := Verify(ctx, stockStages(), path, 500*time.Millisecond)
 			if d := time.Since(start); err == nil || !strings.Contains(err.Error(), tt.want) || d > 10*time.Second {
 				t.Errorf("stalled verify: %v after %v, want an error saying %q promptly", err, d, tt.want)
+			}
+			if rep != nil {
+				t.Errorf("stalled verify reported %+v, want no report", rep)
 			}
 		})
 	}
@@ -137,16 +139,21 @@ func TestRecoverLeavesUnreadableFile(t *testing.T) {
 			if err := os.WriteFile(target, tt.content, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			var out bytes.Buffer
-			err := Recover(context.Background(), &out, stockStages(), part, 5*time.Second)
+			rep, err := Recover(context.Background(), stockStages(), part, 5*time.Second)
 			if tt.want == "" {
 				if err != nil {
-					t.Fatalf("recover of a sound file: %v\n%s", err, out.String())
+					t.Fatalf("recover of a sound file: %v", err)
 				}
 				if _, err := os.Stat(final); err != nil {
 					t.Errorf("no final name after recover: %v", err)
 				}
+				if rep == nil || rep.Temp != part || rep.Final != final || rep.Verify == nil || rep.Verify.Path != final || rep.Verify.Checked != 8 {
+					t.Errorf("recover reported %+v, want %s renamed %s and its 8 chunks verified", rep, part, final)
+				}
 				return
+			}
+			if rep != nil {
+				t.Errorf("a refused recover reported %+v", rep)
 			}
 			if !errors.Is(err, ErrNotRecovered) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("recover: %v, want an error wrapping ErrNotRecovered saying %q", err, tt.want)

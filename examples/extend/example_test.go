@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -93,7 +92,8 @@ func Example() {
 	fmt.Printf("layout %s, %d frames, filters %s\n", r.Layout, r.Frames, compress.FilterName(r.Filters[len(r.Filters)-1].ID))
 	fmt.Println("pixels below the threshold left:", below(r, threshold))
 	r.Close()
-	fmt.Println("verify:", scan.Verify(context.Background(), io.Discard, stages, out, time.Minute))
+	_, err = scan.Verify(context.Background(), stages, out, time.Minute)
+	fmt.Println("verify:", err)
 	// Output:
 	// layout other, 12 frames, filters deflate
 	// pixels below the threshold left: 0
