@@ -56,12 +56,12 @@ const python = "/usr/bin/python3"
 
 // TestCommand builds the beamline's own h5ingest (cmd/h5ingest-beamline:
 // stock.Register, extend.Register, cli.Run) and uses it as an operator
-// would: it lists and checks the profile's stages, replays a simulated
-// scan with the zstd codec, the flat layout and the threshold processor
-// configured in the profile, verifies and inspects the file, reads it
-// with h5py, and streams the scan to the Python consumer of tools/stream.
-// The thresholded pixels are compared with an unprocessed replay of the
-// same scan.
+// would: it finds the beamline's stages in profiles names and the flags'
+// help, checks the profile, replays a simulated scan with the zstd codec,
+// the flat layout and the threshold processor configured in the profile,
+// verifies and inspects the file, reads it with h5py, and streams the
+// scan to the Python consumer of tools/stream. The thresholded pixels are
+// compared with an unprocessed replay of the same scan.
 func TestCommand(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "h5ingest-beamline")
@@ -100,6 +100,12 @@ func TestCommand(t *testing.T) {
 	} {
 		if !strings.Contains(names, want) {
 			t.Errorf("profiles names: no line starting %q:\n%s", want, names)
+		}
+	}
+	help := h5ingest(t, 0, "replay", "--help")
+	for _, want := range []string{"bslz4, bszstd, lz4, deflate, none, deflate-max or zstd", "zstd -7 to 22"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("replay --help does not say %q:\n%s", want, help)
 		}
 	}
 	profile := write("beamline.yaml", beamlineProfile)

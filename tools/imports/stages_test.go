@@ -30,7 +30,7 @@ var stageNames = map[string]string{
 var stageNameUses = map[string]string{
 	"config/schema.go:Default":                "the built-in default profile",
 	"source/fabric/api.go:CheckProvider":      `"none", no provider found, not a codec`,
-	"stream/message.go:imageMessage":          "Stream V2's own names of its compressions, as DECTRIS defines them",
+	"stream/message.go:imageHead":             "Stream V2's own names of its compressions, as DECTRIS defines them",
 	"stream/stream.go:Open":                   "Stream V2's own names of its compressions, which a codec's entry gives (registry.Codec.Stream)",
 	"bench/bench.go:Run":                      "the bench's fixed rows: uncompressed and bslz4, as its report names them",
 	"bench/bench.go:benchSteps":               "the bench's fixed rows",
