@@ -3,58 +3,95 @@ package scan
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+
 	"h5ingest/frame"
 	"h5ingest/preview"
 	"h5ingest/registry"
 	"h5ingest/writer"
-	"io"
-	"os"
-	"path/filepath"
 )
+
+// Image is a frame of a file, decoded, as ReadImage returns it, with what
+// the image cannot show.
+type Image struct {
+	preview.Frame
+	Notes []ImageNote // in the order the image was read; none when every pixel is as written
+}
+
+// ImageNoteKind is what an ImageNote says of an image's pixels.
+type ImageNoteKind int
+
+const (
+	// FrameNotWritten: the frame is missing or rejected (the note's
+	// Status); its pixels hold the fill value 0.
+	FrameNotWritten ImageNoteKind = iota + 1
+	// FrameDamaged: the frame was received with a payload CRC mismatch;
+	// its pixels are as received, possibly damaged.
+	FrameDamaged
+	// ModuleFileAbsent: a master's module file is absent; the module's
+	// pixels hold the fill value 0.
+	ModuleFileAbsent
+	// ModuleFileShort: a master's module file holds the note's Frames
+	// frames, not the one read; the module's pixels hold the fill value 0.
+	ModuleFileShort
+)
+
+// An ImageNote says which pixels of an Image do not show what the
+// detector sent, and why.
+type ImageNote struct {
+	Kind   ImageNoteKind
+	Path   string // the module's file the note is about
+	Frame  int    // the frame read
+	Module int    // the module's id, of a ModuleFileAbsent or ModuleFileShort
+	Status uint8  // the frame's recorded status, of a FrameNotWritten or FrameDamaged
+	Frames int    // the frames the module's file holds, of a ModuleFileShort
+}
 
 // ReadImage returns frame n of the file at path, decoded: of a master
 // file, the frame of the whole array, each module's image at its place.
 // What the image cannot show (a frame missing, rejected or received
-// damaged, a module file absent) is said on notes, one line each; those
-// pixels hold the fill value 0.
-func ReadImage(notes io.Writer, stages *registry.Registry, path string, n int) (preview.Frame, error) {
+// damaged, a module file absent or shorter) is in its Notes; those
+// pixels hold the fill value 0. The image is nil only when the error is
+// not.
+func ReadImage(stages *registry.Registry, path string, n int) (*Image, error) {
 	if stages == nil {
-		return preview.Frame{}, errNoRegistry
+		return nil, errNoRegistry
 	}
 	r, err := writer.OpenPlain(path)
 	if err != nil {
-		return preview.Frame{}, err
+		return nil, err
 	}
 	defer r.Close()
 	if n < 0 || n >= r.Frames {
-		return preview.Frame{}, Usage(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
+		return nil, Usage(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
 	}
-	var img []byte
+	im := &Image{Frame: preview.Frame{Height: r.Height, Width: r.Width, ElemSize: r.ElemSize}}
 	if r.Modules != nil {
-		img, err = arrayImage(notes, stages, r, path, n)
+		im.Data, err = arrayImage(&im.Notes, stages, r, path, n)
 	} else {
-		img, err = moduleImage(notes, stages, r, path, n)
+		im.Data, err = moduleImage(&im.Notes, stages, r, path, n)
 	}
 	if err != nil {
-		return preview.Frame{}, err
+		return nil, err
 	}
-	return preview.Frame{Data: img, Height: r.Height, Width: r.Width, ElemSize: r.ElemSize}, nil
+	return im, nil
 }
 
 // moduleImage returns the decoded image of frame n of a module's file (r,
-// at path): zeros, the fill value, for a frame that was never written.
-func moduleImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
+// at path): zeros, the fill value, for a frame that was never written. It
+// appends to notes what the image cannot show.
+func moduleImage(notes *[]ImageNote, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
 	records, err := r.Records()
 	if err != nil {
 		return nil, err
 	}
 	if n < len(records) {
-		switch records[n].Status {
+		switch s := records[n].Status; s {
 		case frame.StatusMissing, frame.StatusRejected:
-			fmt.Fprintf(notes, "h5ingest: frame %d of %s is %s: it was never written, the picture shows the fill value 0\n",
-				n, path, frame.StatusName(records[n].Status))
+			*notes = append(*notes, ImageNote{Kind: FrameNotWritten, Path: path, Frame: n, Status: s})
 		case frame.StatusCRCMismatch:
-			fmt.Fprintf(notes, "h5ingest: frame %d of %s has a payload CRC mismatch: the picture shows it as received, possibly damaged\n", n, path)
+			*notes = append(*notes, ImageNote{Kind: FrameDamaged, Path: path, Frame: n, Status: s})
 		}
 	}
 	data, _, err := r.ReadChunk(n, nil)
@@ -78,13 +115,14 @@ func moduleImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, p
 // arrayImage returns frame n of a master file (r, at path) as the whole
 // array: each module's image, read from its file, at the module's offset;
 // zeros in the gaps and where a module's file is absent or has no frame n.
-func arrayImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
+// It appends to notes what the image cannot show.
+func arrayImage(notes *[]ImageNote, stages *registry.Registry, r *writer.Reader, path string, n int) ([]byte, error) {
 	es := r.ElemSize
 	img := make([]byte, r.Height*r.Width*es)
 	for _, m := range r.Modules {
 		file := filepath.Join(filepath.Dir(path), m.File)
 		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(notes, "h5ingest: module %d's file %s is absent: its pixels show the fill value 0\n", m.ID, file)
+			*notes = append(*notes, ImageNote{Kind: ModuleFileAbsent, Path: file, Frame: n, Module: m.ID})
 			continue
 		}
 		mr, err := writer.OpenPlain(file)
@@ -98,7 +136,7 @@ func arrayImage(notes io.Writer, stages *registry.Registry, r *writer.Reader, pa
 		}
 		if n >= mr.Frames {
 			mr.Close()
-			fmt.Fprintf(notes, "h5ingest: module %d's file %s has frames 0 to %d: its pixels show the fill value 0\n", m.ID, file, mr.Frames-1)
+			*notes = append(*notes, ImageNote{Kind: ModuleFileShort, Path: file, Frame: n, Module: m.ID, Frames: mr.Frames})
 			continue
 		}
 		mod, err := moduleImage(notes, stages, mr, file, n)

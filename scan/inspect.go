@@ -1,13 +1,11 @@
 package scan
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
+	"time"
 
 	"h5ingest/compress"
 	"h5ingest/frame"
@@ -17,224 +15,223 @@ import (
 	"h5ingest/writer"
 )
 
-// Inspect writes a summary of the file at path to out: of an HDF5 file,
-// its layout, stack, compression, frame statuses, plan and time span; of
-// a master file, each module's place, file and frame statuses; of a
-// capture file, who wrote it and when, its plan, and per module the
-// frames it holds. A capture that cannot be read to its end is summarised
-// up to there, with the reason, and ErrIncomplete. The compression is
-// named by the codec of stages that reads the file's filters.
-func Inspect(out io.Writer, stages *registry.Registry, path string) error {
+// InspectReport is what Inspect finds in a file. Exactly one of File,
+// Master and Capture is set, by the kind of file at Path.
+type InspectReport struct {
+	Path    string
+	File    *FileSummary    // of a module's HDF5 file
+	Master  *MasterSummary  // of a master file
+	Capture *CaptureSummary // of a capture file
+}
+
+// FileSummary is what Inspect finds in a module's HDF5 file.
+type FileSummary struct {
+	Layout string // the layout's name, as the file records it
+	SWMR   bool   // the file was written for SWMR readers
+
+	// The frame stack: Frames images of Height x Width pixels of
+	// ElemSize bytes.
+	Frames, Height, Width, ElemSize int
+
+	// Codec names the codec of the registry that reads the file's
+	// filter pipeline; it is empty when none does. Filters is that
+	// pipeline, each filter named as the file or, where the file does
+	// not, the codec names it.
+	Codec   string
+	Filters []compress.Filter
+
+	StoredBytes  int64   // the chunks as stored
+	DecodedBytes int64   // the whole stack, decoded
+	Ratio        float64 // decoded bytes of the written frames per stored byte; 0 when nothing is stored
+
+	Counts   frame.Counts // frames by recorded status
+	Problems string       // the frames that are not ok, as frame.Problems lists them; "" when all are
+	Plan     string       // the scan's plan, as plan.Recorded reads it; "" where the layout records none
+
+	// Span is the detector time from the earliest to the latest timestamp
+	// of the SpanFrames written frames; zero when fewer than two are.
+	Span       time.Duration
+	SpanFrames int
+}
+
+// MasterSummary is what Inspect finds in a master file.
+type MasterSummary struct {
+	Layout string // the layout's name, as the master records it
+
+	// The virtual frame stack of the whole array.
+	Frames, Height, Width, ElemSize int
+
+	Modules []ModuleSummary // in the master's order
+}
+
+// ModuleSummary is what a master says of one module, and what the
+// module's file records.
+type ModuleSummary struct {
+	writer.MasterModule
+	Absent bool         // the module's file is absent: its frames read as the fill value
+	Counts frame.Counts // the file's frames by recorded status, when it is present
+}
+
+// CaptureSummary is what Inspect finds in a capture file.
+type CaptureSummary struct {
+	Metadata capture.Metadata // who wrote the capture, when, with which profile
+	Plan     *plan.Plan       // the plan the capture records; nil when it records none
+	PlanErr  error            // why the recorded plan could not be read
+	Size     int64            // bytes of the file
+	Tally    capture.Tally    // the records read, per module
+
+	// Err says why the capture could not be read to its end (wrapping
+	// capture.ErrTruncated where it was cut short); the summary holds
+	// what was read before. It is nil when the whole capture was read.
+	Err error
+}
+
+// Inspect summarises the file at path: of an HDF5 file, its layout,
+// stack, compression, frame statuses, plan and time span; of a master
+// file, each module's place, file and frame statuses; of a capture file,
+// who wrote it and when, its plan, and per module the frames it holds.
+// The compression is named by the codec of stages that reads the file's
+// filters.
+//
+// A capture that cannot be read to its end is summarised up to there,
+// with the reason in its summary's Err, and the error is ErrIncomplete.
+// The report is nil only when the error says the file could not be read.
+func Inspect(stages *registry.Registry, path string) (*InspectReport, error) {
 	if stages == nil {
-		return errNoRegistry
+		return nil, errNoRegistry
 	}
 	if capture.Sniff(path) {
-		return inspectCapture(out, path)
+		return inspectCapture(path)
 	}
 	r, err := writer.OpenPlain(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
 	if r.Modules != nil {
-		return inspectMaster(out, path, r)
+		return inspectMaster(path, r)
 	}
 	records, err := r.Records()
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", path, err)
+		return nil, fmt.Errorf("inspect %s: %w", path, err)
 	}
-	dtype := fmt.Sprintf("uint%d", 8*r.ElemSize)
-	decoded := int64(r.Frames) * int64(r.Height*r.Width*r.ElemSize)
-	fmt.Fprintf(out, "%s\n", path)
-	fmt.Fprintf(out, "  layout        %s%s\n", r.Layout, map[bool]string{true: " (SWMR file)"}[r.SWMR])
-	fmt.Fprintf(out, "  stack         %d x %d x %d %s, %s decoded\n", r.Frames, r.Height, r.Width, dtype, FormatBytes(decoded))
-
-	counts := frame.CountRecords(records)
-	stored := r.StoredBytes()
-	ratio := 0.0
-	if stored > 0 {
-		ratio = float64(int64(counts.Written())*int64(r.Height*r.Width*r.ElemSize)) / float64(stored)
+	frameSize := int64(r.Height * r.Width * r.ElemSize)
+	s := &FileSummary{
+		Layout: r.Layout, SWMR: r.SWMR,
+		Frames: r.Frames, Height: r.Height, Width: r.Width, ElemSize: r.ElemSize,
+		Codec:        stages.CodecOf(r.Filters, r.ElemSize),
+		Filters:      codecFilters(stages, r.Filters, r.ElemSize),
+		StoredBytes:  r.StoredBytes(),
+		DecodedBytes: int64(r.Frames) * frameSize,
+		Counts:       frame.CountRecords(records),
+		Problems:     frame.Problems(records),
 	}
-	fmt.Fprintf(out, "  compression   %s; %s stored, ratio %.2f\n", describeCodec(stages, r.Filters, r.ElemSize), FormatBytes(stored), ratio)
-	fmt.Fprintf(out, "  frames        %v\n", counts)
-	if list := frame.Problems(records); list != "" {
-		fmt.Fprintf(out, "  problems      %s\n", list)
+	if s.StoredBytes > 0 {
+		s.Ratio = float64(int64(s.Counts.Written())*frameSize) / float64(s.StoredBytes)
 	}
-	if err := printPlan(out, r); err != nil {
-		return fmt.Errorf("inspect %s: %w", path, err)
+	if s.Plan, err = recordedPlan(r); err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", path, err)
 	}
-	printTimeSpan(out, records)
-	return nil
+	s.Span, s.SpanFrames = timeSpan(records)
+	return &InspectReport{Path: path, File: s}, nil
 }
 
 // inspectMaster summarises a master file: the array, and for each module
 // its place, its file and its frames' statuses as the master sees them.
-func inspectMaster(out io.Writer, path string, r *writer.Reader) error {
-	fmt.Fprintf(out, "%s\n", path)
-	fmt.Fprintf(out, "  layout        %s, master of %d modules\n", r.Layout, len(r.Modules))
-	fmt.Fprintf(out, "  stack         %d x %d x %d uint%d (virtual)\n", r.Frames, r.Height, r.Width, 8*r.ElemSize)
+func inspectMaster(path string, r *writer.Reader) (*InspectReport, error) {
+	s := &MasterSummary{Layout: r.Layout, Frames: r.Frames, Height: r.Height, Width: r.Width, ElemSize: r.ElemSize}
 	for _, m := range r.Modules {
-		file := filepath.Join(filepath.Dir(path), m.File)
-		if !fileExists(file) {
-			fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: file absent (its frames read as the fill value)\n",
-				m.ID, m.Y, m.X, m.Height, m.Width, m.File)
-			continue
-		}
-		recs, err := r.ModuleRecords(m.ID)
-		if err != nil {
-			return fmt.Errorf("inspect %s: %w", path, err)
-		}
-		fmt.Fprintf(out, "  module %-6d at (%d, %d), %dx%d, %s: %v\n",
-			m.ID, m.Y, m.X, m.Height, m.Width, m.File, frame.CountRecords(recs))
-	}
-	return nil
-}
-
-// describeCodec names the codec of stages that reads a filter pipeline,
-// and the pipeline with its ids and stored values: "bslz4: bitshuffle
-// (filter 32008: 0 5 2 0 2)". A filter the file stores without its name
-// (a plugin's that libhdf5 did not load) is named as the codec names it.
-func describeCodec(stages *registry.Registry, filters []compress.Filter, elemSize int) string {
-	name := stages.CodecOf(filters, elemSize)
-	if name == "" {
-		return "no codec of this h5ingest reads it: " + describeFilters(filters)
-	}
-	if c, err := stages.ReadCodec(filters, elemSize); err == nil {
-		own := c.Filters()
-		filters = slices.Clone(filters)
-		for i := range filters {
-			if filters[i].Name == "" && i < len(own) && own[i].ID == filters[i].ID {
-				filters[i].Name = own[i].Name
+		ms := ModuleSummary{MasterModule: m}
+		if !fileExists(filepath.Join(filepath.Dir(path), m.File)) {
+			ms.Absent = true
+		} else {
+			recs, err := r.ModuleRecords(m.ID)
+			if err != nil {
+				return nil, fmt.Errorf("inspect %s: %w", path, err)
 			}
+			ms.Counts = frame.CountRecords(recs)
+		}
+		s.Modules = append(s.Modules, ms)
+	}
+	return &InspectReport{Path: path, Master: s}, nil
+}
+
+// codecFilters returns a filter pipeline with each filter that the file
+// stores without its name (a plugin's that libhdf5 did not load) named as
+// the codec of stages that reads the pipeline names it.
+func codecFilters(stages *registry.Registry, filters []compress.Filter, elemSize int) []compress.Filter {
+	filters = slices.Clone(filters)
+	c, err := stages.ReadCodec(filters, elemSize)
+	if err != nil {
+		return filters
+	}
+	own := c.Filters()
+	for i := range filters {
+		if filters[i].Name == "" && i < len(own) && own[i].ID == filters[i].ID {
+			filters[i].Name = own[i].Name
 		}
 	}
-	return name + ": " + describeFilters(filters)
+	return filters
 }
 
-// describeFilters names a filter pipeline with its ids and stored values.
-func describeFilters(filters []compress.Filter) string {
-	if len(filters) == 0 {
-		return "no filter"
-	}
-	parts := make([]string, len(filters))
-	for i, f := range filters {
-		parts[i] = f.String()
-	}
-	return strings.Join(parts, " then ")
-}
-
-// printPlan prints what the image keys and angles say about the scan,
-// where the file's layout records them.
-func printPlan(out io.Writer, r *writer.Reader) error {
+// recordedPlan returns what the image keys and angles say about the scan,
+// where the file's layout records them, and "" where it does not.
+func recordedPlan(r *writer.Reader) (string, error) {
 	keys, err := r.ImageKey()
 	if err != nil || keys == nil {
-		return err
+		return "", err
 	}
 	angles, err := r.RotationAngle()
 	if err != nil {
-		return err
+		return "", err
 	}
-	fmt.Fprintf(out, "  plan          %s\n", plan.Recorded(keys, angles))
-	return nil
+	return plan.Recorded(keys, angles), nil
 }
 
-// printTimeSpan prints the detector time the written frames span and their
-// mean rate.
-func printTimeSpan(out io.Writer, records []frame.Record) {
-	var stamps []uint64
+// timeSpan returns the detector time the written frames of records span,
+// and how many they are; a zero span when fewer than two are written.
+func timeSpan(records []frame.Record) (time.Duration, int) {
+	var lo, hi uint64
+	n := 0
 	for _, rec := range records {
-		if frame.Written(rec.Status) {
-			stamps = append(stamps, rec.Timestamp)
+		if !frame.Written(rec.Status) {
+			continue
 		}
+		if n == 0 {
+			lo, hi = rec.Timestamp, rec.Timestamp
+		}
+		lo, hi = min(lo, rec.Timestamp), max(hi, rec.Timestamp)
+		n++
 	}
-	if len(stamps) < 2 {
-		return
+	if n < 2 {
+		return 0, n
 	}
-	lo, hi := slices.Min(stamps), slices.Max(stamps)
-	span := float64(hi-lo) / 1e9
-	if span <= 0 {
-		return
-	}
-	fmt.Fprintf(out, "  time span     %.3f s of detector time, mean %.1f frames/s\n", span, float64(len(stamps)-1)/span)
-}
-
-// printCaptureHeader prints who wrote the capture at path, when, and the
-// plan it records.
-func printCaptureHeader(out io.Writer, path string, meta capture.Metadata) {
-	fmt.Fprintf(out, "%s\n", path)
-	fmt.Fprintf(out, "  capture       written by %s at %s, profile %q\n", orUnknown(meta.Software), orUnknown(meta.Created), meta.Profile)
-	if p, ok, err := CapturePlan(meta); err != nil {
-		fmt.Fprintf(out, "  plan          unreadable: %v\n", err)
-	} else if ok {
-		fmt.Fprintf(out, "  plan          %v\n", p)
-	} else {
-		fmt.Fprintf(out, "  plan          none recorded\n")
-	}
+	return time.Duration(hi - lo), n
 }
 
 // inspectCapture summarises a capture file: who wrote it and when, the
 // plan it records, and per module the frames it holds, their numbers and
 // formats. A capture that cannot be read to its end is summarised up to
 // there, with the reason, and ErrIncomplete.
-func inspectCapture(out io.Writer, path string) error {
+func inspectCapture(path string) (*InspectReport, error) {
 	r, err := capture.Open(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
-	printCaptureHeader(out, path, r.Metadata())
-	tally, readErr := r.Tally()
-	size := int64(0)
+	s := &CaptureSummary{Metadata: r.Metadata()}
+	if p, ok, err := CapturePlan(s.Metadata); err != nil {
+		s.PlanErr = err
+	} else if ok {
+		s.Plan = &p
+	}
+	s.Tally, s.Err = r.Tally()
 	if info, err := os.Stat(path); err == nil {
-		size = info.Size()
+		s.Size = info.Size()
 	}
-	fmt.Fprintf(out, "  records       %s of %s, %s\n", plural(tally.Records, "frame"), plural(len(tally.Modules), "module"), FormatBytes(size))
-	for _, id := range tally.IDs() {
-		m := tally.Modules[id]
-		line := fmt.Sprintf("  module %-6d %s, frame numbers %d to %d", id, plural(m.Records, "frame"), m.First, m.Last)
-		if n := m.Copies(); n > 0 {
-			line += fmt.Sprintf(" (%s of a number seen before)", plural(n, "copy"))
-		}
-		if n := m.Absent(); n > 0 {
-			line += fmt.Sprintf(", %d of them absent", n)
-		}
-		for _, f := range m.Formats {
-			line += fmt.Sprintf(", %v", f)
-		}
-		if m.BadHeaders > 0 {
-			line += fmt.Sprintf(", %d with a header that does not match its payload", m.BadHeaders)
-		}
-		if span := float64(m.End-m.Start) / 1e9; span > 0 && m.Records > 1 {
-			line += fmt.Sprintf(", %.3f s of detector time", span)
-		}
-		fmt.Fprintln(out, line)
+	rep := &InspectReport{Path: path, Capture: s}
+	if s.Err != nil {
+		return rep, ErrIncomplete
 	}
-	if readErr != nil {
-		what := "unreadable"
-		if errors.Is(readErr, capture.ErrTruncated) {
-			what = "cut short"
-		}
-		fmt.Fprintf(out, "  %-13s %v\n", what, readErr)
-		return ErrIncomplete
-	}
-	return nil
-}
-
-// plural returns n and the noun, in the plural unless n is 1.
-func plural(n int, noun string) string {
-	switch {
-	case n == 1:
-		return "1 " + noun
-	case noun == "copy":
-		return fmt.Sprintf("%d copies", n)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// orUnknown returns s, or "(not recorded)" where it is empty.
-func orUnknown(s string) string {
-	if s == "" {
-		return "(not recorded)"
-	}
-	return s
+	return rep, nil
 }

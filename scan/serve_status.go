@@ -3,7 +3,6 @@ package scan
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -326,11 +325,11 @@ func (s *serveScan) LatestImage(have uint64) (preview.Frame, uint64, uint64, err
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}
-	fr, err := ReadImage(io.Discard, s.a.o.Stages, out, n)
+	img, err := ReadImage(s.a.o.Stages, out, n)
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}
-	return fr, uint64(n), fileImageKey, nil
+	return img.Frame, uint64(n), fileImageKey, nil
 }
 
 // lastWritten returns the index of the last frame with an image in the
