@@ -69,13 +69,14 @@ folders are removed at the end unless --keep, and nothing else in --dir or
 			return bench.Run(cmd.OutOrStdout(), cmd.ErrOrStderr(), &fl.cfg)
 		},
 	}
-	fl.register(cmd.Flags())
+	fl.register(cmd.Flags(), stages.ReferenceBackend())
 	cmd.AddCommand(newBenchWriteCmd(stages), newBenchCycleCmd())
 	return cmd
 }
 
-// register defines the flags on f.
-func (fl *benchFlags) register(f *pflag.FlagSet) {
+// register defines the flags on f; backend is the default of --backend,
+// the registry's reference backend.
+func (fl *benchFlags) register(f *pflag.FlagSet, backend string) {
 	c := &fl.cfg
 	f.IntVar(&c.Frames, "frames", 200, "frames each row processes")
 	f.IntVar(&c.Unique, "unique", 50, "distinct simulated frames the scan cycles through")
@@ -84,7 +85,7 @@ func (fl *benchFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&c.DiskDir, "disk-dir", bench.DefaultDiskDir(), `directory on a disk for the row that writes to disk ("": no such row)`)
 	f.BoolVar(&c.Keep, "keep", false, "keep those folders afterwards")
 	f.StringVar(&c.Python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
-	f.StringVar(&c.Backend, "backend", "cpu", "decode backend of the replay rows: auto, cpu or cuda")
+	f.StringVar(&c.Backend, "backend", backend, "decode backend of the replay rows: auto, cpu or cuda")
 	f.IntVar(&c.Threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
 	f.StringVar(&fl.workers, "workers", bench.DefaultWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")
 	f.StringVar(&c.Chips, "chips", "6x6", "chips per module, CXxCY (Pi-mega: 6x6)")

@@ -117,7 +117,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if f.gpu {
 		// The GPU's kernels compiled now, not when a detector connects;
 		// every scan shares its context.
-		unload, err := scan.PreloadBackend("auto", f.cudaCache, log)
+		unload, err := scan.PreloadBackends(f.stages, f.cudaCache, log)
 		if err != nil {
 			return err
 		}

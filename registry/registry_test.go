@@ -1,11 +1,13 @@
 package registry_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	"h5ingest/compress"
+	"h5ingest/gpu"
 	"h5ingest/registry"
 	"h5ingest/stock"
 	"h5ingest/writer"
@@ -69,5 +71,56 @@ func TestRefusedEntries(t *testing.T) {
 	}
 	if len(r.Entries()) != 0 {
 		t.Errorf("refused entries registered: %v", r.Entries())
+	}
+}
+
+// TestPreload: Preload calls each backend's own Preload in the order
+// registered and releases them in reverse; one that fails releases those
+// before it and is named. ReferenceBackend names the reference entry.
+func TestPreload(t *testing.T) {
+	var log []string
+	preload := func(name string, fail bool) func(gpu.Options) (func(), error) {
+		return func(gpu.Options) (func(), error) {
+			if fail {
+				return nil, errors.New("no device")
+			}
+			log = append(log, "load "+name)
+			return func() { log = append(log, "release "+name) }, nil
+		}
+	}
+	newCPU := func(o gpu.Options) (gpu.Backend, error) { return gpu.New("cpu", o) }
+	r := registry.New()
+	for _, b := range []registry.Backend{
+		{Name: "a", New: newCPU, Preload: preload("a", false)},
+		{Name: "b", New: newCPU, Reference: true},
+		{Name: "c", New: newCPU, Preload: preload("c", false)},
+	} {
+		if err := r.AddBackend(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release, err := r.Preload(gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if want := "load a,load c,release c,release a"; strings.Join(log, ",") != want {
+		t.Errorf("%s, want %s", strings.Join(log, ","), want)
+	}
+	if got := r.ReferenceBackend(); got != "b" {
+		t.Errorf("reference backend %q, want b", got)
+	}
+	log = nil
+	if err := r.AddBackend(registry.Backend{Name: "d", New: newCPU, Preload: preload("d", true)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Preload(gpu.Options{}); err == nil || !strings.Contains(err.Error(), "backend d: no device") {
+		t.Errorf("Preload: %v, want backend d's error", err)
+	}
+	if want := "load a,load c,release c,release a"; strings.Join(log, ",") != want {
+		t.Errorf("%s, want %s", strings.Join(log, ","), want)
+	}
+	if registry.New().ReferenceBackend() != "" {
+		t.Error("an empty registry has a reference backend")
 	}
 }

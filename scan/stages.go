@@ -108,6 +108,27 @@ func PreloadBackend(backend, computeCache string, log *zap.Logger) (release func
 	return release, nil
 }
 
+// PreloadBackends preloads what the backends of stages share, as their
+// registry entries say (registry.Backend.Preload): for stock h5ingest,
+// the GPU that auto decodes on where a device answers, as PreloadBackend
+// does. serve --gpu calls it at start-up.
+func PreloadBackends(stages *registry.Registry, computeCache string, log *zap.Logger) (release func(), err error) {
+	if stages == nil {
+		return nil, errNoRegistry
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if computeCache == "" {
+		computeCache = DefaultComputeCache()
+	}
+	release, err = stages.Preload(gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
+	if err != nil {
+		return nil, Usage(fmt.Errorf("key backend: %w", err))
+	}
+	return release, nil
+}
+
 // DefaultComputeCache returns the directory for the CUDA driver's cache of
 // compiled kernels when none is given: "" where CUDA_CACHE_PATH is set
 // (the driver reads it), else the cache directory systemd gives a service

@@ -48,8 +48,11 @@ const gpuBatch = 4
 // transposes (gpu.Job.ShuffleBlock); auto takes the batch of the backend
 // it chooses.
 var backends = []registry.Backend{
-	{Name: "auto", Doc: "cuda where a GPU is there, else cpu", Transpose: true},
-	{Name: "cpu", Doc: "pure Go on every core", Batch: 1, Transpose: true},
+	// auto is the one serve --gpu preloads: the GPU where there is one,
+	// nothing (and a log line) where there is none.
+	{Name: "auto", Doc: "cuda where a GPU is there, else cpu", Transpose: true,
+		Preload: func(o gpu.Options) (func(), error) { return gpu.Preload("auto", o) }},
+	{Name: "cpu", Doc: "pure Go on every core", Batch: 1, Transpose: true, Reference: true},
 	{Name: "cuda", Doc: "an NVIDIA GPU through the CUDA driver, loaded at run time", Batch: gpuBatch, Transpose: true},
 }
 

@@ -35,8 +35,6 @@ var stageNameUses = map[string]string{
 	"bench/bench.go:Run":                      "the bench's fixed rows: uncompressed and bslz4, as its report names them",
 	"bench/bench.go:benchSteps":               "the bench's fixed rows",
 	"bench/bench.go:WriteChunks":              "the bench's fixed rows",
-	"cli/cmd_bench.go:register":               "the bench's default backend",
-	"cli/cmd_serve.go:serve":                  "serve loads the kernels of the backend that chooses, at start: to go when a backend entry carries its preload",
 	"scan/stages.go:DefaultComputeCache":      "the CUDA compute cache's directory name, not the backend",
 	"writer/writertest/writertest.go:write":   "the layout suite writes its chunks with one of h5ingest's codecs",
 	"source/fabric/internal/fi/providers.go:": `"cxi", libfabric's HPE Slingshot provider, not a layout`,
