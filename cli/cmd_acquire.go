@@ -7,10 +7,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/registry"
 	"h5ingest/scan"
-	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -84,17 +81,12 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	a, err := scan.NewAcquisition(scan.AcquireOptions{
 		Options: s.options(profile, plan, log), Files: files, Listen: f.listen,
 		Record: f.record, ProfileName: s.profile, ScanID: s.scanID, Observer: &s.observe,
-		OnWait: func(addr netip.AddrPort, modules []int) {
-			if s.logLevel != "error" {
-				fmt.Fprintln(os.Stderr, waitingLine(addr, modules, profile.Source.Provider))
-			}
-		},
 	})
 	if err != nil {
 		return err
 	}
-	if err := a.Checks().Run(os.Stderr); err != nil {
-		return err
+	if err := a.Checks().Run(s.notify); err != nil {
+		return checksFailed(os.Stderr, err)
 	}
 	// The files are this scan's from now on, while it waits for the
 	// detector: another scan of them is refused, not this one later.
@@ -107,23 +99,9 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	if err := s.observe.Start(log); err != nil {
 		return err
 	}
-	defer s.observe.StopUnused()
-	stop := scan.NewStopper(ctx, profile.Source.ConnectTimeout, os.Stderr)
+	defer s.observe.Close()
+	stop := scan.NewStopper(ctx, profile.Source.ConnectTimeout, s.notify)
 	stop.Notify(os.Interrupt, syscall.SIGTERM)
 	defer stop.Close()
-	return a.Run(stop)
-}
-
-// waitingLine is the line acquire prints while it waits for the detector:
-// where it listens, for which modules, with which provider.
-func waitingLine(addr netip.AddrPort, modules []int, provider string) string {
-	ids := make([]string, len(modules))
-	for i, m := range modules {
-		ids[i] = strconv.Itoa(m)
-	}
-	which := "module " + strings.Join(ids, "")
-	if len(ids) > 1 {
-		which = "modules " + strings.Join(ids, ",")
-	}
-	return fmt.Sprintf("h5ingest: waiting for %s on %s (provider %s)", which, addr, provider)
+	return scanDone(a.Run(stop))
 }

@@ -94,12 +94,13 @@ func master(s *scanFlags, now time.Time, changed func(string) bool) error {
 			*v.dst = *v.src
 		}
 	}
-	frames, err := scan.WriteMasterAhead(files, s.stages, profile, plan, given, os.Stderr)
+	m, err := scan.WriteMasterAhead(files, s.stages, profile, plan, given)
 	if err != nil {
 		return err
 	}
-	format, _ := profile.Detector.Format() // checked by WriteMasterAhead
-	h, w := scan.ArraySize(profile, format)
-	fmt.Fprintf(os.Stdout, "%s: master of %d modules, %d frames of %d x %d\n", files.Master, len(files.Modules), frames, h, w)
+	for _, n := range m.Notes {
+		printNote(os.Stderr, n)
+	}
+	fmt.Fprintf(os.Stdout, "%s: master of %d modules, %d frames of %d x %d\n", m.Path, m.Modules, m.Frames, m.Height, m.Width)
 	return nil
 }

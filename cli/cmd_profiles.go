@@ -57,7 +57,9 @@ func newProfilesCmd(stages *registry.Registry) *cobra.Command {
 				if err != nil {
 					return scan.Usage(err)
 				}
-				scan.WarnReaders(cmd.ErrOrStderr(), stages, p.Output.Compression)
+				if msg := scan.ReadersWarning(stages, p.Output.Compression); msg != "" {
+					printNote(cmd.ErrOrStderr(), scan.Note{Kind: scan.Warning, Text: msg})
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
 				return nil
 			},

@@ -84,11 +84,11 @@ func replay(ctx context.Context, paths []string, s *scanFlags, fps float64) erro
 	if err := s.observe.Start(log); err != nil {
 		return err
 	}
-	defer s.observe.StopUnused()
+	defer s.observe.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return scan.Replay(ctx, scan.ReplayOptions{
+	return scanDone(scan.Replay(ctx, scan.ReplayOptions{
 		Options: s.options(profile, plan, log), Files: files, Captures: paths, FPS: fps,
 		ScanID: s.scanID, Observer: &s.observe,
-	})
+	}))
 }

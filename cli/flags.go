@@ -122,10 +122,19 @@ func (s *scanFlags) files(p config.Profile, now time.Time) (scan.Files, error) {
 }
 
 // options returns the options of each module's scan, as the flags and
-// the profile say: the summary on standard output, warnings on standard
-// error, progress on the terminal.
+// the profile say: what the scan says as it runs on standard error
+// (notify), progress on the terminal.
 func (s *scanFlags) options(profile config.Profile, pl plan.Plan, log *zap.Logger) scan.Options {
 	format, _ := profile.Detector.Format() // checked with the profile; a sender's or capture's replaces it
 	return scan.Options{Profile: profile, Plan: pl, Format: format, User: s.user, Log: log,
-		Out: os.Stdout, Errs: os.Stderr, Progress: startProgress, Stages: s.stages}
+		Notify: s.notify, Progress: startProgress, Stages: s.stages}
+}
+
+// notify prints what a scan says as it runs on standard error, one note a
+// line; with --log-level error, not where it waits for the detector.
+func (s *scanFlags) notify(n scan.Note) {
+	if n.Kind == scan.Waiting && s.logLevel == "error" {
+		return
+	}
+	printNote(os.Stderr, n)
 }

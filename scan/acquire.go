@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -43,9 +42,6 @@ type AcquireOptions struct {
 	// OnScan, where set, is told of the scan of a lone module once it is
 	// set up, before its first frame: the scan service follows it.
 	OnScan func(*Module)
-	// OnWait, where set, is told where the acquire listens and for which
-	// modules, once it waits for the detector: the command says so.
-	OnWait func(addr netip.AddrPort, modules []int)
 }
 
 // Acquisition is an acquire set up, before it listens: its files, the
@@ -105,7 +101,6 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	o.Out, o.Errs = orDiscard(o.Out), orDiscard(o.Errs)
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
@@ -171,31 +166,37 @@ func (a *Acquisition) listen(cfg fabric.Config) (*fabric.Listener, error) {
 	return l, err
 }
 
-// waiting tells OnWait, where set, that the acquire waits on addr.
+// waiting tells Notify, where set, that the acquire waits on addr: for
+// which modules, with which provider.
 func (a *Acquisition) waiting(addr netip.AddrPort) {
-	if a.o.OnWait == nil {
-		return
-	}
-	ids := make([]int, len(a.o.Files.Modules))
+	ids := make([]string, len(a.o.Files.Modules))
 	for i, m := range a.o.Files.Modules {
-		ids[i] = m.Module.ID
+		ids[i] = strconv.Itoa(m.Module.ID)
 	}
-	a.o.OnWait(addr, ids)
+	which := "module " + strings.Join(ids, "")
+	if len(ids) > 1 {
+		which = "modules " + strings.Join(ids, ",")
+	}
+	tell(a.o.Notify, Note{Kind: Waiting, Text: fmt.Sprintf("waiting for %s on %s (provider %s)", which, addr, a.o.Profile.Source.Provider)})
 }
 
 // Run listens for the detector and writes the scan: one module, or every
-// module of the files at once. stop ends it early (Stopper).
-func (a *Acquisition) Run(stop *Stopper) error {
+// module of the files at once. stop ends it early (Stopper). It returns
+// what the scan did, with the worst of its modules' results: nil when
+// every planned frame is good, ErrIncomplete when some are not (the
+// result's notes say why), a failure otherwise, with what was finished
+// before it.
+func (a *Acquisition) Run(stop *Stopper) (Result, error) {
 	if len(a.o.Files.Modules) > 1 {
 		return a.modules(stop)
 	}
-	_, err := a.One(stop)
-	return err
+	return a.One(stop)
 }
 
 // One receives the scan of one module, the only one of the files, and
-// returns the scan written (nil where none began) with its result.
-func (a *Acquisition) One(sig *Stopper) (*Module, error) {
+// returns what it did (no summary where no scan began) with its result.
+func (a *Acquisition) One(sig *Stopper) (Result, error) {
+	var res Result
 	o := &a.o
 	profile, plan, log := o.Profile, o.Plan, o.Log
 	src := profile.Source
@@ -203,7 +204,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 
 	l, err := a.listener()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer l.Close()
 	sig.addListener(l)
@@ -214,7 +215,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 		if errors.Is(err, ErrIncomplete) {
 			err = Incomplete(fmt.Errorf("%w: no file written", err))
 		}
-		return nil, err
+		return res, err
 	}
 	defer stream.Close()
 	sig.add(stream)
@@ -227,7 +228,7 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 
 	rec, closeRec, err := a.openRecord()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer closeRec()
 	if rec != nil {
@@ -238,24 +239,27 @@ func (a *Acquisition) One(sig *Stopper) (*Module, error) {
 	mo.Format, mo.Backend = hello.Format, nil
 	scan, err := Open(out, mo)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer scan.Abort()
 	if o.OnScan != nil {
 		o.OnScan(scan)
 	}
 	if err := scan.Observe(o.Observer, o.ScanID, int(hello.Module)); err != nil {
-		return scan, err
+		return res, err
 	}
 	if err := scan.openLive(o.ScanID, int(hello.Module)); err != nil {
-		return scan, err
+		return res, err
 	}
 	srcErr := scan.Run(sig.run, stream)
 	st := stream.Stats()
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
-	rec.finish(o.Errs)
-	return scan, scan.Finish(srcErr)
+	res.Notes = rec.finish()
+	sum, err := scan.Finish(srcErr)
+	sum.Module = int(hello.Module)
+	res.Modules = []Summary{sum}
+	return res, err
 }
 
 // recordClash refuses a --record capture named as one of the scan's
@@ -359,7 +363,7 @@ type Stopper struct {
 	done                  chan struct{}
 	exited                sync.WaitGroup
 
-	errs io.Writer
+	notify func(Note)
 
 	mu        sync.Mutex
 	sig       os.Signal
@@ -376,10 +380,12 @@ const stoppedReason = "the scan has stopped"
 func (i *Stopper) Notify(sigs ...os.Signal) { signal.Notify(i.ch, sigs...) }
 
 // NewStopper returns the stopper of an acquire under ctx (cancelling ctx
-// stops it at once) whose wait for the detector ends at connectTimeout;
-// its notes go to errs. Close it after the acquire.
-func NewStopper(ctx context.Context, connectTimeout time.Duration, errs io.Writer) *Stopper {
-	i := &Stopper{ch: make(chan os.Signal, 2), done: make(chan struct{}), errs: orDiscard(errs)}
+// stops it at once) whose wait for the detector ends at connectTimeout.
+// notify, where not nil, is told of each request as it takes effect (a
+// note of kind Interrupted), from the stopper's goroutine. Close it after
+// the acquire.
+func NewStopper(ctx context.Context, connectTimeout time.Duration, notify func(Note)) *Stopper {
+	i := &Stopper{ch: make(chan os.Signal, 2), done: make(chan struct{}), notify: notify}
 	i.run, i.cancelRun = context.WithCancel(ctx)
 	i.wait, i.cancelWait = context.WithTimeout(i.run, connectTimeout)
 	i.exited.Add(1)
@@ -415,7 +421,7 @@ func (i *Stopper) loop() {
 			return
 		case s := <-i.ch:
 			if n > 0 {
-				fmt.Fprintf(i.errs, "h5ingest: %v again: stopping at once; frames not yet written are recorded missing\n", s)
+				tell(i.notify, Note{Kind: Interrupted, Text: fmt.Sprintf("%v again: stopping at once; frames not yet written are recorded missing", s)})
 				i.cancelRun()
 				continue
 			}
@@ -427,7 +433,7 @@ func (i *Stopper) loop() {
 			}
 			i.mu.Unlock()
 			if len(streams) > 0 {
-				fmt.Fprintf(i.errs, "h5ingest: interrupted (%v): taking no more frames, writing those received (signal again to stop at once)\n", s)
+				tell(i.notify, Note{Kind: Interrupted, Text: fmt.Sprintf("interrupted (%v): taking no more frames, writing those received (signal again to stop at once)", s)})
 			}
 			for _, st := range streams {
 				st.Stop(i.cause(s))
@@ -555,11 +561,11 @@ func (r *lockedRecorder) fail(err error) {
 		zap.String("file", r.path), zap.Int64("frames_before", r.w.Records()), zap.Error(err))
 }
 
-// finish flushes the capture and says where a failed recording stopped.
-// It does nothing on a nil recorder.
-func (r *lockedRecorder) finish(errs io.Writer) {
+// finish flushes the capture and returns a warning that says where a
+// failed recording stopped. It does nothing on a nil recorder.
+func (r *lockedRecorder) finish() []Note {
 	if r == nil {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -568,10 +574,11 @@ func (r *lockedRecorder) finish(errs io.Writer) {
 			r.fail(err)
 		}
 	}
-	if r.failed != nil {
-		fmt.Fprintf(errs, "h5ingest: warning: --record stopped (%v): %s is cut short, with at most %d whole frames; the scan's file is not affected\n",
-			r.failed, r.path, r.w.Records())
+	if r.failed == nil {
+		return nil
 	}
+	return []Note{{Kind: Warning, Text: fmt.Sprintf("--record stopped (%v): %s is cut short, with at most %d whole frames; the scan's file is not affected",
+		r.failed, r.path, r.w.Records())}}
 }
 
 // acquireChecks returns the pre-scan checks of an acquire writing files.
@@ -591,14 +598,15 @@ func acquireChecks(files Files, profile config.Profile, plan plan.Plan, provider
 // the master file (when files has one) once the first module says the
 // frame format. A module that never connects gets a file with every frame
 // missing.
-func (a *Acquisition) modules(sig *Stopper) error {
+func (a *Acquisition) modules(sig *Stopper) (Result, error) {
+	var res Result
 	o := &a.o
 	profile, plan, files, log := o.Profile, o.Plan, o.Files, o.Log
 	ctx, cancel := context.WithCancel(sig.run)
 	defer cancel()
 	l, err := a.listen(a.cfg)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer l.Close()
 	sig.addListener(l)
@@ -607,7 +615,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	// streams the modules share, rather than contexts the GPU time-slices.
 	backend, err := openBackend(o.Stages, profile, log)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer backend.Close()
 	mo := o.Options
@@ -637,7 +645,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 			if errors.Is(err, ErrIncomplete) {
 				err = Incomplete(fmt.Errorf("%w: no file written", err))
 			}
-			return err
+			return res, err
 		}
 		defer stream.Close()
 		sig.add(stream)
@@ -647,7 +655,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 			if files.Master != "" && plan.Frames() > 0 {
 				if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
 					cancel()
-					return err
+					return res, err
 				}
 			}
 			// The capture is made once a module connected: an acquire
@@ -655,7 +663,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 			var closeRec func()
 			if rec, closeRec, err = a.openRecord(); err != nil {
 				cancel()
-				return err
+				return res, err
 			}
 			defer closeRec()
 		}
@@ -664,7 +672,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 		}
 		if err := m.start(ctx, files, int(hello.Module), hello.Format, stream); err != nil {
 			cancel()
-			return err
+			return res, err
 		}
 		connected++
 	}
@@ -674,7 +682,7 @@ func (a *Acquisition) modules(sig *Stopper) error {
 			absent = append(absent, fm.Module.ID)
 			if err := m.start(ctx, files, fm.Module.ID, format, emptySource{}); err != nil {
 				cancel()
-				return err
+				return res, err
 			}
 		}
 	}
@@ -687,14 +695,16 @@ func (a *Acquisition) modules(sig *Stopper) error {
 	refused := late.end()
 	for _, id := range absent {
 		if refused[uint16(id)] {
-			fmt.Fprintf(o.Errs, "h5ingest: module %d connected after the stop and was refused: its frames are recorded missing in %s\n", id, files.Modules[slices.IndexFunc(files.Modules, func(f File) bool { return f.Module.ID == id })].Path)
+			path := files.Modules[slices.IndexFunc(files.Modules, func(f File) bool { return f.Module.ID == id })].Path
+			res.Notes = append(res.Notes, Note{Kind: Refused, Text: fmt.Sprintf("module %d connected after the stop and was refused: its frames are recorded missing in %s", id, path)})
 		} else {
-			fmt.Fprintf(o.Errs, "h5ingest: module %d never connected: its frames are recorded missing\n", id)
+			res.Notes = append(res.Notes, Note{Kind: NeverConnected, Text: fmt.Sprintf("module %d never connected: its frames are recorded missing", id)})
 		}
 	}
-	rec.finish(o.Errs)
+	res.Notes = append(res.Notes, rec.finish()...)
 	m.finished = true
-	return finishModules(files, mo, m.scans, m.errs)
+	err = finishModules(&res, files, mo, m.scans, m.errs)
+	return res, err
 }
 
 // lateModules takes the senders of a multi-module acquire that come after

@@ -3,7 +3,6 @@ package scan
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -19,8 +18,9 @@ import (
 )
 
 // Pre-scan checks run before a scan takes its first frame, so that what
-// would fail mid-scan fails before the detector sends: each failure is one
-// line on standard error, and the command exits with status 1. A replay
+// would fail mid-scan fails before the detector sends: Checks.Run returns
+// every failure, which a command shows one a line before it exits with
+// status 1. A replay
 // only warns about free space: its frames stay in the capture.
 
 // assumedRatio is the compression ratio the free-space check counts on:
@@ -217,27 +217,26 @@ type Checks struct {
 	SpaceWarns bool
 }
 
-// ErrChecks is returned by Checks.Run when a check failed; each failure
-// went to its writer as one line.
+// ErrChecks is what the error of failed pre-scan checks (a ChecksError)
+// is.
 var ErrChecks = errors.New("pre-scan checks failed")
 
-// Run runs every check, writes the readers' warning, any other warning
-// and each failure as one line on errs, and returns ErrChecks if any
-// failed.
-func (c Checks) Run(errs io.Writer) error {
-	WarnReaders(errs, c.Stages, c.Profile.Output.Compression)
-	failed := c.Failures(errs)
-	if len(failed) == 0 {
-		return nil
+// Run runs every check. It tells notify, where set, the readers' warning
+// and any other warning (too little free space for a replay), and
+// returns a *ChecksError with every failure, or nil.
+func (c Checks) Run(notify func(Note)) error {
+	if msg := ReadersWarning(c.Stages, c.Profile.Output.Compression); msg != "" {
+		tell(notify, Note{Kind: Warning, Text: msg})
 	}
-	for _, err := range failed {
-		fmt.Fprintf(errs, "h5ingest: pre-scan check: %v\n", err)
+	if failed := c.failures(notify); len(failed) > 0 {
+		return &ChecksError{Failures: failed}
 	}
-	return ErrChecks
+	return nil
 }
 
-// Failures runs every check and returns what failed; warnings go to errs.
-func (c Checks) Failures(errs io.Writer) []error {
+// failures runs every check and returns what failed; warnings go to
+// notify.
+func (c Checks) failures(notify func(Note)) []error {
 	var failed []error
 	note := func(err error) {
 		if err != nil {
@@ -281,7 +280,7 @@ func (c Checks) Failures(errs io.Writer) []error {
 			}
 			need := uint64(n) * expectedBytes(c.Frames, c.FrameBytes, c.compressed())
 			if err := checkFreeSpace(d, need); err != nil && c.SpaceWarns {
-				fmt.Fprintf(errs, "h5ingest: warning: %v\n", err)
+				tell(notify, Note{Kind: Warning, Text: err.Error()})
 			} else if err != nil {
 				failed = append(failed, err)
 			}

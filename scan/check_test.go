@@ -45,14 +45,21 @@ func TestReadersWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ codec, want string }{
-		{"bszstd", "h5ingest: warning: bszstd (bitshuffle + zstd) files cannot be read with bitshuffle older than 0.4"},
+		{"bszstd", "bszstd (bitshuffle + zstd) files cannot be read with bitshuffle older than 0.4"},
 		{"bslz4", ""},
-		{"zstd-old-readers", "h5ingest: warning: old readers fail\n"},
+		{"zstd-old-readers", "old readers fail"},
 	} {
-		var b strings.Builder
-		WarnReaders(&b, stages, tc.codec)
-		if got := b.String(); (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+		got := ReadersWarning(stages, tc.codec)
+		if (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: warning %q, want %q", tc.codec, got, tc.want)
+		}
+		// The pre-scan checks give it as a warning, before any failure.
+		p := config.Default()
+		p.Output.Compression = tc.codec
+		var notes []Note
+		(Checks{Profile: p, Stages: stages}).Run(func(n Note) { notes = append(notes, n) })
+		if said := slices.ContainsFunc(notes, func(n Note) bool { return n.Kind == Warning && n.Text == got }); said != (got != "") {
+			t.Errorf("%s: the pre-scan checks' notes %q; want the readers' warning: %v", tc.codec, notes, got != "")
 		}
 	}
 }

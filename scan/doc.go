@@ -22,7 +22,7 @@ var ErrUsage = errors.New("bad profile or request")
 
 // ErrIncomplete is returned by a scan whose file is complete but some of
 // whose frames are missing, corrupt or rejected, or whose source stopped
-// early; the reasons went to the scan's Errs writer.
+// early; the notes of its Result say why.
 var ErrIncomplete = errors.New("scan incomplete: some frames are not good")
 
 // usageErr is an error the user is to fix (ErrUsage).

@@ -261,7 +261,10 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 	capturePath, _ := simulateScan(t, simScan(smallFormat, 3))
 	stages := testStages(t)
 	replay := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
-		return Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages, Errs: errs}, Files: files, Captures: []string{capturePath}})
+		res, err := Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages, Notify: notesTo(errs)}, Files: files, Captures: []string{capturePath}})
+		_, said := resultText(res, err)
+		errs.Write([]byte(said))
+		return err
 	}
 	acquire := func(t *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
 		a := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t)})
@@ -270,7 +273,10 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 		return err
 	}
 	master := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
-		_, err := WriteMasterAhead(files, stages, p, plan.Tomo(0, 0, 3, 0, 180), writer.Metadata{}, errs)
+		m, err := WriteMasterAhead(files, stages, p, plan.Tomo(0, 0, 3, 0, 180), writer.Metadata{})
+		for _, n := range m.Notes {
+			errs.Write([]byte(noteLine(n)))
+		}
 		return err
 	}
 	commands := []struct {

@@ -179,9 +179,11 @@ func failed(err error) bool {
 	return err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrUsage)
 }
 
-// replayed is what a replay ended with: its error, its summary (Out) and
-// its warnings (Errs) and log lines.
+// replayed is what a replay ended with: its result and error, its
+// summary and notes as the command prints them (out, errs; resultText)
+// and its log lines.
 type replayed struct {
+	res             Result
 	err             error
 	out, errs, logs string
 }
@@ -197,18 +199,19 @@ func replayInto(t *testing.T, ctx context.Context, p config.Profile, stages *reg
 	return replayWith(t, ctx, ReplayOptions{Options: Options{Profile: p, Plan: pl, Stages: stages}, Captures: captures}, Names{Output: out})
 }
 
-// replayWith replays as o says into the files names gives, with o's Out,
-// Errs and Log set to buffers.
+// replayWith replays as o says into the files names gives, with o's
+// Notify and Log writing to buffers.
 func replayWith(t *testing.T, ctx context.Context, o ReplayOptions, names Names) replayed {
 	t.Helper()
 	files, err := NewFiles(o.Profile, names)
 	if err != nil {
 		return replayed{err: err}
 	}
-	var out, errs, logs bytesBuffer
-	o.Files, o.Out, o.Errs, o.Log = files, &out, &errs, jsonLog(&logs)
-	err = Replay(ctx, o)
-	return replayed{err: err, out: out.String(), errs: errs.String(), logs: logs.String()}
+	var notes, logs bytesBuffer
+	o.Files, o.Notify, o.Log = files, notesTo(&notes), jsonLog(&logs)
+	res, err := Replay(ctx, o)
+	out, errs := resultText(res, err)
+	return replayed{res: res, err: err, out: out, errs: notes.String() + errs, logs: logs.String()}
 }
 
 // jsonLog returns a logger of warnings and errors as JSON lines on w, as
@@ -222,18 +225,18 @@ func jsonLog(w io.Writer) *zap.Logger {
 // in the background.
 type acquisition struct {
 	result          chan error
-	out, errs, logs bytesBuffer
+	out, errs, logs bytesBuffer // the summary and notes as the command prints them (resultText), the log
 	stop            *Stopper
 	close           func()
 }
 
-// startAcquire starts the acquire o sets up, with its Out, Errs and Log
-// set to buffers and a stopper of the profile's connect timeout.
+// startAcquire starts the acquire o sets up, with its Notify and Log
+// writing to buffers and a stopper of the profile's connect timeout.
 func startAcquire(t *testing.T, o AcquireOptions) *acquisition {
 	t.Helper()
 	a := &acquisition{result: make(chan error, 1)}
-	o.Out, o.Errs, o.Log = &a.out, &a.errs, jsonLog(&a.logs)
-	a.stop = NewStopper(context.Background(), o.Profile.Source.ConnectTimeout, &a.errs)
+	o.Notify, o.Log = notesTo(&a.errs), jsonLog(&a.logs)
+	a.stop = NewStopper(context.Background(), o.Profile.Source.ConnectTimeout, notesTo(&a.errs))
 	a.close = sync.OnceFunc(a.stop.Close)
 	t.Cleanup(a.close)
 	go func() { a.result <- a.run(o) }()
@@ -245,7 +248,9 @@ func (a *acquisition) run(o AcquireOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := acq.Checks().Run(o.Errs); err != nil {
+	if err := acq.Checks().Run(o.Notify); err != nil {
+		_, errs := resultText(Result{}, err)
+		a.errs.Write([]byte(errs))
 		return err
 	}
 	release, err := acq.Hold()
@@ -253,7 +258,11 @@ func (a *acquisition) run(o AcquireOptions) error {
 		return err
 	}
 	defer release()
-	return acq.Run(a.stop)
+	res, err := acq.Run(a.stop)
+	out, errs := resultText(res, err)
+	a.out.Write([]byte(out))
+	a.errs.Write([]byte(errs))
+	return err
 }
 
 // wait returns the acquire's result, failing the test after d, and

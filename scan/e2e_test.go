@@ -219,10 +219,10 @@ func TestAcquireBacklogDrains(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+			stop := NewStopper(context.Background(), 30*time.Second, nil)
 			defer stop.Close()
 			result := make(chan error, 1)
-			go func() { result <- a.Run(stop) }()
+			go func() { _, err := a.Run(stop); result <- err }()
 			kill := make(chan struct{})
 			sent := send(t, src, addr, kill)
 			// More frames arrived than the ring holds: a backlog.
@@ -331,11 +331,11 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+	stop := NewStopper(context.Background(), 30*time.Second, nil)
 	defer stop.Close()
 	measured := resetPeakRSS(t)
 	result := make(chan error, 1)
-	go func() { result <- a.Run(stop) }()
+	go func() { _, err := a.Run(stop); result <- err }()
 	huge := frame.Format{Geometry: frame.Geometry{ChipsX: 16, ChipsY: 16, ChipWidth: 1024, ChipHeight: 1024},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	other := bigFormat
@@ -424,10 +424,10 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	// loaded machine, making the second took longer than the first's
 	// whole scan.
 	caps := []string{simulateModule(t, bigFormat, n, 0), simulateModule(t, bigFormat, n, 1)}
-	stop := NewStopper(context.Background(), 30*time.Second, io.Discard)
+	stop := NewStopper(context.Background(), 30*time.Second, nil)
 	defer stop.Close()
 	result := make(chan error, 1)
-	go func() { result <- a.Run(stop) }()
+	go func() { _, err := a.Run(stop); result <- err }()
 	kill := make(chan struct{})
 	var sent []<-chan error
 	for m := range uint16(2) {
@@ -559,12 +559,17 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summar
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages, Out: summary}, Files: files, Listen: addr})
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- a.Run(stop) }()
+	go func() {
+		r, err := a.Run(stop)
+		out, _ := resultText(r, err)
+		io.WriteString(summary, out)
+		res <- err
+	}()
 	return out, res, send(t, simulate(t, bigFormat, n), addr, kill)
 }
 
@@ -574,7 +579,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summar
 func TestAcquireSecondStopAtOnce(t *testing.T) {
 	const n = 60
 	var notes bytesBuffer
-	stop := NewStopper(context.Background(), 30*time.Second, &notes)
+	stop := NewStopper(context.Background(), 30*time.Second, notesTo(&notes))
 	defer stop.Close()
 	kill := make(chan struct{})
 	var summary bytesBuffer
@@ -632,10 +637,10 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := NewStopper(context.Background(), time.Minute, io.Discard)
+	stop := NewStopper(context.Background(), time.Minute, nil)
 	defer stop.Close()
 	result := make(chan error, 1)
-	go func() { result <- a.Run(stop) }()
+	go func() { _, err := a.Run(stop); result <- err }()
 	time.Sleep(500 * time.Millisecond) // listening
 	start := time.Now()
 	stop.Request(StopRequest{})

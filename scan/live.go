@@ -3,7 +3,6 @@ package scan
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -181,50 +180,22 @@ func (r *Module) openLive(scanID string, module int) error {
 	return nil
 }
 
-// closeLive ends the live stream, if the scan has one, and prints its
-// counts under the summary. A stream that cannot end cleanly is a
-// warning: the file holds every frame regardless.
-func (r *Module) closeLive(w io.Writer) {
+// closeLive ends the live stream, if the scan has one, and returns what
+// went to it (nil without one) and why it did not end cleanly: a warning
+// only, the file holds every frame regardless.
+func (r *Module) closeLive() (*LiveResult, error) {
 	if r.live == nil {
-		return
+		return nil, nil
 	}
 	st, err := r.live.Close()
 	r.live = nil
-	fmt.Fprintf(w, "  stream          %d images sent, %d dropped (%s), %d thinned\n", st.Sent, st.Dropped, droppedWhy(st), st.Thinned)
-	end := "delivered"
-	if err != nil {
-		end = "not delivered"
-	}
-	fmt.Fprintf(w, "  stream end      %s\n", end)
 	fields := []zap.Field{zap.Uint64("sent", st.Sent), zap.Uint64("dropped", st.Dropped), zap.Uint64("no_consumer", st.NoConsumer),
 		zap.Uint64("slow_consumer", st.Slow), zap.Uint64("out_of_order", st.OutOfOrder), zap.Uint64("not_delivered", st.Undelivered),
 		zap.Uint64("thinned", st.Thinned), zap.Uint64("image_ids_skipped", st.Gaps), zap.Bool("end_delivered", st.EndDelivered)}
 	if err != nil {
 		r.log.Warn("live stream ended", append(fields, zap.Error(err))...)
-		fmt.Fprintf(r.errs, "h5ingest: warning: %v\n", err)
-		return
+	} else {
+		r.log.Info("live stream ended", fields...)
 	}
-	r.log.Info("live stream ended", fields...)
-}
-
-// droppedWhy says why a stream's images were left out, for the summary.
-func droppedWhy(st stream.Stats) string {
-	if st.Dropped == 0 {
-		return "none left out"
-	}
-	var why []string
-	for _, c := range []struct {
-		n    uint64
-		what string
-	}{
-		{st.NoConsumer, "no consumer connected"},
-		{st.Slow, "the consumer was slower than the scan"},
-		{st.OutOfOrder, "came after their turn"},
-		{st.Undelivered, "not delivered within stream.linger"},
-	} {
-		if c.n > 0 {
-			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
-		}
-	}
-	return strings.Join(why, ", ") + ": in the file, not the stream"
+	return &LiveResult{Stats: st, Ended: err == nil}, err
 }

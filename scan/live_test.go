@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/stream"
 )
 
 // liveFormat is the frame of the live stream's tests: 2 x 2 chips of 64 x
@@ -47,13 +47,11 @@ func TestLiveStreamSummary(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		consumer bool
-		want     []string // in the summary
-		errs     string   // in the warnings; "" none
+		want     LiveResult // in the summary, without Gaps
+		errs     string     // in the warnings; "" none
 	}{
-		{"consumer", true, []string{"  stream          12 images sent, 0 dropped (none left out), 0 thinned\n", "  stream end      delivered\n"}, ""},
-		{"no consumer", false, []string{
-			"  stream          0 images sent, 12 dropped (12 no consumer connected: in the file, not the stream), 0 thinned\n",
-			"  stream end      not delivered\n"},
+		{"consumer", true, LiveResult{Stats: stream.Stats{Sent: frames, EndDelivered: true}, Ended: true}, ""},
+		{"no consumer", false, LiveResult{Stats: stream.Stats{Dropped: frames, NoConsumer: frames}},
 			"no consumer connected: the end of series was not sent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,13 +88,23 @@ func TestLiveStreamSummary(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("replay: %v\n%s", r.err, r.errs)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(r.out, w) {
-					t.Errorf("the summary does not say %q:\n%s", w, r.out)
+			if len(r.res.Modules) != 1 || r.res.Modules[0].Live == nil {
+				t.Fatalf("the result has no live stream: %+v", r.res)
+			}
+			m := r.res.Modules[0]
+			live := *m.Live
+			live.Gaps = 0
+			if live != tc.want {
+				t.Errorf("the summary's stream %+v, want %+v", live, tc.want)
+			}
+			var warned []string
+			for _, n := range m.Notes {
+				if n.Kind == Warning {
+					warned = append(warned, n.Text)
 				}
 			}
-			if tc.errs == "" && r.errs != "" || !strings.Contains(r.errs, tc.errs) {
-				t.Errorf("warnings %q, want %q", r.errs, tc.errs)
+			if tc.errs == "" && len(warned) > 0 || tc.errs != "" && (len(warned) != 1 || !strings.Contains(warned[0], tc.errs)) {
+				t.Errorf("warnings %q, want %q", warned, tc.errs)
 			}
 			if logged := strings.Contains(r.logs, `"msg":"live stream ended"`) && strings.Contains(r.logs, `"end_delivered":false`); logged != !tc.consumer {
 				t.Errorf("the log (warnings) says the end was not delivered: %v, want %v:\n%s", logged, !tc.consumer, r.logs)
@@ -122,8 +130,8 @@ func TestLiveStreamMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Replay(context.Background(), ReplayOptions{
-		Options:  Options{Profile: p, Plan: plan.Tomo(0, 0, frames, 0, 180), Stages: stages, Out: io.Discard, Errs: io.Discard},
+	_, err = Replay(context.Background(), ReplayOptions{
+		Options:  Options{Profile: p, Plan: plan.Tomo(0, 0, frames, 0, 180), Stages: stages},
 		Captures: []string{capture}, Files: files, Observer: obs,
 	})
 	if err != nil {

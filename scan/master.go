@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -211,12 +210,16 @@ func readMetadata(path string) (writer.Metadata, error) {
 
 // moduleMetadata returns the metadata of the module files of files that
 // exist: the title, sample and experiment of the first that has each (a
-// warning on errs names a file that says otherwise), the user metadata of
-// all (the first module's where two have a key), the earliest start and
-// the latest end; zero where no module file exists. A module file that
-// cannot be read is a warning on errs.
-func moduleMetadata(files Files, errs io.Writer) writer.Metadata {
+// warning names a file that says otherwise), the user metadata of all
+// (the first module's where two have a key), the earliest start and the
+// latest end; zero where no module file exists. A module file that
+// cannot be read is a warning too.
+func moduleMetadata(files Files) (writer.Metadata, []Note) {
 	var md writer.Metadata
+	var warnings []Note
+	warn := func(format string, args ...any) {
+		warnings = append(warnings, Note{Kind: Warning, Text: fmt.Sprintf(format, args...)})
+	}
 	from := map[string]string{} // the file each string came from
 	for _, m := range files.Modules {
 		if !fileExists(m.Path) {
@@ -224,7 +227,7 @@ func moduleMetadata(files Files, errs io.Writer) writer.Metadata {
 		}
 		mm, err := readMetadata(m.Path)
 		if err != nil {
-			fmt.Fprintf(errs, "h5ingest: warning: the master takes no metadata from module file %s: %v\n", m.Path, err)
+			warn("the master takes no metadata from module file %s: %v", m.Path, err)
 			continue
 		}
 		for _, f := range []struct {
@@ -236,7 +239,7 @@ func moduleMetadata(files Files, errs io.Writer) writer.Metadata {
 			case *f.dst == "":
 				*f.dst, from[f.name] = *f.src, m.Path
 			default:
-				fmt.Fprintf(errs, "h5ingest: warning: module files disagree on the %s: %q in %s, %q in %s; the master takes the first\n",
+				warn("module files disagree on the %s: %q in %s, %q in %s; the master takes the first",
 					f.name, *f.dst, from[f.name], *f.src, m.Path)
 			}
 		}
@@ -255,18 +258,20 @@ func moduleMetadata(files Files, errs io.Writer) writer.Metadata {
 			md.EndTime = mm.EndTime
 		}
 	}
-	return md
+	return md, warnings
 }
 
 // masterMetadata returns the metadata of the master of files: given's
 // strings where set, else the module files' (where they are read), else
 // the profile's (ScanMetadata); the module files' user metadata with
 // given's keys over theirs; and the module files' times (zero without
-// them: the master's writing).
-func masterMetadata(files Files, profile config.Profile, given writer.Metadata, fromModules bool, errs io.Writer) writer.Metadata {
+// them: the master's writing), with the warnings of the module files
+// read.
+func masterMetadata(files Files, profile config.Profile, given writer.Metadata, fromModules bool) (writer.Metadata, []Note) {
 	var mods writer.Metadata
+	var warnings []Note
 	if fromModules {
-		mods = moduleMetadata(files, errs)
+		mods, warnings = moduleMetadata(files)
 	}
 	p := ScanMetadata(profile, nil)
 	md := writer.Metadata{
@@ -283,7 +288,7 @@ func masterMetadata(files Files, profile config.Profile, given writer.Metadata, 
 		}
 		maps.Copy(md.UserMetadata, given.UserMetadata)
 	}
-	return md
+	return md, warnings
 }
 
 // writeMaster writes the master file of a scan of frames frames of format
@@ -294,25 +299,27 @@ func masterMetadata(files Files, profile config.Profile, given writer.Metadata, 
 // up to date. Module files are named relative to the master's directory,
 // so that a scan's files can move together.
 func writeMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) error {
-	return writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), false, frames, io.Discard)
+	_, err := writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), false, frames)
+	return err
 }
 
 // finishMaster writes the master file of a scan as writeMaster does, once
-// its module files are closed: with their start and end times. Module
-// files it cannot read are a warning on errs.
-func finishMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int, errs io.Writer) error {
-	return writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), true, frames, errs)
+// its module files are closed: with their start and end times. It
+// returns the warnings of the module files (one it cannot read, two that
+// disagree).
+func finishMaster(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format, user map[string]any, frames int) ([]Note, error) {
+	return writeMasterWith(files, reg, profile, plan, format, ScanMetadata(profile, user), true, frames)
 }
 
 // writeMasterWith writes the master file with the metadata masterMetadata
-// returns (see writeMaster).
+// returns (see writeMaster), and returns its warnings.
 func writeMasterWith(files Files, reg *registry.Registry, profile config.Profile, plan plan.Plan, format frame.Format,
-	given writer.Metadata, fromModules bool, frames int, errs io.Writer) error {
+	given writer.Metadata, fromModules bool, frames int) ([]Note, error) {
 	layout, err := layoutOf(reg, profile)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	md := masterMetadata(files, profile, given, fromModules, errs)
+	md, warnings := masterMetadata(files, profile, given, fromModules)
 	opts := writer.MasterOptions{Options: fileOptions(files.Master, layout, profile, plan, format, md.UserMetadata)}
 	opts.Title, opts.SampleName, opts.ExperimentID = md.Title, md.SampleName, md.ExperimentID
 	opts.StartTime, opts.EndTime = md.StartTime, md.EndTime
@@ -328,7 +335,7 @@ func writeMasterWith(files Files, reg *registry.Registry, profile config.Profile
 				md.StartTime, md.EndTime = old.StartTime, old.EndTime
 			}
 			if old.Equal(md) {
-				return nil
+				return warnings, nil
 			}
 			opts.Overwrite = true // the same scan's master, brought up to date
 		}
@@ -341,7 +348,7 @@ func writeMasterWith(files Files, reg *registry.Registry, profile config.Profile
 		opts.Modules = append(opts.Modules, writer.MasterModule{ID: m.Module.ID, File: rel,
 			X: m.Module.X, Y: m.Module.Y, Height: format.Height(), Width: format.Width()})
 	}
-	return writer.CreateMaster(opts)
+	return warnings, writer.CreateMaster(opts)
 }
 
 // Only returns the files of module id alone, without a master: what a
@@ -366,31 +373,32 @@ func (f Files) Only(id int) (Files, error) {
 // module files'), else those of the module files present, else the
 // profile's; its start and end are the module files' (the earliest start,
 // the latest end), or its own writing where none is there. Module files
-// not there yet are a warning on errs: the master shows their frames
-// missing until they exist. An existing master of the same modules and
-// length is kept, or brought up to date where its metadata differ. It
-// returns the master's frame count.
-func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profile, pl plan.Plan, given writer.Metadata, errs io.Writer) (int, error) {
+// not there yet are a warning in the result's notes: the master shows
+// their frames missing until they exist. An existing master of the same
+// modules and length is kept, or brought up to date where its metadata
+// differ.
+func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profile, pl plan.Plan, given writer.Metadata) (MasterResult, error) {
 	if files.Master == "" {
-		return 0, Usage(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
+		return MasterResult{}, Usage(fmt.Errorf("the profile's detector has one module: there is no master file to write"))
 	}
 	names := []error{checkName("master file", files.Master, true)}
 	for _, m := range files.Modules {
 		names = append(names, checkName("module file", m.Path, true))
 	}
 	if err := errors.Join(names...); err != nil {
-		return 0, err
+		return MasterResult{}, err
 	}
 	format, err := profile.Detector.Format()
 	if err != nil {
-		return 0, Usage(err)
+		return MasterResult{}, Usage(err)
 	}
 	frames, err := moduleFrames(files, format, pl.Frames())
 	if err != nil {
-		return 0, err
+		return MasterResult{}, err
 	}
-	if err := writeMasterWith(files, reg, profile, pl, format, given, true, frames, errs); err != nil {
-		return 0, err
+	notes, err := writeMasterWith(files, reg, profile, pl, format, given, true, frames)
+	if err != nil {
+		return MasterResult{}, err
 	}
 	var absent []string
 	for _, m := range files.Modules {
@@ -399,11 +407,12 @@ func WriteMasterAhead(files Files, reg *registry.Registry, profile config.Profil
 		}
 	}
 	if len(absent) == len(files.Modules) {
-		fmt.Fprintf(errs, "h5ingest: warning: no module file exists yet (%s): the master shows them once a scan writes them there\n",
-			strings.Join(absent, ", "))
+		notes = append(notes, Note{Kind: Warning, Text: fmt.Sprintf("no module file exists yet (%s): the master shows them once a scan writes them there",
+			strings.Join(absent, ", "))})
 	} else if len(absent) > 0 {
-		fmt.Fprintf(errs, "h5ingest: warning: module files absent: %s; the master shows their frames missing until they exist\n",
-			strings.Join(absent, ", "))
+		notes = append(notes, Note{Kind: Warning, Text: fmt.Sprintf("module files absent: %s; the master shows their frames missing until they exist",
+			strings.Join(absent, ", "))})
 	}
-	return frames, nil
+	h, w := ArraySize(profile, format)
+	return MasterResult{Path: files.Master, Modules: len(files.Modules), Frames: frames, Height: h, Width: w, Notes: notes}, nil
 }

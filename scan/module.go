@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
@@ -33,10 +32,11 @@ type Options struct {
 	// Nil: the scan opens the profile's backend and closes it itself.
 	Backend gpu.Backend
 	Log     *zap.Logger // nil: none
-	// Out receives the summary a person reads at the end of the scan,
-	// Errs its warnings and the reasons a scan is incomplete; nil
-	// discards them.
-	Out, Errs io.Writer
+	// Notify, where set, is told what the scan has to say while it runs,
+	// before it returns its Result: a warning before its first frame, a
+	// plan taken from a capture, where it waits for the detector. Calls
+	// come from one goroutine at a time.
+	Notify func(Note)
 	// Progress, where set, reports the progress of a scan as it runs; the
 	// function it returns stops the report. A module's scan beside
 	// others (Quiet) reports none.
@@ -53,8 +53,6 @@ type Options struct {
 type Module struct {
 	output   string
 	planned  int
-	out      io.Writer
-	errs     io.Writer
 	report   func(p *pipeline.Pipeline, planned int) (stop func())
 	file     *writer.Writer
 	pipeline *pipeline.Pipeline
@@ -154,21 +152,13 @@ func Open(path string, o Options) (*Module, error) {
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))
-	m := &Module{output: path, planned: plan.Frames(), out: orDiscard(o.Out), errs: orDiscard(o.Errs), file: file, pipeline: p,
+	m := &Module{output: path, planned: plan.Frames(), file: file, pipeline: p,
 		closeBackend: closeBackend, log: log, watch: watch, procs: procs,
 		liveSetup: newLiveSetup(o.Stages, profile, plan, format, path, user, codec.Bound(format.ImageSize()))}
 	if !o.Quiet {
 		m.report = o.Progress
 	}
 	return m, nil
-}
-
-// orDiscard returns w, or io.Discard for nil.
-func orDiscard(w io.Writer) io.Writer {
-	if w == nil {
-		return io.Discard
-	}
-	return w
 }
 
 // fileOptions returns the options of a scan's file at path (or of its
@@ -236,54 +226,67 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 }
 
 // Finish closes the file under its final name, given what stopped the
-// scan's source (Run's error), writes the summary and turns the outcome
-// into the scan's result: nil when every planned frame is good,
-// ErrIncomplete when some are not, a failure when the file could not be
-// finished.
-func (r *Module) Finish(srcErr error) error {
+// scan's source (Run's error), and returns the scan's summary (without
+// its Module, which the caller knows) and its result: nil when every
+// planned frame is good, ErrIncomplete when some are not (the summary's
+// notes say why), a failure when the file could not be finished.
+func (r *Module) Finish(srcErr error) (Summary, error) {
 	r.closed = true
+	var notes []Note
+	note := func(kind NoteKind, format string, args ...any) {
+		notes = append(notes, Note{Kind: kind, Text: fmt.Sprintf(format, args...)})
+	}
 	if err := r.procs.close(); err != nil { // before the file: a stage may write to it as it closes
 		r.log.Warn("processor stage failed", zap.Error(err))
-		fmt.Fprintf(r.errs, "h5ingest: %v\n", err)
+		note(Failed, "%v", err)
 	}
 	closeErr := r.file.Close()
 	r.output = r.file.Name() // the .part, where its final name could not be taken
 	r.closeBackend()
-	printSummary(r.out, r.output, r.progress, r.pipeline.Frames())
-	r.closeLive(r.out)
+	sum := Summary{Path: r.output, Frames: r.pipeline.Frames(), Progress: r.progress}
+	var liveErr error
+	sum.Live, liveErr = r.closeLive()
+	if liveErr != nil {
+		note(Warning, "%v", liveErr)
+	}
 	if r.stream != nil {
 		st := r.stream.Stats()
-		fmt.Fprintf(r.out, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
-			st.Frames, st.Bytes, st.HeldBack.Round(time.Microsecond))
+		sum.Received = &st
 	}
-	if err := r.watch.finish(r.out, outcome(srcErr, r.progress)); err != nil {
-		fmt.Fprintf(r.errs, "h5ingest: %v\n", err)
+	var err error
+	sum.Stages, sum.Report, err = r.watch.finish(outcome(srcErr, r.progress))
+	if err != nil {
+		note(Failed, "%v", err)
+	}
+	done := func(err error) (Summary, error) {
+		sum.Notes = notes
+		return sum, err
 	}
 	if closeErr != nil {
-		return fmt.Errorf("finish %s: %w", r.output, closeErr)
+		return done(fmt.Errorf("finish %s: %w", r.output, closeErr))
 	}
 	if srcErr != nil && !errors.Is(srcErr, capture.ErrTruncated) && !errors.Is(srcErr, context.Canceled) {
-		fmt.Fprintf(r.errs, "h5ingest: source stopped early: %v\n", srcErr)
-		return ErrIncomplete
+		note(SourceStopped, "source stopped early: %v", srcErr)
+		return done(ErrIncomplete)
 	}
 	if n := r.progress.OutOfRange; n > 0 {
 		which, where := r.beyond()
-		fmt.Fprintf(r.errs, "h5ingest: %d frames beyond the scan were rejected (%s) and are in no file%s\n", n, which, where)
+		note(Beyond, "%d frames beyond the scan were rejected (%s) and are in no file%s", n, which, where)
 	}
 	if srcErr != nil || r.progress.Problems() > 0 {
 		switch {
 		case errors.Is(srcErr, context.Canceled):
-			fmt.Fprintf(r.errs, "h5ingest: interrupted: %s holds the frames received before\n", r.output)
+			note(Interrupted, "interrupted: %s holds the frames received before", r.output)
 		case srcErr != nil:
-			fmt.Fprintf(r.errs, "h5ingest: %v\n", srcErr)
+			note(SourceStopped, "%v", srcErr)
 		}
-		return ErrIncomplete
+		return done(ErrIncomplete)
 	}
 	if r.pipeline.Frames() == 0 {
-		fmt.Fprintf(r.errs, "h5ingest: no frame arrived and no plan gave a count: %s holds no frame\n", r.output)
-		return ErrIncomplete
+		note(NoFrame, "no frame arrived and no plan gave a count: %s holds no frame", r.output)
+		return done(ErrIncomplete)
 	}
-	return nil
+	return done(nil)
 }
 
 // beyond says, for the line about frames beyond the scan, which they were
@@ -299,7 +302,7 @@ func (r *Module) beyond() (which, where string) {
 // Abort finishes a scan that Finish did not: the file keeps what it has.
 func (r *Module) Abort() {
 	if !r.closed {
-		r.closeLive(io.Discard)
+		r.closeLive()
 		r.watch.close()
 		if err := r.procs.close(); err != nil {
 			r.log.Warn("processor stage failed", zap.Error(err))
@@ -316,35 +319,6 @@ func (s fileSink) WriteChunk(n int, chunk []byte) error { return s.w.WriteChunk(
 
 func (s fileSink) SetRecord(n int, r frame.Record) error {
 	return s.w.SetRecord(n, r)
-}
-
-// printSummary prints the table a person reads at the end of a scan.
-func printSummary(w io.Writer, path string, p pipeline.Progress, frames int) {
-	secs := p.Elapsed.Seconds()
-	rate := func(v float64) float64 {
-		if secs == 0 {
-			return 0
-		}
-		return v / secs
-	}
-	fmt.Fprintf(w, "%s\n", path)
-	fmt.Fprintf(w, "  frames          %d in the scan, %d written\n", frames, p.Written)
-	fmt.Fprintf(w, "  ok              %d\n", p.OK)
-	fmt.Fprintf(w, "  missing         %d\n", p.Missing)
-	if p.Discarded > 0 {
-		fmt.Fprintf(w, "  discarded       %d arrived but not written: the scan was stopped at once, before it could write them (recorded missing)\n", p.Discarded)
-	}
-	fmt.Fprintf(w, "  crc mismatch    %d\n", p.CRCMismatch)
-	fmt.Fprintf(w, "  rejected        %d\n", p.Rejected)
-	fmt.Fprintf(w, "  duplicates      %d dropped\n", p.Duplicate)
-	fmt.Fprintf(w, "  out of range    %d rejected (beyond the scan, not written)\n", p.OutOfRange)
-	if p.Overflow > 0 {
-		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
-	}
-	fmt.Fprintf(w, "  time            %.2f s, %.1f frames/s\n", secs, rate(float64(p.Written)))
-	fmt.Fprintf(w, "  throughput      %.0f MB/s raw in, %.0f MB/s decoded, %.0f MB/s stored\n",
-		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
-	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())
 }
 
 // openModules creates the scan of every module in files, each with its
@@ -375,38 +349,45 @@ func openModules(files Files, o Options) ([]*Module, error) {
 // files.Modules[i]), given what stopped each one's source, and writes the
 // master file (where the scan's length was not known before), or brings
 // the one written before the frames up to date with the module files'
-// times. It returns the worst of the results: a failure, ErrIncomplete
-// when any module misses frames, or nil.
-func finishModules(files Files, o Options, scans []*Module, srcErrs []error) error {
+// times. It adds the modules' summaries and the master's to res, and
+// returns the worst of the results: a failure, ErrIncomplete when any
+// module misses frames, or nil.
+func finishModules(res *Result, files Files, o Options, scans []*Module, srcErrs []error) error {
 	var worst error
-	out, errs := orDiscard(o.Out), orDiscard(o.Errs)
 	profile, plan, format := o.Profile, o.Plan, o.Format
 	frames := plan.Frames()
 	for i, scan := range scans {
-		worst = worse(worst, scan.Finish(srcErrs[i]))
+		sum, err := scan.Finish(srcErrs[i])
+		sum.Module = files.Modules[i].Module.ID
+		res.Modules = append(res.Modules, sum)
+		worst = worse(worst, err)
 		frames = max(frames, scan.pipeline.Frames())
 	}
 	if files.Master == "" {
 		return worst
 	}
+	if plan.Frames() == 0 && frames == 0 {
+		return worse(worst, errors.New("no frame of any module arrived: no master file written"))
+	}
+	var notes []Note
 	if plan.Frames() == 0 {
-		if frames == 0 {
-			return worse(worst, errors.New("no frame of any module arrived: no master file written"))
-		}
 		for i, scan := range scans {
 			if n := scan.pipeline.Frames(); n < frames {
-				fmt.Fprintf(errs, "h5ingest: module %d has %d of the scan's %d frames; the master shows the rest missing\n",
-					files.Modules[i].Module.ID, n, frames)
+				notes = append(notes, Note{Kind: Short, Text: fmt.Sprintf("module %d has %d of the scan's %d frames; the master shows the rest missing",
+					files.Modules[i].Module.ID, n, frames)})
 				worst = worse(worst, ErrIncomplete)
 			}
 		}
 	}
 	// Written now, or brought up to date: the module files' times are the scan's.
-	if err := finishMaster(files, o.Stages, profile, plan, format, o.User, cmp.Or(plan.Frames(), frames), errs); err != nil {
+	warnings, err := finishMaster(files, o.Stages, profile, plan, format, o.User, cmp.Or(plan.Frames(), frames))
+	notes = append(notes, warnings...)
+	if err != nil { // no master: its notes are the scan's
+		res.Notes = append(res.Notes, notes...)
 		return worse(worst, err)
 	}
 	h, w := ArraySize(profile, format)
-	fmt.Fprintf(out, "%s\n  master          %d modules, %d frames of %d x %d\n", files.Master, len(files.Modules), frames, h, w)
+	res.Master = &MasterResult{Path: files.Master, Modules: len(files.Modules), Frames: frames, Height: h, Width: w, Notes: notes}
 	return worst
 }
 

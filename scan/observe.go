@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -137,19 +136,23 @@ func (o *Observer) start(log *zap.Logger) (*observer, error) {
 	return obs, nil
 }
 
-// StopUnused stops the command's observer (its server) if no scan has
-// been shown on it: for a command that fails before its first scan. An
-// observer with scans stops when the last of them is done.
-func (o *Observer) StopUnused() {
+// Close ends the observer after the command's scans: where a scan was
+// shown on its server, it goes on serving the final figures for Linger
+// first, so that a scraper sees them; then the server stops. The
+// observer of a command that failed before its first scan stops at once.
+func (o *Observer) Close() {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.obs == nil || o.obs.open > 0 || len(o.obs.monitors) > 0 {
+	obs := o.obs
+	o.obs = nil
+	o.mu.Unlock()
+	if obs == nil || obs.srv == nil {
 		return
 	}
-	if o.obs.srv != nil {
-		o.obs.srv.Close()
+	if len(obs.monitors) > 0 && o.Linger > 0 {
+		obs.log.Info("serving the final figures", zap.Duration("for", o.Linger))
+		time.Sleep(o.Linger)
 	}
-	o.obs = nil
+	obs.srv.Close()
 }
 
 // scanWatch instruments one scan. Open wraps every scan's stages (the
@@ -295,52 +298,49 @@ func (w *scanWatch) stop() {
 	}
 }
 
-// finish prints the scan's stage timings under the summary and, once the
-// command's last scan is done, writes the report, lingers and stops the
-// server.
-func (w *scanWatch) finish(out io.Writer, outcome string) error {
+// finish stops sampling the scan and returns its stages' mean times
+// (nil where nobody watches it) and, once the command's last scan is
+// done, writes the report and returns its path.
+func (w *scanWatch) finish(outcome string) (times *StageTimes, report string, err error) {
 	if w.obs == nil {
-		return nil
+		return nil, "", nil
 	}
 	w.monitor.Stop()
 	st := w.stages
-	fmt.Fprintf(out, "  stages          decode %.2f ms/batch, compress %.2f ms/frame, write %.2f ms/frame\n",
-		instrument.Snapshot(st.DecodeSeconds).Mean()*1e3, instrument.Snapshot(st.CompressSeconds).Mean()*1e3, instrument.Snapshot(st.WriteSeconds).Mean()*1e3)
-	return w.obs.scanDone(out, outcome)
+	mean := func(h prometheus.Histogram) time.Duration {
+		return time.Duration(instrument.Snapshot(h).Mean() * float64(time.Second))
+	}
+	times = &StageTimes{Decode: mean(st.DecodeSeconds), Compress: mean(st.CompressSeconds), Write: mean(st.WriteSeconds)}
+	report, err = w.obs.scanDone(outcome)
+	return times, report, err
 }
 
 // close ends a scan that finish did not.
 func (w *scanWatch) close() {
 	if w.obs != nil {
 		w.monitor.Stop()
-		w.obs.scanDone(io.Discard, "aborted")
+		w.obs.scanDone("aborted")
 	}
 }
 
-// scanDone notes the end of one scan; after the last, it writes the report
-// and stops the server.
-func (o *observer) scanDone(out io.Writer, outcome string) error {
+// scanDone notes the end of one scan; after the last, it writes the
+// report and returns its path ("" for none). The server goes on until
+// the Observer's Close.
+func (o *observer) scanDone(outcome string) (report string, err error) {
 	o.flags.mu.Lock()
 	o.open--
 	last := o.open == 0
 	o.flags.mu.Unlock()
 	if !last || o.persistent {
-		return nil
+		return "", nil
 	}
-	var err error
 	if path := o.flags.Report; path != "" {
-		if err = o.writeReport(path, outcome); err == nil {
-			fmt.Fprintf(out, "  report          %s\n", path)
+		if err := o.writeReport(path, outcome); err != nil {
+			return "", err
 		}
+		return path, nil
 	}
-	if o.srv != nil {
-		if o.flags.Linger > 0 {
-			o.log.Info("serving the final figures", zap.Duration("for", o.flags.Linger))
-			time.Sleep(o.flags.Linger)
-		}
-		o.srv.Close()
-	}
-	return err
+	return "", nil
 }
 
 func (o *observer) writeReport(path, outcome string) error {

@@ -2,28 +2,21 @@ package scan
 
 import (
 	"fmt"
-	"io"
 
 	"h5ingest/registry"
 )
 
-// readersWarning returns what a user who chooses compression must know
+// ReadersWarning returns what a user who chooses compression must know
 // about the readers of the files, as the codec's entry in stages says, or
-// "" when there is nothing to say.
-func readersWarning(stages *registry.Registry, compression string) string {
+// "" when there is nothing to say. The commands that start a scan or
+// check a profile show it; a scan's pre-scan checks (Checks.Run) give it
+// as a warning.
+func ReadersWarning(stages *registry.Registry, compression string) string {
 	if stages == nil {
 		return ""
 	}
 	c, _ := stages.Codec(compression)
 	return c.Warning
-}
-
-// WarnReaders prints the warning compression calls for, if any, on w. The
-// commands that start a scan or check a profile call it.
-func WarnReaders(w io.Writer, stages *registry.Registry, compression string) {
-	if msg := readersWarning(stages, compression); msg != "" {
-		fmt.Fprintf(w, "h5ingest: warning: %s\n", msg)
-	}
 }
 
 // FormatBytes returns n bytes as a person reads them: 1.50 GB, 12.3 MB.

@@ -29,20 +29,23 @@ type ReplayOptions struct {
 	Observer *Observer // shows the scans; nil: none
 }
 
-// Replay writes the scan of the captures into its files. Without a plan
-// in o.Plan, the plan the first capture records is used. ctx ends it
-// early: the files keep the frames written.
-func Replay(ctx context.Context, o ReplayOptions) error {
+// Replay writes the scan of the captures into its files and returns what
+// it did, with the worst of its modules' results: nil when every planned
+// frame is good, ErrIncomplete when some are not (the result's notes say
+// why), a failure otherwise, with what was finished before it. Without a
+// plan in o.Plan, the plan the first capture records is used (o.Notify is
+// told). ctx ends it early: the files keep the frames written. Pre-scan
+// checks that fail return a *ChecksError, before any file is written.
+func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	o.Out, o.Errs = orDiscard(o.Out), orDiscard(o.Errs)
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
 	open, err := recordings(o.Stages, o.Profile)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
 	paths, plan := o.Captures, o.Plan
 	var format frame.Format
@@ -50,22 +53,22 @@ func Replay(ctx context.Context, o ReplayOptions) error {
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
-			return err
+			return Result{}, err
 		}
 		defer r.Close()
 		if i == 0 {
 			format = f
 		} else if f != format {
-			return fmt.Errorf("capture %s holds frames of %v, capture %s of %v: one scan has one format", path, f, paths[0], format)
+			return Result{}, fmt.Errorf("capture %s holds frames of %v, capture %s of %v: one scan has one format", path, f, paths[0], format)
 		}
 		if plan.Frames() == 0 {
 			recorded, ok, err := CapturePlan(r.Metadata())
 			if err != nil {
-				return fmt.Errorf("capture %s: %w", path, err)
+				return Result{}, fmt.Errorf("capture %s: %w", path, err)
 			}
 			if ok {
 				plan = recorded
-				fmt.Fprintf(o.Errs, "h5ingest: no plan given: using the plan recorded in %s: %v\n", path, plan)
+				tell(o.Notify, Note{Kind: Info, Text: fmt.Sprintf("no plan given: using the plan recorded in %s: %v", path, plan)})
 			}
 		}
 		src := capture.NewSource(r, format.PayloadSize())
@@ -111,41 +114,42 @@ func (rp *replayRun) checks(files Files) Checks {
 // module_id, go through a pipeline of their own into the module's file
 // (frames of modules the profile does not list are dropped and counted),
 // and the master file of several modules shows the array.
-func (rp *replayRun) run(ctx context.Context) error {
+func (rp *replayRun) run(ctx context.Context) (Result, error) {
+	var res Result
 	o := &rp.o
 	profile, plan, format, files := o.Profile, o.Plan, o.Format, o.Files
 	ids := make([]uint16, len(files.Modules))
 	for i, m := range files.Modules {
 		ids[i] = uint16(m.Module.ID)
 	}
-	if err := rp.checks(files).Run(o.Errs); err != nil {
-		return err
+	if err := rp.checks(files).Run(o.Notify); err != nil {
+		return res, err
 	}
 	if files.Master != "" && plan.Frames() > 0 {
 		if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
-			return err
+			return res, err
 		}
 	}
 	// One backend decodes every module: on a GPU one context, whose
 	// streams the modules share, rather than contexts the GPU time-slices.
 	backend, err := openBackend(o.Stages, profile, o.Log)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer backend.Close()
 	mo := o.Options
 	mo.Backend = backend
 	scans, err := openModules(files, mo)
 	if err != nil {
-		return err
+		return res, err
 	}
 	for i, scan := range scans {
 		defer scan.Abort()
 		if err := scan.Observe(o.Observer, o.ScanID, files.Modules[i].Module.ID); err != nil {
-			return err
+			return res, err
 		}
 		if err := scan.openLive(o.ScanID, files.Modules[i].Module.ID); err != nil {
-			return err
+			return res, err
 		}
 	}
 	depth := demuxDepth
@@ -168,28 +172,30 @@ func (rp *replayRun) run(ctx context.Context) error {
 		o.Log.Warn("capture cut short", zap.Error(err))
 	}
 	wg.Wait()
-	rp.dropped(d, scans)
-	return finishModules(files, mo, scans, srcErrs)
+	res.Notes = rp.dropped(d, scans)
+	err = finishModules(&res, files, mo, scans, srcErrs)
+	return res, err
 }
 
 // dropped says how many frames of modules the profile does not list were
 // dropped; where a one-module replay wrote none, it says how to replay
 // the module the capture holds.
-func (rp *replayRun) dropped(d *pipeline.Demux, scans []*Module) {
+func (rp *replayRun) dropped(d *pipeline.Demux, scans []*Module) []Note {
 	n, first := d.Unknown()
-	files, errs := rp.o.Files, rp.o.Errs
+	files := rp.o.Files
 	switch {
 	case n == 0:
+		return nil
 	case len(files.Modules) > 1:
-		fmt.Fprintf(errs, "h5ingest: %d frames of modules the profile does not list (detector.modules) were dropped\n", n)
-	default:
-		fmt.Fprintf(errs, "h5ingest: %d frames of modules other than the profile's module %d (detector.modules) were dropped\n",
-			n, files.Modules[0].Module.ID)
-		if scans[0].pipeline.Progress().Written == 0 {
-			fmt.Fprintf(errs, "h5ingest: to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"\n",
-				first, first)
-		}
+		return []Note{{Kind: Dropped, Text: fmt.Sprintf("%d frames of modules the profile does not list (detector.modules) were dropped", n)}}
 	}
+	notes := []Note{{Kind: Dropped, Text: fmt.Sprintf("%d frames of modules other than the profile's module %d (detector.modules) were dropped",
+		n, files.Modules[0].Module.ID)}}
+	if scans[0].pipeline.Progress().Written == 0 {
+		notes = append(notes, Note{Kind: Dropped, Text: fmt.Sprintf("to replay module %d of this capture, give a profile listing it, e.g. H5INGEST_DETECTOR_MODULES=\"[{id: %d}]\"",
+			first, first)})
+	}
+	return notes
 }
 
 // demuxDepth is how many frames of one module may wait for its pipeline

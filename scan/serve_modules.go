@@ -526,7 +526,9 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 		log.Warn("module never connected: its frames are recorded missing", zap.Int("module", id), zap.NamedError("reason", waits[i]))
 	}
 	m.finished = true
-	err = finishModules(files, mo, m.scans, m.errs)
+	var res Result
+	err = finishModules(&res, files, mo, m.scans, m.errs)
+	logNotes(log, res)
 	if len(absent) > 0 && (err == nil || errors.Is(err, ErrIncomplete)) {
 		var why []string
 		if len(refused) > 0 {

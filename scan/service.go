@@ -10,7 +10,6 @@ import (
 	"h5ingest/registry"
 	"h5ingest/service"
 	"h5ingest/writer"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -104,9 +103,13 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if fails := a.Checks().Failures(io.Discard); len(fails) > 0 {
-		reasons := make([]string, len(fails))
-		for i, e := range fails {
+	if err := a.Checks().Run(nil); err != nil {
+		var failed *ChecksError
+		if !errors.As(err, &failed) {
+			return nil, refuse(err)
+		}
+		reasons := make([]string, len(failed.Failures))
+		for i, e := range failed.Failures {
 			reasons[i] = requestReason(e)
 		}
 		return nil, &service.RefusedError{Reasons: reasons}
@@ -408,7 +411,8 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 			}
 		}()
 	}
-	_, err := s.a.One(sig)
+	done, err := s.a.One(sig)
+	logNotes(s.a.o.Log, done)
 	// The service keeps an ended scan for its status: not its Module (its
 	// pipeline, stages and buffers), which the closure holds.
 	s.a.o.OnScan = nil
@@ -457,6 +461,25 @@ func result(cancelled, connected bool, err error) service.Result {
 		return service.Result{State: service.Incomplete}
 	}
 	return service.Result{State: service.Incomplete, Error: err.Error()}
+}
+
+// logNotes logs the notes of a scan's result at warning level, each with
+// its kind and, where it is a module's, the module: the service's scans
+// say in its log what a command's say on the terminal.
+func logNotes(log *zap.Logger, res Result) {
+	for _, n := range res.Notes {
+		log.Warn("scan note", zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
+	}
+	for _, m := range res.Modules {
+		for _, n := range m.Notes {
+			log.Warn("scan note", zap.Int("module", m.Module), zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
+		}
+	}
+	if res.Master != nil {
+		for _, n := range res.Master.Notes {
+			log.Warn("scan note", zap.String("master", res.Master.Path), zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
+		}
+	}
 }
 
 // serviceCounts returns a pipeline's progress as the service counts it.
