@@ -58,6 +58,9 @@ func newInspectCmd(stages *registry.Registry) *cobra.Command {
 // module file absent) is said on notes, one line each.
 func renderPNG(notes io.Writer, stages *registry.Registry, path string, n int, output string, maxSide int) error {
 	im, err := scan.ReadImage(stages, path, n)
+	if fe := (*scan.FrameRangeError)(nil); errors.As(err, &fe) {
+		return scan.Usage(fmt.Errorf("--png %d: the file has frames 0 to %d", n, fe.Frames-1))
+	}
 	if err != nil {
 		return err
 	}

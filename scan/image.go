@@ -48,12 +48,24 @@ type ImageNote struct {
 	Frames int    // the frames the module's file holds, of a ModuleFileShort
 }
 
+// FrameRangeError is the error of a frame asked for that the file does
+// not have.
+type FrameRangeError struct {
+	Frame  int // the frame asked for
+	Frames int // the frames the file has, numbered from 0
+}
+
+func (e *FrameRangeError) Error() string {
+	return fmt.Sprintf("frame %d: the file has frames 0 to %d", e.Frame, e.Frames-1)
+}
+
 // ReadImage returns frame n of the file at path, decoded: of a master
 // file, the frame of the whole array, each module's image at its place.
 // What the image cannot show (a frame missing, rejected or received
 // damaged, a module file absent or shorter) is in its Notes; those
-// pixels hold the fill value 0. The image is nil only when the error is
-// not.
+// pixels hold the fill value 0. A frame the file does not have is a
+// *FrameRangeError, marked as the caller's to fix (ErrUsage). The image
+// is nil only when the error is not.
 func ReadImage(stages *registry.Registry, path string, n int) (*Image, error) {
 	if stages == nil {
 		return nil, errNoRegistry
@@ -64,7 +76,7 @@ func ReadImage(stages *registry.Registry, path string, n int) (*Image, error) {
 	}
 	defer r.Close()
 	if n < 0 || n >= r.Frames {
-		return nil, Usage(fmt.Errorf("--png %d: the file has frames 0 to %d", n, r.Frames-1))
+		return nil, Usage(&FrameRangeError{Frame: n, Frames: r.Frames})
 	}
 	im := &Image{Frame: preview.Frame{Height: r.Height, Width: r.Width, ElemSize: r.ElemSize}}
 	if r.Modules != nil {

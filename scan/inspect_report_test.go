@@ -84,7 +84,8 @@ func TestReadImageNotes(t *testing.T) {
 	if im.Height != 2 || im.Width != 6 || !bytes.Equal(im.Data, want) {
 		t.Errorf("the array's frame 1: %d x %d %v, want 2 x 6 %v", im.Height, im.Width, im.Data, want)
 	}
-	if _, err := ReadImage(stockStages(), file, 3); !errors.Is(err, ErrUsage) {
-		t.Errorf("frame 3 of a file of 3: %v, want a usage error", err)
+	_, err = ReadImage(stockStages(), file, 3)
+	if fe := (*FrameRangeError)(nil); !errors.Is(err, ErrUsage) || !errors.As(err, &fe) || *fe != (FrameRangeError{Frame: 3, Frames: 3}) {
+		t.Errorf("frame 3 of a file of 3: %v, want a usage error saying it has 3", err)
 	}
 }
