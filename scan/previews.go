@@ -77,14 +77,8 @@ func (pr *processing) openStreams(l *liveSetup, raw *stream.Stream, scanID strin
 			index = i
 		}
 	}
-	mods := max(len(l.modules), 1)
 	for k, p := range pr.streams {
-		addr := p.series.Address
-		if addr == "" {
-			addr = offsetPort(l.keys.Address, mods*(k+1)+index)
-		} else if len(l.modules) > 1 {
-			addr = offsetPort(addr, index)
-		}
+		addr := previewAddress(l.keys.Address, p.series.Address, len(l.modules), index, k)
 		s := l.series
 		s.ScanID = cmp.Or(scanID, s.ScanID) + "-" + p.series.Name
 		s.Width, s.Height, s.ElemSize, s.Float, s.Compression = p.series.Width, p.series.Height, 4, true, ""
@@ -106,6 +100,21 @@ func (pr *processing) openStreams(l *liveSetup, raw *stream.Stream, scanID strin
 		log.Info("live stream", zap.String("series", p.series.Name), zap.String("endpoint", st.Endpoint()), zap.String("series_unique_id", st.UniqueID()))
 	}
 	return nil
+}
+
+// previewAddress returns the address of the k-th series (from 0) a stage
+// declared, of the module at index of modules, given the scan's stream
+// address live and the series' own address (own, "" for none): own, plus
+// index in a scan of several modules; else live's port P plus
+// modules(k+1) + index, the ports after the scan's streams.
+func previewAddress(live, own string, modules, index, k int) string {
+	if own != "" {
+		if modules > 1 {
+			return offsetPort(own, index)
+		}
+		return own
+	}
+	return offsetPort(live, max(modules, 1)*(k+1)+index)
 }
 
 // offsetPort returns the tcp:// address addr with its port moved by n; a
