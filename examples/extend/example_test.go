@@ -75,7 +75,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	err = scan.Replay(context.Background(), scan.ReplayOptions{
+	_, err = scan.Replay(context.Background(), scan.ReplayOptions{
 		Options:  scan.Options{Profile: p, Stages: stages},
 		Files:    files,
 		Captures: []string{captured},

@@ -61,7 +61,7 @@ func replayWith(t *testing.T, text string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := scan.Replay(context.Background(), scan.ReplayOptions{Options: scan.Options{Profile: p, Stages: stages}, Files: files, Captures: []string{captured}}); err != nil {
+	if _, err := scan.Replay(context.Background(), scan.ReplayOptions{Options: scan.Options{Profile: p, Stages: stages}, Files: files, Captures: []string{captured}}); err != nil {
 		t.Fatal(err)
 	}
 	return out
