@@ -3,14 +3,17 @@ package scan
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"h5ingest/service"
 
 	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
 // TestRunnerOutputDir: a request's output directory lies under the data
@@ -145,5 +148,32 @@ func TestRunnerPrepareRefusesOverflowingAngles(t *testing.T) {
 	var refused *service.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "request plan.angle_start") || !strings.Contains(err.Error(), "plan.angle_end") {
 		t.Errorf("%v, want a refusal naming plan.angle_start and plan.angle_end", err)
+	}
+}
+
+// TestLogNotes: the service logs every note of a scan's result at
+// warning level, with its kind, and the module or master it is about.
+func TestLogNotes(t *testing.T) {
+	core, logs := zapobserver.New(zap.InfoLevel)
+	logNotes(zap.New(core), Result{
+		Notes:   []Note{{Kind: NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
+		Modules: []Summary{{Module: 1, Notes: []Note{{Kind: Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2}},
+		Master:  &MasterResult{Path: "m.h5", Notes: []Note{{Kind: Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
+	})
+	var got []string
+	for _, e := range logs.All() {
+		f := e.ContextMap()
+		if e.Level != zap.WarnLevel || e.Message != "scan note" {
+			t.Errorf("logged %s %q, want a warning %q", e.Level, e.Message, "scan note")
+		}
+		got = append(got, fmt.Sprintf("%v|%v|%v|%v", f["kind"], f["module"], f["master"], f["note"]))
+	}
+	want := []string{
+		"never connected|<nil>|<nil>|module 3 never connected: its frames are recorded missing",
+		"beyond the scan|1|<nil>|4 frames beyond the scan were rejected",
+		"short|<nil>|m.h5|module 1 has 8 of the scan's 12 frames",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
