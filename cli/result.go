@@ -80,6 +80,13 @@ func printSummary(w io.Writer, s scan.Summary) {
 		}
 		fmt.Fprintf(w, "  stream end      %s\n", end)
 	}
+	for _, l := range s.Series { // a processor's own series: flatfield's previews
+		end := "end delivered"
+		if !l.Ended {
+			end = "end not delivered"
+		}
+		fmt.Fprintf(w, "  %-15s %d images sent, %d dropped (%s), %s\n", l.Name, l.Sent, l.Dropped, leftOut(l.Stats), end)
+	}
 	if r := s.Received; r != nil {
 		fmt.Fprintf(w, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
 			r.Frames, r.Bytes, r.HeldBack.Round(time.Microsecond))
@@ -99,6 +106,14 @@ func droppedWhy(st stream.Stats) string {
 	if st.Dropped == 0 {
 		return "none left out"
 	}
+	return leftOut(st) + ": in the file, not the stream"
+}
+
+// leftOut says how many of a stream's images were left out, and why.
+func leftOut(st stream.Stats) string {
+	if st.Dropped == 0 {
+		return "none left out"
+	}
 	var why []string
 	for _, c := range []struct {
 		n    uint64
@@ -113,7 +128,7 @@ func droppedWhy(st stream.Stats) string {
 			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
 		}
 	}
-	return strings.Join(why, ", ") + ": in the file, not the stream"
+	return strings.Join(why, ", ")
 }
 
 // scanDone prints what a scan did, the summaries on standard output and

@@ -249,6 +249,10 @@ func (r *Module) Finish(srcErr error) (Summary, error) {
 	if liveErr != nil {
 		note(Warning, "%v", liveErr)
 	}
+	sum.Series = r.procs.series
+	for _, err := range r.procs.seriesErrs {
+		note(Warning, "%v", err)
+	}
 	if r.stream != nil {
 		st := r.stream.Stats()
 		sum.Received = &st

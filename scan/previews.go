@@ -132,9 +132,9 @@ func offsetPort(addr string, n int) string {
 }
 
 // closeStreams ends the stages' series, once no stage writes to them,
-// and logs what each sent. A series that could not end cleanly is logged
-// as a warning, as the scan's own stream is: the stage's results are not
-// the scan's frames.
+// logs what each sent and keeps it for the scan's summary (series). A
+// series that could not end cleanly is a warning (seriesErrs), as the
+// scan's own stream is: the stage's results are not the scan's frames.
 func (pr *processing) closeStreams() {
 	for _, p := range pr.streams {
 		st := p.live.Load()
@@ -142,6 +142,7 @@ func (pr *processing) closeStreams() {
 			continue
 		}
 		stats, err := st.Close()
+		pr.series = append(pr.series, SeriesResult{Name: p.series.Name, LiveResult: LiveResult{Stats: stats, Ended: err == nil}})
 		fields := []zap.Field{zap.String("series", p.series.Name), zap.Uint64("sent", stats.Sent), zap.Uint64("dropped", stats.Dropped),
 			zap.Uint64("no_consumer", stats.NoConsumer), zap.Uint64("slow_consumer", stats.Slow), zap.Uint64("not_delivered", stats.Undelivered),
 			zap.Bool("end_delivered", stats.EndDelivered)}
@@ -150,6 +151,7 @@ func (pr *processing) closeStreams() {
 			log = zap.NewNop()
 		}
 		if err != nil {
+			pr.seriesErrs = append(pr.seriesErrs, fmt.Errorf("series %s: %w", p.series.Name, err))
 			log.Warn("live stream ended", append(fields, zap.Error(err))...)
 		} else {
 			log.Info("live stream ended", fields...)

@@ -25,9 +25,13 @@ type processing struct {
 	stages []namedStage
 	extras []writer.Extra // datasets the stages declared, for the file
 	// streams are the series the stages declared, opened with the scan's
-	// live stream (openStreams); log is the scan's, once they are.
-	streams []*previewStream
-	log     *zap.Logger
+	// live stream (openStreams); log is the scan's, once they are. series
+	// and seriesErrs are what they sent and why one did not end cleanly,
+	// once closed.
+	streams    []*previewStream
+	log        *zap.Logger
+	series     []SeriesResult
+	seriesErrs []error
 
 	mu       sync.Mutex     // serialises calls to file once it is bound
 	file     *writer.Writer // nil before bind and after close

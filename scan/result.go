@@ -96,6 +96,10 @@ type Summary struct {
 	Progress pipeline.Progress
 	// Live is what went to the live stream; nil where the scan had none.
 	Live *LiveResult
+	// Series is what went to the series the processor stages sent on the
+	// live stream beside the scan's own (flatfield's previews), in the
+	// order declared; nil where there were none.
+	Series []SeriesResult
 	// Received is what the detector's connection took off the wire; nil
 	// for a scan of another source (a replay).
 	Received *fabric.Stats
@@ -116,6 +120,13 @@ type LiveResult struct {
 	// Ended reports whether the stream ended cleanly: its end of series
 	// left for a consumer within the linger (a note says why not).
 	Ended bool
+}
+
+// SeriesResult is what a processor stage's series on the live stream
+// sent (pipeline.Scan.AddStream).
+type SeriesResult struct {
+	Name string // the series' name: the processor's
+	LiveResult
 }
 
 // StageTimes are the mean times of a scan's stages.

@@ -28,8 +28,9 @@ const py = "/usr/bin/python3"
 // replay writes a simulated tomography scan of format f (4 darks, 5
 // flats, 12 projections) to a capture in dir, replays it into dir/name.h5
 // under a profile of the YAML text, verifies the file and returns its
-// path. A note of the scan about a processor fails t.
-func replay(t *testing.T, dir, name string, f frame.Format, profile string) string {
+// path and what the replay returned. A note of the scan about a
+// processor fails t.
+func replay(t *testing.T, dir, name string, f frame.Format, profile string) (string, scan.Result) {
 	t.Helper()
 	out, res, err := replayScan(t, dir, name, f, profile)
 	if err != nil {
@@ -45,7 +46,7 @@ func replay(t *testing.T, dir, name string, f frame.Format, profile string) stri
 	if report, err := scan.Verify(context.Background(), stages(t), out, scan.DefaultVerifyStall); err != nil {
 		t.Fatalf("verify: %v\n%+v", err, report)
 	}
-	return out
+	return out, res
 }
 
 // stages returns the stock registry.
@@ -176,7 +177,7 @@ func TestReplayMatchesNumpy(t *testing.T) {
 			Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}, "bin: 3, dataset: /processed/flat", 3, 0, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out := replay(t, dir, c.name, c.format, "name: ff\noutput:\n  processors: [{name: flatfield, "+c.options+"}]\n")
+			out, _ := replay(t, dir, c.name, c.format, "name: ff\noutput:\n  processors: [{name: flatfield, "+c.options+"}]\n")
 			dataset := "/flatfield/preview"
 			if strings.Contains(c.options, "dataset") {
 				dataset = "/processed/flat"
@@ -285,9 +286,12 @@ func TestStreamRouteMatchesNumpy(t *testing.T) {
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	began := time.Now()
-	out := replay(t, dir, "stream", f, fmt.Sprintf("name: ff\nstream:\n  address: tcp://127.0.0.1:%d\n  queue: 64\n"+
+	out, res := replay(t, dir, "stream", f, fmt.Sprintf("name: ff\nstream:\n  address: tcp://127.0.0.1:%d\n  queue: 64\n"+
 		"output:\n  processors: [{name: flatfield, to: stream, bin: 2, max: 1.5}]\n", port))
 	t.Logf("replay with both series took %v", time.Since(began).Round(time.Millisecond))
+	if s := res.Modules[0].Series; len(s) != 1 || s[0].Name != "flatfield" || s[0].Sent != 12 || s[0].Dropped != 0 || !s[0].Ended {
+		t.Errorf("the summary's series %+v, want flatfield's 12 previews sent and its end delivered", s)
+	}
 	if !lines.Scan() {
 		t.Fatalf("consumer printed nothing: %s", stderr.String())
 	}
@@ -320,11 +324,11 @@ assert s["user_data"]["images_of"] == raw["start"]["series_unique_id"], s["user_
 assert s["series_unique_id"] != raw["start"]["series_unique_id"]
 print("ok", len(proj), "previews,", n, "raw frames")
 `
-	res, err := exec.Command(py, "-c", script, summary, out, npz).CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(res), "ok") {
-		t.Fatalf("series check: %v\n%s", err, res)
+	checked, err := exec.Command(py, "-c", script, summary, out, npz).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(checked), "ok") {
+		t.Fatalf("series check: %v\n%s", err, checked)
 	}
-	t.Logf("%s", strings.TrimSpace(string(res)))
+	t.Logf("%s", strings.TrimSpace(string(checked)))
 }
 
 // TestStreamRouteFaults: a stream route that cannot work is refused
@@ -359,9 +363,23 @@ func TestStreamRouteFaults(t *testing.T) {
 	}
 	t.Run("no consumer", func(t *testing.T) {
 		began := time.Now()
-		replay(t, dir, "absent", f, "name: ff\n"+live+"output:\n  processors: [{name: flatfield, to: stream}]\n")
+		_, res := replay(t, dir, "absent", f, "name: ff\n"+live+"output:\n  processors: [{name: flatfield, to: stream}]\n")
 		if d := time.Since(began); d > 10*time.Second {
 			t.Errorf("the scan took %v without a consumer", d)
+		}
+		m := res.Modules[0]
+		if s := m.Series; len(s) != 1 || s[0].Sent != 0 || s[0].NoConsumer != 12 || s[0].Ended {
+			t.Errorf("the summary's series %+v, want flatfield's 12 previews left out for no consumer", s)
+		}
+		if m.Progress.OK != 21 {
+			t.Errorf("%d frames ok, want all 21", m.Progress.OK)
+		}
+		var warned bool
+		for _, n := range m.Notes {
+			warned = warned || n.Kind == scan.Warning && strings.Contains(n.Text, "series flatfield") && strings.Contains(n.Text, "no consumer")
+		}
+		if !warned {
+			t.Errorf("no warning that the previews' series had no consumer: %v", m.Notes)
 		}
 	})
 }
