@@ -103,7 +103,8 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := a.Checks().Run(nil); err != nil {
+	// The checks' warnings (the readers' of the codec) go to the log.
+	if err := a.Checks().Run(func(n Note) { logNotes(log, Result{Notes: []Note{n}}) }); err != nil {
 		var failed *ChecksError
 		if !errors.As(err, &failed) {
 			return nil, refuse(err)

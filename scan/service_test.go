@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -175,5 +176,28 @@ func TestLogNotes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("logged\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRunnerLogsReadersWarning: a scan armed with a codec whose files old
+// readers cannot read logs the warning a command prints before its scan.
+func TestRunnerLogsReadersWarning(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	core, logs := zapobserver.New(zap.WarnLevel)
+	dir := t.TempDir()
+	r := &Runner{Profiles: profileFiles(t, "zstd", serveProfile(bigFormat, addr, dir, 16, "bszstd", 1)), Log: zap.New(core), Stages: testStages(t)}
+	sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "zstd", ScanID: "w", Plan: &service.Plan{Projections: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Release()
+	warned := logs.FilterMessage("scan note").FilterField(zap.Stringer("kind", Warning)).All()
+	if len(warned) != 1 || !strings.Contains(warned[0].ContextMap()["note"].(string), "bitshuffle older than 0.4") {
+		t.Errorf("logged %v, want the bszstd readers' warning", logs.All())
 	}
 }
