@@ -31,12 +31,13 @@ const (
 	// short, a reader that cannot read the codec, little free space).
 	Warning NoteKind = iota + 1
 	// Info: what the scan does, said as it does it (a plan taken from a
-	// capture, a stop under way).
+	// capture).
 	Info
 	// Waiting: the scan waits for the detector; the text says where.
 	Waiting
-	// Interrupted: a stop or a signal ended the scan early; its file
-	// holds the frames received before.
+	// Interrupted: a stop request or a signal interrupts the scan: the
+	// Stopper says so as each takes effect, and the summary of a module
+	// it ended early, whose file holds the frames received before.
 	Interrupted
 	// SourceStopped: the source stopped early (a connection lost, a
 	// capture that cannot be read on): the rest of the scan is missing.
@@ -55,7 +56,9 @@ const (
 	// Short: a module has fewer frames than the scan's longest; the
 	// master shows the rest missing.
 	Short
-	// Dropped: frames of modules the profile does not list were dropped.
+	// Dropped: frames of modules the profile does not list were dropped
+	// (and, where a replay of one module wrote none, how to replay the
+	// module its capture holds).
 	Dropped
 	// Failed: a part of the scan that does not hold its frames failed as
 	// the scan ended (a processor stage, the report).
