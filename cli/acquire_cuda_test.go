@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"h5ingest/gpu/gputest"
+	"h5ingest/scan/scantest"
 )
 
 // TestAcquireLoadsGPUAtStart runs acquire on the fake CUDA driver: the
@@ -23,7 +24,7 @@ func TestAcquireLoadsGPUAtStart(t *testing.T) {
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "10")
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--backend", "cuda", "--projections", "10", "--connect-timeout", "30s")
 	calls := func() string {
 		c, err := gputest.FakeDriverCalls(log)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
@@ -48,7 +49,7 @@ func simulateBacklog(t *testing.T, n int) string {
 	if code := run(args); code != exitOK {
 		t.Fatalf("simulate: exit status %d", code)
 	}
-	expectFormat(t, truthFormat(t, readTruth(t, path)))
+	expectFormat(t, scantest.Config(t, scantest.Truth(t, path)).Format)
 	return path
 }
 
@@ -105,18 +106,6 @@ func (p *proc) waitForFile(t *testing.T, path string) {
 	}
 }
 
-// summaryCount returns the number a summary line such as "received  N
-// frames" or "ok  N" shows.
-func summaryCount(t *testing.T, stdout, label string) int {
-	t.Helper()
-	m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(stdout)
-	if m == nil {
-		t.Fatalf("no %q line in the summary:\n%s", label, stdout)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
 // heldBack returns the ring-full time the summary's received line shows.
 func heldBack(t *testing.T, stdout string) time.Duration {
 	t.Helper()
@@ -129,17 +118,6 @@ func heldBack(t *testing.T, stdout string) time.Duration {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// countStatus returns how many records of the file at path have each
-// status.
-func countStatus(t *testing.T, path string) map[uint8]int {
-	t.Helper()
-	n := map[uint8]int{}
-	for _, r := range fileRecords(t, path) {
-		n[r.Status]++
-	}
-	return n
 }
 
 // backlogSlots is the ring of the backlog tests.
@@ -161,7 +139,7 @@ type backlogRun struct {
 func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun {
 	t.Helper()
 	dir := t.TempDir()
-	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freeAddr(t)
+	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
@@ -186,12 +164,12 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	if strings.Contains(r.stderr, "panic:") {
 		t.Fatalf("acquire panicked:\n%s", r.stderr)
 	}
-	r.received = summaryCount(t, r.stdout, "received")
+	r.received = scantest.SummaryCount(t, r.stdout, "received")
 	r.heldBack = heldBack(t, r.stdout)
-	status := countStatus(t, out)
+	status := scantest.Statuses(t, out)
 	r.ok = status[frame.StatusOK]
-	if r.ok != summaryCount(t, r.stdout, "ok") {
-		t.Errorf("the summary says %d ok, the file holds %d", summaryCount(t, r.stdout, "ok"), r.ok)
+	if r.ok != scantest.SummaryCount(t, r.stdout, "ok") {
+		t.Errorf("the summary says %d ok, the file holds %d", scantest.SummaryCount(t, r.stdout, "ok"), r.ok)
 	}
 	if r.received != r.ok {
 		t.Errorf("received %d frames, the file holds %d ok (%v): every frame that arrived must be written", r.received, r.ok, status)
@@ -199,9 +177,9 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	if status[frame.StatusMissing] != n-r.ok {
 		t.Errorf("%d missing of %d with %d ok: want the rest missing (%v)", status[frame.StatusMissing], n, r.ok, status)
 	}
-	got := records(t, rec)
+	got := scantest.CaptureRecords(t, rec)
 	r.recorded = len(got)
-	want := records(t, src)
+	want := scantest.CaptureRecords(t, src)
 	if len(got) != r.received {
 		t.Errorf("--record kept %d frames, %d arrived", len(got), r.received)
 	}
@@ -267,7 +245,7 @@ func TestAcquireInterruptedWhileWaiting(t *testing.T) {
 	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
-			acq := startProc(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "scan.h5"),
+			acq := startProc(t, "acquire", "--listen", scantest.FreeAddr(t), "-o", filepath.Join(dir, "scan.h5"),
 				"--record", filepath.Join(dir, "scan.pmcap"), "--connect-timeout", "60s")
 			time.Sleep(time.Second) // listening
 			start := time.Now()
@@ -309,7 +287,7 @@ func TestSendSaysWhenPaceNotKept(t *testing.T) {
 	}
 	// End to end: 20 Pi-mega-sized frames asked at 100000 a second.
 	src := simulateBacklog(t, 20)
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	acq := startProc(t, "acquire", "--listen", addr, "-o", filepath.Join(t.TempDir(), "scan.h5"), "--projections", "20", "--connect-timeout", "30s")
 	code, _, stderr := runProcess(t, "send", src, "--to", addr, "--fps", "100000", "--timeout", "30s")
 	if code != exitOK || !strings.Contains(stderr, "could not keep --fps 100000") {
@@ -328,7 +306,7 @@ func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
 	const n = 60
 	src := simulateBacklog(t, n)
 	dir := t.TempDir()
-	out, addr := filepath.Join(dir, "scan.h5"), freeAddr(t)
+	out, addr := filepath.Join(dir, "scan.h5"), scantest.FreeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
@@ -343,8 +321,8 @@ func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
 	if msg := acq.stderr.String(); code != exitIncomplete || !strings.Contains(msg, "interrupt again: stopping at once") {
 		t.Errorf("exit status %d, want %d saying it stops at once:\n%s", code, exitIncomplete, msg)
 	}
-	st := countStatus(t, out)
-	received := summaryCount(t, acq.stdout.String(), "received")
+	st := scantest.Statuses(t, out)
+	received := scantest.SummaryCount(t, acq.stdout.String(), "received")
 	if st[frame.StatusOK]+st[frame.StatusMissing] != n || st[frame.StatusOK] > received {
 		t.Errorf("the file holds %v after receiving %d: want %d records, ok or missing, at most the received ok", st, received, n)
 	}
@@ -372,7 +350,7 @@ func TestAcquireModulesDrainOnSignal(t *testing.T) {
 		}
 		paths = append(paths, path)
 	}
-	dir, addr := t.TempDir(), freeAddr(t)
+	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--profile", profile, "--listen", addr, "--output-dir", dir, "--scan-id", "two",
 		"--projections", strconv.Itoa(n), "--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
 	for m, p := range paths {
@@ -399,7 +377,7 @@ func TestAcquireModulesDrainOnSignal(t *testing.T) {
 		if j := strings.Index(block[len(path)+1:], "\n/"); j >= 0 {
 			block = block[:len(path)+1+j]
 		}
-		received, ok := summaryCount(t, block, "received"), countStatus(t, path)[frame.StatusOK]
+		received, ok := scantest.SummaryCount(t, block, "received"), scantest.Statuses(t, path)[frame.StatusOK]
 		t.Logf("module %d: received %d, written ok %d", m, received, ok)
 		if received != ok || (received >= n && !raceEnabled) {
 			t.Errorf("module %d: received %d of %d, the file holds %d ok", m, received, n, ok)

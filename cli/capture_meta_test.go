@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/version"
 	"h5ingest/writer"
@@ -37,7 +38,7 @@ func withoutPlanField(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rec := range records(t, path) {
+	for _, rec := range scantest.CaptureRecords(t, path) {
 		if err := w.WriteRecord(rec); err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func TestReplayUsesCapturePlan(t *testing.T) {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("standard error lacks %q:\n%s", want, stderr)
 			}
-			crossCheck(t, out, writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
+			scantest.CrossCheck(t, out, writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
 		})
 	}
 	// A plan given on the command line is the plan.
@@ -87,7 +88,7 @@ func TestRecordKeepsScan(t *testing.T) {
 	planFlags := []string{"--darks", "2", "--flats", "2", "--projections", "8", "--angle-end", "360"}
 	sent, truth := simulate(t, append([]string{"--angle-end", "360"}, planFlags[:6]...)...)
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	rec := filepath.Join(dir, "s1.pmcap")
 	done := startAcquire(append([]string{"--listen", addr, "--output-dir", dir, "--scan-id", "s1", "--backend", "cpu",
 		"--record", rec, "--connect-timeout", "20s", "--compression", "lz4"}, planFlags...)...)
@@ -129,6 +130,6 @@ func TestRecordKeepsScan(t *testing.T) {
 	if code != exitOK || !strings.Contains(stderr, "using the plan recorded in "+rec+": 2 darks, 2 flats, 8 projections over 0..360 degrees") {
 		t.Fatalf("replay of the record: exit status %d\n%s%s", code, stdout, stderr)
 	}
-	crossCheck(t, out, writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
-	crossCheck(t, filepath.Join(dir, "s1.h5"), writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
+	scantest.CrossCheck(t, out, writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
+	scantest.CrossCheck(t, filepath.Join(dir, "s1.h5"), writer.LayoutNXtomo, truth, make([]uint8, truth.Frames), true)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,22 +11,12 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 	"h5ingest/version"
 	"h5ingest/writer"
 )
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // expectFormat makes the profile's detector, which acquire holds senders
 // to, the one of frames of format f, for the rest of the test (in-process
@@ -47,10 +36,7 @@ func expectFormat(t *testing.T, f frame.Format) {
 // writes (smallScan).
 func smallDetector(t *testing.T) {
 	t.Helper()
-	expectFormat(t, frame.Format{
-		Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR,
-	})
+	expectFormat(t, scantest.SmallFormat)
 }
 
 // startAcquire runs acquire in the background and returns its exit status
@@ -59,17 +45,6 @@ func startAcquire(args ...string) <-chan int {
 	done := make(chan int, 1)
 	go func() { done <- run(append([]string{"acquire"}, args...)) }()
 	return done
-}
-
-// fileRecords returns the per-frame records of the file at path.
-func fileRecords(t *testing.T, path string) []frame.Record {
-	t.Helper()
-	r, err := writer.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	return readRecords(t, r)
 }
 
 // readRecords returns the per-frame records r holds.
@@ -143,7 +118,7 @@ func TestAcquireMatchesReplay(t *testing.T) {
 	for _, mode := range []string{"write", "send"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv("H5INGEST_SOURCE_MODE", mode) // the profile's mode, which acquire holds senders to
-			addr := freeAddr(t)
+			addr := scantest.FreeAddr(t)
 			rec := filepath.Join(dir, mode+".pmcap")
 			done := startAcquire(append([]string{"--listen", addr, "--output-dir", dir, "--scan-id", mode,
 				"--record", rec, "--connect-timeout", "20s", "--slots", "4"}, plan...)...)
@@ -179,7 +154,7 @@ func TestAcquireMatchesReplay(t *testing.T) {
 func TestAcquireSenderKilled(t *testing.T) {
 	smallDetector(t)
 	path, _ := simulate(t, "--darks", "0", "--flats", "0", "--projections", "200")
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	out := filepath.Join(t.TempDir(), "killed.h5")
 	done := startAcquire("--listen", addr, "-o", out, "--projections", "200", "--connect-timeout", "20s", "--idle-timeout", "10s")
 	sender := command("send", path, "--to", addr, "--fps", "100", "--timeout", "20s")
@@ -229,7 +204,7 @@ func TestAcquireUsageAndTimeout(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "none.h5")
 	start := time.Now()
-	if code := run([]string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "300ms"}); code != exitFailure {
+	if code := run([]string{"acquire", "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "300ms"}); code != exitFailure {
 		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -248,7 +223,7 @@ func TestAcquireRefusesOtherSenders(t *testing.T) {
 	smallDetector(t)
 	other, _ := simulate(t, "--frames", "4", "--module", "1")
 	own, _ := simulate(t, "--frames", "4")
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	done := startAcquire("--listen", addr, "-o", out, "--connect-timeout", "20s")
 	code, _, stderr := runProcess(t, "send", other, "--to", addr, "--module", "1", "--timeout", "20s")
@@ -265,7 +240,7 @@ func TestAcquireRefusesOtherSenders(t *testing.T) {
 	if code := waitExit(t, done, 20*time.Second); code != exitOK {
 		t.Fatalf("acquire exit status %d", code)
 	}
-	for i, rec := range fileRecords(t, out) {
+	for i, rec := range scantest.Records(t, out) {
 		if rec.Status != frame.StatusOK {
 			t.Errorf("frame %d: status %d, want ok", i, rec.Status)
 		}
@@ -289,7 +264,7 @@ func TestAcquireSaysWhereItWaits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := freeAddr(t)
+			addr := scantest.FreeAddr(t)
 			args := append([]string{"acquire", "--provider", "tcp", "--listen", addr, "--connect-timeout", "1s",
 				"-o", filepath.Join(t.TempDir(), "scan.h5")}, tt.args...)
 			_, _, stderr := runProcess(t, args...)

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 	"h5ingest/writer"
@@ -112,7 +113,7 @@ func interleave(t *testing.T, paths []string, skip ...int) string {
 // gaps between modules.
 func checkArray(t *testing.T, master string, truths []*sim.Truth, absent ...int) {
 	t.Helper()
-	py := python(t, "h5py", "hdf5plugin", "numpy")
+	py := scantest.Python(t, "h5py", "hdf5plugin", "numpy")
 	type module struct {
 		ID     int        `json:"id"`
 		X      int        `json:"x"`
@@ -128,7 +129,7 @@ func checkArray(t *testing.T, master string, truths []*sim.Truth, absent ...int)
 	}{Height: 72, Width: 196, Frames: truths[0].Frames}
 	for i, m := range arrayModules {
 		mod := module{ID: m.id, X: m.x, Y: m.y, Absent: slices.Contains(absent, m.id)}
-		scan, err := sim.New(simConfig(t, truths[i]))
+		scan, err := sim.New(scantest.Config(t, truths[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func checkArray(t *testing.T, master string, truths []*sim.Truth, absent ...int)
 		}
 		exp.Modules = append(exp.Modules, mod)
 	}
-	expPath := writeExpect(t, exp)
+	expPath := scantest.WriteJSON(t, exp)
 	script := `
 import json, sys, h5py, hdf5plugin, numpy as np
 exp = json.load(open(sys.argv[2]))
@@ -291,7 +292,7 @@ type fileMetadata struct {
 // readMetadata has h5py read the scan metadata of the NXtomo files paths.
 func readMetadata(t *testing.T, paths ...string) []fileMetadata {
 	t.Helper()
-	py := python(t, "h5py")
+	py := scantest.Python(t, "h5py")
 	out, err := exec.Command(py, append([]string{"-c", `
 import sys, json, h5py
 s = lambda x: x.decode() if isinstance(x, bytes) else x
@@ -332,7 +333,7 @@ func TestMasterMetadata(t *testing.T) {
 		"--meta", "proposal=20261234", "--meta", "operator=ana", "--meta", "cooled=true", "--meta", "dose=1.5"}
 	var modules []string
 	for i, m := range arrayModules {
-		addr := freeAddr(t)
+		addr := scantest.FreeAddr(t)
 		done := startAcquire(append(append([]string{"--profile", profile, "--module", fmt.Sprint(m.id), "--listen", addr,
 			"-o", out, "--connect-timeout", "20s"}, arrayPlan...), meta...)...)
 		if code := run([]string{"send", paths[i], "--to", addr, "--module", fmt.Sprint(m.id), "--timeout", "20s"}); code != exitOK {
@@ -401,7 +402,7 @@ func TestServeModulesMaster(t *testing.T) {
 	t.Setenv("H5INGEST_OUTPUT_DIRECTORY", dir)
 	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
 	serves := make([]*serveProcess, len(arrayModules))
-	port := freePortRun(t, len(arrayModules))
+	port := scantest.FreePorts(t, len(arrayModules))
 	t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(port)) // read as each serve starts
 	for i, m := range arrayModules {
 		serves[i] = startServe(t, "", "--profiles", profiles, "--module", fmt.Sprint(m.id))
@@ -479,7 +480,7 @@ func TestReplayMasterMetadata(t *testing.T) {
 func TestAcquireModules(t *testing.T) {
 	paths, truths := simulateModules(t)
 	profile := arrayProfile(t)
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	master := filepath.Join(t.TempDir(), "acq.h5")
 	acquire := command(append([]string{"acquire", "--profile", profile, "--listen", addr, "-o", master,
 		"--connect-timeout", "20s", "--slots", "4"}, arrayPlan...)...)
@@ -512,7 +513,7 @@ func TestAcquireModules(t *testing.T) {
 // receiver node per module does: its file only, no master.
 func TestAcquireOneModule(t *testing.T) {
 	path, truth := simulate(t, append([]string{"--module", "1"}, arrayPlan...)...)
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	dir := t.TempDir()
 	done := startAcquire(append([]string{"--profile", arrayProfile(t), "--module", "1", "--listen", addr,
 		"-o", filepath.Join(dir, "node.h5"), "--connect-timeout", "20s"}, arrayPlan...)...)

@@ -11,6 +11,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/config"
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -144,7 +145,7 @@ func TestReplayPositions(t *testing.T) {
 	if err != nil || !slices.Equal(got, positions) {
 		t.Errorf("translations %v, %v; want %v", got, err, positions)
 	}
-	crossCheckWith(t, out, writer.LayoutCXI, truth, expectedStatus(truth), false, map[string]any{"translation": positions})
+	scantest.CrossCheckWith(t, out, writer.LayoutCXI, truth, scantest.ExpectedStatus(truth), false, map[string]any{"translation": positions})
 	if code, _ := runCaptured(t, "replay", path, "-o", out, "--overwrite", "--layout", "cxi", "--positions", csv, "--projections", "3"); code != exitUsage {
 		t.Errorf("replay with 4 positions for 3 frames: exit status %d, want %d", code, exitUsage)
 	}

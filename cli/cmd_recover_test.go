@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -18,7 +19,7 @@ import (
 // last flush missing), and plain h5py, not a SWMR reader, then opens it
 // and reads as many ok frames as verify counts.
 func TestRecoverKilledScan(t *testing.T) {
-	py := python(t, "h5py", "numpy")
+	py := scantest.Python(t, "h5py", "numpy")
 	dir := t.TempDir()
 	scan, _, _, out := startPaced(t, dir, 40)
 	if err := scan.Process.Kill(); err != nil {

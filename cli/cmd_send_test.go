@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -18,7 +19,7 @@ import (
 // nothing listens there and nothing was sent; exit status 1.
 func TestSendNoReceiver(t *testing.T) {
 	src := simulateBacklog(t, 2)
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	start := time.Now()
 	code, _, stderr := runProcess(t, "send", src, "--to", addr, "--timeout", "1s")
 	for _, want := range []string{"waiting for a receiver at " + addr + " (up to 1s)",
@@ -53,7 +54,7 @@ func TestSendReceiverStops(t *testing.T) {
 
 func sendReceiverStops(t *testing.T, src string, n int, mode string) {
 	dir := t.TempDir()
-	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freeAddr(t)
+	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
 	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s", "--mode", mode)
@@ -65,8 +66,8 @@ func sendReceiverStops(t *testing.T, src string, n int, mode string) {
 	}
 	code := sender.wait(t, 60*time.Second)
 	msg := sender.stderr.String()
-	received := summaryCount(t, acq.stdout.String(), "received")
-	ok := summaryCount(t, acq.stdout.String(), "ok")
+	received := scantest.SummaryCount(t, acq.stdout.String(), "received")
+	ok := scantest.SummaryCount(t, acq.stdout.String(), "ok")
 	var sent, confirmed int
 	if m := regexp.MustCompile(`the receiver stopped the scan and closed the connection: sent (\d+) frames; the receiver confirmed (\d+) \(the other (\d+) `).FindStringSubmatch(msg); m != nil {
 		sent, _ = strconv.Atoi(m[1])

@@ -11,6 +11,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 )
@@ -19,7 +20,7 @@ import (
 // simulated capture.
 func readSimulated(t *testing.T, path string) (*sim.Truth, []frame.Header) {
 	t.Helper()
-	truth := readTruth(t, path)
+	truth := scantest.Truth(t, path)
 	r, err := capture.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestSimulateSequence(t *testing.T) {
 	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--sequence", "flats:2,darks:1,projections:4,flats:2"); code != exitOK {
 		t.Fatalf("replay exit status %d\n%s", code, stdout)
 	}
-	crossCheck(t, out, "nxtomo", truth, expectedStatus(truth), true)
+	scantest.CrossCheck(t, out, "nxtomo", truth, scantest.ExpectedStatus(truth), true)
 	for _, bad := range [][]string{{"--sequence", "flats:x"}, {"--sequence", "darks:1", "--darks", "2"}} {
 		if code := run(append([]string{"simulate", "-o", filepath.Join(t.TempDir(), "x.pmcap")}, bad...)); code != exitUsage {
 			t.Errorf("simulate %v: exit status %d, want %d", bad, code, exitUsage)

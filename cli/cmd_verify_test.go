@@ -3,53 +3,20 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"h5ingest/scan/scantest"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"h5ingest/compress"
-	"h5ingest/frame"
-	"h5ingest/writer"
 )
 
 // writeTinyScan writes a scan of n frames of 2 x 2 pixels with no plan,
-// uncompressed, leaving every seventh frame missing, with records whose
-// CRCs are right; it returns how many frames are ok.
+// uncompressed, leaving every seventh frame missing (not the last), with
+// records whose CRCs are right; it returns how many frames are ok.
 func writeTinyScan(t *testing.T, path string, n int) int {
 	t.Helper()
-	codec, err := compress.New("none", 2, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := writer.Create(writer.Options{Path: path, Layout: writer.NXtomo{}, Height: 2, Width: 2, ElemSize: 2,
-		Filters: codec.Filters(), FlushInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := make([]byte, 8)
-	ok := 0
-	for i := range n {
-		if i%7 == 3 && i != n-1 {
-			if err := w.SetRecord(i, frame.Record{Status: frame.StatusMissing}); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		img[0], img[1] = byte(i), byte(i>>8)
-		if err := w.WriteChunk(i, 0, img); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.SetRecord(i, frame.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
-			t.Fatal(err)
-		}
-		ok++
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return ok
+	return scantest.WriteFrames(t, path, n, func(i int) bool { return i%7 == 3 && i != n-1 })
 }
 
 // TestVerifyLinear verifies scans of n and 4n frames: verify used to look

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/tools/doctest"
 )
 
@@ -117,7 +118,7 @@ func runDocBlock(t *testing.T, bin string, b doctest.Block) {
 	ports := map[string]string{}
 	free := func(addr string) string {
 		if _, ok := ports[addr]; !ok {
-			ports[addr] = freeAddr(t)
+			ports[addr] = scantest.FreeAddr(t)
 		}
 		return ports[addr]
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -30,7 +31,7 @@ func TestPauseFlushesRecords(t *testing.T) {
 	// The 30 frames take 0.75 s; the replay goes on for 5 s.
 	ok := 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ok < 30; time.Sleep(50 * time.Millisecond) {
-		ok = okRecords(part)
+		ok = scantest.OKFrames(part)
 	}
 	if ok != 30 {
 		t.Fatalf("3 s into the replay, 2 s after its last planned frame, the .part holds %d ok records, want 30\n%s", ok, stderr.String())

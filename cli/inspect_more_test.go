@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/version"
 )
@@ -100,7 +101,7 @@ func TestVersion(t *testing.T) {
 	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
 		t.Fatalf("replay exit status %d\n%s", code, stdout)
 	}
-	py := python(t, "h5py")
+	py := scantest.Python(t, "h5py")
 	o, err := exec.Command(py, "-c", "import h5py, sys; print(h5py.File(sys.argv[1], 'r').attrs['creator'])", out).CombinedOutput()
 	if want := "h5ingest " + version.String(); err != nil || strings.TrimSpace(string(o)) != want {
 		t.Errorf("creator attribute %q (%v), want %q", o, err, want)

@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,20 +13,9 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
-
-// freeEndpoint returns a tcp:// endpoint on loopback whose port was free
-// a moment ago.
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
-}
 
 // streamLine returns the sent, dropped and thinned counts of the
 // summary's stream line.
@@ -48,9 +36,9 @@ func streamLine(t *testing.T, stdout string) (sent, dropped, thinned int) {
 // it: it gets the start, every image, decoded, with the CRC-32C of the
 // file's record, in the plan's order and keys, then the end.
 func TestReplayLiveStream(t *testing.T) {
-	py := python(t, "zmq", "cbor2", "bitshuffle", "crcmod")
+	py := scantest.Python(t, "zmq", "cbor2", "bitshuffle", "crcmod")
 	capPath, _ := simulate(t, "--darks", "2", "--flats", "3", "--projections", "25")
-	ep := freeEndpoint(t)
+	ep := "tcp://" + scantest.FreeAddr(t)
 	cons := exec.Command(py, "../tools/stream/consume.py", ep, "--timeout", "60")
 	out, err := cons.StdoutPipe()
 	if err != nil {
@@ -133,7 +121,7 @@ func TestReplayStalledConsumer(t *testing.T) {
 	if code := run([]string{"simulate", "-o", capPath, "--frames", "40", "--seed", "3"}); code != exitOK {
 		t.Fatalf("simulate: %d", code)
 	}
-	ep := freeEndpoint(t)
+	ep := "tcp://" + scantest.FreeAddr(t)
 	sock, err := zmq.NewSocket(zmq.PULL)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +142,7 @@ func TestReplayStalledConsumer(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("replay: exit status %d\n%s", code, stdout)
 	}
-	if n := summaryCount(t, stdout, "ok"); n != 40 {
+	if n := scantest.SummaryCount(t, stdout, "ok"); n != 40 {
 		t.Errorf("%d frames ok, want 40", n)
 	}
 	sent, dropped, _ := streamLine(t, stdout)

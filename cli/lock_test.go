@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -27,7 +28,7 @@ func TestTwoScansOneFile(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"replay", capture, "-o", out, "--projections", "80", "--overwrite"},
-		{"acquire", "--listen", freeAddr(t), "--provider", "tcp", "-o", out, "--projections", "80", "--overwrite", "--connect-timeout", "5s"},
+		{"acquire", "--listen", scantest.FreeAddr(t), "--provider", "tcp", "-o", out, "--projections", "80", "--overwrite", "--connect-timeout", "5s"},
 	} {
 		start := time.Now()
 		code, stdout, stderr := runProcess(t, args...)
@@ -75,7 +76,7 @@ func TestTwoScansOneArray(t *testing.T) {
 	}
 	module0 := filepath.Join(filepath.Dir(master), "scan_m0.h5")
 	deadline := time.Now().Add(20 * time.Second)
-	for okRecords(writer.TempName(module0)) < 1 {
+	for scantest.OKFrames(writer.TempName(module0)) < 1 {
 		if time.Now().After(deadline) {
 			first.Process.Kill()
 			t.Fatalf("the paced replay wrote nothing:\n%s", firstErr.String())
@@ -112,7 +113,7 @@ func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
 	capture, _ := simulate(t, "--frames", "20")
 	dir := t.TempDir()
 	out, rec := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap")
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	acq := startProc(t, "acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", "20",
 		"--connect-timeout", "60s", "--idle-timeout", "20s")
 	// Waiting for the detector: its lock taken, or (before) its checks passed long ago.
@@ -129,7 +130,7 @@ func TestAcquireHoldsItsFileWhileWaiting(t *testing.T) {
 			code, exitFailure, pid, stdout, stderr)
 	}
 	// Another acquire, of another file, recording into the same capture.
-	code, stdout, stderr = runProcess(t, "acquire", "--listen", freeAddr(t), "-o", filepath.Join(t.TempDir(), "other.h5"),
+	code, stdout, stderr = runProcess(t, "acquire", "--listen", scantest.FreeAddr(t), "-o", filepath.Join(t.TempDir(), "other.h5"),
 		"--record", rec, "--overwrite", "--projections", "20", "--connect-timeout", "5s")
 	if code != exitFailure || !strings.Contains(stderr, rec+" is being written by another scan (process "+pid) {
 		t.Errorf("acquire recording into the capture another acquire records: exit status %d, want %d naming process %s:\n%s%s",

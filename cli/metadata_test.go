@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/version"
 )
 
@@ -13,7 +14,7 @@ import (
 // metadata on the command line, and reads them back with h5py, beside the
 // version and the merged profile every file keeps.
 func TestReplayMetadata(t *testing.T) {
-	py := python(t, "h5py")
+	py := scantest.Python(t, "h5py")
 	capPath, _ := simulate(t, "--projections", "4")
 	h5 := filepath.Join(t.TempDir(), "meta.h5")
 	code, out := runCaptured(t, "replay", capPath, "-o", h5, "--title", "gold foam", "--sample", "Au",

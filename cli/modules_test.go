@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/sim"
 )
 
@@ -31,7 +32,7 @@ func TestSimulateModules(t *testing.T) {
 		}
 	}
 	var modules []uint16
-	for _, rec := range records(t, path) {
+	for _, rec := range scantest.CaptureRecords(t, path) {
 		h, err := frame.ParseHeader(rec)
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 )
 
 // scrape returns the samples of a Prometheus text page, by series.
@@ -65,7 +66,7 @@ func TestMetricsDuringAcquire(t *testing.T) {
 	path, truth := simulate(t, "--darks", "0", "--flats", "0", "--projections", "50",
 		"--missing", "7,20", "--corrupt", "11,12,30", "--duplicate", "5")
 	dir := t.TempDir()
-	addr, maddr := freeAddr(t), freeAddr(t)
+	addr, maddr := scantest.FreeAddr(t), scantest.FreeAddr(t)
 	base := "http://" + maddr
 	done := startAcquire("--listen", addr, "--output-dir", dir, "--scan-id", "obs", "--connect-timeout", "20s",
 		"--projections", "50", "--metrics", maddr, "--metrics-linger", "5s", "--report", filepath.Join(dir, "report.html"))
@@ -193,7 +194,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	path, _ := simulate(t, "--frames", "160", "--corrupt", "3")
 	dir := t.TempDir()
-	maddr := freeAddr(t)
+	maddr := scantest.FreeAddr(t)
 	base := "http://" + maddr
 	// 13 s of scan, and 3 s more of the page, leave room for a browser
 	// slow to start on a busy machine.
@@ -277,13 +278,13 @@ func TestStatusPageInChromium(t *testing.T) {
 // TestStatusPageWhileWaiting takes the status address from the profile and
 // checks the page answers while acquire still waits for the detector.
 func TestStatusPageWhileWaiting(t *testing.T) {
-	statusAddr := freeAddr(t)
+	statusAddr := scantest.FreeAddr(t)
 	profile := filepath.Join(t.TempDir(), "watch.yaml")
 	if err := os.WriteFile(profile, []byte("status:\n  address: "+statusAddr+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	done := startAcquire("--profile", profile, "--listen", freeAddr(t), "-o", out, "--connect-timeout", "3s")
+	done := startAcquire("--profile", profile, "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "3s")
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		resp, err := http.Get("http://" + statusAddr + "/status.json")
@@ -332,7 +333,7 @@ func TestReplayObserveFlagsFailEarly(t *testing.T) {
 			t.Errorf("%s: replay left %s (%v)", tt.name, out, err)
 		}
 	}
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	if code := run([]string{"replay", path, "-o", filepath.Join(dir, "none", "scan.h5"), "--metrics", addr}); code != exitFailure {
 		t.Errorf("replay into a missing directory: exit status %d, want %d", code, exitFailure)
 	}

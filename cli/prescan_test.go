@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/scan/scantest"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
@@ -70,11 +71,11 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 		{"replay", []string{"replay", path, "-o", out}, "pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
 		{"replay over an unfinished scan", []string{"replay", path, "-o", left}, "pre-scan check: " + writer.TempName(left) + " exists"},
 		{"replay over a directory", []string{"replay", path, "-o", dir, "--overwrite"}, "pre-scan check: output file " + dir + " is a directory\n"},
-		{"acquire", []string{"acquire", "--listen", freeAddr(t), "-o", out, "--connect-timeout", "20s"},
+		{"acquire", []string{"acquire", "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "20s"},
 			"pre-scan check: output file " + out + " exists (give --overwrite to replace it)\n"},
-		{"acquire recording over a capture", []string{"acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "new.h5"),
+		{"acquire recording over a capture", []string{"acquire", "--listen", scantest.FreeAddr(t), "-o", filepath.Join(dir, "new.h5"),
 			"--record", rec, "--connect-timeout", "20s"}, "pre-scan check: capture file " + rec + " exists (give --overwrite to replace it)\n"},
-		{"acquire recording into a directory", []string{"acquire", "--listen", freeAddr(t), "-o", filepath.Join(dir, "new.h5"),
+		{"acquire recording into a directory", []string{"acquire", "--listen", scantest.FreeAddr(t), "-o", filepath.Join(dir, "new.h5"),
 			"--record", dir, "--overwrite", "--connect-timeout", "20s"}, "pre-scan check: capture file " + dir + " is a directory\n"},
 	}
 	for _, tt := range tests {
@@ -106,7 +107,7 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 // exit status 1, before anything is listened on or written. It used to
 // pass the checks and fail in fi_getinfo with "No data available".
 func TestAcquireMissingProvider(t *testing.T) {
-	addr := freeAddr(t)
+	addr := scantest.FreeAddr(t)
 	if slices.Contains(fabric.Providers(addr), "verbs") {
 		t.Skip("this machine has an RDMA device: verbs is there")
 	}

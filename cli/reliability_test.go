@@ -10,7 +10,6 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/frame"
-	"h5ingest/source/capture"
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -44,32 +42,6 @@ func runProcess(t *testing.T, args ...string) (code int, stdout, stderr string) 
 		t.Fatalf("h5ingest %v panicked:\n%s", args, errOut.String())
 	}
 	return code, out.String(), errOut.String()
-}
-
-// records reads the records of the capture at path, frames of up to
-// 4 MiB, each header and payload as on the wire.
-func records(t *testing.T, path string) [][]byte {
-	t.Helper()
-	r, err := capture.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var recs [][]byte
-	buf := make([]byte, 4<<20)
-	for {
-		h, payload, err := r.Next(buf[frame.HeaderSize:])
-		if errors.Is(err, io.EOF) {
-			return recs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := make([]byte, frame.HeaderSize+len(payload))
-		h.Put(rec)
-		copy(rec[frame.HeaderSize:], payload)
-		recs = append(recs, rec)
-	}
 }
 
 // waitExit returns what done delivers, failing the test after d.
@@ -143,28 +115,6 @@ func TestProfileFaults(t *testing.T) {
 	}
 }
 
-// writeRecords writes a capture of the given records.
-func writeRecords(t *testing.T, path string, recs [][]byte) {
-	t.Helper()
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	w, err := capture.NewWriter(file, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "reliability_test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range recs {
-		if err := w.WriteRecord(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // startPaced starts a replay of frames paced at 20 frames/s into dir (80
 // frames is four seconds, so that what a test does while it writes comes
 // in time on a loaded machine) and waits until its file has flushed
@@ -182,7 +132,7 @@ func startPaced(t *testing.T, dir string, frames int) (*exec.Cmd, *bytes.Buffer,
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for okRecords(writer.TempName(out)) < 3 {
+	for scantest.OKFrames(writer.TempName(out)) < 3 {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			t.Fatalf("the paced replay wrote nothing:\n%s", stderr.String())

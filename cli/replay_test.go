@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/registry"
-	"h5ingest/source/capture"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/sim"
 	"h5ingest/stock"
 	"h5ingest/writer"
@@ -66,22 +65,7 @@ func simulate(t *testing.T, args ...string) (string, *sim.Truth) {
 	if code := run(append(all, args...)); code != exitOK {
 		t.Fatalf("simulate %v: exit status %d", args, code)
 	}
-	return path, readTruth(t, path)
-}
-
-// readTruth returns the ground truth a simulated capture holds.
-func readTruth(t *testing.T, path string) *sim.Truth {
-	t.Helper()
-	r, err := capture.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	truth, err := sim.ReadTruth(r.Metadata())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return truth
+	return path, scantest.Truth(t, path)
 }
 
 // runCaptured runs h5ingest in-process and returns its exit status and what
@@ -105,134 +89,11 @@ func runCaptured(t *testing.T, args ...string) (int, string) {
 	return code, string(<-done)
 }
 
-// expectedStatus returns the status every frame should get from the faults
-// the simulator put in.
-func expectedStatus(truth *sim.Truth) []uint8 {
-	status := make([]uint8, truth.Frames)
-	for _, n := range truth.Faults.Missing {
-		status[n] = frame.StatusMissing
-	}
-	for _, n := range truth.Faults.Corrupt {
-		status[n] = frame.StatusCRCMismatch
-	}
-	return status
-}
-
-// python returns /usr/bin/python3 if it has the modules, or skips the test.
-func python(t *testing.T, modules ...string) string {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	for _, m := range modules {
-		if out, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
-			t.Skipf("%s cannot import %s (install the Debian packages with make deps): %v %s", py, m, err, out)
-		}
-	}
-	return py
-}
-
-// crossCheck has check_scan.py read the file with h5py + hdf5plugin and
-// compare it with the truth.
-func crossCheck(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool) {
-	t.Helper()
-	crossCheckWith(t, file, layout, truth, status, dxchange, nil)
-}
-
-// crossCheckWith is crossCheck with more expectations for check_scan.py
-// (such as "translation").
-func crossCheckWith(t *testing.T, file, layout string, truth *sim.Truth, status []uint8, dxchange bool, more map[string]any) {
-	t.Helper()
-	py := python(t, "h5py", "hdf5plugin", "crcmod", "numpy")
-	if dxchange {
-		python(t, "dxchange")
-	}
-	f := truthFormat(t, truth)
-	ints := make([]int, len(status)) // not []uint8, which JSON writes as base64
-	for i, s := range status {
-		ints[i] = int(s)
-	}
-	exp := map[string]any{
-		"layout":    layout,
-		"status":    ints,
-		"data_crc":  truth.DataCRC,
-		"height":    f.Height(),
-		"width":     f.Width(),
-		"elem_size": f.PixelSize(),
-		"dxchange":  dxchange,
-	}
-	if layout == writer.LayoutNXtomo {
-		exp["image_key"] = truth.ImageKey
-		exp["rotation_angle"] = truth.RotationAngle
-	}
-	// Two frames pixel by pixel, from the simulator itself.
-	scan, err := sim.New(simConfig(t, truth))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pixels := map[string][]uint32{}
-	for _, n := range []int{0, truth.Frames - 1} {
-		if status[n] == frame.StatusOK {
-			img, _ := scan.Image(n, nil)
-			pixels[fmt.Sprint(n)] = img
-		}
-	}
-	exp["pixels"] = pixels
-	for k, v := range more {
-		exp[k] = v
-	}
-	out, err := exec.Command(py, "testdata/check_scan.py", file, writeExpect(t, exp)).CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
-		t.Fatalf("h5py cross-check of %s: %v\n%s", file, err, out)
-	}
-}
-
-// truthFormat returns the frame format a simulated capture holds.
-func truthFormat(t *testing.T, truth *sim.Truth) frame.Format {
-	t.Helper()
-	f, err := truth.Format.Format()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// writeExpect writes what a Python check expects as JSON and returns the
-// file's path.
-func writeExpect(t *testing.T, exp any) string {
-	t.Helper()
-	js, err := json.Marshal(exp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "expect.json")
-	if err := os.WriteFile(path, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// simConfig rebuilds the simulator's configuration from a capture's truth.
-func simConfig(t *testing.T, truth *sim.Truth) sim.Config {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Scene = truth.Scene
-	cfg.Seed = truth.Seed
-	cfg.Format = truthFormat(t, truth)
-	cfg.StartNS = truth.StartNS
-	cfg.Orientation = truth.Orientation
-	cfg.Module = truth.Module
-	cfg.FPS = truth.FPS
-	if truth.Plan != nil {
-		cfg.Plan = *truth.Plan
-	}
-	cfg.Frames = truth.Frames
-	return cfg
-}
-
 // TestReplayCodecsAndLayouts writes every codec and both layouts and has
 // h5py + hdf5plugin read them back.
 func TestReplayCodecsAndLayouts(t *testing.T) {
 	path, truth := simulate(t, "--darks", "1", "--flats", "1", "--projections", "4")
-	status := expectedStatus(truth)
+	status := scantest.ExpectedStatus(truth)
 	tests := []struct {
 		compression, layout string
 		filters             string   // as h5dump -pH shows the first filter
@@ -262,7 +123,7 @@ func TestReplayCodecsAndLayouts(t *testing.T) {
 			} else if !strings.Contains(string(dump), tt.filters) {
 				t.Errorf("h5dump -pH does not show %q:\n%s", tt.filters, dump)
 			}
-			crossCheck(t, out, tt.layout, truth, status, tt.compression == "bslz4" && tt.layout == writer.LayoutNXtomo)
+			scantest.CrossCheck(t, out, tt.layout, truth, status, tt.compression == "bslz4" && tt.layout == writer.LayoutNXtomo)
 		})
 	}
 }
@@ -294,7 +155,7 @@ func TestReplayBitshuffleValues(t *testing.T) {
 // TestVerifyFindsDamage damages one chunk behind h5ingest's back and checks
 // that verify names the frame and fails.
 func TestVerifyFindsDamage(t *testing.T) {
-	py := python(t, "h5py", "numpy")
+	py := scantest.Python(t, "h5py", "numpy")
 	path, _ := simulate(t, "--frames", "4")
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	if code, stdout := runCaptured(t, "replay", path, "-o", out, "--compression", "none"); code != exitOK {
@@ -374,7 +235,7 @@ func TestReplayUsageErrors(t *testing.T) {
 // TestSWMRReaderFollowsReplay has an h5py SWMR reader follow the file while
 // a paced replay writes it, and checks that it sees frames arrive.
 func TestSWMRReaderFollowsReplay(t *testing.T) {
-	py := python(t, "h5py", "numpy")
+	py := scantest.Python(t, "h5py", "numpy")
 	path, _ := simulate(t, "--frames", "40")
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	replay := command("replay", path, "-o", out, "--projections", "40", "--fps", "20", "--flush", "100ms")
@@ -446,7 +307,7 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 			t.Fatal("replay wrote nothing in 30 s")
 		}
 		time.Sleep(50 * time.Millisecond)
-		flushed = okRecords(part)
+		flushed = scantest.OKFrames(part)
 	}
 	if err := replay.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -459,7 +320,7 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 	if code != exitIncomplete || strings.Contains(stdout, "BAD") {
 		t.Fatalf("verify of the killed scan: exit status %d, want %d with no bad chunk\n%s", code, exitIncomplete, stdout)
 	}
-	records := fileRecords(t, part)
+	records := scantest.Records(t, part)
 	ok := 0
 	for n, rec := range records {
 		if rec.Status == frame.StatusOK {
@@ -472,27 +333,6 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 	if ok < 10 || ok >= 60 {
 		t.Errorf("%d frames ok in the killed scan, want at least the 10 seen flushed and not all 60", ok)
 	}
-}
-
-// okRecords returns how many frames the file at path records as ok, or 0
-// when it cannot be read yet.
-func okRecords(path string) int {
-	r, err := writer.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer r.Close()
-	records, err := r.Records()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, rec := range records {
-		if rec.Status == frame.StatusOK {
-			n++
-		}
-	}
-	return n
 }
 
 // TestLogsNameTheScan checks that with --scan-id every log line says which
@@ -525,7 +365,7 @@ func TestLogsNameTheScan(t *testing.T) {
 func TestInspectWithoutPlan(t *testing.T) {
 	simulated, _ := simulate(t, "--frames", "3")
 	path := filepath.Join(t.TempDir(), "noplan.pmcap")
-	writeRecords(t, path, records(t, simulated)) // metadata without a plan
+	scantest.WriteCapture(t, path, scantest.CaptureRecords(t, simulated)) // metadata without a plan
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	if code, stdout := runCaptured(t, "replay", path, "-o", out); code != exitOK {
 		t.Fatalf("replay exit status %d\n%s", code, stdout)
@@ -560,7 +400,7 @@ func TestReplayOneModuleOfSeveral(t *testing.T) {
 			if want := fmt.Sprintf("%d frames of modules other than the profile's module %d", others, id); !strings.Contains(stderr, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, stderr)
 			}
-			recs := fileRecords(t, out)
+			recs := scantest.Records(t, out)
 			truth := truths[slices.IndexFunc(arrayModules, func(m struct{ id, x, y int }) bool { return m.id == id })]
 			if len(recs) != truth.Frames {
 				t.Fatalf("%d records, want %d", len(recs), truth.Frames)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"h5ingest/scan/scantest"
 	"image/png"
 	"os"
 	"os/exec"
@@ -25,11 +26,11 @@ const clientPy = "../tools/serve/client.py"
 // its health, a running scan's latest image, and the events, followed to
 // the scan's end with ids that have no gap.
 func TestServeClientStatusProfilesFollow(t *testing.T) {
-	py := python(t, "json")
+	py := scantest.Python(t, "json")
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "40")
 	dir, profiles := t.TempDir(), t.TempDir()
-	port := freePort(t)
+	port := scantest.FreePort(t)
 	profile := filepath.Join(profiles, "beamline.yaml")
 	text := fmt.Sprintf("name: beamline\ndescription: the test beamline\nsource:\n  port: %d\n  connect_timeout: 30s\noutput:\n  directory: %s\n", port, dir)
 	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {

@@ -2,39 +2,13 @@ package cli
 
 import (
 	"fmt"
-	"net"
+	"h5ingest/scan/scantest"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// freePortRun returns the first of n consecutive loopback ports that
-// were free a moment ago: source.port of a profile of n modules, module
-// K's receiver listening on it plus K's index.
-func freePortRun(t *testing.T, n int) int {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		base := freePort(t)
-		var ls []net.Listener
-		for i := 0; i < n; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if len(ls) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
-}
 
 // arrayServeSetup writes the test array's profile as "array" in a
 // profiles directory, its files going to a directory of their own, its
@@ -99,7 +73,7 @@ func resultFiles(t *testing.T, st map[string]any) map[int]string {
 // (and through it every module file).
 func TestServeModulesOneNode(t *testing.T) {
 	paths, _ := simulateModules(t)
-	port := freePortRun(t, len(arrayModules))
+	port := scantest.FreePorts(t, len(arrayModules))
 	profiles, dir := arrayServeSetup(t, port, "30s")
 	p := startServe(t, "", "--profiles", profiles, "--modules", "0,1,2,3")
 	if _, st := p.call("GET", "/v1/status", nil); fmt.Sprint(st["modules"]) != "[0 1 2 3]" {
@@ -146,7 +120,7 @@ func TestServeModulesOneNode(t *testing.T) {
 // every frame missing, module 0's is whole.
 func TestServeModulesTwoNodes(t *testing.T) {
 	paths, _ := simulateModules(t)
-	port := freePortRun(t, len(arrayModules))
+	port := scantest.FreePorts(t, len(arrayModules))
 	profiles, dir := arrayServeSetup(t, port, "4s")
 	nodes := []*serveProcess{
 		startServe(t, "", "--profiles", profiles, "--modules", "0,1"),

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 )
 
 // procSample is what /proc says of a process after a scan.
@@ -199,7 +200,7 @@ func TestServeSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the soak runs 30 scans through serve (about half a minute)")
 	}
-	py := python(t, "zmq", "cbor2", "bitshuffle", "crcmod", "numpy")
+	py := scantest.Python(t, "zmq", "cbor2", "bitshuffle", "crcmod", "numpy")
 	// A queue that holds a whole scan: the images wait for the consumer,
 	// which connects as the stream binds, rather than being dropped.
 	t.Setenv("H5INGEST_STREAM_QUEUE", "64")
@@ -214,7 +215,7 @@ func TestServeSoak(t *testing.T) {
 	}
 	dir := t.TempDir()
 	port := operatorPort(t)
-	ep := freeEndpoint(t)
+	ep := "tcp://" + scantest.FreeAddr(t)
 	p := startServe(t, "", "--data-root", dir, "--stream", ep, "--preload-gpu=false")
 	pid := p.cmd.Process.Pid
 	events := followEvents(t, p.base)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"h5ingest/scan/scantest"
 	"io"
 	"net"
 	"net/http"
@@ -19,17 +20,6 @@ import (
 	"testing"
 	"time"
 )
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // serveProcess is an h5ingest serve started for a test.
 type serveProcess struct {
@@ -51,7 +41,7 @@ func startServe(t *testing.T, token string, args ...string) *serveProcess {
 // serve (ulimit -n), where nofile is not 0.
 func startServeLimited(t *testing.T, token string, nofile int, args ...string) *serveProcess {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", scantest.FreePort(t))
 	all := append([]string{"serve", "--listen", addr, "--log-level", "warn"}, args...)
 	if token != "" {
 		file := filepath.Join(t.TempDir(), "token")
@@ -136,7 +126,7 @@ func (p *serveProcess) get(path string) string {
 // environment), and returns the port.
 func operatorPort(t *testing.T) int {
 	t.Helper()
-	port := freePort(t)
+	port := scantest.FreePort(t)
 	t.Setenv("H5INGEST_SOURCE_PORT", strconv.Itoa(port))
 	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
 	return port
@@ -165,7 +155,7 @@ func TestServeScans(t *testing.T) {
 	port := operatorPort(t)
 	// Every scan streams its images; nobody reads them, which costs the
 	// scans nothing.
-	p := startServe(t, "", "--data-root", dir, "--stream", fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
+	p := startServe(t, "", "--data-root", dir, "--stream", fmt.Sprintf("tcp://127.0.0.1:%d", scantest.FreePort(t)))
 
 	for _, id := range []string{"s1", "s2"} {
 		code, st := p.call("POST", "/v1/scans", armRequest(id, dir, 30))
@@ -312,7 +302,7 @@ func TestServeSafeByDefault(t *testing.T) {
 // TestServePythonClient has tools/serve/client.py, standard library only,
 // arm a scan on a running serve, wait for it and print its file.
 func TestServePythonClient(t *testing.T) {
-	py := python(t, "json")
+	py := scantest.Python(t, "json")
 	smallDetector(t)
 	capPath, _ := simulate(t, "--frames", "12")
 	dir := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"h5ingest/compress"
 	"h5ingest/config"
 	"h5ingest/registry"
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 	"net"
 	"os"
@@ -96,7 +97,7 @@ func TestPreScanChecks(t *testing.T) {
 		{"new file", func() error { return checkNew(filepath.Join(dir, "new.h5"), false) }, ""},
 		{"file exists", func() error { return checkNew(file, false) }, "output file " + file + " exists (give --overwrite to replace it)"},
 		{"unfinished scan's file", func() error { return checkNew(left, false) }, writer.TempName(left) + " exists: the temporary file of a scan to " + left},
-		{"port free", func() error { return checkPortFree("tcp", freeAddr(t)) }, ""},
+		{"port free", func() error { return checkPortFree("tcp", scantest.FreeAddr(t)) }, ""},
 		{"port busy", func() error { return checkPortFree("tcp", busy.Addr().String()) }, "is not free"},
 		{"verbs port not checked", func() error { return checkPortFree("verbs", busy.Addr().String()) }, ""},
 		{"cpu backend", func() error { return checkBackend(stages, cpu) }, ""},
@@ -182,15 +183,4 @@ func TestListenAddr(t *testing.T) {
 			t.Errorf("listenAddr(%q) accepted", bad)
 		}
 	}
-}
-
-// freeAddr returns a loopback address with a port free now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

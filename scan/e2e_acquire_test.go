@@ -14,6 +14,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 	"h5ingest/source/sim"
@@ -28,8 +29,8 @@ import (
 // pause shorter than the idle timeout loses nothing; a longer one ends the
 // scan with the frames after it recorded missing (ErrIncomplete).
 func TestAcquireSenderStalls(t *testing.T) {
-	path, truth := simulateScan(t, simScan(smallFormat, 20))
-	recs := captureRecords(t, path)
+	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 20))
+	recs := scantest.CaptureRecords(t, path)
 	stages := testStages(t)
 	tests := []struct {
 		name        string
@@ -44,10 +45,10 @@ func TestAcquireSenderStalls(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			addr, out := freePort(t), filepath.Join(t.TempDir(), "stall.h5")
-			p := testProfile(t, stages, smallFormat, map[string]any{"source.connect_timeout": 20 * time.Second, "source.idle_timeout": tt.idle})
+			addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "stall.h5")
+			p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second, "source.idle_timeout": tt.idle})
 			acq := startAcquire(t, acquireOptions(t, p, stages, plan.Tomo(0, 0, 20, 0, 180), out, addr))
-			s := dialRetrying(t, ctx, addr, smallFormat)
+			s := dialRetrying(t, ctx, addr, scantest.SmallFormat)
 			if err := post(ctx, s, recs[:10]); err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +69,7 @@ func TestAcquireSenderStalls(t *testing.T) {
 			if tt.want != nil && err == nil {
 				t.Error("the sender was not told that the receiver had stopped")
 			}
-			status, ok := truthStatuses(t, out, truth)
+			status, ok := scantest.CheckTruth(t, out, truth)
 			if ok != tt.ok {
 				t.Errorf("%d frames ok, want %d: %v", ok, tt.ok, status)
 			}
@@ -86,15 +87,15 @@ func TestAcquireSenderStalls(t *testing.T) {
 // per scan, so the scan ends at the disconnect (ErrIncomplete, the rest
 // recorded missing) and the second connection is refused, not swallowed.
 func TestAcquireSenderReconnects(t *testing.T) {
-	path, truth := simulateScan(t, simScan(smallFormat, 20))
-	recs := captureRecords(t, path)
+	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 20))
+	recs := scantest.CaptureRecords(t, path)
 	stages := testStages(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	addr, out := freePort(t), filepath.Join(t.TempDir(), "reconnect.h5")
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.connect_timeout": 20 * time.Second, "source.idle_timeout": 10 * time.Second})
+	addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "reconnect.h5")
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second, "source.idle_timeout": 10 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Tomo(0, 0, 20, 0, 180), out, addr))
-	s := dialRetrying(t, ctx, addr, smallFormat)
+	s := dialRetrying(t, ctx, addr, scantest.SmallFormat)
 	if err := post(ctx, s, recs[:10]); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestAcquireSenderReconnects(t *testing.T) {
 	s.Abort()
 	again := make(chan error, 1)
 	go func() {
-		s, err := dial(ctx, addr, smallFormat, 3*time.Second)
+		s, err := dial(ctx, addr, scantest.SmallFormat, 3*time.Second)
 		if err == nil {
 			err = post(ctx, s, recs[10:])
 			if err == nil {
@@ -119,7 +120,7 @@ func TestAcquireSenderReconnects(t *testing.T) {
 	if err := <-again; err == nil {
 		t.Error("the reconnected sender sent the rest of the scan into nothing, without an error")
 	}
-	status, ok := truthStatuses(t, out, truth)
+	status, ok := scantest.CheckTruth(t, out, truth)
 	if ok != 10 {
 		t.Errorf("%d frames ok, want the 10 sent before the disconnect: %v", ok, status)
 	}
@@ -137,17 +138,17 @@ func TestAcquireSenderReconnects(t *testing.T) {
 // checks that goroutines, file descriptors, HDF5 and libfabric objects
 // are all gone after it.
 func TestAcquireLeavesNothingOpen(t *testing.T) {
-	path, _ := simulateScan(t, simScan(smallFormat, 8))
-	recs := captureRecords(t, path)
+	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 8))
+	recs := scantest.CaptureRecords(t, path)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
 	dir := t.TempDir()
 	scan := func(name string, abort bool) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		addr := freePort(t)
+		addr := scantest.FreeAddr(t)
 		acq := startAcquire(t, acquireOptions(t, p, stages, plan.Tomo(0, 0, 8, 0, 180), filepath.Join(dir, name), addr))
-		s := dialRetrying(t, ctx, addr, smallFormat)
+		s := dialRetrying(t, ctx, addr, scantest.SmallFormat)
 		if abort {
 			post(ctx, s, recs[:4])
 			time.Sleep(100 * time.Millisecond)
@@ -177,12 +178,12 @@ func TestAcquireLeavesNothingOpen(t *testing.T) {
 // success.
 func TestAcquireOfNoFrame(t *testing.T) {
 	stages := testStages(t)
-	addr, out := freePort(t), filepath.Join(t.TempDir(), "empty.h5")
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
+	addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "empty.h5")
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Plan{}, out, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := dialRetrying(t, ctx, addr, smallFormat)
+	s := dialRetrying(t, ctx, addr, scantest.SmallFormat)
 	if _, err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +202,9 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 	small := mountTmpfs(t, "size=1m")
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 128, ChipHeight: 128},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	path, _ := simulateScan(t, simScan(f, 40))
+	path, _ := scantest.Simulate(t, simScan(f, 40))
 	stages := testStages(t)
-	out, rec, addr := filepath.Join(t.TempDir(), "scan.h5"), filepath.Join(small, "scan.pmcap"), freePort(t)
+	out, rec, addr := filepath.Join(t.TempDir(), "scan.h5"), filepath.Join(small, "scan.pmcap"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, f, map[string]any{"source.connect_timeout": 30 * time.Second})
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 40, 0, 180), out, addr)
 	o.Record = rec
@@ -217,7 +218,7 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 	if msg := acq.errs.String(); !strings.Contains(msg, "--record stopped") || !strings.Contains(msg, "no space left on device") {
 		t.Errorf("the acquire does not warn about the recording:\n%s", msg)
 	}
-	if st := statuses(t, out); st[frame.StatusOK] != 40 {
+	if st := scantest.Statuses(t, out); st[frame.StatusOK] != 40 {
 		t.Errorf("the file holds %v, want 40 ok", st)
 	}
 	r, err := capture.Open(rec)
@@ -243,25 +244,25 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 // incomplete (it used to be a success), and the --record capture keeps
 // all 12.
 func TestAcquireFramesBeyondPlan(t *testing.T) {
-	sent, truth := simulateScan(t, simScan(smallFormat, 12))
+	sent, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 12))
 	stages := testStages(t)
 	dir := t.TempDir()
-	out, rec, addr := filepath.Join(dir, "s2.h5"), filepath.Join(dir, "s2.pmcap"), freePort(t)
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
+	out, rec, addr := filepath.Join(dir, "s2.h5"), filepath.Join(dir, "s2.pmcap"), scantest.FreeAddr(t)
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 8, 0, 180), out, addr)
 	o.Record = rec
 	acq := startAcquire(t, o)
-	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: smallFormat}, make(chan struct{})); err != nil {
+	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {
 		t.Fatalf("acquire: %v, want ErrIncomplete", err)
 	}
-	status, ok := truthStatuses(t, out, truth)
+	status, ok := scantest.CheckTruth(t, out, truth)
 	if len(status) != 8 || ok != 8 {
 		t.Errorf("file holds %d frames, %d ok: want the 8 planned, all ok", len(status), ok)
 	}
-	if got := len(captureRecords(t, rec)); got != 12 {
+	if got := len(scantest.CaptureRecords(t, rec)); got != 12 {
 		t.Errorf("the capture holds %d frames, want all 12 that arrived", got)
 	}
 }
@@ -271,10 +272,10 @@ func TestAcquireFramesBeyondPlan(t *testing.T) {
 // 2^40, 2^63, 2^64-1), and returns it with the good frames' truth.
 func strayCapture(t *testing.T, frames int) (string, *sim.Truth) {
 	t.Helper()
-	path, truth := simulateScan(t, simScan(smallFormat, frames))
+	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, frames))
 	var stream [][]byte
 	stray := []uint64{1<<24 - 1, 20_000, 1 << 40, 1 << 63, 1<<64 - 1}
-	for n, rec := range captureRecords(t, path) {
+	for n, rec := range scantest.CaptureRecords(t, path) {
 		stream = append(stream, rec)
 		if n%5 == 2 {
 			bad := bytes.Clone(rec)
@@ -283,7 +284,7 @@ func strayCapture(t *testing.T, frames int) (string, *sim.Truth) {
 		}
 	}
 	in := filepath.Join(t.TempDir(), "stray.pmcap")
-	writeRecords(t, in, stream)
+	scantest.WriteCapture(t, in, stream)
 	return in, truth
 }
 
@@ -295,16 +296,16 @@ func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
 	const frames = 24
 	sent, truth := strayCapture(t, frames)
 	stages := testStages(t)
-	out, addr := filepath.Join(t.TempDir(), "s3.h5"), freePort(t)
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
+	out, addr := filepath.Join(t.TempDir(), "s3.h5"), scantest.FreeAddr(t)
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Plan{}, out, addr))
-	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: smallFormat}, make(chan struct{})); err != nil {
+	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {
 		t.Fatalf("acquire: %v, want ErrIncomplete", err)
 	}
-	status, ok := truthStatuses(t, out, truth)
+	status, ok := scantest.CheckTruth(t, out, truth)
 	if len(status) != frames || ok != frames {
 		t.Errorf("file holds %d frames, %d ok: want the %d good frames, all ok", len(status), ok, frames)
 	}
@@ -322,9 +323,9 @@ func TestAcquireRecordIsTheOutput(t *testing.T) {
 	for _, overwrite := range []bool{false, true} {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "scan.h5")
-		p := testProfile(t, stages, smallFormat, map[string]any{"output.overwrite": overwrite, "source.connect_timeout": 5 * time.Second})
+		p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"output.overwrite": overwrite, "source.connect_timeout": 5 * time.Second})
 		for _, rec := range []string{out, filepath.Join(dir, ".", "scan.h5"), filepath.Join(dir, ".scan.h5.part"), filepath.Join(dir, ".scan.h5.lock")} {
-			o := acquireOptions(t, p, stages, plan.Plan{}, out, freePort(t))
+			o := acquireOptions(t, p, stages, plan.Plan{}, out, scantest.FreeAddr(t))
 			o.Record = rec
 			// NewAcquisition refuses it: nothing has listened yet.
 			_, err := NewAcquisition(o)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/service"
 	"h5ingest/source/fabric"
 	"h5ingest/writer"
@@ -22,8 +23,8 @@ import (
 // .part, not the other file, and its error says where the frames are.
 func TestServeFileAppearedNamesThePart(t *testing.T) {
 	const n, first = 12, 4
-	recs := captureRecords(t, simulate(t, bigFormat, n))
-	dir, addr := t.TempDir(), freePort(t)
+	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
+	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	s := startServed(t, serveProfile(bigFormat, addr, dir, 16, "deflate", 1), dir)
 	s.arm("x", n)
 	final, part := filepath.Join(dir, "x.h5"), writer.TempName(filepath.Join(dir, "x.h5"))
@@ -76,7 +77,7 @@ func TestServeFileAppearedNamesThePart(t *testing.T) {
 	if len(st.Files) != 1 || st.Files[0].Path != part {
 		t.Fatalf("files %+v, want the scan's, %s", st.Files, part)
 	}
-	if got := statuses(t, part); got[frame.StatusOK] != n {
+	if got := scantest.Statuses(t, part); got[frame.StatusOK] != n {
 		t.Errorf("%s: statuses %v, want %d ok", part, got, n)
 	}
 }
@@ -86,7 +87,7 @@ func TestServeFileAppearedNamesThePart(t *testing.T) {
 // refused with an error naming the lock file, and that file is left as it
 // was.
 func TestServeLockLinkRefused(t *testing.T) {
-	dir, addr := t.TempDir(), freePort(t)
+	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -118,11 +119,11 @@ func TestServeLockLinkRefused(t *testing.T) {
 // the other file is left as it is.
 func TestServeModulesFileAppeared(t *testing.T) {
 	const n = 40
-	port := freePorts(t, 2)
+	port := scantest.FreePorts(t, 2)
 	out := t.TempDir()
 	ids := []int{0, 1}
 	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
-	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
 	s.arm("pair", "ap", n)
 	sent := []<-chan error{sendPaced(caps[0], port, 0, 40), sendPaced(caps[1], port+1, 1, 40)}
 	var parts []string
@@ -151,7 +152,7 @@ func TestServeModulesFileAppeared(t *testing.T) {
 	for _, f := range st.Files {
 		if f.Module == 1 {
 			got = append(got, f.Path)
-			if c := statuses(t, f.Path); c[frame.StatusOK] != n {
+			if c := scantest.Statuses(t, f.Path); c[frame.StatusOK] != n {
 				t.Errorf("%s: statuses %v, want %d ok", f.Path, c, n)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/registry"
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
 
@@ -25,24 +26,13 @@ import (
 // an output directory missing, read-only or removed, scan ids that would
 // leave the output directory. docs/reliability.md lists each.
 
-// summaryCount returns the number a summary line such as "ok  N" shows.
-func summaryCount(t *testing.T, summary, label string) int {
-	t.Helper()
-	m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(summary)
-	if m == nil {
-		t.Fatalf("no %q line in the summary:\n%s", label, summary)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
 // TestReplayDiskFull replays a scan onto an 8 MiB tmpfs that holds about
 // half of it: a failure with the system's "No space left on device", and
 // the file, under its final name, holds every frame written before the
 // disk filled, verified, the rest recorded missing.
 func TestReplayDiskFull(t *testing.T) {
 	dir := mountTmpfs(t, "size=8m")
-	path, truth := simulateScan(t, simScan(bigFormat, 12))
+	path, truth := scantest.Simulate(t, simScan(bigFormat, 12))
 	stages := testStages(t)
 	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "none"})
 	out := filepath.Join(dir, "full.h5")
@@ -50,7 +40,7 @@ func TestReplayDiskFull(t *testing.T) {
 	if !failed(r.err) || !strings.Contains(r.err.Error(), "No space left on device") {
 		t.Fatalf("replay: %v, want a failure saying the disk is full:\n%s%s", r.err, r.out, r.errs)
 	}
-	status, ok := truthStatuses(t, out, truth)
+	status, ok := scantest.CheckTruth(t, out, truth)
 	if ok == 0 || ok == 12 {
 		t.Fatalf("%d frames ok of 12: want those written before the disk filled: %v", ok, status)
 	}
@@ -77,8 +67,8 @@ func TestReplayDiskFull(t *testing.T) {
 // all 30 missing, or the file had no records and did not open in plain
 // h5py.
 func TestReplayDiskFullNoPlan(t *testing.T) {
-	py := python(t, "h5py", "numpy")
-	recorded, _ := simulateScan(t, simScan(bigFormat, 30))
+	py := scantest.Python(t, "h5py", "numpy")
+	recorded, _ := scantest.Simulate(t, simScan(bigFormat, 30))
 	captures := map[string]string{"plan recorded": recorded, "no plan": withoutPlan(t, recorded)}
 	stages := testStages(t)
 	for _, tt := range []struct{ size, compression string }{
@@ -105,7 +95,7 @@ with h5py.File(sys.argv[1], "r") as f:
 					t.Fatalf("h5py printed %q: %v", b, err)
 				}
 				m := regexp.MustCompile(`frames +(\d+) in the scan`).FindStringSubmatch(r.out)
-				if m == nil || m[1] != strconv.Itoa(frames) || summaryCount(t, r.out, "ok") != ok || summaryCount(t, r.out, "missing") != missing {
+				if m == nil || m[1] != strconv.Itoa(frames) || scantest.SummaryCount(t, r.out, "ok") != ok || scantest.SummaryCount(t, r.out, "missing") != missing {
 					t.Errorf("the file records %d frames, %d ok, %d missing; the summary says:\n%s", frames, ok, missing, r.out)
 				}
 				if ok+missing != frames || ok == 30 {
@@ -138,8 +128,8 @@ func (p *pacedReplay) wait() replayed {
 // it has written frames.
 func startPaced(t *testing.T, stages *registry.Registry, dir string, frames int) *pacedReplay {
 	t.Helper()
-	path, _ := simulateScan(t, simScan(smallFormat, frames))
-	p := testProfile(t, stages, smallFormat, map[string]any{"output.flush_interval": 100 * time.Millisecond})
+	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, frames))
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"output.flush_interval": 100 * time.Millisecond})
 	rp := &pacedReplay{out: filepath.Join(dir, "scan.h5"), done: make(chan struct{})}
 	running := make(chan *pipeline.Pipeline, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -169,9 +159,9 @@ func startPaced(t *testing.T, stages *registry.Registry, dir string, frames int)
 // TestReplayOutputDirFaults takes the output directory away, or makes it
 // read-only, before and during a scan.
 func TestReplayOutputDirFaults(t *testing.T) {
-	path, _ := simulateScan(t, simScan(smallFormat, 2))
+	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 2))
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	t.Run("missing before", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "gone", "scan.h5")
 		r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, path)
@@ -226,7 +216,7 @@ func TestReplayOutputDirFaults(t *testing.T) {
 }
 
 // arrayProfile is the profile of a test array of four modules of
-// smallFormat, with a template that names the module files.
+// scantest.SmallFormat, with a template that names the module files.
 const arrayProfile = "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n" +
 	"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\n    - {id: 2, x: 100, y: 40}\n    - {id: 3, x: 0, y: 40}\n" +
 	"output:\n  template: \"{scan}_mod{module}.h5\"\n"
@@ -258,7 +248,7 @@ func profileText(t *testing.T, stages *registry.Registry, text string, keys map[
 // system fails the pre-scan check, before an acquire listens for the
 // detector.
 func TestScanIDStaysInOutputDir(t *testing.T) {
-	capturePath, _ := simulateScan(t, simScan(smallFormat, 3))
+	capturePath, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 3))
 	stages := testStages(t)
 	replay := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
 		res, err := Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages, Notify: notesTo(errs)}, Files: files, Captures: []string{capturePath}})
@@ -267,7 +257,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 		return err
 	}
 	acquire := func(t *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
-		a := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t)})
+		a := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: scantest.FreeAddr(t)})
 		err := a.wait(t, 30*time.Second)
 		errs.Write([]byte(a.errs.String()))
 		return err
@@ -281,7 +271,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 	}
 	commands := []struct {
 		name    string
-		profile string // "": one module of smallFormat
+		profile string // "": one module of scantest.SmallFormat
 		run     func(*testing.T, config.Profile, Files, *bytesBuffer) error
 	}{
 		{"replay", "", replay},
@@ -304,7 +294,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 					t.Fatal(err)
 				}
 				keys := map[string]any{"output.directory": out, "source.connect_timeout": 20 * time.Second}
-				p := testProfile(t, stages, smallFormat, keys)
+				p := testProfile(t, stages, scantest.SmallFormat, keys)
 				if c.profile != "" {
 					p = profileText(t, stages, c.profile, keys)
 				}

@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +23,7 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/registry"
-	"h5ingest/source/capture"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/fabric"
 	"h5ingest/source/sim"
 	"h5ingest/writer"
@@ -34,12 +33,6 @@ import (
 // simulator's truth, send frame by frame, fill disks and count what a
 // scan leaves open.
 
-// smallFormat is the frame of most end-to-end tests: 3 x 2 chips of
-// 32 x 16, 24-bit LFSR bitplane; small enough to be quick, with several
-// chips in both directions so that orientation matters.
-var smallFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 32, ChipHeight: 16},
-	Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-
 // simScan returns the simulator's configuration of a scan of n
 // projections of f.
 func simScan(f frame.Format, n int) sim.Config {
@@ -48,120 +41,12 @@ func simScan(f frame.Format, n int) sim.Config {
 	return cfg
 }
 
-// simulateScan writes the capture of cfg and returns its path and the
-// ground truth it records.
-func simulateScan(t *testing.T, cfg sim.Config) (string, *sim.Truth) {
-	t.Helper()
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "scan.pmcap")
-	out, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if _, err := s.WriteCapture(out, capture.Metadata{Profile: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := capture.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	truth, err := sim.ReadTruth(r.Metadata())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path, truth
-}
-
-// truthStatuses returns the frame statuses the file at path records and
-// how many are ok, checking that every ok frame has a chunk and the true
-// data CRC.
-func truthStatuses(t *testing.T, path string, truth *sim.Truth) (status []uint8, ok int) {
-	t.Helper()
-	r, err := writer.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	recs, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n, rec := range recs {
-		status = append(status, rec.Status)
-		if rec.Status != frame.StatusOK {
-			continue
-		}
-		ok++
-		if rec.DataCRC != truth.DataCRC[n] {
-			t.Errorf("frame %d: data CRC %08x, truth %08x", n, rec.DataCRC, truth.DataCRC[n])
-		}
-		if _, _, err := r.ReadChunk(n, nil); err != nil {
-			t.Errorf("frame %d recorded ok: %v", n, err)
-		}
-	}
-	return status, ok
-}
-
-// captureRecords reads the records of the capture at path, frames of up
-// to 4 MiB, each header and payload as on the wire.
-func captureRecords(t *testing.T, path string) [][]byte {
-	t.Helper()
-	r, err := capture.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var recs [][]byte
-	buf := make([]byte, 4<<20)
-	for {
-		h, payload, err := r.Next(buf[frame.HeaderSize:])
-		if errors.Is(err, io.EOF) {
-			return recs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := make([]byte, frame.HeaderSize+len(payload))
-		h.Put(rec)
-		copy(rec[frame.HeaderSize:], payload)
-		recs = append(recs, rec)
-	}
-}
-
-// writeRecords writes a capture of the given records, with metadata that
-// holds no plan and no truth.
-func writeRecords(t *testing.T, path string, recs [][]byte) {
-	t.Helper()
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	w, err := capture.NewWriter(file, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "e2e test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range recs {
-		if err := w.WriteRecord(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // withoutPlan rewrites the capture at path with metadata that records no
 // plan: a scan of unknown length.
 func withoutPlan(t *testing.T, path string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "noplan.pmcap")
-	writeRecords(t, out, captureRecords(t, path))
+	scantest.WriteCapture(t, out, scantest.CaptureRecords(t, path))
 	return out
 }
 
@@ -411,67 +296,6 @@ func peakRSS(t *testing.T) int64 {
 	}
 	t.Fatal("no VmHWM in /proc/self/status")
 	return 0
-}
-
-// python returns /usr/bin/python3 if it has the modules, or skips the
-// test.
-func python(t *testing.T, modules ...string) string {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	for _, m := range modules {
-		if out, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
-			t.Skipf("%s cannot import %s (install the Debian packages with make deps): %v %s", py, m, err, out)
-		}
-	}
-	return py
-}
-
-// crossCheck has the command's check_scan.py read the file with h5py and
-// hdf5plugin and compare it with the simulation of cfg: statuses, data
-// CRCs, image keys and angles, two frames pixel by pixel, and with
-// dxchange where asked.
-func crossCheck(t *testing.T, file, layout string, cfg sim.Config, truth *sim.Truth, status []uint8, dxchange bool) {
-	t.Helper()
-	py := python(t, "h5py", "hdf5plugin", "crcmod", "numpy")
-	if dxchange {
-		python(t, "dxchange")
-	}
-	f := cfg.Format
-	ints := make([]int, len(status)) // not []uint8, which JSON writes as base64
-	for i, s := range status {
-		ints[i] = int(s)
-	}
-	exp := map[string]any{"layout": layout, "status": ints, "data_crc": truth.DataCRC,
-		"height": f.Height(), "width": f.Width(), "elem_size": f.PixelSize(), "dxchange": dxchange}
-	if layout == writer.LayoutNXtomo {
-		exp["image_key"] = truth.ImageKey
-		exp["rotation_angle"] = truth.RotationAngle
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pixels := map[string][]uint32{}
-	for _, n := range []int{0, truth.Frames - 1} {
-		if status[n] == frame.StatusOK {
-			img, _ := s.Image(n, nil)
-			pixels[fmt.Sprint(n)] = img
-		}
-	}
-	exp["pixels"] = pixels
-	js, err := json.Marshal(exp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect := filepath.Join(t.TempDir(), "expect.json")
-	if err := os.WriteFile(expect, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join("..", "cmd", "h5ingest", "testdata", "check_scan.py")
-	out, err := exec.Command(py, script, file, expect).CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
-		t.Fatalf("h5py cross-check of %s: %v\n%s", file, err, out)
-	}
 }
 
 // progressOf returns the options' Progress hook that hands the running

@@ -16,6 +16,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/sim"
 	"h5ingest/writer"
 )
@@ -28,12 +29,12 @@ import (
 // TestReplayGarbageCapture replays files that are not captures, or that
 // turn to garbage part way.
 func TestReplayGarbageCapture(t *testing.T) {
-	path, truth := simulateScan(t, simScan(smallFormat, 6))
+	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 6))
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	frameBytes := frame.HeaderSize + smallFormat.PayloadSize()
+	frameBytes := frame.HeaderSize + scantest.SmallFormat.PayloadSize()
 	head := len(good) - 6*frameBytes
 	rng := rand.New(rand.NewPCG(8, 8))
 	noise := make([]byte, 3*frameBytes)
@@ -41,7 +42,7 @@ func TestReplayGarbageCapture(t *testing.T) {
 		noise[i] = byte(rng.Uint32())
 	}
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	tests := []struct {
 		name string
 		data []byte
@@ -77,7 +78,7 @@ func TestReplayGarbageCapture(t *testing.T) {
 			if !strings.Contains(r.errs, "h5ingest: ") || !strings.Contains(r.errs, "at byte") {
 				t.Errorf("the message does not name the byte offset:\n%s", r.errs)
 			}
-			if _, ok := truthStatuses(t, out, truth); ok != tt.ok {
+			if _, ok := scantest.CheckTruth(t, out, truth); ok != tt.ok {
 				t.Errorf("%d frames ok, want %d", ok, tt.ok)
 			}
 		})
@@ -115,10 +116,10 @@ var recordedFaults = []badFrame{
 // the status and count the spec gives it.
 func TestReplayRandomFrameFaults(t *testing.T) {
 	const frames = 24
-	path, truth := simulateScan(t, simScan(smallFormat, frames))
-	clean := captureRecords(t, path)
+	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, frames))
+	clean := scantest.CaptureRecords(t, path)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	headerFaults := []struct {
 		name  string
 		apply func(rec []byte)
@@ -180,7 +181,7 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 			}
 			dir := t.TempDir()
 			in := filepath.Join(dir, "faults.pmcap")
-			writeRecords(t, in, stream)
+			scantest.WriteCapture(t, in, stream)
 			out := filepath.Join(dir, "faults.h5")
 			r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, frames, 0, 180), out, in)
 			var wantErr error
@@ -205,7 +206,7 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 					t.Errorf("summary lacks %q:\n%s", line, r.out)
 				}
 			}
-			status, _ := truthStatuses(t, out, truth)
+			status, _ := scantest.CheckTruth(t, out, truth)
 			for n := range frames {
 				if status[n] != want[n] {
 					t.Errorf("frame %d: status %d, want %d", n, status[n], want[n])
@@ -218,33 +219,20 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 	}
 }
 
-// expectedStatus returns the status every frame should get from the
-// faults the simulator put in.
-func expectedStatus(truth *sim.Truth) []uint8 {
-	status := make([]uint8, truth.Frames)
-	for _, n := range truth.Faults.Missing {
-		status[n] = frame.StatusMissing
-	}
-	for _, n := range truth.Faults.Corrupt {
-		status[n] = frame.StatusCRCMismatch
-	}
-	return status
-}
-
 // TestReplayFaultTable replays a capture holding every kind of fault the
 // simulator makes (missing, duplicated, reordered, corrupt), of a detector
 // with chips turned, and checks the file record by record, then reads it
 // with h5py. (What inspect says of the file: TestInspectFaultTable in
 // package cli.)
 func TestReplayFaultTable(t *testing.T) {
-	cfg := simScan(smallFormat, 0)
+	cfg := simScan(scantest.SmallFormat, 0)
 	cfg.Plan = plan.Tomo(2, 2, 12, 0, 180)
 	cfg.Orientation = frame.Orientation{0, 180, 0, 180, 180, 0}
 	cfg.Missing, cfg.Duplicate = sim.FaultSpec{Frames: []int{3}}, sim.FaultSpec{Frames: []int{5}}
 	cfg.Reorder, cfg.Corrupt = sim.FaultSpec{Frames: []int{7}}, sim.FaultSpec{Frames: []int{9}}
-	path, truth := simulateScan(t, cfg)
+	path, truth := scantest.Simulate(t, cfg)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, map[string]any{"detector.chip_orientation": []any{0, 180, 0, 180, 180, 0}})
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"detector.chip_orientation": []any{0, 180, 0, 180, 180, 0}})
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(2, 2, 12, 0, 180), out, path)
 	if !errors.Is(r.err, ErrIncomplete) {
@@ -255,7 +243,7 @@ func TestReplayFaultTable(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, r.out)
 		}
 	}
-	status := expectedStatus(truth)
+	status := scantest.ExpectedStatus(truth)
 	rd, err := writer.Open(out)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +267,7 @@ func TestReplayFaultTable(t *testing.T) {
 	if vout, err := verified(out); !errors.Is(err, ErrIncomplete) || strings.Contains(vout, "BAD") {
 		t.Errorf("verify: %v, want ErrIncomplete with no bad chunk:\n%s", err, vout)
 	}
-	crossCheck(t, out, writer.LayoutNXtomo, cfg, truth, status, true)
+	scantest.CrossCheck(t, out, writer.LayoutNXtomo, truth, status, true)
 }
 
 // TestReplayDropWhenFull replays a capture far faster than the pipeline
@@ -289,7 +277,7 @@ func TestReplayFaultTable(t *testing.T) {
 func TestReplayDropWhenFull(t *testing.T) {
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 6, ChipsY: 6, ChipWidth: 64, ChipHeight: 64},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	path, truth := simulateScan(t, simScan(f, 60))
+	path, truth := scantest.Simulate(t, simScan(f, 60))
 	stages := testStages(t)
 	p := testProfile(t, stages, f, map[string]any{"source.drop_when_full": true})
 	out := filepath.Join(t.TempDir(), "scan.h5")
@@ -301,7 +289,7 @@ func TestReplayDropWhenFull(t *testing.T) {
 	if !errors.Is(r.err, ErrIncomplete) || dropped == 0 {
 		t.Fatalf("replay: %v with %d dropped, want ErrIncomplete with some dropped:\n%s", r.err, dropped, r.out)
 	}
-	status, _ := truthStatuses(t, out, truth)
+	status, _ := scantest.CheckTruth(t, out, truth)
 	missing := 0
 	for n, s := range status {
 		switch s {
@@ -329,7 +317,7 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 	const frames = 24
 	in, truth := strayCapture(t, frames)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "stray.h5")
 	measured := resetPeakRSS(t)
 	r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, in)
@@ -347,7 +335,7 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 	if !strings.Contains(r.errs, "source.max_frame_gap") {
 		t.Errorf("the replay does not say why the frames were rejected:\n%s", r.errs)
 	}
-	status, ok := truthStatuses(t, out, truth)
+	status, ok := scantest.CheckTruth(t, out, truth)
 	if len(status) != frames || ok != frames {
 		t.Errorf("file holds %d frames, %d ok: want the %d good frames, all ok", len(status), ok, frames)
 	}
@@ -364,12 +352,12 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 // capture, and checks that goroutines, file descriptors and HDF5 objects
 // are all gone after it.
 func TestReplayLeavesNothingOpen(t *testing.T) {
-	clean, _ := simulateScan(t, simScan(smallFormat, 8))
-	cfg := simScan(smallFormat, 8)
+	clean, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 8))
+	cfg := simScan(scantest.SmallFormat, 8)
 	cfg.Missing, cfg.Corrupt, cfg.Duplicate = sim.FaultSpec{Frames: []int{2}}, sim.FaultSpec{Frames: []int{5}}, sim.FaultSpec{Frames: []int{3}}
-	faulty, _ := simulateScan(t, cfg)
+	faulty, _ := scantest.Simulate(t, cfg)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	dir := t.TempDir()
 	scan := func(in, name string) error {
 		return replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 8, 0, 180), filepath.Join(dir, name), in).err
@@ -396,9 +384,9 @@ func TestReplayLeavesNothingOpen(t *testing.T) {
 // incomplete, and it says it was interrupted in words (not "context
 // canceled").
 func TestInterruptedReplay(t *testing.T) {
-	path, _ := simulateScan(t, simScan(smallFormat, 40))
+	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 40))
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/service"
 	"h5ingest/source/fabric"
 )
@@ -320,9 +321,9 @@ func slowLevel() int {
 // is pending.
 func TestServeCountsPendingNotMissing(t *testing.T) {
 	const n, slots, hole = 40, 16, 5
-	dir, addr := t.TempDir(), freePort(t)
+	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	s := startServed(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
-	recs := captureRecords(t, simulate(t, bigFormat, n))
+	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
 	recs = append(recs[:hole:hole], recs[hole+1:]...)
 	events := s.progressEvents()
 
@@ -395,7 +396,7 @@ func TestServeCountsPendingNotMissing(t *testing.T) {
 // warning; received and discarded still add up to every frame that came.
 func TestServeCancelWritesTheRing(t *testing.T) {
 	const n, slots = 60, 16
-	recs := captureRecords(t, simulate(t, bigFormat, n))
+	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
 	for _, tt := range []struct {
 		name        string
 		stopFirst   bool
@@ -409,7 +410,7 @@ func TestServeCancelWritesTheRing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func(d time.Duration) { CancelWrite = d }(CancelWrite)
 			CancelWrite = tt.cancelWrite
-			dir, addr := t.TempDir(), freePort(t)
+			dir, addr := t.TempDir(), scantest.FreeAddr(t)
 			s := startServed(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
 			s.arm("cancel", n)
 			var sent atomic.Int64
@@ -453,7 +454,7 @@ func TestServeCancelWritesTheRing(t *testing.T) {
 			if len(final.Files) != 1 {
 				t.Fatalf("files %+v, want the scan's", final.Files)
 			}
-			got := statuses(t, final.Files[0].Path)
+			got := scantest.Statuses(t, final.Files[0].Path)
 			if got[frame.StatusOK] != c.OK || c.OK != c.Written || got[frame.StatusOK]+got[frame.StatusMissing] != n {
 				t.Errorf("file: %v; counts %+v: want the ok frames written, the rest of %d missing", got, c, n)
 			}
@@ -493,7 +494,7 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
+	addr := scantest.FreeAddr(t)
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, n, 0, 180), filepath.Join(dir, "two.h5"), addr)
 	o.Record = filepath.Join(dir, "two.pmcap")
 	acq := startAcquire(t, o)
@@ -534,7 +535,7 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 	}
 	arrived := capturedByModule(t, o.Record)
 	for _, f := range o.Files.Modules {
-		got := statuses(t, f.Path)
+		got := scantest.Statuses(t, f.Path)
 		if got[frame.StatusOK] != arrived[uint16(f.Module.ID)] || got[frame.StatusOK]+got[frame.StatusMissing] != n {
 			t.Errorf("module %d: %v, %d arrived: want every frame that arrived ok, the rest missing", f.Module.ID, got, arrived[uint16(f.Module.ID)])
 		}
@@ -555,11 +556,11 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 // that was received, the rest recorded missing.
 func TestServeDrainTimeoutSaysSo(t *testing.T) {
 	const n, slots = 60, 16
-	dir, addr := t.TempDir(), freePort(t)
+	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	s := startServedDrain(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir, time.Millisecond)
 	s.arm("drain", n)
 	var sent atomic.Int64
-	result := sendRecords(t, captureRecords(t, simulate(t, bigFormat, n)), addr, &sent)
+	result := sendRecords(t, scantest.CaptureRecords(t, simulate(t, bigFormat, n)), addr, &sent)
 	for deadline := time.Now().Add(60 * time.Second); sent.Load() < slots; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no backlog: %d sent", sent.Load())
@@ -574,7 +575,7 @@ func TestServeDrainTimeoutSaysSo(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the sender did not end")
 	}
-	got := statuses(t, filepath.Join(dir, "drain.h5"))
+	got := scantest.Statuses(t, filepath.Join(dir, "drain.h5"))
 	if got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusOK] == 0 {
 		t.Errorf("file: %v, want the frames received ok and the rest of %d missing", got, n)
 	}

@@ -19,6 +19,7 @@ import (
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/registry"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 	"h5ingest/stock"
@@ -71,7 +72,7 @@ func simulateModule(t *testing.T, f frame.Format, n int, m uint16) string {
 	t.Helper()
 	cfg := simScan(f, n)
 	cfg.Seed, cfg.Module = 5+uint64(m), m
-	path, _ := simulateScan(t, cfg)
+	path, _ := scantest.Simulate(t, cfg)
 	return path
 }
 
@@ -118,42 +119,6 @@ func sendAs(t *testing.T, path, addr string, hello fabric.Hello, kill <-chan str
 		done <- err
 	}()
 	return done
-}
-
-// freePort returns a loopback address with a free port.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// fileRecords returns the records of the file at path.
-func fileRecords(t *testing.T, path string) []frame.Record {
-	t.Helper()
-	r, err := writer.OpenPlain(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	recs, err := r.Records()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return recs
-}
-
-// statuses returns the statuses of the file's frames, counted.
-func statuses(t *testing.T, path string) map[uint8]int {
-	t.Helper()
-	n := map[uint8]int{}
-	for _, rec := range fileRecords(t, path) {
-		n[rec.Status]++
-	}
-	return n
 }
 
 // capturedByModule returns how many frames of each module the capture at
@@ -207,7 +172,7 @@ func TestAcquireBacklogDrains(t *testing.T) {
 	for _, end := range []string{"stop", "sender dropped"} {
 		t.Run(end, func(t *testing.T) {
 			dir := t.TempDir()
-			out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), freePort(t)
+			out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
 			p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level,
 				"source.ring_slots": slots, "source.idle_timeout": 20 * time.Second})
 			files, err := NewFiles(p, Names{Output: out})
@@ -247,7 +212,7 @@ func TestAcquireBacklogDrains(t *testing.T) {
 				close(kill)
 			}
 			<-sent
-			got := statuses(t, out)
+			got := scantest.Statuses(t, out)
 			recorded := captured(t, rec)
 			t.Logf("%s: %d ok, %d missing, %d recorded; run: %v", end, got[frame.StatusOK], got[frame.StatusMissing], recorded, runErr)
 			if !errors.Is(runErr, ErrIncomplete) {
@@ -270,9 +235,9 @@ func TestAcquireBacklogDrains(t *testing.T) {
 // eight planned frames are all good, and the scan is incomplete, not a
 // success.
 func TestReplayFramesBeyondPlan(t *testing.T) {
-	src, truth := simulateScan(t, simScan(smallFormat, 12))
+	src, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 12))
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 8, 0, 180), out, src)
 	if !errors.Is(r.err, ErrIncomplete) {
@@ -291,7 +256,7 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, r.logs)
 		}
 	}
-	if status, ok := truthStatuses(t, out, truth); len(status) != 8 || ok != 8 {
+	if status, ok := scantest.CheckTruth(t, out, truth); len(status) != 8 || ok != 8 {
 		t.Errorf("file holds %d frames, %d ok: want the 8 planned, all ok", len(status), ok)
 	}
 }
@@ -306,7 +271,7 @@ func TestAcquireRingLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t)})
+	_, err = NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: scantest.FreeAddr(t)})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "source.ring_slots") || !strings.Contains(err.Error(), "source.ring_max_bytes") {
 		t.Errorf("a 64-slot ring of 1.2 MB frames under 8 MiB: %v, want a usage error naming both keys", err)
 	}
@@ -322,7 +287,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	src := simulate(t, bigFormat, n)
 	stages := testStages(t)
 	p := testProfile(t, stages, bigFormat, nil)
-	out, addr := filepath.Join(t.TempDir(), "scan.h5"), freePort(t)
+	out, addr := filepath.Join(t.TempDir(), "scan.h5"), scantest.FreeAddr(t)
 	files, err := NewFiles(p, Names{Output: out})
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +344,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	if err := <-result; err != nil {
 		t.Errorf("acquire: %v, want the whole scan", err)
 	}
-	if got := statuses(t, out); got[frame.StatusOK] != n {
+	if got := scantest.Statuses(t, out); got[frame.StatusOK] != n {
 		t.Errorf("statuses %v, want %d ok", got, n)
 	}
 }
@@ -413,7 +378,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
+	addr := scantest.FreeAddr(t)
 	rec := filepath.Join(dir, "two.pmcap")
 	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages},
 		Files: files, Listen: addr, Record: rec})
@@ -451,7 +416,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	}
 	arrived := capturedByModule(t, rec)
 	for _, f := range files.Modules {
-		got := statuses(t, f.Path)
+		got := scantest.Statuses(t, f.Path)
 		t.Logf("module %d: %v, %d arrived", f.Module.ID, got, arrived[uint16(f.Module.ID)])
 		if ok := got[frame.StatusOK]; ok == 0 || ok != arrived[uint16(f.Module.ID)] || ok+got[frame.StatusMissing] != n {
 			t.Errorf("module %d: %v with %d arrived, want every frame that arrived ok and the rest missing", f.Module.ID, got, arrived[uint16(f.Module.ID)])
@@ -485,7 +450,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
+	addr := scantest.FreeAddr(t)
 	acq := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Plan: plan.Tomo(0, 0, n, 0, 180), Stages: stages}, Files: files, Listen: addr})
 
 	var conns []net.Conn
@@ -504,7 +469,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	conns[2].Write([]byte("GET / HTTP/1.0\r\n\r\nnot a hello")) // garbage; conns[1] stays silent
 	defer conns[1].Close()
 	defer conns[2].Close()
-	other := smallFormat
+	other := scantest.SmallFormat
 	other.BitDepth = 12
 	for m := range uint16(2) {
 		s, err := fabric.Dial(context.Background(), fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second,
@@ -520,7 +485,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	start := time.Now()
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, sendAs(t, simulateModule(t, smallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}, make(chan struct{})))
+		sent = append(sent, sendAs(t, simulateModule(t, scantest.SmallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})))
 	}
 	for m, s := range sent {
 		if err := <-s; err != nil {
@@ -537,7 +502,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 		t.Errorf("the acquire logged %d refusals, want one for each bad hello:\n%s", n, acq.logs.String())
 	}
 	for _, f := range files.Modules {
-		if got := statuses(t, f.Path); got[frame.StatusOK] != n {
+		if got := scantest.Statuses(t, f.Path); got[frame.StatusOK] != n {
 			t.Errorf("module %d: %v, want %d ok", f.Module.ID, got, n)
 		}
 	}
@@ -553,7 +518,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summar
 	if raceEnabled {
 		level = 1
 	}
-	out, addr := filepath.Join(t.TempDir(), "scan.h5"), freePort(t)
+	out, addr := filepath.Join(t.TempDir(), "scan.h5"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level, "source.ring_slots": 16})
 	files, err := NewFiles(p, Names{Output: out})
 	if err != nil {
@@ -601,7 +566,7 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 	if !strings.Contains(notes.String(), "interrupt again: stopping at once") {
 		t.Errorf("the stopper says:\n%s", notes.String())
 	}
-	if got := statuses(t, out); got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusMissing] == 0 {
+	if got := scantest.Statuses(t, out); got[frame.StatusOK]+got[frame.StatusMissing] != n || got[frame.StatusMissing] == 0 {
 		t.Errorf("statuses %v, want %d frames ok or missing, some missing", got, n)
 	}
 	// The frames in the ring when the second request came are not lost in
@@ -632,7 +597,7 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: freePort(t),
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: scantest.FreeAddr(t),
 		Record: filepath.Join(dir, "scan.pmcap")})
 	if err != nil {
 		t.Fatal(err)
@@ -662,9 +627,9 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 // recorded missing; without a plan, a scan of unknown length ends at the
 // last whole frame.
 func TestReplayTruncatedCapture(t *testing.T) {
-	simulated, _ := simulateScan(t, simScan(smallFormat, 6))
+	simulated, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 6))
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	for _, tt := range []struct {
 		name    string
 		capture string
@@ -679,7 +644,7 @@ func TestReplayTruncatedCapture(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			frameBytes := frame.HeaderSize + smallFormat.PayloadSize()
+			frameBytes := frame.HeaderSize + scantest.SmallFormat.PayloadSize()
 			head := len(b) - 6*frameBytes
 			if err := os.WriteFile(src, b[:head+3*frameBytes+frameBytes/2], 0o644); err != nil {
 				t.Fatal(err)
@@ -689,7 +654,7 @@ func TestReplayTruncatedCapture(t *testing.T) {
 				t.Errorf("replay of a cut capture: %v, want ErrIncomplete", r.err)
 			}
 			var got []uint8
-			for _, rec := range fileRecords(t, out) {
+			for _, rec := range scantest.Records(t, out) {
 				got = append(got, rec.Status)
 			}
 			if !slices.Equal(got, tt.want) {

@@ -9,15 +9,16 @@ import (
 	"testing"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 )
 
 // TestInspect summarises a replayed file, its capture and the capture cut
 // short.
 func TestInspect(t *testing.T) {
-	src := simulate(t, smallFormat, 6)
+	src := simulate(t, scantest.SmallFormat, 6)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, map[string]any{"plan.darks": 1, "plan.flats": 1, "plan.projections": 4})
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"plan.darks": 1, "plan.flats": 1, "plan.projections": 4})
 	pl, err := p.Plan.Plan()
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/stream"
 )
 
@@ -22,18 +22,6 @@ import (
 // 64, 12-bit bitplane.
 var liveFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
 	Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}
-
-// streamEndpoint returns a loopback tcp:// endpoint whose port was free
-// a moment ago.
-func streamEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
-}
 
 // TestLiveStreamSummary replays a scan with a live stream, once to a
 // consumer and once to none: the summary and the log say how many images
@@ -55,7 +43,7 @@ func TestLiveStreamSummary(t *testing.T) {
 			"no consumer connected: the end of series was not sent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ep := streamEndpoint(t)
+			ep := "tcp://" + scantest.FreeAddr(t)
 			got := make(chan int, 1)
 			if tc.consumer {
 				sock, err := zmq.NewSocket(zmq.PULL)
@@ -124,7 +112,7 @@ func TestLiveStreamMetrics(t *testing.T) {
 	const frames = 6
 	stages := testStages(t)
 	capture := simulate(t, liveFormat, frames)
-	p := testProfile(t, stages, liveFormat, map[string]any{"stream.address": streamEndpoint(t)})
+	p := testProfile(t, stages, liveFormat, map[string]any{"stream.address": "tcp://" + scantest.FreeAddr(t)})
 	obs := NewServingObserver(zap.NewNop())
 	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "m.h5")})
 	if err != nil {

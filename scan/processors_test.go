@@ -15,6 +15,7 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/registry"
+	"h5ingest/scan/scantest"
 )
 
 // tally is a processor stage whose workers share one count of the frames
@@ -84,10 +85,10 @@ func TestProcessorLifecycle(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		cfg := simScan(smallFormat, 0)
+		cfg := simScan(scantest.SmallFormat, 0)
 		cfg.Plan = plan.Tomo(2, 3, 10, 0, 180)
-		capPath, _ := simulateScan(t, cfg)
-		p := testProfile(t, stages, smallFormat, nil)
+		capPath, _ := scantest.Simulate(t, cfg)
+		p := testProfile(t, stages, scantest.SmallFormat, nil)
 		p.Output.Processors = []config.Processor{{Name: "tally", Options: map[string]any{"fail": fail}}}
 		out := filepath.Join(t.TempDir(), "scan.h5")
 		r := replayInto(t, context.Background(), p, stages, cfg.Plan, out, capPath)
@@ -98,7 +99,7 @@ func TestProcessorLifecycle(t *testing.T) {
 			t.Fatalf("started %d times, want once", len(started))
 		}
 		st := started[0]
-		if st.scan.Format != smallFormat || st.scan.Frames != 15 || !slices.Equal(st.scan.ImageKeys, cfg.Plan.ImageKeys()) {
+		if st.scan.Format != scantest.SmallFormat || st.scan.Frames != 15 || !slices.Equal(st.scan.ImageKeys, cfg.Plan.ImageKeys()) {
 			t.Errorf("told of %v, %d frames, keys %v", st.scan.Format, st.scan.Frames, st.scan.ImageKeys)
 		}
 		if st.workers.Load() < 1 || st.frames.Load() != 15 {
@@ -124,9 +125,9 @@ func TestProcessorLifecycle(t *testing.T) {
 // fails the scan before its file is made, naming the key.
 func TestProcessorStartRefused(t *testing.T) {
 	stages := testStages(t)
-	cfg := simScan(smallFormat, 4)
-	capPath, _ := simulateScan(t, cfg)
-	p := testProfile(t, stages, smallFormat, nil)
+	cfg := simScan(scantest.SmallFormat, 4)
+	capPath, _ := scantest.Simulate(t, cfg)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	p.Output.Processors = []config.Processor{{Name: "flatfield", Options: map[string]any{"bins": 2}}}
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, cfg.Plan, out, capPath)

@@ -13,6 +13,7 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/sim"
 )
 
@@ -88,11 +89,11 @@ func resultText(res Result, err error) (out, errs string) {
 // the frames beyond the plan are a note of their own, and a replay given
 // no plan says, as it starts, that it takes the capture's.
 func TestReplayResult(t *testing.T) {
-	cfg := simScan(smallFormat, 12)
+	cfg := simScan(scantest.SmallFormat, 12)
 	cfg.Missing, cfg.Corrupt = sim.FaultSpec{Frames: []int{3}}, sim.FaultSpec{Frames: []int{5}}
-	capture, _ := simulateScan(t, cfg)
+	capture, _ := scantest.Simulate(t, cfg)
 	stages := testStages(t)
-	p := testProfile(t, stages, smallFormat, nil)
+	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	for _, tc := range []struct {
 		name        string
 		plan        plan.Plan
@@ -122,7 +123,7 @@ func TestReplayResult(t *testing.T) {
 				t.Fatalf("result %+v, want one module's summary, no master, no note of the scan", res)
 			}
 			s := res.Modules[0]
-			got := statuses(t, out)
+			got := scantest.Statuses(t, out)
 			if s.Module != 0 || s.Path != out || s.Frames != tc.frames || s.Live != nil || s.Received != nil || s.Stages != nil {
 				t.Errorf("summary of module %d, %s, %d frames (%v %v %v); want module 0, %s, %d frames, no stream, connection or stage times",
 					s.Module, s.Path, s.Frames, s.Live, s.Received, s.Stages, out, tc.frames)

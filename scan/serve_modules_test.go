@@ -16,6 +16,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/service"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
@@ -24,37 +25,10 @@ import (
 // A serve of several modules (Runner.ModuleIDs) through the real handler
 // on loopback, with a real sender per module on its own port.
 
-// freePorts returns the first of n consecutive loopback ports that were
-// free a moment ago.
-func freePorts(t *testing.T, n int) int {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := l.Addr().(*net.TCPAddr).Port
-		ls := []net.Listener{l}
-		for i := 1; i < n && base+i <= 65535; i++ {
-			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i)); err == nil {
-				ls = append(ls, l)
-			}
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if len(ls) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
-}
-
-// arrayProfileText is a profile of modules ids of smallFormat, side by
+// arrayProfileText is a profile of modules ids of scantest.SmallFormat, side by
 // side, whose module K's receiver listens on port plus K's index.
 func arrayProfileText(ids []int, port int, dir string, connect time.Duration) string {
-	f := smallFormat
+	f := scantest.SmallFormat
 	text := fmt.Sprintf("detector:\n  chips_x: %d\n  chips_y: %d\n  chip_width: %d\n  chip_height: %d\n  modules:\n",
 		f.ChipsX, f.ChipsY, f.ChipWidth, f.ChipHeight)
 	for i, id := range ids {
@@ -149,7 +123,7 @@ func (s *nodeService) wait(id string) service.Status {
 
 // sendSmall sends the capture at path as module m to the port.
 func sendSmall(t *testing.T, path string, port int, m uint16) <-chan error {
-	return sendAs(t, path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}, nil)
+	return sendAs(t, path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, nil)
 }
 
 // TestServeModules arms a serve of modules 0 and 1 once per scan, each
@@ -160,14 +134,14 @@ func sendSmall(t *testing.T, path string, port int, m uint16) <-chan error {
 // incomplete, module 1's file with every frame missing, module 0's whole.
 func TestServeModules(t *testing.T) {
 	const n = 12
-	port := freePorts(t, 2)
+	port := scantest.FreePorts(t, 2)
 	out := t.TempDir()
 	ids := []int{0, 1}
 	s := startNode(t, ids, map[string]string{
 		"pair":  arrayProfileText(ids, port, out, 30*time.Second),
 		"short": arrayProfileText(ids, port, out, 2*time.Second),
 	})
-	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
 	var ss service.ServiceStatus
 	if code, body := s.call("GET", "/v1/status", nil, &ss); code != http.StatusOK || fmt.Sprint(ss.Modules) != "[0 1]" {
 		t.Errorf("service status: %d %s", code, body)
@@ -213,7 +187,7 @@ func TestServeModules(t *testing.T) {
 		}
 	}
 	for _, f := range want[:2] {
-		if got := statuses(t, f.Path); got[frame.StatusOK] != n || len(got) != 1 {
+		if got := scantest.Statuses(t, f.Path); got[frame.StatusOK] != n || len(got) != 1 {
 			t.Errorf("%s: statuses %v, want %d ok", f.Path, got, n)
 		}
 	}
@@ -247,7 +221,7 @@ func TestServeModules(t *testing.T) {
 	if err := verifyPath(stockStages(), m0); err != nil {
 		t.Errorf("module 0's file: %v", err)
 	}
-	if got := statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
+	if got := scantest.Statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
 		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
 	}
 	for _, p := range []string{m1, master} {
@@ -348,7 +322,7 @@ func sendPaced(path string, port int, m uint16, fps float64) <-chan error {
 		}
 		defer r.Close()
 		s, err := fabric.DialWait(context.Background(), fabric.SenderConfig{Provider: "tcp", Addr: fmt.Sprintf("127.0.0.1:%d", port),
-			Timeout: 20 * time.Second, Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: smallFormat}})
+			Timeout: 20 * time.Second, Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}})
 		if err != nil {
 			done <- err
 			return
@@ -368,11 +342,11 @@ func sendPaced(path string, port int, m uint16, fps float64) <-chan error {
 // scan's counts.
 func TestServeModulesStopCancel(t *testing.T) {
 	const n = 40
-	port := freePorts(t, 2)
+	port := scantest.FreePorts(t, 2)
 	out := t.TempDir()
 	ids := []int{0, 1}
 	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
-	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
 	for _, tc := range []struct {
 		id, op string
 		state  service.State
@@ -432,7 +406,7 @@ func TestServeModulesStopCancel(t *testing.T) {
 // listed.
 func TestServeModulesLateSender(t *testing.T) {
 	const n = 40
-	port := freePorts(t, 3)
+	port := scantest.FreePorts(t, 3)
 	out := t.TempDir()
 	ids := []int{0, 1, 2}
 	draining, release := make(chan struct{}), make(chan struct{})
@@ -446,7 +420,7 @@ func TestServeModulesLateSender(t *testing.T) {
 	t.Cleanup(func() { modulesDraining = nil }) // after the service's cleanup, which ends the scan
 	var logs bytesBuffer
 	s := startNodeLog(t, ids, map[string]string{"trio": arrayProfileText(ids, port, out, 30*time.Second)}, &logs)
-	caps := []string{simulateModule(t, smallFormat, n, 0), simulateModule(t, smallFormat, n, 1)}
+	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
 	s.arm("trio", "late", n)
 	first := sendPaced(caps[0], port, 0, 40)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -11,6 +11,7 @@ import (
 	"h5ingest/frame"
 	"h5ingest/plan"
 	"h5ingest/registry"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 	"h5ingest/stock"
@@ -46,16 +47,16 @@ func TestSourcesChosenByTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	captured := simulate(t, smallFormat, 3)
+	captured := simulate(t, scantest.SmallFormat, 3)
 
-	p := testProfile(t, stages, smallFormat, map[string]any{"source.transport": "beamline"})
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.transport": "beamline"})
 	if r := replayInto(t, context.Background(), p, stages, plan.Plan{}, filepath.Join(dir, "replayed.h5"), captured); r.err != nil {
 		t.Fatalf("replay: %v", r.said())
 	}
 	if opened.Load() != 1 {
 		t.Errorf("the source's Open ran %d times for one capture, want 1", opened.Load())
 	}
-	a, err := NewAcquisition(acquireOptions(t, p, stages, plan.Plan{}, filepath.Join(dir, "acquired.h5"), freePort(t)))
+	a, err := NewAcquisition(acquireOptions(t, p, stages, plan.Plan{}, filepath.Join(dir, "acquired.h5"), scantest.FreeAddr(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +68,12 @@ func TestSourcesChosenByTransport(t *testing.T) {
 		t.Errorf("the source's Listen ran %d times, want 1", listened.Load())
 	}
 
-	silent := testProfile(t, stages, smallFormat, map[string]any{"source.transport": "silent"})
+	silent := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.transport": "silent"})
 	if r := replayInto(t, context.Background(), silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), captured); r.err == nil ||
 		!strings.Contains(r.err.Error(), "key source.transport: silent records nothing a replay reads") {
 		t.Errorf("replay of a source that records nothing: %v", r.err)
 	}
-	_, err = NewAcquisition(acquireOptions(t, silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), freePort(t)))
+	_, err = NewAcquisition(acquireOptions(t, silent, stages, plan.Plan{}, filepath.Join(dir, "none.h5"), scantest.FreeAddr(t)))
 	if err == nil || !strings.Contains(err.Error(), "key source.transport: silent cannot receive a scan") {
 		t.Errorf("acquire of a source that cannot receive: %v", err)
 	}

@@ -12,38 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"h5ingest/compress"
-	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/writer"
 )
-
-// writeFrames writes a file of n good frames of 2 x 2 pixels with no
-// plan, uncompressed.
-func writeFrames(t *testing.T, path string, n int) {
-	t.Helper()
-	codec, err := compress.New("none", 2, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := writer.Create(writer.Options{Path: path, Layout: writer.NXtomo{}, Height: 2, Width: 2, ElemSize: 2,
-		Filters: codec.Filters(), FlushInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := make([]byte, 8)
-	for i := range n {
-		img[0] = byte(i)
-		if err := w.WriteChunk(i, 0, img); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.SetRecord(i, frame.Record{Timestamp: uint64(i), DataCRC: frame.Checksum(img)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestVerifyStalls makes Verify's reading stop answering at its third
 // step, as an HDF5 call on a damaged file did (a file two scans wrote at
@@ -52,7 +23,7 @@ func writeFrames(t *testing.T, path string, n int) {
 // SIGTERM) during the stall.
 func TestVerifyStalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "scan.h5")
-	writeFrames(t, path, 20)
+	scantest.WriteFrames(t, path, 20, nil)
 	if _, err := Verify(context.Background(), stockStages(), path, time.Second); err != nil {
 		t.Fatalf("verify of a good file: %v", err)
 	}
@@ -101,7 +72,7 @@ func TestVerifyStalls(t *testing.T) {
 // was. A sound temporary file is recovered.
 func TestRecoverLeavesUnreadableFile(t *testing.T) {
 	good := filepath.Join(t.TempDir(), "good.h5")
-	writeFrames(t, good, 8)
+	scantest.WriteFrames(t, good, 8, nil)
 	goodBytes, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 """Check a file written by `h5ingest replay` against the simulator's truth.
 
-Usage: check_scan.py FILE.h5 EXPECT.json
+Usage: check_scan.py FILE.h5 EXPECT.json  (scantest.CrossCheck runs it)
 
 EXPECT.json, written by the Go test, holds the layout, the status and data
 CRC-32C expected for every frame (from the simulator's ground truth), image
