@@ -73,7 +73,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	}
 	defer log.Sync()
 	// The GPU's kernels compiled now, not when the detector connects.
-	unload, err := scan.PreloadBackend(profile.Backend, "", log)
+	unload, err := scan.PreloadBackend(s.stages, profile.Backend, "", log)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"h5ingest/config"
 	"h5ingest/registry"
 	"h5ingest/scan"
 	"h5ingest/service"
@@ -117,7 +118,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if f.gpu {
 		// The GPU's kernels compiled now, not when a detector connects;
 		// every scan shares its context.
-		unload, err := scan.PreloadBackends(f.stages, f.cudaCache, log)
+		unload, err := scan.PreloadBackend(f.stages, config.Default().Backend, f.cudaCache, log)
 		if err != nil {
 			return err
 		}

@@ -54,11 +54,11 @@ type Backend struct {
 	// codec itself (gpu.Job.ShuffleBlock), so that output.backend_shuffle
 	// may be chosen with it.
 	Transpose bool
-	// Preload, where set, prepares once, when a long-running command
-	// starts, what the backend's scans share (a GPU's context and
-	// compiled kernels), so that no scan waits for it once its detector
-	// connects; release gives it back. serve --gpu calls it for every
-	// backend that has one (Registry.Preload).
+	// Preload, where set, prepares once, when a command starts, what the
+	// backend's scans share (a GPU's context and compiled kernels), so
+	// that no scan waits for it once its detector connects; release gives
+	// it back. acquire calls it for the profile's backend, serve
+	// --preload-gpu for the default profile's (scan.PreloadBackend).
 	Preload func(gpu.Options) (release func(), err error)
 	// Reference says the backend runs on every machine and is the one
 	// the others are checked and measured against: the bench's default.
@@ -265,32 +265,6 @@ func (r *Registry) Source(name string) (Source, bool) {
 // Backend returns the backend named name.
 func (r *Registry) Backend(name string) (Backend, bool) {
 	return find(r.backends, name, func(b Backend) string { return b.Name })
-}
-
-// Preload calls the Preload of every registered backend that has one, in
-// the order registered, and returns what releases them all; where one
-// fails, those before it are released.
-func (r *Registry) Preload(o gpu.Options) (release func(), err error) {
-	var done []func()
-	release = func() {
-		for i := len(done) - 1; i >= 0; i-- {
-			done[i]()
-		}
-	}
-	for _, b := range r.backends {
-		if b.Preload == nil {
-			continue
-		}
-		rel, err := b.Preload(o)
-		if err != nil {
-			release()
-			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
-		}
-		if rel != nil {
-			done = append(done, rel)
-		}
-	}
-	return release, nil
 }
 
 // ReferenceBackend returns the name of the first backend registered as

@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -74,51 +73,22 @@ func TestRefusedEntries(t *testing.T) {
 	}
 }
 
-// TestPreload: Preload calls each backend's own Preload in the order
-// registered and releases them in reverse; one that fails releases those
-// before it and is named. ReferenceBackend names the reference entry.
-func TestPreload(t *testing.T) {
-	var log []string
-	preload := func(name string, fail bool) func(gpu.Options) (func(), error) {
-		return func(gpu.Options) (func(), error) {
-			if fail {
-				return nil, errors.New("no device")
-			}
-			log = append(log, "load "+name)
-			return func() { log = append(log, "release "+name) }, nil
-		}
-	}
+// TestReferenceBackend names the first backend registered as the
+// reference, and none in a registry without one.
+func TestReferenceBackend(t *testing.T) {
 	newCPU := func(o gpu.Options) (gpu.Backend, error) { return gpu.New("cpu", o) }
 	r := registry.New()
 	for _, b := range []registry.Backend{
-		{Name: "a", New: newCPU, Preload: preload("a", false)},
+		{Name: "a", New: newCPU},
 		{Name: "b", New: newCPU, Reference: true},
-		{Name: "c", New: newCPU, Preload: preload("c", false)},
+		{Name: "c", New: newCPU, Reference: true},
 	} {
 		if err := r.AddBackend(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	release, err := r.Preload(gpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	release()
-	if want := "load a,load c,release c,release a"; strings.Join(log, ",") != want {
-		t.Errorf("%s, want %s", strings.Join(log, ","), want)
-	}
 	if got := r.ReferenceBackend(); got != "b" {
 		t.Errorf("reference backend %q, want b", got)
-	}
-	log = nil
-	if err := r.AddBackend(registry.Backend{Name: "d", New: newCPU, Preload: preload("d", true)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Preload(gpu.Options{}); err == nil || !strings.Contains(err.Error(), "backend d: no device") {
-		t.Errorf("Preload: %v, want backend d's error", err)
-	}
-	if want := "load a,load c,release c,release a"; strings.Join(log, ",") != want {
-		t.Errorf("%s, want %s", strings.Join(log, ","), want)
 	}
 	if registry.New().ReferenceBackend() != "" {
 		t.Error("an empty registry has a reference backend")

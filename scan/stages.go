@@ -86,45 +86,39 @@ func openBackend(reg *registry.Registry, profile config.Profile, log *zap.Logger
 	return backend, nil
 }
 
-// PreloadBackend opens the GPU that backend decodes on (cuda, or auto
-// where a device answers), loads and JIT-compiles its kernels and checks
-// them on a frame, and keeps them until release: a command calls it when
-// it starts (serve: at start-up), so that no scan waits for it once its
-// detector connects, and every scan of the process shares one context.
-// computeCache is where the driver keeps the kernels it compiled
-// (CUDA_CACHE_PATH); "" takes DefaultComputeCache. Other backends hold
+// PreloadBackend prepares what the scans of the backend named backend
+// share, as its entry in stages says (registry.Backend.Preload): for
+// stock h5ingest, the GPU that cuda decodes on, or auto where a device
+// answers, its kernels loaded, JIT-compiled and checked on a frame, kept
+// until release. A command calls it when it starts (serve: at start-up),
+// so that no scan waits for it once its detector connects, and every scan
+// of the process shares one context. computeCache is where the driver
+// keeps the kernels it compiled (CUDA_CACHE_PATH); "" takes
+// DefaultComputeCache. A backend whose entry has no Preload holds
 // nothing.
-func PreloadBackend(backend, computeCache string, log *zap.Logger) (release func(), err error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	if computeCache == "" {
-		computeCache = DefaultComputeCache()
-	}
-	release, err = gpu.Preload(backend, gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
-	if err != nil {
-		return nil, Usage(fmt.Errorf("key backend: %w", err))
-	}
-	return release, nil
-}
-
-// PreloadBackends preloads what the backends of stages share, as their
-// registry entries say (registry.Backend.Preload): for stock h5ingest,
-// the GPU that auto decodes on where a device answers, as PreloadBackend
-// does. serve --gpu calls it at start-up.
-func PreloadBackends(stages *registry.Registry, computeCache string, log *zap.Logger) (release func(), err error) {
+func PreloadBackend(stages *registry.Registry, backend, computeCache string, log *zap.Logger) (release func(), err error) {
 	if stages == nil {
 		return nil, errNoRegistry
 	}
+	b, ok := stages.Backend(backend)
+	if !ok {
+		return nil, Usage(fmt.Errorf("key backend: %q is not registered", backend))
+	}
+	if b.Preload == nil {
+		return func() {}, nil
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	if computeCache == "" {
 		computeCache = DefaultComputeCache()
 	}
-	release, err = stages.Preload(gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
+	release, err = b.Preload(gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
 	if err != nil {
 		return nil, Usage(fmt.Errorf("key backend: %w", err))
+	}
+	if release == nil {
+		release = func() {}
 	}
 	return release, nil
 }

@@ -48,12 +48,16 @@ const gpuBatch = 4
 // transposes (gpu.Job.ShuffleBlock); auto takes the batch of the backend
 // it chooses.
 var backends = []registry.Backend{
-	// auto is the one serve --gpu preloads: the GPU where there is one,
-	// nothing (and a log line) where there is none.
-	{Name: "auto", Doc: "cuda where a GPU is there, else cpu", Transpose: true,
-		Preload: func(o gpu.Options) (func(), error) { return gpu.Preload("auto", o) }},
+	{Name: "auto", Doc: "cuda where a GPU is there, else cpu", Transpose: true, Preload: preload("auto")},
 	{Name: "cpu", Doc: "pure Go on every core", Batch: 1, Transpose: true, Reference: true},
-	{Name: "cuda", Doc: "an NVIDIA GPU through the CUDA driver, loaded at run time", Batch: gpuBatch, Transpose: true},
+	{Name: "cuda", Doc: "an NVIDIA GPU through the CUDA driver, loaded at run time", Batch: gpuBatch, Transpose: true, Preload: preload("cuda")},
+}
+
+// preload returns the Preload of gpu's backend name: the device's context
+// and kernels, loaded when a command starts; for auto, nothing (and a log
+// line) where no GPU answers, for cuda an error.
+func preload(name string) func(gpu.Options) (func(), error) {
+	return func(o gpu.Options) (func(), error) { return gpu.Preload(name, o) }
 }
 
 func addBackends(r *registry.Registry) error {
