@@ -3,11 +3,13 @@ package scantest
 import (
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"h5ingest/frame"
@@ -23,15 +25,61 @@ const python3 = "/usr/bin/python3"
 // Python returns the path of Debian's Python 3 (/usr/bin/python3, which
 // has the modules make deps installs, rather than whichever python3
 // comes first on PATH) if it imports each of the modules, and skips the
-// test where it does not.
+// test where it does not. What it finds of a module holds for the rest
+// of the test binary's run: each module is tried once, in one
+// interpreter with the others asked for at the same time, since an
+// import such as dxchange's takes seconds.
 func Python(t testing.TB, modules ...string) string {
 	t.Helper()
+	importMu.Lock()
+	defer importMu.Unlock()
+	var untried []string
 	for _, m := range modules {
-		if out, err := exec.Command(python3, "-c", "import "+m).CombinedOutput(); err != nil {
-			t.Skipf("%s cannot import %s (install the Debian packages with make deps): %v %s", python3, m, err, out)
+		if _, ok := imported[m]; !ok {
+			untried = append(untried, m)
+		}
+	}
+	if len(untried) > 0 {
+		tryImports(untried)
+	}
+	for _, m := range modules {
+		if err := imported[m]; err != nil {
+			t.Skipf("%s cannot import %s (install the Debian packages with make deps): %v", python3, m, err)
 		}
 	}
 	return python3
+}
+
+var (
+	importMu sync.Mutex
+	// imported holds, by module, why Python cannot import it: nil
+	// where it can.
+	imported = map[string]error{}
+)
+
+// tryImports imports each module in one interpreter and notes in
+// imported whether it could; importMu is held.
+func tryImports(modules []string) {
+	const script = `import importlib, sys
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+    except BaseException as e:
+        print("scantest-no-import", m, repr(e), flush=True)
+`
+	out, err := exec.Command(python3, append([]string{"-c", script}, modules...)...).CombinedOutput()
+	for _, m := range modules {
+		imported[m] = nil
+		if err != nil {
+			imported[m] = fmt.Errorf("%v %s", err, out)
+		}
+	}
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(line, "scantest-no-import "); ok {
+			m, why, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			imported[m] = errors.New(why)
+		}
+	}
 }
 
 // WriteJSON writes v as JSON into a file of the test's temporary
