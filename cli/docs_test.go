@@ -63,8 +63,14 @@ func TestDocs(t *testing.T) {
 	if len(blocks) == 0 {
 		t.Fatal("no runnable example in the README or docs/")
 	}
+	// Each block runs in a directory of its own on ports of its own, so
+	// that the blocks run beside each other (go test's -parallel at a
+	// time): most of their time is a scan's waits.
 	for _, b := range blocks {
-		t.Run(b.String(), func(t *testing.T) { runDocBlock(t, bin, b) })
+		t.Run(b.String(), func(t *testing.T) {
+			t.Parallel()
+			runDocBlock(t, bin, b)
+		})
 	}
 }
 
