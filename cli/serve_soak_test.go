@@ -166,11 +166,12 @@ func (c *sseCounter) count(name string) int {
 	return c.counts[name]
 }
 
-// The soak: 30 scans of 50 frames of 256x256 pixels of 24 bits, a
-// stream image of about 190 KB, small enough that the scans take about
-// half a minute on a loaded machine.
+// The soak: soakScans scans (H5INGEST_SOAK_SCANS to run more) of 50
+// frames of 256x256 pixels of 24 bits, a stream image of about 190 KB,
+// small enough that the scans take about a quarter of a minute on a
+// loaded machine.
 const (
-	soakScans  = 30
+	soakScans  = 16
 	soakFrames = 50
 	// soakRef is the scan after which serve has warmed up: its peak
 	// resident memory then has seen a few cycles of the garbage
@@ -179,9 +180,11 @@ const (
 	// soakMargin is how far serve's peak resident memory (VmHWM) may rise
 	// from scan soakRef to the last: the collector's cycles and the
 	// allocators' noise (5 to 18 MB in runs here, as a rare coincidence of
-	// a scan's buffers with a late collection sets a new peak). A scan
-	// that leaves 1.6 MB behind fails it; the stream that kept its
-	// buffers and ZeroMQ context left 7 to 10 MB a scan.
+	// a scan's buffers with a late collection sets a new peak). The
+	// stream that kept its buffers and ZeroMQ context left 7 to 10 MB a
+	// scan: the 6 scans after soakRef of the default soak rise 42 MB or
+	// more with a leak of 7 MB a scan, and fail it. A longer soak finds
+	// smaller leaks: H5INGEST_SOAK_SCANS=30 fails one of 1.6 MB a scan.
 	soakMargin = 32 << 20
 	// soakFDMargin and soakThreadMargin are the descriptors and threads
 	// the last third of the scans may hold above the most of scans 6 to
@@ -198,7 +201,15 @@ const (
 // keeps its summary, never its buffers, sockets or stages.
 func TestServeSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the soak runs 30 scans through serve (about half a minute)")
+		t.Skip("-short: the soak runs 16 scans through serve (a quarter of a minute)")
+	}
+	soakScans := soakScans
+	if v := os.Getenv("H5INGEST_SOAK_SCANS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < soakRef+3 {
+			t.Fatalf("H5INGEST_SOAK_SCANS=%s: want a number of scans of at least %d", v, soakRef+3)
+		}
+		soakScans = n
 	}
 	py := scantest.Python(t, "zmq", "cbor2", "bitshuffle", "crcmod", "numpy")
 	// A queue that holds a whole scan: the images wait for the consumer,
