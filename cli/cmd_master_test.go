@@ -391,19 +391,9 @@ func TestMasterMetadata(t *testing.T) {
 // the master, with the scan's start and end.
 func TestServeModulesMaster(t *testing.T) {
 	paths, _ := simulateModules(t)
-	profiles, dir := t.TempDir(), t.TempDir()
-	text, err := os.ReadFile(arrayProfile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(profiles, "array.yaml"), text, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("H5INGEST_OUTPUT_DIRECTORY", dir)
-	t.Setenv("H5INGEST_SOURCE_CONNECT_TIMEOUT", "30s")
-	serves := make([]*serveProcess, len(arrayModules))
 	port := scantest.FreePorts(t, len(arrayModules))
-	t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(port)) // read as each serve starts
+	profiles, dir := arrayServeSetup(t, port, "30s") // read as each serve starts
+	serves := make([]*serveProcess, len(arrayModules))
 	for i, m := range arrayModules {
 		serves[i] = startServe(t, "", "--profiles", profiles, "--module", fmt.Sprint(m.id))
 	}
