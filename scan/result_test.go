@@ -19,7 +19,9 @@ import (
 
 // The scan's tests read what a scan did as a person reads it: resultText
 // renders a Result, and notesTo the notes said while it runs, in the
-// lines the command (package cli, whose tests hold its text) prints.
+// lines of the command (package cli) that they look for: the counts of
+// the summary's table and the notes, word for word. The command's own
+// tests hold its whole text (TestPrintResult).
 
 // noteLine returns a note as the command prints it.
 func noteLine(n Note) string {
