@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +30,7 @@ import (
 // the file, under its final name, holds every frame written before the
 // disk filled, verified, the rest recorded missing.
 func TestReplayDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := mountTmpfs(t, "size=8m")
 	path, truth := scantest.Simulate(t, simScan(bigFormat, 12))
 	stages := testStages(t)
@@ -49,8 +49,8 @@ func TestReplayDiskFull(t *testing.T) {
 			t.Errorf("frame %d: status %d, want ok or missing", n, s)
 		}
 	}
-	if !strings.Contains(r.out, "ok              "+strconv.Itoa(ok)+"\n") {
-		t.Errorf("the summary's ok count is not the file's %d:\n%s", ok, r.out)
+	if got := r.summary().Progress.OK; got != ok {
+		t.Errorf("the summary's ok count %d is not the file's %d:\n%s", got, ok, r.out)
 	}
 	if vout, err := verified(out); !errors.Is(err, ErrIncomplete) || strings.Contains(vout, "BAD") || !strings.Contains(vout, strconv.Itoa(ok)+" chunks verified") {
 		t.Errorf("verify: %v, want ErrIncomplete with %d chunks verified:\n%s", err, ok, vout)
@@ -67,6 +67,7 @@ func TestReplayDiskFull(t *testing.T) {
 // all 30 missing, or the file had no records and did not open in plain
 // h5py.
 func TestReplayDiskFullNoPlan(t *testing.T) {
+	t.Parallel()
 	py := scantest.Python(t, "h5py", "numpy")
 	recorded, _ := scantest.Simulate(t, simScan(bigFormat, 30))
 	captures := map[string]string{"plan recorded": recorded, "no plan": withoutPlan(t, recorded)}
@@ -94,8 +95,7 @@ with h5py.File(sys.argv[1], "r") as f:
 				if _, err := fmt.Sscan(string(b), &frames, &ok, &missing); err != nil {
 					t.Fatalf("h5py printed %q: %v", b, err)
 				}
-				m := regexp.MustCompile(`frames +(\d+) in the scan`).FindStringSubmatch(r.out)
-				if m == nil || m[1] != strconv.Itoa(frames) || scantest.SummaryCount(t, r.out, "ok") != ok || scantest.SummaryCount(t, r.out, "missing") != missing {
+				if s := r.summary(); s.Frames != frames || s.Progress.OK != ok || s.Progress.Missing != missing {
 					t.Errorf("the file records %d frames, %d ok, %d missing; the summary says:\n%s", frames, ok, missing, r.out)
 				}
 				if ok+missing != frames || ok == 30 {
@@ -159,6 +159,7 @@ func startPaced(t *testing.T, stages *registry.Registry, dir string, frames int)
 // TestReplayOutputDirFaults takes the output directory away, or makes it
 // read-only, before and during a scan.
 func TestReplayOutputDirFaults(t *testing.T) {
+	t.Parallel()
 	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 2))
 	stages := testStages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
@@ -252,8 +253,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 	stages := testStages(t)
 	replay := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
 		res, err := Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages, Notify: notesTo(errs)}, Files: files, Captures: []string{capturePath}})
-		_, said := resultText(res, err)
-		errs.Write([]byte(said))
+		errs.Write([]byte(notesText(res, err)))
 		return err
 	}
 	acquire := func(t *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {

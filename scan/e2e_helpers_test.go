@@ -31,7 +31,14 @@ import (
 
 // Helpers of the end-to-end tests that check files against the
 // simulator's truth, send frame by frame, fill disks and count what a
-// scan leaves open.
+// scan leaves open (scan/scantest has those the command's tests share).
+//
+// The long end-to-end tests that touch no state of the whole process run
+// in parallel (t.Parallel): most of their time is waiting on a backlog,
+// a drain or a disk. A test that counts the process's goroutines,
+// descriptors, HDF5 or libfabric objects or peak memory, or sets a
+// package variable (CancelWrite, verifyStep), must not: go test runs it
+// before any parallel test starts, alone.
 
 // simScan returns the simulator's configuration of a scan of n
 // projections of f.
@@ -64,13 +71,22 @@ func failed(err error) bool {
 	return err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrUsage)
 }
 
-// replayed is what a replay ended with: its result and error, its
-// summary and notes as the command prints them (out, errs; resultText)
-// and its log lines.
+// replayed is what a replay ended with: its result and error, its notes
+// as the command prints them (errs, notesText), its log lines, and its
+// summaries as a test shows them (out).
 type replayed struct {
 	res             Result
 	err             error
 	out, errs, logs string
+}
+
+// summary returns the summary of the replay's first module; zero where
+// none finished.
+func (r replayed) summary() Summary {
+	if len(r.res.Modules) == 0 {
+		return Summary{}
+	}
+	return r.res.Modules[0]
 }
 
 // said returns what the replay told a person: its warnings and its error,
@@ -95,8 +111,7 @@ func replayWith(t *testing.T, ctx context.Context, o ReplayOptions, names Names)
 	var notes, logs bytesBuffer
 	o.Files, o.Notify, o.Log = files, notesTo(&notes), jsonLog(&logs)
 	res, err := Replay(ctx, o)
-	out, errs := resultText(res, err)
-	return replayed{res: res, err: err, out: out, errs: notes.String() + errs, logs: logs.String()}
+	return replayed{res: res, err: err, out: fmt.Sprintf("%+v\n", res.Modules), errs: notes.String() + notesText(res, err), logs: logs.String()}
 }
 
 // jsonLog returns a logger of warnings and errors as JSON lines on w, as
@@ -109,10 +124,10 @@ func jsonLog(w io.Writer) *zap.Logger {
 // checks, its files held, then the wait for the detector and the scan,
 // in the background.
 type acquisition struct {
-	result          chan error
-	out, errs, logs bytesBuffer // the summary and notes as the command prints them (resultText), the log
-	stop            *Stopper
-	close           func()
+	result     chan error
+	errs, logs bytesBuffer // the notes as the command prints them (notesText), the log
+	stop       *Stopper
+	close      func()
 }
 
 // startAcquire starts the acquire o sets up, with its Notify and Log
@@ -134,8 +149,7 @@ func (a *acquisition) run(o AcquireOptions) error {
 		return err
 	}
 	if err := acq.Checks().Run(o.Notify); err != nil {
-		_, errs := resultText(Result{}, err)
-		a.errs.Write([]byte(errs))
+		a.errs.Write([]byte(notesText(Result{}, err)))
 		return err
 	}
 	release, err := acq.Hold()
@@ -144,9 +158,7 @@ func (a *acquisition) run(o AcquireOptions) error {
 	}
 	defer release()
 	res, err := acq.Run(a.stop)
-	out, errs := resultText(res, err)
-	a.out.Write([]byte(out))
-	a.errs.Write([]byte(errs))
+	a.errs.Write([]byte(notesText(res, err)))
 	return err
 }
 

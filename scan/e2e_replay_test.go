@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/scan/scantest"
 	"h5ingest/source/sim"
@@ -194,17 +194,11 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 			if cut >= 0 && !strings.Contains(r.errs, "at byte") {
 				t.Errorf("a header fault did not name its byte offset:\n%s", r.errs)
 			}
-			for _, line := range []string{
-				"ok              " + strconv.Itoa(frames-missing-rejected-crc),
-				"missing         " + strconv.Itoa(missing),
-				"crc mismatch    " + strconv.Itoa(crc),
-				"rejected        " + strconv.Itoa(rejected),
-				"duplicates      " + strconv.Itoa(dups) + " dropped",
-				"out of range    " + strconv.Itoa(outOfRange) + " rejected (beyond the scan, not written)",
-			} {
-				if !strings.Contains(r.out, line+"\n") {
-					t.Errorf("summary lacks %q:\n%s", line, r.out)
-				}
+			c := r.summary().Progress.Counts
+			if want := (pipeline.Counts{OK: frames - missing - rejected - crc, Missing: missing, CRCMismatch: crc, Rejected: rejected,
+				Duplicate: dups, OutOfRange: outOfRange}); c.OK != want.OK || c.Missing != want.Missing || c.CRCMismatch != want.CRCMismatch ||
+				c.Rejected != want.Rejected || c.Duplicate != want.Duplicate || c.OutOfRange != want.OutOfRange {
+				t.Errorf("summary counts %+v, want %+v", c, want)
 			}
 			status, _ := scantest.CheckTruth(t, out, truth)
 			for n := range frames {
@@ -225,6 +219,7 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 // with h5py. (What inspect says of the file: TestInspectFaultTable in
 // package cli.)
 func TestReplayFaultTable(t *testing.T) {
+	t.Parallel()
 	cfg := simScan(scantest.SmallFormat, 0)
 	cfg.Plan = plan.Tomo(2, 2, 12, 0, 180)
 	cfg.Orientation = frame.Orientation{0, 180, 0, 180, 180, 0}
@@ -238,10 +233,8 @@ func TestReplayFaultTable(t *testing.T) {
 	if !errors.Is(r.err, ErrIncomplete) {
 		t.Fatalf("replay: %v, want ErrIncomplete (frames missing and corrupt)\n%s", r.err, r.out)
 	}
-	for _, want := range []string{"missing         1", "crc mismatch    1", "duplicates      1 dropped"} {
-		if !strings.Contains(r.out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, r.out)
-		}
+	if c := r.summary().Progress; c.Missing != 1 || c.CRCMismatch != 1 || c.Duplicate != 1 {
+		t.Errorf("summary: %d missing, %d crc mismatch, %d duplicates; want 1 of each:\n%s", c.Missing, c.CRCMismatch, c.Duplicate, r.out)
 	}
 	status := scantest.ExpectedStatus(truth)
 	rd, err := writer.Open(out)
@@ -275,6 +268,7 @@ func TestReplayFaultTable(t *testing.T) {
 // the pipeline full are dropped, counted in the summary and recorded
 // missing; verify agrees.
 func TestReplayDropWhenFull(t *testing.T) {
+	t.Parallel()
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 6, ChipsY: 6, ChipWidth: 64, ChipHeight: 64},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	path, truth := scantest.Simulate(t, simScan(f, 60))
@@ -282,10 +276,7 @@ func TestReplayDropWhenFull(t *testing.T) {
 	p := testProfile(t, stages, f, map[string]any{"source.drop_when_full": true})
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, path)
-	var dropped int
-	if i := strings.Index(r.out, "pipeline full"); i >= 0 {
-		fmt.Sscanf(r.out[i+len("pipeline full"):], "%d", &dropped)
-	}
+	dropped := r.summary().Progress.Overflow
 	if !errors.Is(r.err, ErrIncomplete) || dropped == 0 {
 		t.Fatalf("replay: %v with %d dropped, want ErrIncomplete with some dropped:\n%s", r.err, dropped, r.out)
 	}
@@ -329,8 +320,8 @@ func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 			t.Errorf("the replay peaked at %d MiB of memory for %d small frames", peak>>20, frames)
 		}
 	}
-	if !strings.Contains(r.out, "out of range    5 rejected") {
-		t.Errorf("summary does not count the 5 stray frames:\n%s", r.out)
+	if n := r.summary().Progress.OutOfRange; n != 5 {
+		t.Errorf("summary counts %d frames out of range, want the 5 stray frames:\n%s", n, r.out)
 	}
 	if !strings.Contains(r.errs, "source.max_frame_gap") {
 		t.Errorf("the replay does not say why the frames were rejected:\n%s", r.errs)

@@ -7,9 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -159,6 +157,7 @@ func captured(t *testing.T, path string) int {
 // connection: either way every frame that arrived, and only those, is
 // written and in the --record capture, and the rest are recorded missing.
 func TestAcquireBacklogDrains(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sends 60 frames of 1.2 MB through a slow pipeline")
 	}
@@ -243,10 +242,8 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 	if !errors.Is(r.err, ErrIncomplete) {
 		t.Errorf("replay of 12 frames with a plan of 8: %v, want ErrIncomplete", r.err)
 	}
-	for _, want := range []string{"ok              8\n", "out of range    4 rejected (beyond the scan, not written)\n"} {
-		if !strings.Contains(r.out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, r.out)
-		}
+	if c := r.summary().Progress; c.OK != 8 || c.OutOfRange != 4 {
+		t.Errorf("summary: %d ok, %d out of range; want 8 and 4:\n%s", c.OK, c.OutOfRange, r.out)
 	}
 	if want := "4 frames beyond the scan were rejected (frame numbers 8 and above, past the plan's 8 frames"; !strings.Contains(r.errs, want) {
 		t.Errorf("the scan does not say %q:\n%s", want, r.errs)
@@ -354,6 +351,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 // module that arrived is in that module's file, the rest missing, and the
 // master file shows both.
 func TestAcquireModulesDrainOnStop(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sends 2 x 40 frames of 1.2 MB through a slow pipeline")
 	}
@@ -510,8 +508,8 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 
 // acquireBig starts an acquire of n bigFormat frames into dir with a
 // 16-slot ring behind a slow pipeline and its sender, and returns them;
-// its summary goes to summary.
-func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summary io.Writer) (out string, result, sent <-chan error) {
+// its result goes to got before its error to result.
+func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, got *Result) (out string, result, sent <-chan error) {
 	t.Helper()
 	stages := testStages(t)
 	level := 7
@@ -531,8 +529,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summar
 	res := make(chan error, 1)
 	go func() {
 		r, err := a.Run(stop)
-		out, _ := resultText(r, err)
-		io.WriteString(summary, out)
+		*got = r
 		res <- err
 	}()
 	return out, res, send(t, simulate(t, bigFormat, n), addr, kill)
@@ -542,13 +539,14 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, summar
 // full: the second request stops it at once, the frames not yet written
 // recorded missing, and it says so.
 func TestAcquireSecondStopAtOnce(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	var notes bytesBuffer
 	stop := NewStopper(context.Background(), 30*time.Second, notesTo(&notes))
 	defer stop.Close()
 	kill := make(chan struct{})
-	var summary bytesBuffer
-	out, result, sent := acquireBig(t, n, stop, kill, &summary)
+	var res Result
+	out, result, sent := acquireBig(t, n, stop, kill, &res)
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(writer.TempName(out)); err == nil {
 			break
@@ -571,17 +569,13 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 	}
 	// The frames in the ring when the second request came are not lost in
 	// silence: every frame the stream received is written or discarded.
-	count := func(label string) int {
-		m := regexp.MustCompile(`(?m)^  ` + label + ` +(\d+)`).FindStringSubmatch(summary.String())
-		if m == nil {
-			return 0
-		}
-		v, _ := strconv.Atoi(m[1])
-		return v
+	if len(res.Modules) != 1 || res.Modules[0].Received == nil {
+		t.Fatalf("result %+v, want one module's summary with what its connection received", res)
 	}
-	ok, discarded, received := count("ok"), count("discarded"), count("received")
+	s := res.Modules[0]
+	ok, discarded, received := s.Progress.OK, s.Progress.Discarded, int(s.Received.Frames)
 	if ok+discarded != received || received == 0 {
-		t.Errorf("%d ok and %d discarded of %d received: every frame that arrived is written or counted discarded\n%s", ok, discarded, received, summary.String())
+		t.Errorf("%d ok and %d discarded of %d received: every frame that arrived is written or counted discarded", ok, discarded, received)
 	}
 	t.Logf("%d received: %d ok, %d discarded", received, ok, discarded)
 }

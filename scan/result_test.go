@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"h5ingest/frame"
 	"h5ingest/plan"
@@ -17,11 +16,10 @@ import (
 	"h5ingest/source/sim"
 )
 
-// The scan's tests read what a scan did as a person reads it: resultText
-// renders a Result, and notesTo the notes said while it runs, in the
-// lines of the command (package cli) that they look for: the counts of
-// the summary's table and the notes, word for word. The command's own
-// tests hold its whole text (TestPrintResult).
+// The scan's tests read what a scan said as a person reads it: notesText
+// renders the notes of a Result, and notesTo those said while it runs, in
+// the lines of the command (package cli, whose TestPrintResult holds its
+// whole text).
 
 // noteLine returns a note as the command prints it.
 func noteLine(n Note) string {
@@ -36,54 +34,30 @@ func notesTo(w io.Writer) func(Note) {
 	return func(n Note) { io.WriteString(w, noteLine(n)) }
 }
 
-// resultText returns what a scan did, and the failures of its pre-scan
-// checks in err, as the command prints them: the summaries (out) and the
-// notes (errs).
-func resultText(res Result, err error) (out, errs string) {
-	var o, e strings.Builder
+// notesText returns the notes of a scan's result, and the failures of
+// its pre-scan checks in err, as the command prints them, in its order.
+func notesText(res Result, err error) string {
+	var b strings.Builder
 	var failed *ChecksError
 	if errors.As(err, &failed) {
 		for _, f := range failed.Failures {
-			fmt.Fprintf(&e, "h5ingest: pre-scan check: %v\n", f)
+			fmt.Fprintf(&b, "h5ingest: pre-scan check: %v\n", f)
 		}
 	}
 	for _, n := range res.Notes {
-		e.WriteString(noteLine(n))
+		b.WriteString(noteLine(n))
 	}
 	for _, m := range res.Modules {
-		p := m.Progress
-		secs := p.Elapsed.Seconds()
-		fmt.Fprintf(&o, "%s\n  frames          %d in the scan, %d written\n  ok              %d\n  missing         %d\n", m.Path, m.Frames, p.Written, p.OK, p.Missing)
-		if p.Discarded > 0 {
-			fmt.Fprintf(&o, "  discarded       %d arrived but not written\n", p.Discarded)
-		}
-		fmt.Fprintf(&o, "  crc mismatch    %d\n  rejected        %d\n  duplicates      %d dropped\n  out of range    %d rejected (beyond the scan, not written)\n",
-			p.CRCMismatch, p.Rejected, p.Duplicate, p.OutOfRange)
-		if p.Overflow > 0 {
-			fmt.Fprintf(&o, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
-		}
-		fmt.Fprintf(&o, "  time            %.2f s\n  compression     %.2f\n", secs, p.Ratio())
-		if l := m.Live; l != nil {
-			end := map[bool]string{true: "delivered", false: "not delivered"}[l.Ended]
-			fmt.Fprintf(&o, "  stream          %d images sent, %d dropped, %d thinned\n  stream end      %s\n", l.Sent, l.Dropped, l.Thinned, end)
-		}
-		if r := m.Received; r != nil {
-			fmt.Fprintf(&o, "  received        %d frames, %d bytes; ring full (sender held back) %v\n", r.Frames, r.Bytes, r.HeldBack.Round(time.Microsecond))
-		}
-		if m.Report != "" {
-			fmt.Fprintf(&o, "  report          %s\n", m.Report)
-		}
 		for _, n := range m.Notes {
-			e.WriteString(noteLine(n))
+			b.WriteString(noteLine(n))
 		}
 	}
 	if m := res.Master; m != nil {
 		for _, n := range m.Notes {
-			e.WriteString(noteLine(n))
+			b.WriteString(noteLine(n))
 		}
-		fmt.Fprintf(&o, "%s\n  master          %d modules, %d frames of %d x %d\n", m.Path, m.Modules, m.Frames, m.Height, m.Width)
 	}
-	return o.String(), e.String()
+	return b.String()
 }
 
 // TestReplayResult replays a capture with faults and checks what Replay
