@@ -242,6 +242,7 @@ func TestAcquireDrainsBacklogOnSignal(t *testing.T) {
 // connected: it ends at once with a clear message, exit 3 (interrupted),
 // and leaves no file, not even the --record capture.
 func TestAcquireInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -333,6 +334,7 @@ func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
 // modules whose rings are full: each module's file holds every frame its
 // stream received.
 func TestAcquireModulesDrainOnSignal(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	profile := filepath.Join(t.TempDir(), "two.yaml")
 	text := "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 256\n  chip_height: 256\n  modules:\n" +

@@ -55,6 +55,7 @@ func withoutPlanField(t *testing.T, path string) string {
 // dxchange reads the darks, flats, projections and angles the scan had.
 // It used to write every frame as a projection at 0 degrees.
 func TestReplayUsesCapturePlan(t *testing.T) {
+	t.Parallel()
 	path, truth := simulate(t, "--darks", "2", "--flats", "3", "--projections", "10", "--angle-start", "10", "--angle-end", "100")
 	for _, c := range []struct{ name, path string }{{"plan field", path}, {"ground truth only", withoutPlanField(t, path)}} {
 		t.Run(c.name, func(t *testing.T) {

@@ -252,6 +252,7 @@ func TestAcquireRefusesOtherSenders(t *testing.T) {
 // for which modules and with which provider; and none with --log-level
 // error.
 func TestAcquireSaysWhereItWaits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string

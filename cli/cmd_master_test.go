@@ -468,6 +468,7 @@ func TestReplayMasterMetadata(t *testing.T) {
 // over the tcp provider, one sender per module, and reads the scan
 // through its master file. The summary gives each module's receive counts.
 func TestAcquireModules(t *testing.T) {
+	t.Parallel()
 	paths, truths := simulateModules(t)
 	profile := arrayProfile(t)
 	addr := scantest.FreeAddr(t)

@@ -19,6 +19,7 @@ import (
 // last flush missing), and plain h5py, not a SWMR reader, then opens it
 // and reads as many ok frames as verify counts.
 func TestRecoverKilledScan(t *testing.T) {
+	t.Parallel()
 	py := scantest.Python(t, "h5py", "numpy")
 	dir := t.TempDir()
 	scan, _, _, out := startPaced(t, dir, 40)
@@ -63,6 +64,7 @@ with h5py.File(sys.argv[1], "r") as f:
 // that is still writing: refused, naming the scan's process, and the scan
 // completes untouched.
 func TestRecoverRefusesRunningScan(t *testing.T) {
+	t.Parallel()
 	scan, scanErr, _, out := startPaced(t, t.TempDir(), 80)
 	code, _, stderr := runProcess(t, "recover", writer.TempName(out))
 	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(scan.Process.Pid)) {

@@ -37,6 +37,7 @@ const (
 // scripts they name from its root (tools/serve/client.py) their absolute
 // paths.
 func TestDocs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("the documents' examples run scans of full-size detectors")
 	}

@@ -20,6 +20,7 @@ import (
 // process, the acquire in its pre-scan check before it listens, and the
 // first scan's file completes and verifies with every frame.
 func TestTwoScansOneFile(t *testing.T) {
+	t.Parallel()
 	first, firstErr, capture, out := startPaced(t, t.TempDir(), 80)
 	pid := strconv.Itoa(first.Process.Pid)
 	part, err := os.Stat(writer.TempName(out))
@@ -63,6 +64,7 @@ func TestTwoScansOneFile(t *testing.T) {
 // master name with --overwrite: refused naming a module file and the first
 // scan's process; the first scan's files complete and verify.
 func TestTwoScansOneArray(t *testing.T) {
+	t.Parallel()
 	paths, _ := simulateModules(t)
 	capturePath := interleave(t, paths)
 	profile := arrayProfile(t)

@@ -55,6 +55,7 @@ func TestSimulateModules(t *testing.T) {
 // files. A capture cut short ends alone: the other modules' frames are all
 // written, and the scan exits with status 3.
 func TestReplayCapturePerModule(t *testing.T) {
+	t.Parallel()
 	paths, truths := simulateModules(t)
 	profile := arrayProfile(t)
 	dir := t.TempDir()

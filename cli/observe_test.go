@@ -189,6 +189,7 @@ func shown(t *testing.T, dom, id string) float64 {
 // replay and checks that its numbers move and match the metrics, then
 // takes a screenshot.
 func TestStatusPageInChromium(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("no headless browser: %s is missing (Debian package chromium, in the Makefile's DEBS)", chromium)
 	}

@@ -51,6 +51,7 @@ func TestAcquirePreScanFails(t *testing.T) {
 // cannot write. With --overwrite the check passes, unless the output is a
 // directory, which no scan replaces.
 func TestPreScanRefusesExistingFiles(t *testing.T) {
+	t.Parallel()
 	path, _ := simulate(t, "--frames", "2")
 	dir := t.TempDir()
 	out, left := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "left.h5")
@@ -107,6 +108,7 @@ func TestPreScanRefusesExistingFiles(t *testing.T) {
 // exit status 1, before anything is listened on or written. It used to
 // pass the checks and fail in fi_getinfo with "No data available".
 func TestAcquireMissingProvider(t *testing.T) {
+	t.Parallel()
 	addr := scantest.FreeAddr(t)
 	if slices.Contains(fabric.Providers(addr), "verbs") {
 		t.Skip("this machine has an RDMA device: verbs is there")

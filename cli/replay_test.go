@@ -25,6 +25,13 @@ import (
 // TestMain lets the test binary stand in for the h5ingest command, so that
 // tests can run it as a process of its own (to kill it, or to read its file
 // from another process while it writes).
+//
+// The tests that mostly wait (on such processes, a paced replay, a
+// browser) run in parallel (t.Parallel). A test that sets the environment
+// (t.Setenv, as smallDetector, expectFormat and operatorPort do: the
+// command in-process and its children read the profile from it) or
+// captures os.Stdout (runCaptured) cannot: go test runs it before any
+// parallel test starts.
 func TestMain(m *testing.M) {
 	if err := stock.Register(stages); err != nil {
 		panic(err) // an empty registry takes every built-in name
@@ -235,6 +242,7 @@ func TestReplayUsageErrors(t *testing.T) {
 // TestSWMRReaderFollowsReplay has an h5py SWMR reader follow the file while
 // a paced replay writes it, and checks that it sees frames arrive.
 func TestSWMRReaderFollowsReplay(t *testing.T) {
+	t.Parallel()
 	py := scantest.Python(t, "h5py", "numpy")
 	path, _ := simulate(t, "--frames", "40")
 	out := filepath.Join(t.TempDir(), "scan.h5")
@@ -338,6 +346,7 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 // TestLogsNameTheScan checks that with --scan-id every log line says which
 // scan it is about.
 func TestLogsNameTheScan(t *testing.T) {
+	t.Parallel()
 	path, _ := simulate(t, "--frames", "3", "--corrupt", "1")
 	cmd := command("replay", path, "-o", filepath.Join(t.TempDir(), "s9.h5"), "--scan-id", "s9", "--log-level", "info")
 	var stderr bytes.Buffer
