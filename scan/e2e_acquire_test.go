@@ -199,7 +199,6 @@ func TestAcquireOfNoFrame(t *testing.T) {
 // frames of 295 kB: the recording stops with a warning and a cut capture,
 // while the scan goes on and its file gets every frame (no error).
 func TestAcquireRecordDiskFull(t *testing.T) {
-	t.Parallel()
 	small := mountTmpfs(t, "size=1m")
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 128, ChipHeight: 128},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}

@@ -30,7 +30,6 @@ import (
 // the file, under its final name, holds every frame written before the
 // disk filled, verified, the rest recorded missing.
 func TestReplayDiskFull(t *testing.T) {
-	t.Parallel()
 	dir := mountTmpfs(t, "size=8m")
 	path, truth := scantest.Simulate(t, simScan(bigFormat, 12))
 	stages := testStages(t)
@@ -67,7 +66,6 @@ func TestReplayDiskFull(t *testing.T) {
 // all 30 missing, or the file had no records and did not open in plain
 // h5py.
 func TestReplayDiskFullNoPlan(t *testing.T) {
-	t.Parallel()
 	py := scantest.Python(t, "h5py", "numpy")
 	recorded, _ := scantest.Simulate(t, simScan(bigFormat, 30))
 	captures := map[string]string{"plan recorded": recorded, "no plan": withoutPlan(t, recorded)}

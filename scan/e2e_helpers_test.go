@@ -37,9 +37,12 @@ import (
 // The long end-to-end tests that touch no state of the whole process run
 // in parallel (t.Parallel): most of their time is waiting on a backlog,
 // a drain or a disk. A test that counts the process's goroutines,
-// descriptors, HDF5 or libfabric objects or peak memory, or sets a
-// package variable (CancelWrite, verifyStep), must not: go test runs it
-// before any parallel test starts, alone.
+// descriptors, HDF5 or libfabric objects or peak memory, sets a package
+// variable (CancelWrite, verifyStep) or mounts a file system, must not:
+// go test runs it before any parallel test starts, alone. (A tmpfs the
+// test must unmount stays busy while a process another test started, a
+// Python reader, holds a descriptor of it: HDF5 opens its files without
+// close-on-exec.)
 
 // simScan returns the simulator's configuration of a scan of n
 // projections of f.
