@@ -40,8 +40,8 @@ func backlogPipeline() []string {
 	return []string{"--compression", "deflate", "--level", level, "--backend", "cpu"}
 }
 
-// simulateBacklog simulates n frames of backlogScan and makes the
-// profile's detector expect them.
+// simulateBacklog simulates n frames of backlogScan; backlogEnv makes an
+// acquire's detector expect them.
 func simulateBacklog(t *testing.T, n int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "big.pmcap")
@@ -49,8 +49,15 @@ func simulateBacklog(t *testing.T, n int) string {
 	if code := run(args); code != exitOK {
 		t.Fatalf("simulate: exit status %d", code)
 	}
-	expectFormat(t, scantest.Config(t, scantest.Truth(t, path)).Format)
 	return path
+}
+
+// backlogEnv returns the environment of an acquire child process whose
+// detector is that of the capture src (simulateBacklog's), so that the
+// test need not set it for the whole process and can run in parallel.
+func backlogEnv(t *testing.T, src string) []string {
+	t.Helper()
+	return formatEnv(scantest.Config(t, scantest.Truth(t, src)).Format)
 }
 
 // proc is an h5ingest child process with its output.
@@ -59,9 +66,17 @@ type proc struct {
 	stdout, stderr bytes.Buffer
 }
 
+// startProc starts h5ingest with args as a child process.
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, nil, args...)
+}
+
+// startProcEnv is startProc with env added to the child's environment.
+func startProcEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: command(args...)}
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -140,7 +155,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	t.Helper()
 	dir := t.TempDir()
 	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
-	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
+	acq := startProcEnv(t, backlogEnv(t, src), append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
 	acq.waitForFile(t, writer.TempName(out)) // the detector connected
@@ -203,6 +218,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 // decoded and written, and recorded; the rest are missing; exit 3. Set
 // KILL_RUNS to repeat it (each run logs received vs written).
 func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	src := simulateBacklog(t, n)
 	runs := 1
@@ -222,6 +238,7 @@ func TestAcquireDrainsBacklogSenderKilled(t *testing.T) {
 // while the ring is full: it takes no new frame, writes every frame
 // received, says so truly, and exits 3.
 func TestAcquireDrainsBacklogOnSignal(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	src := simulateBacklog(t, n)
 	for _, tt := range []struct{ end, name string }{{"interrupt", "interrupt"}, {"terminate", "terminated"}} {
@@ -268,6 +285,7 @@ func TestAcquireInterruptedWhileWaiting(t *testing.T) {
 // TestSendSaysWhenPaceNotKept checks send's line when it falls behind
 // --fps, and its silence when it keeps it.
 func TestSendSaysWhenPaceNotKept(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		fps  float64
 		st   fabric.SendStats
@@ -289,7 +307,7 @@ func TestSendSaysWhenPaceNotKept(t *testing.T) {
 	// End to end: 20 Pi-mega-sized frames asked at 100000 a second.
 	src := simulateBacklog(t, 20)
 	addr := scantest.FreeAddr(t)
-	acq := startProc(t, "acquire", "--listen", addr, "-o", filepath.Join(t.TempDir(), "scan.h5"), "--projections", "20", "--connect-timeout", "30s")
+	acq := startProcEnv(t, backlogEnv(t, src), "acquire", "--listen", addr, "-o", filepath.Join(t.TempDir(), "scan.h5"), "--projections", "20", "--connect-timeout", "30s")
 	code, _, stderr := runProcess(t, "send", src, "--to", addr, "--fps", "100000", "--timeout", "30s")
 	if code != exitOK || !strings.Contains(stderr, "could not keep --fps 100000") {
 		t.Errorf("send: exit status %d:\n%s", code, stderr)
@@ -304,11 +322,12 @@ func TestSendSaysWhenPaceNotKept(t *testing.T) {
 // missing), says so, exits 3, and the file is finished with a record for
 // every frame.
 func TestAcquireSecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	src := simulateBacklog(t, n)
 	dir := t.TempDir()
 	out, addr := filepath.Join(dir, "scan.h5"), scantest.FreeAddr(t)
-	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
+	acq := startProcEnv(t, backlogEnv(t, src), append([]string{"acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s")
 	acq.waitForFile(t, writer.TempName(out))

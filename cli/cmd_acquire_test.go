@@ -23,13 +23,25 @@ import (
 // and in child processes).
 func expectFormat(t *testing.T, f frame.Format) {
 	t.Helper()
+	for _, kv := range formatEnv(f) {
+		key, v, _ := strings.Cut(kv, "=")
+		t.Setenv(key, v)
+	}
+}
+
+// formatEnv returns the environment that makes the profile's detector the
+// one of frames of format f, for a child process of its own
+// (startProcEnv), where the test does not set it for all (expectFormat).
+func formatEnv(f frame.Format) []string {
+	var env []string
 	for key, v := range map[string]string{
 		"CHIPS_X": strconv.Itoa(f.ChipsX), "CHIPS_Y": strconv.Itoa(f.ChipsY),
 		"CHIP_WIDTH": strconv.Itoa(f.ChipWidth), "CHIP_HEIGHT": strconv.Itoa(f.ChipHeight),
 		"ENCODING": f.Encoding.String(), "BIT_DEPTH": strconv.Itoa(f.BitDepth), "CODING": f.Coding.String(),
 	} {
-		t.Setenv("H5INGEST_DETECTOR_"+key, v)
+		env = append(env, "H5INGEST_DETECTOR_"+key+"="+v)
 	}
+	return env
 }
 
 // smallDetector makes the profile's detector that of the captures simulate

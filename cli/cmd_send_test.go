@@ -18,6 +18,7 @@ import (
 // that it waits for a receiver, then, after --timeout, in plain words that
 // nothing listens there and nothing was sent; exit status 1.
 func TestSendNoReceiver(t *testing.T) {
+	t.Parallel()
 	src := simulateBacklog(t, 2)
 	addr := scantest.FreeAddr(t)
 	start := time.Now()
@@ -42,11 +43,11 @@ func TestSendNoReceiver(t *testing.T) {
 // at least the confirmed and at most the sent. In both modes: write (a
 // slot's credit) and send (a receive's).
 func TestSendReceiverStops(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	src := simulateBacklog(t, n)
 	for _, mode := range []string{"write", "send"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv("H5INGEST_SOURCE_MODE", mode)
 			sendReceiverStops(t, src, n, mode)
 		})
 	}
@@ -55,7 +56,8 @@ func TestSendReceiverStops(t *testing.T) {
 func sendReceiverStops(t *testing.T, src string, n int, mode string) {
 	dir := t.TempDir()
 	out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
-	acq := startProc(t, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
+	env := append(backlogEnv(t, src), "H5INGEST_SOURCE_MODE="+mode)
+	acq := startProcEnv(t, env, append([]string{"acquire", "--listen", addr, "-o", out, "--record", rec, "--projections", strconv.Itoa(n),
 		"--slots", strconv.Itoa(backlogSlots), "--connect-timeout", "30s", "--idle-timeout", "20s"}, backlogPipeline()...)...)
 	sender := startProc(t, "send", src, "--to", addr, "--timeout", "30s", "--mode", mode)
 	acq.waitForFile(t, writer.TempName(out))
