@@ -7,7 +7,7 @@
 
 GO       ?= go
 BIN      := bin/h5ingest
-FUZZTIME ?= 4s
+FUZZTIME ?= 2s
 OUT      ?= out
 
 # examples/extend is a module of its own, as a facility's would be (its
@@ -30,7 +30,7 @@ DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-
 	libzmq3-dev python3-zmq python3-cbor2 \
 	openapi-specification python3-jsonschema systemd
 
-.PHONY: all build deps test vet fmt-check unit race fuzz ptx-check demo bench-codecs clean
+.PHONY: all build deps test vet fmt-check unit unit-rest race fuzz ptx-check demo bench-codecs clean
 
 all: build
 
@@ -79,11 +79,23 @@ RACE_PKGS := ./pipeline ./scan ./service ./source/fabric ./source/capture ./inst
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)
 
-# Every fuzz target, each for FUZZTIME, starting from its committed corpus.
+# unit-rest is unit less RACE_PKGS: the tests race does not run.
+unit-rest:
+	$(GO) test -count=1 $(filter-out $(RACE_PKGS:./%=h5ingest/%),$(shell $(GO) list ./...))
+	cd $(EXTEND) && $(GO) test -count=1 ./...
+
+# Every fuzz target, each for FUZZTIME (make fuzz FUZZTIME=10m for a
+# longer search), starting from its committed corpus; go test runs the
+# corpus itself as tests.
 fuzz:
 	@tools/fuzz.sh $(FUZZTIME)
 
-test: deps vet fmt-check ptx-check gpu-binaries fuzz race unit
+# make test runs each test once: those of RACE_PKGS under the race
+# detector (race), the others without it (unit-rest), the two side by
+# side, as neither keeps two cores busy alone (much of a scan test's time
+# is waiting: for frames at a detector's pace, a sender, a timeout).
+test: deps vet fmt-check ptx-check gpu-binaries fuzz
+	@$(MAKE) --no-print-directory -j2 -Oline race unit-rest
 
 # The simulated scan's plan: the capture records it, and replay, given no
 # plan, writes the file by it (darks and flats keyed, angles set).
@@ -108,15 +120,31 @@ bench-codecs: deps
 # h5ingest itself, stripped, goes with the shared libraries it needs but
 # glibc in bin/gpu/h5ingest.tar.gz, for tools/gpu/first-contact.sh; the
 # kit and the tracked files must stay under the 64 MiB a call carries.
+# The kit is built again only when a source file, a script of the kit or
+# the version changed since the last (bin/gpu/.built). Its sources: the
+# files git tracks, or would, but the documents and the example
+# facility's module (Go files, the files they embed, the kit's scripts).
+GPU_KIT_SOURCES = $(wildcard $(shell git ls-files -co --exclude-standard -- ':!docs' ':!*.md' ':!$(EXTEND)'))
+
 .PHONY: gpu-binaries
-gpu-binaries:
-	@mkdir -p bin/gpu
+gpu-binaries: bin/gpu/.built
+bin/gpu/.built: $(GPU_KIT_SOURCES) bin/gpu/version
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/gpu.test ./gpu/cuda
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/gpu-backends.test ./gpu
 	CGO_ENABLED=1 $(GO) test -c -o bin/gpu/pipeline.test ./pipeline
 	GO=$(GO) tools/gpu/check-binaries.sh bin/gpu
 	CGO_ENABLED=1 $(GO) build -ldflags "-s -w -X h5ingest/version.version=$(VERSION)" -o bin/h5ingest-gpu ./cmd/h5ingest
 	tools/gpu/pack-h5ingest.sh bin/h5ingest-gpu bin/gpu/h5ingest.tar.gz
+	@touch $@
+
+# bin/gpu/version holds the version the kit's h5ingest was built as; it
+# changes (and the kit is built again) only when VERSION does.
+bin/gpu/version: FORCE
+	@mkdir -p bin/gpu
+	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
+
+.PHONY: FORCE
+FORCE:
 
 clean:
 	rm -rf bin $(OUT)
