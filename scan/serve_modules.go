@@ -227,6 +227,7 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 
 	connected := slices.ContainsFunc(scans, func(m *Module) bool { return m != nil })
 	res := result(ctx.Err() != nil, connected, err)
+	res.Notes = serviceNotes(n.result)
 	if !connected { // no module connected: no file
 		planned := s.Planned()
 		res.Counts = service.Counts{Planned: planned, Missing: planned}
@@ -341,6 +342,8 @@ type nodeRun struct {
 
 	mu    sync.Mutex
 	scans []*Module // by the module's place in the scan's files, as they start
+
+	result Result // what the scan did, once receive has returned
 }
 
 // counts returns each module's counts, by of its scan, or all planned
@@ -520,15 +523,15 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 				log.Warn("module connected after the stop and was refused", zap.Int("module", id))
 			}
 			refused = append(refused, strconv.Itoa(id))
+			n.result.Notes = append(n.result.Notes, Note{Kind: Refused, Text: fmt.Sprintf("module %d connected after the stop and was refused: its frames are recorded missing in %s", id, files.Modules[i].Path)})
 			continue
 		}
 		never = append(never, strconv.Itoa(id))
-		log.Warn("module never connected: its frames are recorded missing", zap.Int("module", id), zap.NamedError("reason", waits[i]))
+		n.result.Notes = append(n.result.Notes, Note{Kind: NeverConnected, Text: fmt.Sprintf("module %d never connected: its frames are recorded missing", id)})
 	}
 	m.finished = true
-	var res Result
-	err = finishModules(&res, files, mo, m.scans, m.errs)
-	logNotes(log, res)
+	err = finishModules(&n.result, files, mo, m.scans, m.errs)
+	logNotes(log, n.result)
 	if len(absent) > 0 && (err == nil || errors.Is(err, ErrIncomplete)) {
 		var why []string
 		if len(refused) > 0 {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,9 @@ func TestServeModules(t *testing.T) {
 	st = s.wait("s2")
 	if st.State != service.Incomplete || st.Counts.OK != n || st.Counts.Missing != n || st.Counts.Planned != 2*n || !strings.Contains(st.Error, "module 1 never connected") {
 		t.Errorf("s2: %s %+v %q", st.State, st.Counts, st.Error)
+	}
+	if !slices.ContainsFunc(st.Notes, func(n service.Note) bool { return strings.Contains(n.Text, "module 1") }) {
+		t.Errorf("s2's notes say nothing of module 1: %+v", st.Notes)
 	}
 	if len(st.Modules) != 2 || st.Modules[0].Counts.OK != n || st.Modules[0].Counts.Missing != 0 ||
 		st.Modules[1].Counts.OK != 0 || st.Modules[1].Counts.Missing != n || st.Modules[1].Counts.Planned != n {

@@ -421,6 +421,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	progressWG.Wait()
 
 	res := result(ctx.Err() != nil, scan != nil, err)
+	res.Notes = serviceNotes(done)
 	if scan == nil { // no detector connected: no file
 		n := s.Planned()
 		res.Counts = service.Counts{Planned: n, Missing: n}
@@ -481,6 +482,25 @@ func logNotes(log *zap.Logger, res Result) {
 			log.Warn("scan note", zap.String("master", res.Master.Path), zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
 		}
 	}
+}
+
+// serviceNotes returns the notes of a scan's result as the service
+// shows them: the scan's, each module's with its id, the master's.
+func serviceNotes(res Result) []service.Note {
+	var notes []service.Note
+	add := func(module *int, ns []Note) {
+		for _, n := range ns {
+			notes = append(notes, service.Note{Kind: n.Kind.String(), Module: module, Text: n.Text})
+		}
+	}
+	add(nil, res.Notes)
+	for _, m := range res.Modules {
+		add(&m.Module, m.Notes)
+	}
+	if res.Master != nil {
+		add(nil, res.Master.Notes)
+	}
+	return notes
 }
 
 // serviceCounts returns a pipeline's progress as the service counts it.

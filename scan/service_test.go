@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -176,6 +177,36 @@ func TestLogNotes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("logged\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestServiceNotes: the service shows every note of a scan's result, in
+// the result's order, each with its kind and the module it is about.
+func TestServiceNotes(t *testing.T) {
+	got := serviceNotes(Result{
+		Notes:   []Note{{Kind: NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
+		Modules: []Summary{{Module: 1, Notes: []Note{{Kind: Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2, Notes: []Note{{Kind: Warning, Text: "the stream did not end"}}}},
+		Master:  &MasterResult{Path: "m.h5", Notes: []Note{{Kind: Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
+	})
+	var lines []string
+	for _, n := range got {
+		module := "-"
+		if n.Module != nil {
+			module = strconv.Itoa(*n.Module)
+		}
+		lines = append(lines, n.Kind+"|"+module+"|"+n.Text)
+	}
+	want := []string{
+		"never connected|-|module 3 never connected: its frames are recorded missing",
+		"beyond the scan|1|4 frames beyond the scan were rejected",
+		"warning|2|the stream did not end",
+		"short|-|module 1 has 8 of the scan's 12 frames",
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("notes\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if serviceNotes(Result{Modules: []Summary{{Module: 0}}}) != nil {
+		t.Error("a result without notes gives notes")
 	}
 }
 

@@ -147,6 +147,15 @@ type Result struct {
 	Counts Counts
 	Files  []File
 	Error  string
+	Notes  []Note
+}
+
+// Note is a sentence a scan has for its user beside its counts: a
+// warning, or what became of some of its frames.
+type Note struct {
+	Kind   string `json:"kind" doc:"What the note is about: warning, info, interrupted, source stopped, beyond the scan, no frame, never connected, refused, short, dropped or failed."`
+	Module *int   `json:"module,omitempty" doc:"The module the note is about; absent where it is about the scan as a whole or its master file."`
+	Text   string `json:"text" doc:"The sentence, as the h5ingest command prints it."`
 }
 
 // Status is a scan's state and counts.
@@ -157,6 +166,7 @@ type Status struct {
 	Rates     Rates     `json:"rates" doc:"How fast the scan goes: over about the last second while it runs, over the whole scan once it has ended."`
 	Files     []File    `json:"files" nullable:"false"`
 	Error     string    `json:"error,omitempty"`
+	Notes     []Note    `json:"notes,omitempty" doc:"Once the scan has ended: its warnings and what became of some of its frames (a module that never connected, a live stream that did not end cleanly), as the command prints them beside its summary."`
 	ArmedAt   time.Time `json:"armed_at"`
 	StartedAt time.Time `json:"started_at,omitzero" doc:"When the first frame arrived."`
 	EndedAt   time.Time `json:"ended_at,omitzero"`

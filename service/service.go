@@ -357,6 +357,7 @@ func (s *Service) run(ctx context.Context, j *job) {
 		j.status.Error = "" // the user's cancel is no error
 	}
 	j.status.Files = res.Files
+	j.status.Notes = res.Notes
 	j.status.EndedAt = time.Now().UTC()
 	j.mu.Unlock()
 	j.cancel()
