@@ -3,6 +3,7 @@ package scantest
 import (
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -11,16 +12,32 @@ import (
 // starts next.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// handedOut holds the ports FreePort and FreePorts returned, which they
+// return to no other test of the process: tests that run in parallel
+// each get ports of their own, though the first has not bound its port
+// yet when the next asks.
+var handedOut sync.Map
+
+// FreePort returns a loopback port that was free a moment ago, and that
+// no other call of this test binary returned.
 func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := listenFree(t)
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return port
+		}
+	}
+	t.Fatal("no free loopback port that no other test was given")
+	return 0
+}
+
+// listenFree returns a port the system gives a listener on loopback,
+// closed again.
+func listenFree(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,8 +48,9 @@ func FreePort(t testing.TB) int {
 }
 
 // FreePorts returns the first of n consecutive loopback ports that were
-// free a moment ago: the source port of a profile of n modules, module
-// K's receiver listening on it plus K's index.
+// free a moment ago, and that no other call of this test binary returned:
+// the source port of a profile of n modules, module K's receiver
+// listening on it plus K's index.
 func FreePorts(t testing.TB, n int) int {
 	t.Helper()
 	for range 50 {
@@ -41,6 +59,11 @@ func FreePorts(t testing.TB, n int) int {
 		for i := range n {
 			if base+i > 65535 {
 				break
+			}
+			if i > 0 {
+				if _, taken := handedOut.Load(base + i); taken {
+					break
+				}
 			}
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
 			if err != nil {
@@ -52,6 +75,9 @@ func FreePorts(t testing.TB, n int) int {
 			l.Close()
 		}
 		if len(ls) == n {
+			for i := 1; i < n; i++ {
+				handedOut.Store(base+i, true)
+			}
 			return base
 		}
 	}

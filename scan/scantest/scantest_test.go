@@ -62,7 +62,7 @@ func TestWriteFrames(t *testing.T) {
 }
 
 // TestFreePorts checks that the n ports FreePorts finds can be listened
-// on, one after the other.
+// on, one after the other, and that no port is handed out twice.
 func TestFreePorts(t *testing.T) {
 	base := scantest.FreePorts(t, 3)
 	for i := range 3 {
@@ -74,6 +74,15 @@ func TestFreePorts(t *testing.T) {
 	}
 	if _, err := net.ResolveTCPAddr("tcp", scantest.FreeAddr(t)); err != nil {
 		t.Error(err)
+	}
+	// No port twice, so that tests in parallel do not meet on one.
+	seen := map[int]bool{base: true, base + 1: true, base + 2: true}
+	for range 200 {
+		p := scantest.FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
 	}
 }
 
