@@ -565,8 +565,13 @@ func TestServeDrainTimeoutSaysSo(t *testing.T) {
 	var sent atomic.Int64
 	result := sendRecords(t, scantest.CaptureRecords(t, simulate(t, bigFormat, n)), addr, &sent)
 	for deadline := time.Now().Add(60 * time.Second); sent.Load() < slots; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-result:
+			t.Fatalf("the sender ended after %d frames, before a backlog: %v\n%s", sent.Load(), err, s.logs.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no backlog: %d sent", sent.Load())
+			t.Fatalf("no backlog: %d sent\n%s", sent.Load(), s.logs.String())
 		}
 	}
 	err := s.end()
