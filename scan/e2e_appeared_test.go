@@ -22,7 +22,6 @@ import (
 // and ends failed with its frames in .x.h5.part; its result's file is the
 // .part, not the other file, and its error says where the frames are.
 func TestServeFileAppearedNamesThePart(t *testing.T) {
-	t.Parallel()
 	const n, first = 12, 4
 	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)

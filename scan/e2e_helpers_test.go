@@ -34,15 +34,16 @@ import (
 // simulator's truth, send frame by frame, fill disks and count what a
 // scan leaves open (scan/scantest has those the command's tests share).
 //
-// The long end-to-end tests that touch no state of the whole process run
-// in parallel (t.Parallel): most of their time is waiting on a backlog,
-// a drain or a disk. A test that counts the process's goroutines,
-// descriptors, HDF5 or libfabric objects or peak memory, sets a package
-// variable (CancelWrite, verifyStep) or mounts a file system, must not:
-// go test runs it before any parallel test starts, alone. (A tmpfs the
-// test must unmount stays busy while a process another test started, a
-// Python reader, holds a descriptor of it: HDF5 opens its files without
-// close-on-exec.)
+// The end-to-end tests of a replay that touch no state of the whole
+// process run in parallel (t.Parallel). A test that counts the process's
+// goroutines, descriptors, HDF5 or libfabric objects or peak memory, sets
+// a package variable (CancelWrite, verifyStep) or mounts a file system
+// must not: go test runs it before any parallel test starts, alone. (A
+// tmpfs the test must unmount stays busy while a process another test
+// started, a Python reader, holds a descriptor of it: HDF5 opens its
+// files without close-on-exec.) Nor do the scans over the fabric, a
+// receiver and its sender in this process: two at once under the race
+// detector on a loaded 2-core machine missed their connect timeouts.
 
 // simScan returns the simulator's configuration of a scan of n
 // projections of f.

@@ -320,7 +320,6 @@ func slowLevel() int {
 // come yet are pending. At the end frame 5 is the one missing, nothing
 // is pending.
 func TestServeCountsPendingNotMissing(t *testing.T) {
-	t.Parallel()
 	const n, slots, hole = 40, 16, 5
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	s := startServed(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
@@ -481,7 +480,6 @@ func TestServeCancelWritesTheRing(t *testing.T) {
 // frames that arrived, module 1's file with every frame missing and the
 // master, and never says that no file was written.
 func TestAcquireLateModuleRefused(t *testing.T) {
-	t.Parallel()
 	const n, slots = 60, 32
 	dir := t.TempDir()
 	profile := filepath.Join(dir, "two.yaml")
@@ -557,7 +555,6 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 // the scan and saying it was cancelled, and the file holds every frame
 // that was received, the rest recorded missing.
 func TestServeDrainTimeoutSaysSo(t *testing.T) {
-	t.Parallel()
 	const n, slots = 60, 16
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)
 	s := startServedDrain(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir, time.Millisecond)

@@ -157,7 +157,6 @@ func captured(t *testing.T, path string) int {
 // connection: either way every frame that arrived, and only those, is
 // written and in the --record capture, and the rest are recorded missing.
 func TestAcquireBacklogDrains(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("sends 60 frames of 1.2 MB through a slow pipeline")
 	}
@@ -351,7 +350,6 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 // module that arrived is in that module's file, the rest missing, and the
 // master file shows both.
 func TestAcquireModulesDrainOnStop(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("sends 2 x 40 frames of 1.2 MB through a slow pipeline")
 	}
@@ -539,7 +537,6 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, got *R
 // full: the second request stops it at once, the frames not yet written
 // recorded missing, and it says so.
 func TestAcquireSecondStopAtOnce(t *testing.T) {
-	t.Parallel()
 	const n = 60
 	var notes bytesBuffer
 	stop := NewStopper(context.Background(), 30*time.Second, notesTo(&notes))
