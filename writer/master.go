@@ -3,8 +3,10 @@ package writer
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -24,8 +26,12 @@ import (
 //   - The detector group holds, for module id K, a group module_K with
 //     the five per-frame records (frame_number, timestamp, raw_crc32c,
 //     data_crc32c, frame_status) as virtual datasets of the module file's
-//     records. A module file that is absent, or shorter than N frames,
-//     reads as frame_status 1 (missing) and zeros elsewhere.
+//     records. A module file that is absent reads as frame_status 1
+//     (missing) and zeros elsewhere. A module file shorter than N frames
+//     holds no records for the frames past its end: libhdf5 (1.10) reads
+//     a virtual dataset's source past its end rather than the fill value,
+//     so those frames read as whatever the source gives, and
+//     Reader.ModuleRecords reads the module's file itself.
 //   - The detector group's own records are a combined view of shape
 //     (N, M): column j holds the records of the module module_ids[j].
 //   - module_ids (M), module_origin (M, 2: y, x) and module_shape
@@ -310,11 +316,38 @@ func (r *Reader) masterError(op string) error {
 	return fmt.Errorf("%s %s: %w, modules %v: read a module's file, or ModuleRecords", op, r.path, ErrMaster, list)
 }
 
-// ModuleRecords returns the per-frame records of module id as a master
-// file maps them: frames of an absent module file read as missing.
+// ModuleRecords returns the per-frame records of module id as the master
+// places them: frames that the module's file does not hold, past its end
+// or in an absent file, read as missing. It reads the module's file itself
+// (its name taken as the master stores it, relative to the master's
+// directory) rather than the master's virtual records, because libhdf5
+// reads a virtual dataset's source past the source's end: a module file
+// shorter than the master's scan gives the bytes beyond it, not missing.
 func (r *Reader) ModuleRecords(id int) ([]frame.Record, error) {
-	if !slices.ContainsFunc(r.Modules, func(m MasterModule) bool { return m.ID == id }) {
+	i := slices.IndexFunc(r.Modules, func(m MasterModule) bool { return m.ID == id })
+	if i < 0 {
 		return nil, fmt.Errorf("records of module %d in %s: no such module", id, r.path)
 	}
-	return r.records(r.det + "/module_" + strconv.Itoa(id))
+	out := make([]frame.Record, r.Frames)
+	for j := range out {
+		out[j].Status = frame.StatusMissing
+	}
+	file := r.Modules[i].File
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(filepath.Dir(r.path), file)
+	}
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	m, err := OpenPlain(file)
+	if err != nil {
+		return nil, fmt.Errorf("records of module %d in %s: %w", id, r.path, err)
+	}
+	defer m.Close()
+	recs, err := m.Records()
+	if err != nil {
+		return nil, fmt.Errorf("records of module %d in %s: %w", id, r.path, err)
+	}
+	copy(out, recs)
+	return out, nil
 }

@@ -205,3 +205,56 @@ with h5py.File(sys.argv[1], "r") as f:
 		}
 	}
 }
+
+// TestMasterShortModule reads through a master of 6 frames the records of
+// module files that hold 4: one of fixed length (a plan of 4 frames) and
+// one extendible that stopped after 4. Frames past a file's end, and every
+// frame of the absent module 7, read as missing.
+func TestMasterShortModule(t *testing.T) {
+	const short = 4
+	dir := t.TempDir()
+	mo := masterOptions(dir, LayoutNXtomo)
+	if err := CreateMaster(mo); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(dir, LayoutNXtomo, pipeNone)
+	o.Path = filepath.Join(dir, mo.Modules[0].File)
+	o.Frames, o.ImageKey, o.RotationAngle = short, o.ImageKey[:short], o.RotationAngle[:short]
+	writeTestFile(t, o, pipeNone)
+	o = testOptions(dir, LayoutNXtomo, pipeNone)
+	o.Path = filepath.Join(dir, mo.Modules[1].File)
+	o.Frames = 0
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range short {
+		if err := w.WriteChunk(i, 0, pipeNone.encode(t, pattern(i, o.Height, o.Width, o.ElemSize), o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(mo.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := wantRecords(testFrames, 4, 5)
+	for _, tt := range []struct {
+		id   int
+		want []frame.Record
+	}{{0, want}, {1, want}, {7, wantRecords(testFrames, 0, 1, 2, 3, 4, 5)}} {
+		got, err := r.ModuleRecords(tt.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("module %d records %v, want %v", tt.id, got, tt.want)
+		}
+	}
+}
