@@ -26,12 +26,13 @@ import (
 //   - The detector group holds, for module id K, a group module_K with
 //     the five per-frame records (frame_number, timestamp, raw_crc32c,
 //     data_crc32c, frame_status) as virtual datasets of the module file's
-//     records. A module file that is absent reads as frame_status 1
-//     (missing) and zeros elsewhere. A module file shorter than N frames
-//     holds no records for the frames past its end: libhdf5 (1.10) reads
-//     a virtual dataset's source past its end rather than the fill value,
-//     so those frames read as whatever the source gives, and
-//     Reader.ModuleRecords reads the module's file itself.
+//     records. A module file that is absent, and the frames past the end
+//     of a module file shorter than N frames, read as frame_status 1
+//     (missing) and zeros elsewhere.
+//   - Each virtual dataset maps its sources to their ends, whatever their
+//     length, and is pinned at N frames (pinExtent): its largest shape is
+//     unlimited in frames, its shape N. A mapping of a fixed N frames
+//     would have libhdf5 (1.10) read a shorter source past its end.
 //   - The detector group's own records are a combined view of shape
 //     (N, M): column j holds the records of the module module_ids[j].
 //   - module_ids (M), module_origin (M, 2: y, x) and module_shape
@@ -154,16 +155,23 @@ func (b *Builder) virtualStack(det hid, stackPath string) {
 	defer p.close()
 	n := uint64(o.Frames)
 	vDims := []uint64{n, uint64(o.Height), uint64(o.Width)}
+	vMax := []uint64{unlimited, uint64(o.Height), uint64(o.Width)}
+	if err := pinExtent(p, vDims, vMax, []uint64{1, 1, 1}); err != nil {
+		b.fail(fmt.Errorf("create frame stack %s: %w", stackPath, err))
+		return
+	}
 	for _, m := range w.master {
 		src := []uint64{n, uint64(m.Height), uint64(m.Width)}
-		err := p.setVirtual(vDims, vDims, []uint64{0, uint64(m.Y), uint64(m.X)}, m.File, w.moduleStack(),
-			src, src, []uint64{0, 0, 0}, src)
+		sMax := []uint64{unlimited, uint64(m.Height), uint64(m.Width)}
+		block := []uint64{unlimited, uint64(m.Height), uint64(m.Width)}
+		err := p.setVirtual(vDims, vMax, []uint64{0, uint64(m.Y), uint64(m.X)}, m.File, w.moduleStack(),
+			src, sMax, []uint64{0, 0, 0}, block)
 		if err != nil {
 			b.fail(fmt.Errorf("create frame stack %s: module %d: %w", stackPath, m.ID, err))
 			return
 		}
 	}
-	w.stack = b.dataset(det, "data", w.stackKind(), 0, vDims, vDims, p)
+	w.stack = b.dataset(det, "data", w.stackKind(), 0, vDims, vMax, p)
 }
 
 // recordKinds are the element kinds of the per-frame records, in the
@@ -229,12 +237,18 @@ func (b *Builder) moduleRecord(g hid, name string, k kind, mod MasterModule, src
 		return
 	}
 	defer p.close()
-	dims := []uint64{uint64(b.w.opts.Frames)}
-	if err := p.setVirtual(dims, dims, []uint64{0}, mod.File, src, dims, dims, []uint64{0}, dims); err != nil {
+	n := uint64(b.w.opts.Frames)
+	dims, vMax := []uint64{n}, []uint64{unlimited}
+	if err := pinExtent(p, dims, vMax, []uint64{1}); err != nil {
 		b.fail(fmt.Errorf("create record %s of module %d: %w", name, mod.ID, err))
 		return
 	}
-	b.close(b.dataset(g, name, k, 0, dims, dims, p))
+	err = p.setVirtual(dims, vMax, []uint64{0}, mod.File, src, dims, vMax, []uint64{0}, []uint64{unlimited})
+	if err != nil {
+		b.fail(fmt.Errorf("create record %s of module %d: %w", name, mod.ID, err))
+		return
+	}
+	b.close(b.dataset(g, name, k, 0, dims, vMax, p))
 }
 
 // combinedRecord creates record name in det, (N, M), column j mapping src
@@ -250,18 +264,42 @@ func (b *Builder) combinedRecord(det hid, name string, k kind, src string) {
 		return
 	}
 	defer p.close()
-	n := uint64(b.w.opts.Frames)
-	vDims := []uint64{n, uint64(len(b.w.master))}
-	sDims := []uint64{n}
+	n, m := uint64(b.w.opts.Frames), uint64(len(b.w.master))
+	vDims, vMax := []uint64{n, m}, []uint64{unlimited, m}
+	sDims, sMax := []uint64{n}, []uint64{unlimited}
+	if err := pinExtent(p, vDims, vMax, []uint64{1, m}); err != nil {
+		b.fail(fmt.Errorf("create combined record %s: %w", name, err))
+		return
+	}
 	for j, mod := range b.w.master {
-		err := p.setVirtualBlocks(vDims, vDims, []uint64{0, uint64(j)}, []uint64{n, 1},
-			mod.File, src, sDims, sDims, []uint64{0}, sDims)
+		err := p.setVirtualBlocks(vDims, vMax, []uint64{0, uint64(j)}, []uint64{unlimited, 1},
+			mod.File, src, sDims, sMax, []uint64{0}, []uint64{unlimited})
 		if err != nil {
 			b.fail(fmt.Errorf("create combined record %s: module %d: %w", name, mod.ID, err))
 			return
 		}
 	}
-	b.close(b.dataset(det, name, k, 0, vDims, vDims, p))
+	b.close(b.dataset(det, name, k, 0, vDims, vMax, p))
+}
+
+// absentSource is a dataset that no file holds: a virtual dataset's
+// mapping of it reads as the virtual dataset's fill value.
+const absentSource = "/h5ingest_absent"
+
+// pinExtent adds to p, the creation properties of a virtual dataset of
+// extent dims/max whose mappings follow their sources as they grow, a
+// mapping of its last frame, a slab of shape block, to a source that
+// never exists. A virtual dataset is at least as long as its fixed
+// mappings reach, so the view keeps its N frames however short its
+// sources are; and a mapping that follows its source reads the source up
+// to the source's own end only, so frames past a short source's end read
+// as the fill value (a fixed mapping reads past it: whatever lies beyond
+// a module file's records, never missing). The pin is added first, so that
+// a source that holds the last frame gives it.
+func pinExtent(p dcpl, dims, max, block []uint64) error {
+	start := make([]uint64, len(dims))
+	start[0] = dims[0] - 1
+	return p.setVirtualBlocks(dims, max, start, block, ".", absentSource, block, block, make([]uint64, len(block)), block)
 }
 
 // int32s creates a dataset of dims holding v and returns it.
@@ -320,9 +358,10 @@ func (r *Reader) masterError(op string) error {
 // places them: frames that the module's file does not hold, past its end
 // or in an absent file, read as missing. It reads the module's file itself
 // (its name taken as the master stores it, relative to the master's
-// directory) rather than the master's virtual records, because libhdf5
-// reads a virtual dataset's source past the source's end: a module file
-// shorter than the master's scan gives the bytes beyond it, not missing.
+// directory) rather than the master's virtual records: a master written
+// before its virtual datasets followed their sources to their ends maps a
+// fixed N frames, which libhdf5 reads past the end of a shorter module
+// file.
 func (r *Reader) ModuleRecords(id int) ([]frame.Record, error) {
 	i := slices.IndexFunc(r.Modules, func(m MasterModule) bool { return m.ID == id })
 	if i < 0 {

@@ -257,4 +257,26 @@ func TestMasterShortModule(t *testing.T) {
 			t.Errorf("module %d records %v, want %v", tt.id, got, tt.want)
 		}
 	}
+	python := pythonWith(t, "h5py", "numpy")
+	out, err := exec.Command(python, "-c", `
+import sys, h5py
+det = "/entry/instrument/detector"
+with h5py.File(sys.argv[1], "r") as m:
+    st = m[det + "/frame_status"][...]
+    assert st.shape == (6, 3), st.shape
+    assert st.T.tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1], [1] * 6], st.T
+    ts = m[det + "/timestamp"][...]
+    assert ts[4:].tolist() == [[0, 0, 0]] * 2 and ts[3, :2].tolist() == [4000000] * 2, ts
+    for k in (0, 1):
+        assert m[det + "/module_%d/frame_status" % k][...].tolist() == [0, 0, 0, 0, 1, 1], k
+        assert m[det + "/module_%d/timestamp" % k][4:].tolist() == [0, 0], k
+    assert m[det + "/data"].shape == (6, 32, 48)
+    assert not m[det + "/data"][4:].any()
+    assert m[det + "/image_key"][...].tolist() == [2, 1, 0, 0, 0, 0]
+    assert m["/entry/sample/rotation_angle"][...].tolist() == [0, 0, 0, 45, 90, 135]
+print("ok")
+`, mo.Path).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Errorf("h5py reading a master of short module files: %v\n%s", err, out)
+	}
 }
