@@ -162,7 +162,7 @@ func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
 	defer r.Close()
 	step()
 	if r.Modules != nil {
-		return verifyMaster(stages, path, r.Modules)
+		return verifyMaster(stages, path, r.Modules, r.Frames)
 	}
 	rep, err := verifyFile(r, stages)
 	if err != nil {
@@ -179,9 +179,11 @@ func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
 	return rep, nil
 }
 
-// verifyMaster verifies every module file of a master and returns the worst
-// outcome: a module file that is missing or bad fails the master.
-func verifyMaster(stages *registry.Registry, path string, modules []writer.MasterModule) (*VerifyReport, error) {
+// verifyMaster verifies every module file of a master of frames frames
+// and returns the worst outcome: a module file that is missing or bad
+// fails the master, and one that holds fewer frames than the master makes
+// it incomplete (the master reads the frames past its end as missing).
+func verifyMaster(stages *registry.Registry, path string, modules []writer.MasterModule, frames int) (*VerifyReport, error) {
 	rep := &VerifyReport{Path: path, Modules: make([]ModuleVerify, 0, len(modules))}
 	var worst error
 	for _, m := range modules {
@@ -190,6 +192,9 @@ func verifyMaster(stages *registry.Registry, path string, modules []writer.Maste
 			file = filepath.Join(filepath.Dir(path), file)
 		}
 		mr, err := verify(stages, file)
+		if err == nil && mr != nil && mr.Frames < frames {
+			err = fmt.Errorf("%s holds %d of the master's %d frames: %w", file, mr.Frames, frames, ErrIncomplete)
+		}
 		rep.Modules = append(rep.Modules, ModuleVerify{ID: m.ID, Path: file, Report: mr, Err: err})
 		if err != nil && !errors.Is(err, ErrIncomplete) && !errors.Is(err, errBad) {
 			err = fmt.Errorf("module %d: %w", m.ID, err)
