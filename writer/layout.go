@@ -576,6 +576,17 @@ func (b *Builder) column(loc hid, name string, k kind, width uint64, static bool
 			return -1
 		}
 		defer p.close()
+	} else if name == "frame_status" {
+		// Its fill value is missing in a file of fixed length too, so
+		// that no reader sees ok where the writer wrote no record.
+		fill := uint64(frame.StatusMissing)
+		var err error
+		p, err = newDCPL(nil, k, unsafe.Pointer(&fill))
+		if err != nil {
+			b.fail(err)
+			return -1
+		}
+		defer p.close()
 	}
 	if width > 1 {
 		dims, max = append(dims, width), append(max, width)

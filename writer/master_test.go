@@ -280,3 +280,23 @@ print("ok")
 		t.Errorf("h5py reading a master of short module files: %v\n%s", err, out)
 	}
 }
+
+// TestFrameStatusFill checks that frame_status's fill value is missing in
+// files of fixed length and extendible ones alike, so that no reader sees
+// ok for a frame the writer has no record of.
+func TestFrameStatusFill(t *testing.T) {
+	python := pythonWith(t, "h5py")
+	for _, frames := range []int{testFrames, 0} {
+		o := testOptions(t.TempDir(), LayoutNXtomo, pipeNone)
+		o.Frames = frames
+		writeTestFile(t, o, pipeNone)
+		out, err := exec.Command(python, "-c", `
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    print(f["/entry/instrument/detector/frame_status"].fillvalue)
+`, o.Path).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "1" {
+			t.Errorf("%d frames: frame_status fill value %q (%v), want 1 (missing)", frames, out, err)
+		}
+	}
+}
