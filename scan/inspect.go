@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ type InspectReport struct {
 
 // FileSummary is what Inspect finds in a module's HDF5 file.
 type FileSummary struct {
-	Layout string // the layout's name, as the file records it
+	Layout string // the layout's name: nxtomo, cxi, the registered layout whose stack is where the file's is, or other
 	SWMR   bool   // the file was written for SWMR readers
 
 	// The frame stack: Frames images of Height x Width pixels of
@@ -117,7 +118,7 @@ func Inspect(stages *registry.Registry, path string) (*InspectReport, error) {
 	}
 	frameSize := int64(r.Height * r.Width * r.ElemSize)
 	s := &FileSummary{
-		Layout: r.Layout, SWMR: r.SWMR,
+		Layout: layoutName(stages, r), SWMR: r.SWMR,
 		Frames: r.Frames, Height: r.Height, Width: r.Width, ElemSize: r.ElemSize,
 		Codec:        stages.CodecOf(r.Filters, r.ElemSize),
 		Filters:      codecFilters(stages, r.Filters, r.ElemSize),
@@ -134,6 +135,31 @@ func Inspect(stages *registry.Registry, path string) (*InspectReport, error) {
 	}
 	s.Span, s.SpanFrames = timeSpan(records)
 	return &InspectReport{Path: path, File: s}, nil
+}
+
+// layoutName returns the name of r's layout: h5ingest's own as the reader
+// knows them, and for another (writer.LayoutOther) the one registered
+// layout whose frame stack is where the file's is. The files record no
+// layout's name, so a file whose stack is where no registered layout, or
+// where several, put theirs stays writer.LayoutOther.
+func layoutName(stages *registry.Registry, r *writer.Reader) string {
+	if r.Layout != writer.LayoutOther {
+		return r.Layout
+	}
+	found := ""
+	for _, name := range stages.Names().Layouts {
+		l, ok := stages.Layout(name)
+		if !ok || l.New == nil || name == writer.LayoutNXtomo || name == writer.LayoutCXI {
+			continue
+		}
+		if l.New().StackPath() == r.StackPath() {
+			if found != "" {
+				return writer.LayoutOther
+			}
+			found = name
+		}
+	}
+	return cmp.Or(found, writer.LayoutOther)
 }
 
 // inspectMaster summarises a master file: the array, and for each module

@@ -115,6 +115,10 @@ func (r *Reader) defaultData() (string, bool) {
 	return p, exists(r.file, p+"/data") && exists(r.file, p+"/frame_status")
 }
 
+// StackPath returns the path of the file's frame stack, where a Layout's
+// StackPath puts it.
+func (r *Reader) StackPath() string { return r.det + "/data" }
+
 func (r *Reader) init() error {
 	switch {
 	case exists(r.file, nxtomoStack):
