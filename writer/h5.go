@@ -953,3 +953,51 @@ func readValue(loc hid, name string) (any, error) {
 	}
 	return nil, fmt.Errorf("dataset %s: neither a string, a number nor a boolean", name)
 }
+
+// pinnedFrames returns, of virtual dataset d, one frame past the frame
+// that its mapping of dset in this file (".") covers, and false where it
+// has no such mapping.
+func pinnedFrames(d hid, dset string) (int, bool, error) {
+	lock()
+	defer unlock()
+	p := C.H5Dget_create_plist(d)
+	if p < 0 {
+		return 0, false, lastError("creation properties of a virtual dataset")
+	}
+	defer C.H5Pclose(p)
+	if C.H5Pget_layout(p) != C.H5D_VIRTUAL {
+		return 0, false, nil
+	}
+	var count C.size_t
+	if C.H5Pget_virtual_count(p, &count) < 0 {
+		return 0, false, lastError("mappings of a virtual dataset")
+	}
+	buf := make([]C.char, len(dset)+2)
+	for i := C.size_t(0); i < count; i++ {
+		file := make([]C.char, 2)
+		if C.H5Pget_virtual_filename(p, i, &file[0], 2) != 1 || file[0] != '.' {
+			continue
+		}
+		n := C.H5Pget_virtual_dsetname(p, i, &buf[0], C.size_t(len(buf)))
+		if n < 0 || int(n) != len(dset) || C.GoString(&buf[0]) != dset {
+			continue
+		}
+		vs := C.H5Pget_virtual_vspace(p, i)
+		if vs < 0 {
+			return 0, false, lastError("selection of a virtual dataset's mapping")
+		}
+		rank := C.H5Sget_simple_extent_ndims(vs)
+		if rank < 1 {
+			C.H5Sclose(vs)
+			return 0, false, lastError("rank of a virtual dataset's mapping")
+		}
+		start, end := make([]C.hsize_t, rank), make([]C.hsize_t, rank)
+		r := C.H5Sget_select_bounds(vs, &start[0], &end[0])
+		C.H5Sclose(vs)
+		if r < 0 {
+			return 0, false, lastError("bounds of a virtual dataset's mapping")
+		}
+		return int(end[0]) + 1, true, nil
+	}
+	return 0, false, nil
+}

@@ -300,3 +300,48 @@ with h5py.File(sys.argv[1], "r") as f:
 		}
 	}
 }
+
+// TestMasterLongModule reads a master of 6 frames whose module 0 file,
+// written without a plan, holds 8: the master's virtual datasets follow
+// it (libhdf5 shows 8 frames), but Reader keeps the scan's 6 where the
+// master pins them, and ModuleRecords gives 6 records.
+func TestMasterLongModule(t *testing.T) {
+	dir := t.TempDir()
+	mo := masterOptions(dir, LayoutNXtomo)
+	if err := CreateMaster(mo); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(dir, LayoutNXtomo, pipeNone)
+	o.Path = filepath.Join(dir, mo.Modules[0].File)
+	o.Frames = 0
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range testFrames + 2 {
+		if err := w.WriteChunk(i, 0, pipeNone.encode(t, pattern(i, o.Height, o.Width, o.ElemSize), o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(mo.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Frames != testFrames {
+		t.Errorf("master of %d frames read as %d", testFrames, r.Frames)
+	}
+	got, err := r.ModuleRecords(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantRecords(testFrames); !slices.Equal(got, want) {
+		t.Errorf("module 0 records %v, want %v", got, want)
+	}
+}

@@ -160,6 +160,17 @@ func (r *Reader) readShape() error {
 		return fmt.Errorf("frame stack has rank %d, not 3", len(dims))
 	}
 	r.Frames, r.Height, r.Width = int(dims[0]), int(dims[1]), int(dims[2])
+	if r.Modules != nil {
+		// A master's stack grows with a module file longer than the
+		// scan; the scan's N frames are where its extent is pinned.
+		n, ok, err := pinnedFrames(r.stack, absentSource)
+		if err != nil {
+			return fmt.Errorf("frame stack: %w", err)
+		}
+		if ok {
+			r.Frames = n
+		}
+	}
 	return nil
 }
 
