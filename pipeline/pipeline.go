@@ -95,7 +95,11 @@ type Processor interface {
 	// rewrite the pixels in place and must not keep image once it
 	// returns. An error leaves the frame unwritten and recorded missing,
 	// with the error logged: a frame a processor could not process is
-	// never stored as if it were good.
+	// never stored as if it were good; so does a panic, which the
+	// pipeline takes as the processor's error. A processor sees only
+	// frames received intact: one received with a payload CRC mismatch is
+	// stored as received, unprocessed, so that no damaged frame enters a
+	// processor's state (a flat-field's reference).
 	Process(n int, f frame.Format, image []byte) error
 }
 
@@ -698,7 +702,7 @@ func (p *Pipeline) compress(codec compress.Codec, proc Processor, in <-chan *slo
 		encode = codec.(compress.Preshuffled).EncodeShuffled
 	}
 	for s := range in {
-		if s.write && proc != nil {
+		if s.write && proc != nil && s.record.Status == frame.StatusOK {
 			p.process(proc, s)
 		}
 		if s.write {
@@ -718,13 +722,25 @@ func (p *Pipeline) compress(codec compress.Codec, proc Processor, in <-chan *slo
 // processed image's. A failure leaves the frame unwritten and missing.
 func (p *Pipeline) process(proc Processor, s *slot) {
 	image := s.image[:p.cfg.Format.ImageSize()]
-	if err := proc.Process(s.n, p.cfg.Format, image); err != nil {
+	if err := processSafely(proc, s.n, p.cfg.Format, image); err != nil {
 		p.log.Error("processor failed: frame not written", zap.Int("frame", s.n), zap.Error(err))
 		s.write = false
 		s.record = frame.Record{Timestamp: s.record.Timestamp, RawCRC: s.record.RawCRC, Status: frame.StatusMissing}
 		return
 	}
 	s.record.DataCRC = frame.Checksum(image)
+}
+
+// processSafely runs proc on image of frame n, turning a panic of the
+// processor (a facility's own stage) into its error: one bad frame costs
+// that frame, not the scan and every frame before it.
+func processSafely(proc Processor, n int, f frame.Format, image []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("processor panicked: %v", r)
+		}
+	}()
+	return proc.Process(n, f, image)
 }
 
 // write hands chunks and records to the sink, one goroutine, and returns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -130,5 +131,77 @@ func TestProcessorRefused(t *testing.T) {
 	src := &sliceSource{frames: []*Frame{testFrame(t, testFormat, 0)}}
 	if _, err := p.Run(context.Background(), src, newMemSink()); err == nil || err.Error() != "make processor: flat field file missing" {
 		t.Errorf("run with a processor that cannot be made: %v", err)
+	}
+}
+
+// panicky is a Processor that panics on the frames of bad and inverts the
+// others; seen records the frames it was given.
+type panicky struct {
+	bad  map[int]bool
+	mu   *sync.Mutex
+	seen map[int]bool
+}
+
+func (p panicky) Process(n int, f frame.Format, image []byte) error {
+	p.mu.Lock()
+	p.seen[n] = true
+	p.mu.Unlock()
+	if p.bad[n] {
+		panic(fmt.Sprintf("index out of range at frame %d", n))
+	}
+	return invert{}.Process(n, f, image)
+}
+
+// TestProcessorPanicsAndDamage: a processor that panics on a frame costs
+// that frame (recorded missing, no chunk), not the scan; a frame received
+// with a payload CRC mismatch is stored as received without reaching the
+// processor, so that no damaged frame enters a processor's state; every
+// other frame is processed.
+func TestProcessorPanicsAndDamage(t *testing.T) {
+	const frames = 12
+	backend, err := gpu.New("cpu", gpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	proc := panicky{bad: map[int]bool{5: true}, mu: &sync.Mutex{}, seen: map[int]bool{}}
+	p, err := New(Config{
+		Format: testFormat, Frames: frames, Backend: backend, Workers: 2,
+		NewCodec:     func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
+		NewProcessor: func() (Processor, error) { return proc, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const damaged = 7
+	src := &sliceSource{}
+	for n := range uint64(frames) {
+		f := testFrame(t, testFormat, n)
+		if n == damaged {
+			f.Payload[0] ^= 0x01 // the CRC in the header no longer matches
+		}
+		src.frames = append(src.frames, f)
+	}
+	sink := newMemSink()
+	progress, err := p.Run(context.Background(), src, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if progress.OK != frames-2 || progress.Missing != 1 || progress.CRCMismatch != 1 {
+		t.Errorf("counts %+v; want %d ok, 1 missing (the panic), 1 CRC mismatch", progress.Counts, frames-2)
+	}
+	if rec := sink.records[5]; rec.Status != frame.StatusMissing || sink.chunks[5] != nil {
+		t.Errorf("frame 5 (the processor panicked): status %d, chunk %v; want missing, no chunk", rec.Status, sink.chunks[5] != nil)
+	}
+	if proc.seen[damaged] {
+		t.Errorf("the processor was given frame %d, received damaged", damaged)
+	}
+	if rec := sink.records[damaged]; rec.Status != frame.StatusCRCMismatch || sink.chunks[damaged] == nil {
+		t.Errorf("frame %d (damaged): status %d, chunk %v; want CRC mismatch, stored as received", damaged, rec.Status, sink.chunks[damaged] != nil)
+	}
+	for n := range frames {
+		if n != damaged && !proc.seen[n] {
+			t.Errorf("frame %d never reached the processor", n)
+		}
 	}
 }

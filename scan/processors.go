@@ -71,6 +71,9 @@ func startProcessors(reg *registry.Registry, p config.Profile, pl plan.Plan, f f
 		st, err := reg.StartProcessor(i, entry, pipeline.Scan{
 			Format: f, Frames: pl.Frames(), ImageKeys: keys, AddDataset: pr.addDataset, AddStream: addStream,
 		})
+		if err == nil && st == nil {
+			err = fmt.Errorf("processor %s: its Start returned no stage", entry.Name)
+		}
 		if err != nil {
 			pr.close()
 			return nil, Usage(err)
@@ -117,6 +120,9 @@ func (pr *processing) newProcessor() func() (pipeline.Processor, error) {
 			p, err := s.stage.Processor()
 			if err != nil {
 				return nil, fmt.Errorf("processor %s: %w", s.name, err)
+			}
+			if p == nil {
+				return nil, fmt.Errorf("processor %s: its stage gave no processor", s.name)
 			}
 			ch = append(ch, p)
 		}

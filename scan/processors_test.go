@@ -140,4 +140,29 @@ func TestProcessorStartRefused(t *testing.T) {
 	if r.err == nil || !strings.Contains(r.err.Error(), "processor flatfield: the plan has no flat field") {
 		t.Fatalf("replay: %v, want flatfield's refusal", r.err)
 	}
+	// A facility's processor whose Start or whose stage gives nothing is
+	// refused by name, not a crash.
+	for _, tt := range []struct {
+		name  string
+		start func(any, pipeline.Scan) (pipeline.Stage, error)
+		want  string
+	}{
+		{"nostage", func(any, pipeline.Scan) (pipeline.Stage, error) { return nil, nil }, "processor nostage: its Start returned no stage"},
+		{"noproc", func(any, pipeline.Scan) (pipeline.Stage, error) { return nilStage{}, nil }, "processor noproc: its stage gave no processor"},
+	} {
+		if err := stages.AddProcessor(registry.Processor{Name: tt.name, Start: tt.start}); err != nil {
+			t.Fatal(err)
+		}
+		p.Output.Processors = []config.Processor{{Name: tt.name}}
+		r = replayInto(t, context.Background(), p, stages, cfg.Plan, out, capPath)
+		if r.err == nil || !strings.Contains(r.err.Error()+r.errs, tt.want) {
+			t.Errorf("replay with %s: %v, notes %q; want %q", tt.name, r.err, r.errs, tt.want)
+		}
+	}
 }
+
+// nilStage is a processor stage that gives no processor.
+type nilStage struct{}
+
+func (nilStage) Processor() (pipeline.Processor, error) { return nil, nil }
+func (nilStage) Close() error                           { return nil }
