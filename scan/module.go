@@ -62,6 +62,7 @@ type Module struct {
 	log          *zap.Logger
 	progress     pipeline.Progress
 	closed       bool
+	ran          bool // Run was called: the file holds what the scan received
 	// stream, for an acquire, is the detector's connection, whose counts
 	// follow the summary.
 	stream statser
@@ -196,6 +197,7 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 // the scan is quiet (a module's scan beside others). Its error is what
 // stopped src early, for Finish.
 func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
+	r.ran = true
 	if st, ok := src.(statser); ok {
 		r.stream = st
 	}
@@ -304,6 +306,7 @@ func (r *Module) beyond() (which, where string) {
 }
 
 // Abort finishes a scan that Finish did not: the file keeps what it has.
+// A scan refused before it ran (a stream port taken) leaves no file.
 func (r *Module) Abort() {
 	if !r.closed {
 		r.closeLive()
@@ -311,7 +314,11 @@ func (r *Module) Abort() {
 		if err := r.procs.close(); err != nil {
 			r.log.Warn("processor stage failed", zap.Error(err))
 		}
-		r.file.Close()
+		if r.ran {
+			r.file.Close()
+		} else if err := r.file.Discard(); err != nil {
+			r.log.Warn("scan refused before its first frame: its file could not be removed", zap.Error(err))
+		}
 		r.closeBackend()
 	}
 }

@@ -527,6 +527,33 @@ func (w *Writer) Close() error {
 	return w.err
 }
 
+// Discard closes the Writer and removes its file and lock, for a scan
+// refused as it started, before its first frame: no file is left under
+// either name. After Close, or a second time, it does nothing and returns
+// the Writer's error.
+func (w *Writer) Discard() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.file <= 0 {
+		return w.err
+	}
+	if w.flusher != nil {
+		w.flusher.Stop()
+	}
+	defer w.lock.release()
+	err := w.closeAll()
+	if rerr := os.Remove(w.temp); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		err = fmt.Errorf("discard %s: %w", w.temp, err)
+	}
+	if w.err == nil {
+		w.err = cmp.Or(err, fmt.Errorf("%s: discarded before its first frame", w.opts.Path))
+	}
+	return err
+}
+
 // Name returns the name of the Writer's file: its temporary name (see
 // TempName) until Close has given it its final name, and still after a
 // Close that could not (a file appeared at the final name meanwhile).

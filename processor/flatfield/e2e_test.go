@@ -355,9 +355,15 @@ func TestStreamRouteFaults(t *testing.T) {
 		{"address taken", live + fmt.Sprintf("output:\n  processors: [{name: flatfield, to: stream, address: 'tcp://127.0.0.1:%d'}]\n", taken), "series flatfield"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := replayScan(t, dir, "fault", f, "name: ff\n"+c.profile)
+			out, _, err := replayScan(t, dir, "fault", f, "name: ff\n"+c.profile)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("replay: %v, want an error with %q", err, c.want)
+			}
+			// Refused before its first frame, the scan leaves no file:
+			// neither its final name, nor its temporary one, nor its lock.
+			left, _ := filepath.Glob(filepath.Join(dir, "*fault.h5*"))
+			if out != "" && len(left) > 0 {
+				t.Errorf("a refused scan left %v", left)
 			}
 		})
 	}
