@@ -52,7 +52,29 @@ func makeStages(reg *registry.Registry, p config.Profile, f frame.Format) (stage
 			return stages{}, Usage(fmt.Errorf("key output.processors[%d]: %q is not registered", i, entry.Name))
 		}
 	}
-	return stages{layout: layout, newCodec: func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }}, nil
+	newCodec := func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }
+	if err := readsItsOwn(c, newCodec, f.PixelSize()); err != nil {
+		return stages{}, err
+	}
+	return stages{layout: layout, newCodec: newCodec}, nil
+}
+
+// readsItsOwn checks that codec entry c reads back the filter pipeline
+// its codec writes, before any file is made: a facility's codec whose
+// Read refuses its own filters would write files that neither verify nor
+// inspect can read.
+func readsItsOwn(c registry.Codec, newCodec func() (compress.Codec, error), elemSize int) error {
+	if c.Read == nil {
+		return nil
+	}
+	codec, err := newCodec()
+	if err != nil {
+		return Usage(fmt.Errorf("key output.compression: %s: %w", c.Name, err))
+	}
+	if _, err := c.Read(codec.Filters(), elemSize); err != nil {
+		return fmt.Errorf("key output.compression: codec %s cannot read back the filters it writes (%w): its files could not be verified", c.Name, err)
+	}
+	return nil
 }
 
 // layoutOf returns the file layout profile p names.
