@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"h5ingest/compress"
 	"h5ingest/config"
@@ -171,11 +172,28 @@ func add[T any](kind string, list *[]T, e T, name func(T) string) error {
 	switch {
 	case name(e) == "":
 		return fmt.Errorf("register %s: no name", kind)
+	case !plainName(name(e)):
+		return fmt.Errorf("register %s %q: a name is letters, digits and - _ . + not first", kind, name(e))
 	case slices.ContainsFunc(*list, func(x T) bool { return name(x) == name(e) }):
 		return fmt.Errorf("register %s %q: the name is taken", kind, name(e))
 	}
 	*list = append(*list, e)
 	return nil
+}
+
+// plainName reports whether n is a name a profile, a flag and a list of
+// names can all spell: an ASCII letter or digit, then letters, digits
+// and - _ . +.
+func plainName(n string) bool {
+	for i, r := range n {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && strings.ContainsRune("-_.+", r):
+		default:
+			return false
+		}
+	}
+	return n != ""
 }
 
 // find returns the entry of list named n.

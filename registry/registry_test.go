@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +52,9 @@ func TestBuiltin(t *testing.T) {
 	}
 }
 
+// noCodec is a codec's New that makes none.
+func noCodec(int, int) (compress.Codec, error) { return nil, errors.New("no codec") }
+
 func TestRefusedEntries(t *testing.T) {
 	r := registry.New()
 	for _, tc := range []struct {
@@ -62,6 +66,10 @@ func TestRefusedEntries(t *testing.T) {
 		{"codec without New", r.AddCodec(registry.Codec{Name: "x"}), "no New"},
 		{"backend without New", r.AddBackend(registry.Backend{Name: "x"}), "no New"},
 		{"processor without New", r.AddProcessor(registry.Processor{Name: "x"}), "no New"},
+		{"name with a space", r.AddCodec(registry.Codec{Name: "a b", New: noCodec}), "a name is letters"},
+		{"name with a comma", r.AddCodec(registry.Codec{Name: "x,y", New: noCodec}), "a name is letters"},
+		{"name like a flag", r.AddCodec(registry.Codec{Name: "-v", New: noCodec}), "a name is letters"},
+		{"name with a trailing space", r.AddCodec(registry.Codec{Name: "lz4 ", New: noCodec}), "a name is letters"},
 		{"layout named otherwise", r.AddLayout(registry.Layout{Name: "nexus", New: func() writer.Layout { return writer.NXtomo{} }}), `says its name is "nxtomo"`},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
