@@ -442,7 +442,7 @@ func decode(values map[string]any) (Profile, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:      &p,
 		ErrorUnused: true,
-		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), wholeNumbers, decodeProcessor),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), durationUnits, wholeNumbers, decodeProcessor),
 	})
 	if err != nil {
 		return p, err
@@ -468,6 +468,24 @@ func wholeNumbers(from, to reflect.Type, data any) (any, error) {
 	}
 	if f, ok := data.(float64); ok && (f != math.Trunc(f) || math.IsInf(f, 0)) {
 		return nil, fmt.Errorf("%v, want a whole number", f)
+	}
+	return data, nil
+}
+
+// durationUnits refuses a bare number other than 0 for a duration key,
+// which the decoder would otherwise take as nanoseconds ("wait: 5" is no
+// five seconds): a duration is written with its unit, 5s or 200ms.
+func durationUnits(from, to reflect.Type, data any) (any, error) {
+	if d := reflect.TypeFor[time.Duration](); to != d || from == d {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if v := reflect.ValueOf(data); !v.IsZero() {
+			return nil, fmt.Errorf("%v, want a duration with its unit, such as 5s or 200ms", data)
+		}
 	}
 	return data, nil
 }

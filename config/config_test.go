@@ -131,6 +131,7 @@ func TestErrors(t *testing.T) {
 		{"stream of bszstd", "stream:\n  address: tcp://127.0.0.1:31001\noutput:\n  compression: bszstd\n", nil, nil, "",
 			"key stream.address: set with output.compression bszstd, which Stream V2 cannot carry: want bslz4, lz4 or none"},
 		{"stream every", "stream:\n  every: 0\n", nil, nil, "", "key stream.every: 0, want 1 or more"},
+		{"duration without unit", "source:\n  connect_timeout: 30\n", nil, nil, "", "key source.connect_timeout: 30, want a duration with its unit, such as 5s or 200ms"},
 		{"stream queue", "stream:\n  queue: 5000\n", nil, nil, "", "key stream.queue: 5000, want 1 to 1024"},
 		{"status address", "status:\n  address: \"localhost:http\"\n", nil, nil, "", `key status.address: "localhost:http", want [HOST]:PORT or PORT with a port of 0 to 65535`},
 		{"wrong type", "detector:\n  distance_m: far\n", nil, nil, "", "key detector.distance_m: "},

@@ -100,7 +100,7 @@ func (p Processor) Decode(index int, dst any) error {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:      dst,
 		ErrorUnused: true,
-		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), wholeNumbers),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), durationUnits, wholeNumbers),
 	})
 	if err != nil {
 		return fmt.Errorf("processor %s: %w", p.Name, err)

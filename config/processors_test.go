@@ -91,6 +91,7 @@ func TestProcessorEntriesRefused(t *testing.T) {
 		{"[{name: flatfield, bins: 4}]", "key output.processors[0].bins: unknown option of processor flatfield (it knows to, bin, max or wait)"},
 		{"[mask, {name: flatfield, bin: four}]", "key output.processors[1].bin"},
 		{"[{name: flatfield, bin: 1.5}]", "key output.processors[0].bin"},
+		{"[{name: flatfield, wait: 5}]", "key output.processors[0].wait: 5, want a duration with its unit"},
 		{"[{name: mask, level: 3}]", "key output.processors[0]: processor mask takes no options, and the entry sets level"},
 		{"[{bin: 4}]", "its name under name"},
 		{"[[flatfield]]", "a processor is its name or a map"},
