@@ -1,12 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,16 +33,13 @@ Exit status: as verify's (3 when frames are missing, as after a killed scan); 1 
 the file could not be recovered (and then it keeps its temporary name, untouched).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if stall <= 0 {
-				return scan.Usage(fmt.Errorf("--stall-timeout %v is not positive", stall))
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := scan.Recover(ctx, stages, args[0], stall)
-			if rep != nil {
-				printRecover(cmd.OutOrStdout(), rep)
-			}
-			return err
+			return readInterruptibly(cmd, stall, func(ctx context.Context) error {
+				rep, err := scan.Recover(ctx, stages, args[0], stall)
+				if rep != nil {
+					printRecover(cmd.OutOrStdout(), rep)
+				}
+				return err
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up verifying when reading the file makes no progress for this long (a damaged file)")

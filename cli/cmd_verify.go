@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -33,20 +34,30 @@ missing, corrupt or rejected, or it holds no frame; 1 a chunk or the layout is
 bad, or the file could not be read.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if stall <= 0 {
-				return scan.Usage(fmt.Errorf("--stall-timeout %v is not positive", stall))
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := scan.Verify(ctx, stages, args[0], stall)
-			if rep != nil {
-				printVerify(cmd.OutOrStdout(), rep)
-			}
-			return err
+			return readInterruptibly(cmd, stall, func(ctx context.Context) error {
+				rep, err := scan.Verify(ctx, stages, args[0], stall)
+				if rep != nil {
+					printVerify(cmd.OutOrStdout(), rep)
+				}
+				return err
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up when reading the file makes no progress for this long (a damaged file)")
 	return cmd
+}
+
+// readInterruptibly runs read, a reading of a file that gives up after
+// stall without progress, with a context that Ctrl-C and SIGTERM cancel:
+// what verify and recover share. A stall that is not positive is a usage
+// error.
+func readInterruptibly(cmd *cobra.Command, stall time.Duration, read func(context.Context) error) error {
+	if stall <= 0 {
+		return scan.Usage(fmt.Errorf("--stall-timeout %v is not positive", stall))
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return read(ctx)
 }
 
 // printVerify writes what verify found: a line per bad chunk, record or
