@@ -122,20 +122,20 @@ func floodControl(t *testing.T, token string) {
 		answered, opened[0].Load(), opened[1].Load(), opened[2].Load())
 }
 
-// TestConnectionCapsMakeWay: a connection beyond the cap of its client
-// takes the place of that client's oldest idle one; one beyond the total
-// cap that of the oldest idle one of any client; a connection serving a
-// control request makes way for none, and where every one does, a new
-// connection is answered 503 once it has sent its request's head.
-func TestConnectionCapsMakeWay(t *testing.T) {
+// cappedListener listens on a loopback port with the caps total and
+// perClient, accepting until the test ends, and returns a dial that connects
+// from address from and gives the connection and the listener's side of
+// it, or nil where the listener took none within 2 s.
+func cappedListener(t *testing.T, total, perClient int) func(from string) (net.Conn, *limitedConn) {
+	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLimitListener(raw, 3, 2)
-	defer l.Close()
+	l := newLimitListener(raw, total, perClient)
+	t.Cleanup(func() { l.Close() })
 	addr := raw.Addr().String()
-	accepted := make(chan *limitedConn, 8)
+	accepted := make(chan *limitedConn, 2*total+2)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -145,7 +145,7 @@ func TestConnectionCapsMakeWay(t *testing.T) {
 			accepted <- c.(*limitedConn)
 		}
 	}()
-	dial := func(from string) (net.Conn, *limitedConn) {
+	return func(from string) (net.Conn, *limitedConn) {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
 		c, err := d.Dial("tcp", addr)
@@ -159,6 +159,15 @@ func TestConnectionCapsMakeWay(t *testing.T) {
 			return c, nil
 		}
 	}
+}
+
+// TestConnectionCapsMakeWay: a connection beyond the cap of its client
+// takes the place of that client's oldest idle one; one beyond the total
+// cap that of the oldest idle one of any client; a connection serving a
+// control request makes way for none, and where every one does, a new
+// connection is answered 503 once it has sent its request's head.
+func TestConnectionCapsMakeWay(t *testing.T) {
+	dial := cappedListener(t, 3, 2)
 	closed := func(c net.Conn) bool {
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		_, err := c.Read(make([]byte, 1))
@@ -205,33 +214,12 @@ func TestConnectionCapsMakeWay(t *testing.T) {
 // many places, an idle connection the control system used makes way
 // after an idle one it did not, though older.
 func TestConnectionCapsKeepTheControlSystems(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLimitListener(raw, 2, 2)
-	defer l.Close()
-	accepted := make(chan *limitedConn, 4)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c.(*limitedConn)
-		}
-	}()
-	dial := func(from string) (net.Conn, *limitedConn) {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
-		c, err := d.Dial("tcp", raw.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, <-accepted
-	}
+	dial := cappedListener(t, 2, 2)
 	control, sc := dial("127.0.0.1")
 	defer control.Close()
+	if sc == nil {
+		t.Fatal("the first connection was not accepted")
+	}
 	sc.mark(connProtected)
 	sc.mark(connTrusted) // its request answered
 	other, _ := dial("127.0.0.2")
