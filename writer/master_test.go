@@ -206,6 +206,27 @@ with h5py.File(sys.argv[1], "r") as f:
 	}
 }
 
+// writeFile writes a file as o says holding n whole frames, each
+// its test pattern and record.
+func writeFile(t *testing.T, o Options, n int) {
+	t.Helper()
+	w, err := Create(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.WriteChunk(i, 0, pipeNone.encode(t, pattern(i, o.Height, o.Width, o.ElemSize), o.ElemSize)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetRecord(i, testRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMasterShortModule reads through a master of 6 frames the records of
 // module files that hold 4: one of fixed length (a plan of 4 frames) and
 // one extendible that stopped after 4. Frames past a file's end, and every
@@ -224,21 +245,7 @@ func TestMasterShortModule(t *testing.T) {
 	o = testOptions(dir, LayoutNXtomo, pipeNone)
 	o.Path = filepath.Join(dir, mo.Modules[1].File)
 	o.Frames = 0
-	w, err := Create(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range short {
-		if err := w.WriteChunk(i, 0, pipeNone.encode(t, pattern(i, o.Height, o.Width, o.ElemSize), o.ElemSize)); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.SetRecord(i, testRecord(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, o, short)
 	r, err := Open(mo.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -314,21 +321,7 @@ func TestMasterLongModule(t *testing.T) {
 	o := testOptions(dir, LayoutNXtomo, pipeNone)
 	o.Path = filepath.Join(dir, mo.Modules[0].File)
 	o.Frames = 0
-	w, err := Create(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range testFrames + 2 {
-		if err := w.WriteChunk(i, 0, pipeNone.encode(t, pattern(i, o.Height, o.Width, o.ElemSize), o.ElemSize)); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.SetRecord(i, testRecord(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, o, testFrames+2)
 	r, err := Open(mo.Path)
 	if err != nil {
 		t.Fatal(err)
