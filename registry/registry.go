@@ -21,8 +21,8 @@ import (
 	"h5ingest/frame"
 	"h5ingest/gpu"
 	"h5ingest/pipeline"
+	"h5ingest/receive"
 	"h5ingest/source/capture"
-	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 
@@ -32,9 +32,12 @@ type Source struct {
 	Name string
 	Doc  string // one line, for help and docs
 	// Listen opens the receiver that acquire takes a scan's frames from,
-	// as the profile's source keys configure it; nil: the source cannot
-	// acquire.
-	Listen func(fabric.Config) (*fabric.Listener, error)
+	// as the profile's source keys and the scan's setup say; nil: the
+	// source cannot acquire.
+	Listen func(receive.Setup) (receive.Listener, error)
+	// Check, where set, refuses a setup Listen could not work with (keys
+	// out of range, a ring too large), before any file is made.
+	Check func(receive.Setup) error
 	// Open opens a recording of the source's frames (acquire --record's
 	// file) for replay, with the format of its frames; nil: the source
 	// cannot replay.

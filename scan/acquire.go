@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,8 +21,8 @@ import (
 	"h5ingest/frame"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/receive"
 	"h5ingest/source/capture"
-	"h5ingest/source/fabric"
 	"h5ingest/writer"
 )
 
@@ -48,14 +47,14 @@ type AcquireOptions struct {
 // receiver's configuration and the pre-scan checks.
 type Acquisition struct {
 	o      AcquireOptions
-	cfg    fabric.Config
+	setup  receive.Setup
 	checks Checks
 	// open opens the receiver: the Listen of the source that
 	// source.transport names.
-	open func(fabric.Config) (*fabric.Listener, error)
+	open func(receive.Setup) (receive.Listener, error)
 
 	mu sync.Mutex
-	l  *fabric.Listener // opened by Listen, until One takes it over
+	l  receive.Listener // opened by Listen, until One takes it over
 }
 
 // NewAcquisition sets up an acquire as o says. Its errors wrap ErrUsage:
@@ -67,36 +66,28 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if addr == "" {
 		addr = net.JoinHostPort(src.Address, strconv.Itoa(src.Port))
 	}
-	cfg := fabric.Config{
-		Provider: src.Provider, Addr: addr, Slots: src.RingSlots,
-		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout,
-		MaxRingBytes: int64(src.RingMaxBytes),
-	}
-	mode, err := fabric.ParseMode(src.Mode)
-	if err != nil {
-		return nil, Usage(fmt.Errorf("key source.mode: %w", err))
-	}
 	format, err := profile.Detector.Format()
 	if err != nil {
 		return nil, Usage(err)
 	}
-	if ring := int64(src.RingSlots) * int64(frame.HeaderSize+format.PayloadSize()); ring > int64(src.RingMaxBytes) {
-		return nil, Usage(fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d-byte frames takes %d bytes, more than the %d allowed",
-			src.RingSlots, frame.HeaderSize+format.PayloadSize(), ring, src.RingMaxBytes))
+	setup := receive.Setup{Source: src, Format: format, Addr: addr, Check: senderCheck(files, format), Log: o.Log}
+	for _, m := range files.Modules {
+		setup.Modules = append(setup.Modules, m.Module.ID)
 	}
-	cfg.Check = senderCheck(files, mode, format)
-	if err := cfg.Validate(); err != nil {
-		return nil, Usage(err)
+	entry, err := listenerOf(o.Stages, profile)
+	if err != nil {
+		return nil, err
+	}
+	if entry.Check != nil {
+		if err := entry.Check(setup); err != nil {
+			return nil, Usage(err)
+		}
 	}
 	if err := recordClash(o.Record, files); err != nil {
 		return nil, Usage(err)
 	}
 	checks := acquireChecks(files, profile, o.Plan, src.Provider, addr)
 	checks.Record, checks.Stages = o.Record, o.Stages
-	open, err := listenerOf(o.Stages, profile)
-	if err != nil {
-		return nil, err
-	}
 	o.Format = format
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -104,7 +95,7 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
-	return &Acquisition{o: o, cfg: cfg, checks: checks, open: open}, nil
+	return &Acquisition{o: o, setup: setup, checks: checks, open: entry.Listen}, nil
 }
 
 // Checks returns the acquire's pre-scan checks.
@@ -120,7 +111,7 @@ func (a *Acquisition) Hold() (release func(), err error) { return holdFiles(a.o.
 // the descriptors a listener needs, are the scan's before anything else
 // can take them. Close closes it where One never ran.
 func (a *Acquisition) Listen() error {
-	l, err := a.listen(a.cfg)
+	l, err := a.listen(a.setup)
 	if err != nil {
 		return err
 	}
@@ -145,7 +136,7 @@ func (a *Acquisition) Close() {
 }
 
 // listener returns the listener Listen opened, or a new one.
-func (a *Acquisition) listener() (*fabric.Listener, error) {
+func (a *Acquisition) listener() (receive.Listener, error) {
 	a.mu.Lock()
 	l := a.l
 	a.l = nil
@@ -153,22 +144,22 @@ func (a *Acquisition) listener() (*fabric.Listener, error) {
 	if l != nil {
 		return l, nil
 	}
-	return a.listen(a.cfg)
+	return a.listen(a.setup)
 }
 
 // listen opens a receiver's listener with the source's Listen, saying so
 // where the process has run out of descriptors.
-func (a *Acquisition) listen(cfg fabric.Config) (*fabric.Listener, error) {
-	l, err := a.open(cfg)
+func (a *Acquisition) listen(setup receive.Setup) (receive.Listener, error) {
+	l, err := a.open(setup)
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return nil, fmt.Errorf("listen for the detector on %s: too many open files (the process has none left to open: raise its limit, ulimit -n, or close what holds them): %w", cfg.Addr, err)
+		return nil, fmt.Errorf("listen for the detector on %s: too many open files (the process has none left to open: raise its limit, ulimit -n, or close what holds them): %w", setup.Addr, err)
 	}
 	return l, err
 }
 
 // waiting tells Notify, where set, that the acquire waits on addr: for
 // which modules, with which provider.
-func (a *Acquisition) waiting(addr netip.AddrPort) {
+func (a *Acquisition) waiting(addr string) {
 	ids := make([]string, len(a.o.Files.Modules))
 	for i, m := range a.o.Files.Modules {
 		ids[i] = strconv.Itoa(m.Module.ID)
@@ -208,7 +199,7 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 	}
 	defer l.Close()
 	sig.addListener(l)
-	log.Info("waiting for the detector", zap.Stringer("address", l.Addr()), zap.String("provider", src.Provider))
+	log.Info("waiting for the detector", zap.String("address", l.Addr()), zap.String("provider", src.Provider))
 	a.waiting(l.Addr())
 	stream, err := acceptSender(sig, l, log, nil)
 	if err != nil {
@@ -219,8 +210,8 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 	}
 	defer stream.Close()
 	sig.add(stream)
-	hello := stream.Hello()
-	log.Info("detector connected", zap.Uint16("module", hello.Module), zap.Stringer("mode", hello.Mode),
+	hello := stream.Module()
+	log.Info("detector connected", zap.Uint16("module", hello.ID), zap.String("mode", hello.Mode),
 		zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
 	if plan.Frames() > 0 && hello.Frames > 0 && hello.Frames != uint64(plan.Frames()) {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
@@ -245,10 +236,10 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 	if o.OnScan != nil {
 		o.OnScan(scan)
 	}
-	if err := scan.Observe(o.Observer, o.ScanID, int(hello.Module)); err != nil {
+	if err := scan.Observe(o.Observer, o.ScanID, int(hello.ID)); err != nil {
 		return res, err
 	}
-	if err := scan.openLive(o.ScanID, int(hello.Module)); err != nil {
+	if err := scan.openLive(o.ScanID, int(hello.ID)); err != nil {
 		return res, err
 	}
 	srcErr := scan.Run(sig.run, stream)
@@ -257,7 +248,7 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
 	res.Notes = rec.finish()
 	sum, err := scan.Finish(srcErr)
-	sum.Module = int(hello.Module)
+	sum.Module = int(hello.ID)
 	res.Modules = []Summary{sum}
 	return res, err
 }
@@ -325,7 +316,7 @@ func holdFiles(files Files, record string) (func(), error) {
 // A wait that times out while the process had run out of descriptors
 // says so: a sender may have tried, and could not be taken. A sender
 // refused because the scan had stopped is noted in late, where not nil.
-func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger, late *lateModules) (*fabric.Stream, error) {
+func acceptSender(sig *Stopper, l receive.Listener, log *zap.Logger, late *lateModules) (receive.Stream, error) {
 	var starved error // the last refusal for want of descriptors
 	watch := watchDescriptors()
 	defer watch.Stop()
@@ -334,7 +325,7 @@ func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger, late *lateM
 		switch {
 		case late != nil && late.note(err, log):
 			continue
-		case errors.Is(err, fabric.ErrRefused):
+		case errors.Is(err, receive.ErrRefused):
 			log.Warn("sender refused", zap.Error(err))
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				starved = err
@@ -342,7 +333,7 @@ func acceptSender(sig *Stopper, l *fabric.Listener, log *zap.Logger, late *lateM
 			continue
 		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:
 			return nil, Incomplete(fmt.Errorf("interrupted (%v) while waiting for the detector on %s", sig.signal(), l.Addr()))
-		case errors.Is(err, fabric.ErrTimeout) && (starved != nil || watch.Stop()):
+		case errors.Is(err, receive.ErrTimeout) && (starved != nil || watch.Stop()):
 			return nil, fmt.Errorf("too many open files: the process ran out of descriptors while it waited for the detector, so a sender that connected could not be taken (raise its limit, ulimit -n, or close what holds them): %w", err)
 		}
 		return stream, err
@@ -367,8 +358,8 @@ type Stopper struct {
 
 	mu        sync.Mutex
 	sig       os.Signal
-	streams   []*fabric.Stream
-	listeners []*fabric.Listener
+	streams   []receive.Stream
+	listeners []receive.Listener
 }
 
 // stoppedReason is what a sender that connects after the first request
@@ -451,7 +442,7 @@ func (i *Stopper) cause(s os.Signal) error {
 
 // add makes a stream stop on the first signal, at once where it came
 // already.
-func (i *Stopper) add(s *fabric.Stream) {
+func (i *Stopper) add(s receive.Stream) {
 	i.mu.Lock()
 	i.streams = append(i.streams, s)
 	sig := i.sig
@@ -463,7 +454,7 @@ func (i *Stopper) add(s *fabric.Stream) {
 
 // addListener makes the listener refuse, from the first signal on, every
 // sender at its hello: the scan has stopped.
-func (i *Stopper) addListener(l *fabric.Listener) {
+func (i *Stopper) addListener(l receive.Listener) {
 	i.mu.Lock()
 	i.listeners = append(i.listeners, l)
 	sig := i.sig
@@ -604,7 +595,7 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 	profile, plan, files, log := o.Profile, o.Plan, o.Files, o.Log
 	ctx, cancel := context.WithCancel(sig.run)
 	defer cancel()
-	l, err := a.listen(a.cfg)
+	l, err := a.listen(a.setup)
 	if err != nil {
 		return res, err
 	}
@@ -622,7 +613,7 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 	mo.Backend = backend
 	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
 	defer m.abort()
-	log.Info("waiting for the detector's modules", zap.Stringer("address", l.Addr()), zap.Int("modules", len(files.Modules)))
+	log.Info("waiting for the detector's modules", zap.String("address", l.Addr()), zap.Int("modules", len(files.Modules)))
 	a.waiting(l.Addr())
 	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
 	var rec *lockedRecorder
@@ -649,8 +640,8 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 		}
 		defer stream.Close()
 		sig.add(stream)
-		hello := stream.Hello()
-		log.Info("module connected", zap.Uint16("module", hello.Module), zap.Stringer("format", hello.Format))
+		hello := stream.Module()
+		log.Info("module connected", zap.Uint16("module", hello.ID), zap.Stringer("format", hello.Format))
 		if connected == 0 {
 			if files.Master != "" && plan.Frames() > 0 {
 				if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
@@ -670,7 +661,7 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 		if rec != nil {
 			stream.Record(rec)
 		}
-		if err := m.start(ctx, files, int(hello.Module), hello.Format, stream); err != nil {
+		if err := m.start(ctx, files, int(hello.ID), hello.Format, stream); err != nil {
 			cancel()
 			return res, err
 		}
@@ -720,7 +711,7 @@ type lateModules struct {
 // pending returns a sender whose handshake finished before the
 // listener's Stop and that Accept has not returned yet; nil when there is
 // none. Senders refused meanwhile are noted.
-func (lm *lateModules) pending(l *fabric.Listener, log *zap.Logger) *fabric.Stream {
+func (lm *lateModules) pending(l receive.Listener, log *zap.Logger) receive.Stream {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	for {
@@ -729,7 +720,7 @@ func (lm *lateModules) pending(l *fabric.Listener, log *zap.Logger) *fabric.Stre
 		case err == nil:
 			return stream
 		case lm.note(err, log):
-		case errors.Is(err, fabric.ErrRefused):
+		case errors.Is(err, receive.ErrRefused):
 			log.Warn("sender refused", zap.Error(err))
 		default:
 			return nil // none left
@@ -740,7 +731,7 @@ func (lm *lateModules) pending(l *fabric.Listener, log *zap.Logger) *fabric.Stre
 // note remembers a sender refused because the scan had stopped, and says
 // whether err was one.
 func (lm *lateModules) note(err error, log *zap.Logger) bool {
-	var late *fabric.StoppedError
+	var late *receive.StoppedError
 	if !errors.As(err, &late) {
 		return false
 	}
@@ -756,7 +747,7 @@ func (lm *lateModules) note(err error, log *zap.Logger) bool {
 
 // watch takes the listener's handshakes in the background until end,
 // noting the senders refused.
-func (lm *lateModules) watch(l *fabric.Listener, log *zap.Logger) {
+func (lm *lateModules) watch(l receive.Listener, log *zap.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	lm.cancel, lm.done = cancel, make(chan struct{})
 	go func() {
@@ -767,9 +758,9 @@ func (lm *lateModules) watch(l *fabric.Listener, log *zap.Logger) {
 			case stream != nil: // a handshake that beat the stop: too late all the same
 				stream.Close()
 			case err == nil, lm.note(err, log):
-			case errors.Is(err, fabric.ErrRefused):
+			case errors.Is(err, receive.ErrRefused):
 				log.Warn("sender refused", zap.Error(err))
-			case errors.Is(err, fabric.ErrTimeout):
+			case errors.Is(err, receive.ErrTimeout):
 			default:
 				return
 			}
@@ -788,28 +779,22 @@ func (lm *lateModules) end() map[uint16]bool {
 	return lm.refused
 }
 
-// senderCheck refuses a sender of a module the scan does not take, one
-// delivering frames in another mode than the profile's source.mode, or one
-// announcing another frame format than the profile's detector (or frames
-// larger than it), whose ring would not be the one the profile sized.
-func senderCheck(files Files, mode fabric.Mode, format frame.Format) func(fabric.Hello) error {
+// senderCheck refuses a sender of a module the scan does not take, or one
+// announcing another frame format than the profile's detector, whose ring
+// would not be the one the profile sized.
+func senderCheck(files Files, format frame.Format) func(receive.Module) error {
 	var ids []string
 	want := map[uint16]bool{}
 	for _, m := range files.Modules {
 		want[uint16(m.Module.ID)] = true
 		ids = append(ids, strconv.Itoa(m.Module.ID))
 	}
-	size := frame.HeaderSize + format.PayloadSize()
-	return func(h fabric.Hello) error {
+	return func(m receive.Module) error {
 		switch {
-		case !want[h.Module]:
-			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", h.Module, strings.Join(ids, ", "))
-		case h.Mode != mode:
-			return fmt.Errorf("mode %v: this receiver takes %v (profile key source.mode)", h.Mode, mode)
-		case h.Format != format:
-			return fmt.Errorf("frame format %v: this receiver expects %v (profile keys detector.*)", h.Format, format)
-		case h.FrameSize() > size:
-			return fmt.Errorf("frames of up to %d bytes: this receiver's frames are %d bytes (profile keys detector.*)", h.FrameSize(), size)
+		case !want[m.ID]:
+			return fmt.Errorf("module %d is not one this receiver takes (modules %s)", m.ID, strings.Join(ids, ", "))
+		case m.Format != format:
+			return fmt.Errorf("frame format %v: this receiver expects %v (profile keys detector.*)", m.Format, format)
 		}
 		return nil
 	}

@@ -25,7 +25,7 @@ import (
 	"h5ingest/instrument"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
-	"h5ingest/source/fabric"
+	"h5ingest/receive"
 	"h5ingest/status"
 )
 
@@ -269,7 +269,7 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 }
 
 // statser is a source that counts what it received: a fabric stream.
-type statser interface{ Stats() fabric.Stats }
+type statser interface{ Stats() receive.Stats }
 
 // start wraps the source and sink and, when the scan is watched, starts
 // sampling it.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"h5ingest/pipeline"
-	"h5ingest/source/fabric"
+	"h5ingest/receive"
 	"h5ingest/stream"
 )
 
@@ -105,7 +105,7 @@ type Summary struct {
 	Series []SeriesResult
 	// Received is what the detector's connection took off the wire; nil
 	// for a scan of another source (a replay).
-	Received *fabric.Stats
+	Received *receive.Stats
 	// Stages are the stages' mean times; nil where the scan was not
 	// observed (Observer).
 	Stages *StageTimes

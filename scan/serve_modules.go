@@ -16,8 +16,8 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/pipeline"
+	"h5ingest/receive"
 	"h5ingest/service"
-	"h5ingest/source/fabric"
 )
 
 // A serve receives the modules its operator names (serve --modules) in
@@ -89,7 +89,7 @@ func ModuleAddr(profile config.Profile, id int) (string, error) {
 // back the files' locks. A port that cannot be listened on refuses the
 // arm, with every listener opened closed.
 func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, release func()) (service.Scan, error) {
-	var ls []*fabric.Listener
+	var ls []receive.Listener
 	closeAll := func() {
 		for _, l := range ls {
 			l.Close()
@@ -98,10 +98,10 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 	late := make([]*lateHello, len(files.Modules))
 	for i, f := range files.Modules {
 		late[i] = &lateHello{}
-		cfg, err := a.moduleConfig(profile, f.Module.ID, late[i])
+		setup, err := a.moduleSetup(profile, f.Module.ID, late[i])
 		if err == nil {
-			var l *fabric.Listener
-			if l, err = a.listen(cfg); err == nil {
+			var l receive.Listener
+			if l, err = a.listen(setup); err == nil {
 				ls = append(ls, l)
 			}
 		}
@@ -122,7 +122,7 @@ func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, re
 		mu.Unlock()
 		release()
 	})
-	return &nodeScan{serveScan: s, late: late, take: func() []*fabric.Listener {
+	return &nodeScan{serveScan: s, late: late, take: func() []receive.Listener {
 		mu.Lock()
 		defer mu.Unlock()
 		if taken {
@@ -142,20 +142,20 @@ type lateHello struct {
 	seen    atomic.Bool // a hello of the module came since, and passed the checks
 }
 
-// moduleConfig returns the receiver configuration of module id alone: on
-// its own port, refusing any other module's sender. A hello that passes
-// its checks after late.stopped is noted in late.
-func (a *Acquisition) moduleConfig(profile config.Profile, id int, late *lateHello) (fabric.Config, error) {
+// moduleSetup returns the receiver setup of module id alone: on its own
+// port, refusing any other module's sender. A hello that passes its checks
+// after late.stopped is noted in late.
+func (a *Acquisition) moduleSetup(profile config.Profile, id int, late *lateHello) (receive.Setup, error) {
 	addr, err := ModuleAddr(profile, id)
 	if err != nil {
-		return fabric.Config{}, err
+		return receive.Setup{}, err
 	}
-	cfg := a.cfg
-	cfg.Addr = addr
-	check := a.cfg.Check
-	cfg.Check = func(h fabric.Hello) error {
-		if int(h.Module) != id {
-			return fmt.Errorf("module %d sent to the port of module %d (%s): module K sends to source.port plus K's index in the profile's detector.modules", h.Module, id, addr)
+	setup := a.setup
+	setup.Addr, setup.Modules = addr, []int{id}
+	check := a.setup.Check
+	setup.Check = func(h receive.Module) error {
+		if int(h.ID) != id {
+			return fmt.Errorf("module %d sent to the port of module %d (%s): module K sends to source.port plus K's index in the profile's detector.modules", h.ID, id, addr)
 		}
 		if err := check(h); err != nil {
 			return err
@@ -165,7 +165,7 @@ func (a *Acquisition) moduleConfig(profile config.Profile, id int, late *lateHel
 		}
 		return nil
 	}
-	return cfg, nil
+	return setup, nil
 }
 
 // nodeScan is a scan of a serve that receives several modules: a
@@ -175,7 +175,7 @@ func (a *Acquisition) moduleConfig(profile config.Profile, id int, late *lateHel
 // image (its first module's) as a scan of one module does.
 type nodeScan struct {
 	*serveScan
-	take func() []*fabric.Listener // the listeners opened at the arming, once
+	take func() []receive.Listener // the listeners opened at the arming, once
 	late []*lateHello              // by the module's place in the scan's files
 }
 
@@ -388,7 +388,7 @@ func (n *nodeRun) sum(by func(*Module) pipeline.Progress) pipeline.Progress {
 // frame missing. It writes the master, where the files have one, once
 // every module's file is closed. It returns the modules' scans (all nil
 // where none connected) and the worst of their results.
-func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Module)) ([]*Module, error) {
+func (n *nodeRun) receive(sig *Stopper, ls []receive.Listener, shown func(*Module)) ([]*Module, error) {
 	a := n.a
 	o := &a.o
 	files, log := o.Files, o.Log
@@ -414,13 +414,13 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 	defer m.abort()
 	var addrs []string
 	for _, l := range ls {
-		addrs = append(addrs, l.Addr().String())
+		addrs = append(addrs, l.Addr())
 	}
 	log.Info("waiting for the detector's modules", zap.Ints("modules", n.ids), zap.Strings("addresses", addrs))
 
 	var (
 		wg      sync.WaitGroup
-		streams = make([]*fabric.Stream, len(ls))
+		streams = make([]receive.Stream, len(ls))
 		waits   = make([]error, len(ls)) // why a module never connected
 		failed  error                    // a module's scan that could not start
 		lates   = make([]lateModules, len(ls))
@@ -446,13 +446,13 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 				return
 			}
 			sig.add(stream)
-			hello := stream.Hello()
+			hello := stream.Module()
 			mlog.Info("module connected", zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			if err := m.start(ctx, files, int(hello.Module), hello.Format, stream); err != nil {
+			if err := m.start(ctx, files, int(hello.ID), hello.Format, stream); err != nil {
 				stream.Close()
-				failed = errors.Join(failed, fmt.Errorf("module %d: %w", hello.Module, err))
+				failed = errors.Join(failed, fmt.Errorf("module %d: %w", hello.ID, err))
 				cancel()
 				sig.Request(StopRequest{}) // the other modules wait no more
 				return
@@ -475,7 +475,7 @@ func (n *nodeRun) receive(sig *Stopper, ls []*fabric.Listener, shown func(*Modul
 	if failed != nil {
 		return nil, failed
 	}
-	if !slices.ContainsFunc(streams, func(s *fabric.Stream) bool { return s != nil }) {
+	if !slices.ContainsFunc(streams, func(s receive.Stream) bool { return s != nil }) {
 		err := waits[0]
 		if errors.Is(err, ErrIncomplete) {
 			err = Incomplete(fmt.Errorf("%w: no file written", err))

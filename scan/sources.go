@@ -7,7 +7,6 @@ import (
 	"h5ingest/frame"
 	"h5ingest/registry"
 	"h5ingest/source/capture"
-	"h5ingest/source/fabric"
 )
 
 // sourceOf returns the source profile p's source.transport names.
@@ -35,15 +34,15 @@ func recordings(stages *registry.Registry, p config.Profile) (func(path string) 
 	return s.Open, nil
 }
 
-// listenerOf returns how acquire opens the receiver of profile p's
-// source.
-func listenerOf(stages *registry.Registry, p config.Profile) (func(fabric.Config) (*fabric.Listener, error), error) {
+// listenerOf returns the registry's entry of profile p's source, which
+// acquire opens the receiver with.
+func listenerOf(stages *registry.Registry, p config.Profile) (registry.Source, error) {
 	s, err := sourceOf(stages, p)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	if s.Listen == nil {
-		return nil, Usage(fmt.Errorf("key source.transport: %s cannot receive a scan (it is replayed only)", s.Name))
+		return s, Usage(fmt.Errorf("key source.transport: %s cannot receive a scan (it is replayed only)", s.Name))
 	}
-	return s.Listen, nil
+	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"h5ingest/compress"
 	"h5ingest/frame"
 	"h5ingest/plan"
+	"h5ingest/receive"
 	"h5ingest/registry"
 	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
@@ -35,7 +36,7 @@ func TestSourcesChosenByTransport(t *testing.T) {
 	stages := testStages(t)
 	var listened, opened atomic.Int32
 	err := stages.AddSource(registry.Source{Name: "beamline", Doc: "the fabric receiver, counted",
-		Listen: func(c fabric.Config) (*fabric.Listener, error) { listened.Add(1); return fabric.Listen(c) },
+		Listen: func(s receive.Setup) (receive.Listener, error) { listened.Add(1); return fabric.Open(s) },
 		Open: func(path string) (*capture.Reader, frame.Format, error) {
 			opened.Add(1)
 			return capture.OpenScan(path)

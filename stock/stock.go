@@ -19,7 +19,7 @@ func Register(r *registry.Registry) error {
 	for _, add := range []func() error{
 		func() error {
 			return r.AddSource(registry.Source{Name: "fabric", Doc: "libfabric connected endpoints: RDMA (verbs) on RoCE or InfiniBand, tcp elsewhere",
-				Listen: fabric.Listen, Open: capture.OpenScan})
+				Listen: fabric.Open, Check: fabric.Check, Open: capture.OpenScan})
 		},
 		func() error { return addBackends(r) },
 		func() error { return addCodecs(r) },

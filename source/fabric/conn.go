@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"h5ingest/receive"
 	"h5ingest/source/fabric/internal/fi"
 )
 
@@ -18,7 +19,7 @@ var ErrDisconnected = errors.New("peer disconnected")
 
 // ErrTimeout is wrapped by errors for a peer that did not connect, answer,
 // or send in time.
-var ErrTimeout = errors.New("timed out")
+var ErrTimeout = receive.ErrTimeout
 
 // Completion contexts: the kind of buffer in the high bits, its index in
 // the low ones.

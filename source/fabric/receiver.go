@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"h5ingest/receive"
 	"h5ingest/source/fabric/internal/fi"
 )
 
@@ -88,7 +89,7 @@ func (c *Config) maxRingBytes() int64 {
 // failed: one that closed, stayed silent past the handshake timeout, sent
 // no valid hello, or was refused. Such a peer never stops the listener nor
 // delays another: Accept's caller logs the error and calls Accept again.
-var ErrRefused = errors.New("sender refused")
+var ErrRefused = receive.ErrRefused
 
 // Listener accepts senders, one connection per detector module, on one
 // address. Accept is called from one goroutine at a time; Close from any.
@@ -268,14 +269,7 @@ func ctrlBuffers(slots int) int { return slots + 4 }
 
 // StoppedError is wrapped by Accept's error for a sender that connected
 // after Stop: it was refused at its hello with Stop's reason.
-type StoppedError struct {
-	Module uint16 // the module the sender's hello named
-	Reason string // Stop's reason, which the sender was told
-}
-
-func (e *StoppedError) Error() string {
-	return fmt.Sprintf("module %d connected after the stop and was refused (%s)", e.Module, e.Reason)
-}
+type StoppedError = receive.StoppedError
 
 // Stop refuses, from now on, every sender at its hello with reason, which
 // the sender's Dial returns in its *RefusedError (a scan that has stopped

@@ -12,34 +12,21 @@ import (
 
 	"h5ingest/frame"
 	"h5ingest/pipeline"
+	"h5ingest/receive"
 	"h5ingest/source/fabric/internal/fi"
 )
 
 // Recorder keeps the bytes of every frame exactly as they arrived; a
 // *capture.Writer is one. WriteRecord is called from the goroutine that
 // calls Stream.Next, as the stream learns of each frame's arrival, before
-// the frame is handed out. A WriteRecord error stops the recording, never
-// the stream: a side copy must not cost the scan its frames.
-type Recorder interface {
-	WriteRecord(rec []byte) error
-}
+// the frame is handed out.
+type Recorder = receive.Recorder
 
-// Stats counts what a Stream received.
-type Stats struct {
-	Frames uint64 // frames received
-	Bytes  uint64 // bytes received, headers included
-	// HeldBack is how long every slot of the ring was in use, so that the
-	// sender could not send: the time the pipeline held the sender back.
-	// Slots count as used from when the stream takes their completions,
-	// which it does as they arrive, and free from when their credits go
-	// out, so it is the sender's own figure give or take the time a
-	// message takes to cross.
-	HeldBack time.Duration
-	// SenderFrames and SenderHeldBack are what the sender reported at the
-	// end of the scan: frames sent and time it waited for credits.
-	SenderFrames   uint64
-	SenderHeldBack time.Duration
-}
+// Stats counts what a Stream received: HeldBack is how long every slot
+// was in use (from when the stream takes a completion to when the slot's
+// credit goes out), SenderFrames and SenderHeldBack what the sender
+// reported at its end of scan.
+type Stats = receive.Stats
 
 // Stream is one sender's connection: an pipeline.Source of the frames it
 // writes into the ring of slots. Frames point into the registered slot
