@@ -132,6 +132,34 @@ type Source struct {
 	// MaxFrameGap bounds a scan without a plan: a frame number more than
 	// this beyond the highest received is rejected as out of range.
 	MaxFrameGap int `mapstructure:"max_frame_gap"`
+
+	// The keys of a transport over RDMA verbs with static queue pairs (a
+	// detector front end writing with immediate data, source.transport
+	// roce); the transport checks them.
+	Device      string `mapstructure:"device"`       // RDMA device; empty: the first
+	DevicePort  int    `mapstructure:"device_port"`  // its port, from 1
+	GIDIndex    int    `mapstructure:"gid_index"`    // the port's GID table entry (RoCE v1 or v2)
+	QPType      string `mapstructure:"qp_type"`      // rc or uc
+	MTU         int    `mapstructure:"mtu"`          // path MTU, bytes
+	Immediate   string `mapstructure:"immediate"`    // what a write's immediate data says: frame or slot
+	FrameHeader string `mapstructure:"frame_header"` // what a slot holds: frame (header and payload) or none (payload alone)
+	// WriteGuard is how many writes the front end may have under way
+	// beyond the last completion seen: a frame is stored ok only if no
+	// frame at or beyond its number plus ring_slots minus write_guard had
+	// completed once it was read.
+	WriteGuard int `mapstructure:"write_guard"`
+	// FrontEnd is the front end's end of each module's queue pair, fixed
+	// in its firmware: given here, no --front-end file is waited for.
+	FrontEnd []FrontEnd `mapstructure:"front_end"`
+}
+
+// FrontEnd is a detector front end's end of one module's queue pair.
+type FrontEnd struct {
+	Module int    `mapstructure:"module"` // the module's id
+	GID    string `mapstructure:"gid"`    // the front end's GID, an IPv6 address (an IPv4-mapped one for RoCE v2 over IPv4)
+	QPN    int    `mapstructure:"qpn"`    // its queue pair number
+	PSN    int    `mapstructure:"psn"`    // the first packet sequence number it sends
+	MAC    string `mapstructure:"mac"`    // its MAC address, for people: the kernel finds it from the GID
 }
 
 // Output is where and how scans are written.

@@ -52,6 +52,13 @@ func Default() Profile {
 			RingSlots:      32,
 			RingMaxBytes:   4 << 30,
 			MaxFrameGap:    10_000,
+			DevicePort:     1,
+			QPType:         "rc",
+			MTU:            4096,
+			Immediate:      "frame",
+			FrameHeader:    "frame",
+			WriteGuard:     2,
+			FrontEnd:       []FrontEnd{},
 		},
 		Stream:  Stream{Every: 1, Queue: 8, MaxBytes: 1 << 30, Linger: 2 * time.Second},
 		Backend: "auto",
@@ -109,6 +116,15 @@ var Keys = []Key{
 	{"source.ring_slots", "frame slots in the receiver's registered ring, 2 or more"},
 	{"source.ring_max_bytes", "most bytes one module's receive ring may take (ring_slots times the frame size must fit), 1 MiB or more; bounds the receiver's memory"},
 	{"source.max_frame_gap", "in a scan without a plan: how far beyond the highest frame number received a frame's number may lie; a frame further out (a corrupt number) is rejected as out of range, not written, so that it cannot grow the scan; 1 to 10000000"},
+	{"source.device", "RDMA device the roce transport opens, as ibv_devinfo names it (mlx5_0, rxe0); empty: the first"},
+	{"source.device_port", "the device's port, 1 or more"},
+	{"source.gid_index", "entry of the port's GID table the queue pairs use: it chooses RoCE v1 or v2 (see docs/deploying.md), 0 or more"},
+	{"source.qp_type", "queue pair type of the roce transport: rc (reliable) or uc (unreliable: a lost packet loses its frame)"},
+	{"source.mtu", "path MTU of the roce transport's queue pairs, bytes: 256, 512, 1024, 2048 or 4096"},
+	{"source.immediate", "what the front end's immediate data says: frame (the frame number; frame N goes to slot N mod ring_slots) or slot (the slot index)"},
+	{"source.frame_header", "what the front end writes into a slot: frame (h5ingest's 64-byte frame header, then the payload) or none (the payload alone; the frame number comes from the immediate)"},
+	{"source.write_guard", "writes a roce front end may have under way beyond the last completion seen: a frame is stored ok only if no frame at or beyond its number plus ring_slots minus write_guard had completed once it was read; 1 or more"},
+	{"source.front_end", "the roce front end's end of each module's queue pair, where its firmware fixes it: a list of {module, gid, qpn, psn, mac}; empty: from the acquire's --front-end file, or serve's PUT /v1/rdma"},
 	{"source.drop_when_full", "for a detector that cannot wait: drop (count, record missing) the frames that arrive while the pipeline is full, instead of holding the detector back: true or false"},
 	{"backend", "decode backend"},
 	{"output.directory", "directory the scan files go to"},
@@ -439,6 +455,12 @@ func (p *Profile) validateSource() error {
 		return bad("source.ring_max_bytes", "%d, want 1048576 (1 MiB) or more", s.RingMaxBytes)
 	case s.MaxFrameGap < 1 || s.MaxFrameGap > plan.MaxFrames:
 		return bad("source.max_frame_gap", "%d, want 1 to %d frames", s.MaxFrameGap, plan.MaxFrames)
+	case s.DevicePort < 1 || s.DevicePort > 255:
+		return bad("source.device_port", "%d, want 1 to 255", s.DevicePort)
+	case s.GIDIndex < 0 || s.GIDIndex > 65535:
+		return bad("source.gid_index", "%d, want 0 to 65535", s.GIDIndex)
+	case s.WriteGuard < 1 || s.WriteGuard > 4096:
+		return bad("source.write_guard", "%d, want 1 to 4096", s.WriteGuard)
 	}
 	return nil
 }

@@ -23,6 +23,10 @@ import (
 type Frame struct {
 	Header  frame.Header
 	Payload []byte
+	// Unchecked says the sender gave no payload CRC (a front end that
+	// writes bare payloads): the payload's CRC is computed and recorded,
+	// not compared with the header's.
+	Unchecked bool
 }
 
 // Source hands out frames. Next and Release are called from different
@@ -63,6 +67,20 @@ type HostBufferSource interface {
 	// Demux) may lend the same backend's memory: the buffers go back when
 	// the last of them is done.
 	ReadIntoHost(host gpu.HostAllocator) (done func())
+}
+
+// OverwritingSource is implemented by sources whose sender does not wait
+// for Release, such as a detector front end writing round-robin into a
+// ring without credits (roce.Stream): a frame's payload may be written
+// over while the pipeline reads it.
+type OverwritingSource interface {
+	Source
+	// Intact reports whether f was not written over while it was read. The
+	// pipeline calls it once per frame handed out, after the last read of
+	// its payload (the decode, a device's upload) and before Release; a
+	// frame it reports overrun is recorded missing and counted
+	// (Counts.Overrun). It may be called from several goroutines.
+	Intact(f *Frame) bool
 }
 
 // Sink stores compressed chunks and per-frame records. The pipeline calls
@@ -630,6 +648,7 @@ func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slo
 func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool) error {
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
+	overwriting, _ := src.(OverwritingSource)
 	missing := func(s *slot) { // the record stays missing; the slot goes home
 		src.Release(s.f)
 		s.f, s.write = nil, false
@@ -675,11 +694,17 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 			h := &s.f.Header
 			s.record = frame.Record{Timestamp: h.Timestamp, RawCRC: j.RawCRC, DataCRC: j.DataCRC, Status: frame.StatusOK}
 			switch {
+			case overwriting != nil && !overwriting.Intact(s.f):
+				p.mu.Lock()
+				p.tracker.Overrun(h.FrameNumber)
+				p.mu.Unlock()
+				s.record = frame.Record{Timestamp: h.Timestamp, Status: frame.StatusMissing}
+				s.write = false
 			case j.Err != nil:
 				p.log.Warn("frame rejected", zap.Uint64("frame", h.FrameNumber), zap.Error(j.Err))
 				s.record = frame.Record{Timestamp: h.Timestamp, RawCRC: frame.Checksum(s.f.Payload), Status: frame.StatusRejected}
 				s.write = false
-			case j.RawCRC != h.PayloadCRC:
+			case j.RawCRC != h.PayloadCRC && !s.f.Unchecked:
 				p.log.Warn("payload CRC mismatch", zap.Uint64("frame", h.FrameNumber),
 					zap.String("header", fmt.Sprintf("%08x", h.PayloadCRC)), zap.String("computed", fmt.Sprintf("%08x", j.RawCRC)))
 				s.record.Status = frame.StatusCRCMismatch

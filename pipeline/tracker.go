@@ -48,6 +48,7 @@ type Counts struct {
 	Missing     int // passed by the missing gap while the scan runs; never seen by the end; status 1
 	NotFrame    int // bytes that were not a frame header
 	Overflow    int // dropped because the pipeline was full (never held back), status 1
+	Overrun     int // written over while it was read, by a sender that never waits (OverwritingSource), status 1
 	// Discarded counts frames that arrived (in a source's ring) but that
 	// the scan never took, because it was cancelled before it could write
 	// them: they are not in Received, they are recorded (and counted)
@@ -178,6 +179,13 @@ func (t *Tracker) Done(n uint64, status uint8) {
 func (t *Tracker) Overflow(n uint64) {
 	t.status[n] = frame.StatusMissing
 	t.counts.Overflow++
+}
+
+// Overrun records that frame n, already admitted, was written over while
+// it was read: it stays missing (status 1), and is counted.
+func (t *Tracker) Overrun(n uint64) {
+	t.status[n] = frame.StatusMissing
+	t.counts.Overrun++
 }
 
 // NotFrame counts bytes that were not a frame header.

@@ -1,0 +1,447 @@
+// Package roce receives detector frames as a Pi-mega front end (an FPGA)
+// sends them: over a RoCE queue pair set up statically from numbers
+// exchanged out of band (no connection manager), each frame written with
+// RDMA WRITE WITH IMMEDIATE into one registered ring of slots, and no
+// credits: the front end writes round-robin whatever the receiver does.
+//
+// Per module the receiver creates the queue pair, its completion queue and
+// the ring, writes its end (GID, QPN, PSN, the ring's address and rkey) to
+// a parameter file, takes the front end's end from the profile or from the
+// front end's own file, and moves the queue pair to ready-to-receive. A
+// goroutine per module keeps receives posted and drains the completion
+// queue apart from the pipeline, so that the front end never meets an
+// empty receive queue and the completion queue never overflows.
+//
+// Without credits a frame may be written over while the pipeline reads
+// it. A frame n is stored ok only if, after the last read of its slot, a
+// fresh poll of the completion queue shows no completion for a frame at
+// or beyond n + slots - write_guard (Stream.Intact); otherwise it is
+// recorded missing and counted as overrun.
+//
+// The verbs themselves are a table (package internal/verbs): libibverbs,
+// opened at run time, or a fake NIC in software for tests and machines
+// without RDMA, selected by H5INGEST_TEST_FAKE_VERBS. Send is the front
+// end's emulator, for tests and for the first contact with hardware.
+package roce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"h5ingest/frame"
+	"h5ingest/receive"
+	"h5ingest/source/roce/internal/verbs"
+)
+
+// ErrTimeout is wrapped by errors for a front end that did not answer or
+// write in time.
+var ErrTimeout = receive.ErrTimeout
+
+// ErrNoDevice is wrapped by Open's error where the machine has no such
+// RDMA device.
+var ErrNoDevice = verbs.ErrNoDevice
+
+// Immediate modes: what a write's immediate data says.
+const (
+	ImmediateFrame = "frame" // the frame number
+	ImmediateSlot  = "slot"  // the slot index
+)
+
+// Header modes: what the front end writes into a slot.
+const (
+	HeaderFrame = "frame" // h5ingest's frame header, then the payload
+	HeaderNone  = "none"  // the payload alone
+)
+
+// pipelineDepth is how many frames the pipeline may hold between taking a
+// frame and its last read: a ring must be deeper than it plus the guard,
+// or every frame would be overrun as soon as the pipeline fills.
+const pipelineDepth = 4
+
+// Config is how a receiver sets up its queue pairs.
+type Config struct {
+	Device     string
+	Port       int
+	GIDIndex   int
+	QPType     verbs.QPType
+	MTU        int
+	Slots      int
+	WriteGuard int
+	Immediate  string
+	Header     string
+	Format     frame.Format
+	Modules    []int
+	// FrontEnds are the front end's ends by module, from the profile;
+	// nil: wait for FrontEndFile.
+	FrontEnds      map[int]FrontEndPort
+	ParamsFile     string // where the receiver writes its ends; "" for none
+	FrontEndFile   string // where the front end's ends are read from
+	ConnectTimeout time.Duration
+	IdleTimeout    time.Duration
+	// Frames is the scan's plan: the stream ends once frame Frames-1 (or
+	// the Frames-th write) has come; 0: at the idle timeout.
+	Frames uint64
+	Check  func(receive.Module) error
+	Log    *zap.Logger
+}
+
+// SlotSize returns the bytes of one slot: a frame (with its header unless
+// Header is none), rounded up to 64.
+func (c *Config) SlotSize() int {
+	n := c.Format.PayloadSize()
+	if c.Header != HeaderNone {
+		n += frame.HeaderSize
+	}
+	return (n + 63) &^ 63
+}
+
+// ConfigOf returns the configuration a scan's setup asks for, or what is
+// wrong with the profile's keys.
+func ConfigOf(s receive.Setup) (Config, error) {
+	src := s.Source
+	c := Config{Device: src.Device, Port: src.DevicePort, GIDIndex: src.GIDIndex, MTU: src.MTU,
+		Slots: src.RingSlots, WriteGuard: src.WriteGuard, Immediate: src.Immediate, Header: src.FrameHeader,
+		Format: s.Format, Modules: s.Modules, ParamsFile: s.ParamsFile, FrontEndFile: s.PeerFile,
+		ConnectTimeout: src.ConnectTimeout, IdleTimeout: src.IdleTimeout, Frames: uint64(s.Frames), Check: s.Check, Log: s.Log}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	switch strings.ToLower(src.QPType) {
+	case "rc":
+		c.QPType = verbs.RC
+	case "uc":
+		c.QPType = verbs.UC
+	default:
+		return c, fmt.Errorf("key source.qp_type: %q, want rc or uc", src.QPType)
+	}
+	switch {
+	case c.Immediate != ImmediateFrame && c.Immediate != ImmediateSlot:
+		return c, fmt.Errorf("key source.immediate: %q, want frame or slot", c.Immediate)
+	case c.Header != HeaderFrame && c.Header != HeaderNone:
+		return c, fmt.Errorf("key source.frame_header: %q, want frame or none", c.Header)
+	case c.Immediate == ImmediateSlot && c.Header == HeaderNone:
+		return c, errors.New("keys source.immediate slot and source.frame_header none: nothing would say a frame's number; give the frame number in the immediate (immediate: frame) or a header (frame_header: frame)")
+	case c.QPType == verbs.UC && c.Header == HeaderNone:
+		return c, errors.New("keys source.qp_type uc and source.frame_header none: over UC a write lost mid-message leaves its bytes and no completion, and without a header nothing could tell the frame was not whole; use rc, or frames with headers")
+	case c.MTU != 256 && c.MTU != 512 && c.MTU != 1024 && c.MTU != 2048 && c.MTU != 4096:
+		return c, fmt.Errorf("key source.mtu: %d, want 256, 512, 1024, 2048 or 4096", c.MTU)
+	case c.Slots <= c.WriteGuard+pipelineDepth:
+		return c, fmt.Errorf("keys source.ring_slots and source.write_guard: a ring of %d slots is not deeper than the guard (%d) plus the pipeline's depth (%d): every frame could be written over while it is read; want ring_slots %d or more",
+			c.Slots, c.WriteGuard, pipelineDepth, c.WriteGuard+pipelineDepth+1)
+	case int64(c.Slots)*int64(c.SlotSize()) > int64(src.RingMaxBytes):
+		return c, fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d bytes takes %d bytes, more than the %d allowed",
+			c.Slots, c.SlotSize(), int64(c.Slots)*int64(c.SlotSize()), src.RingMaxBytes)
+	}
+	if len(src.FrontEnd) > 0 {
+		c.FrontEnds = map[int]FrontEndPort{}
+		for _, fe := range src.FrontEnd {
+			p := FrontEndPort{Module: fe.Module, GID: fe.GID, QPN: uint32(fe.QPN), PSN: uint32(fe.PSN), MAC: fe.MAC}
+			if fe.QPN < 0 || fe.PSN < 0 {
+				return c, fmt.Errorf("key source.front_end: module %d: QPN %d, PSN %d: want 0 or more", fe.Module, fe.QPN, fe.PSN)
+			}
+			if _, err := p.peer(); err != nil {
+				return c, fmt.Errorf("key source.front_end: %w", err)
+			}
+			if _, dup := c.FrontEnds[fe.Module]; dup {
+				return c, fmt.Errorf("key source.front_end: module %d given twice", fe.Module)
+			}
+			c.FrontEnds[fe.Module] = p
+		}
+		for _, m := range c.Modules {
+			if _, ok := c.FrontEnds[m]; !ok {
+				return c, fmt.Errorf("key source.front_end: no entry for module %d", m)
+			}
+		}
+	}
+	if c.FrontEnds == nil && c.FrontEndFile == "" && len(c.Modules) > 0 {
+		return c, errors.New("the front end's GID, QPN and PSN: give them in the profile (source.front_end) or name the front end's file (--front-end FILE)")
+	}
+	return c, nil
+}
+
+// Check refuses a setup Open could not work with.
+func Check(s receive.Setup) error {
+	_, err := ConfigOf(s)
+	return err
+}
+
+// Listener is the receiver's queue pairs, one per module, set up and
+// waiting for the front end's writes.
+type Listener struct {
+	cfg   Config
+	dev   verbs.Device
+	nonce string
+
+	mu      sync.Mutex
+	streams []*Stream // by module, in cfg.Modules order
+	taken   int       // streams Accept has handed out
+	stopped string
+	params  Params
+	closed  bool
+}
+
+// Open sets up the queue pairs a scan's setup asks for: the source that
+// source.transport roce names.
+func Open(s receive.Setup) (receive.Listener, error) {
+	cfg, err := ConfigOf(s)
+	if err != nil {
+		return nil, err
+	}
+	l, err := Listen(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Listen opens the device, creates each module's queue pair, completion
+// queue and ring, writes the parameter file, and brings every queue pair
+// whose front end is known to ready-to-receive.
+func Listen(cfg Config) (_ *Listener, err error) {
+	dev, err := verbs.Open(cfg.Device, cfg.Port, cfg.GIDIndex)
+	if err != nil {
+		return nil, fmt.Errorf("open the RDMA device: %w", err)
+	}
+	l := &Listener{cfg: cfg, dev: dev, nonce: newNonce()}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	port := dev.Port()
+	if port.State != "" && port.State != "ACTIVE" {
+		cfg.Log.Warn("RDMA port not active", zap.String("device", port.Device), zap.Int("port", port.Num), zap.String("state", port.State))
+	}
+	l.params = Params{Version: ParamsVersion, Nonce: l.nonce}
+	for _, m := range cfg.Modules {
+		s, err := newStream(l, m)
+		if err != nil {
+			return nil, fmt.Errorf("module %d: %w", m, err)
+		}
+		l.streams = append(l.streams, s)
+		l.params.Modules = append(l.params.Modules, s.params())
+	}
+	if err := l.writeParams(); err != nil {
+		return nil, err
+	}
+	if cfg.FrontEnds != nil {
+		for _, s := range l.streams {
+			if err := s.connect(cfg.FrontEnds[s.module]); err != nil {
+				return nil, err
+			}
+		}
+		if err := l.ready(); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Nonce returns the run's nonce, which the parameter file carries.
+func (l *Listener) Nonce() string { return l.nonce }
+
+// Params returns the receiver's end of every queue pair, as the parameter
+// file has it.
+func (l *Listener) Params() Params {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.params
+	p.Modules = append([]ModuleParams(nil), p.Modules...)
+	return p
+}
+
+func (l *Listener) writeParams() error {
+	if l.cfg.ParamsFile == "" {
+		return nil
+	}
+	l.mu.Lock()
+	p := l.params
+	l.mu.Unlock()
+	return writeJSON(l.cfg.ParamsFile, p)
+}
+
+// ready marks every queue pair ready to receive, in the parameter file.
+func (l *Listener) ready() error {
+	l.mu.Lock()
+	l.params.Ready = true
+	for i := range l.params.Modules {
+		l.params.Modules[i].Ready = true
+	}
+	l.mu.Unlock()
+	l.cfg.Log.Info("queue pairs ready to receive", zap.String("nonce", l.nonce), zap.String("params", l.cfg.ParamsFile))
+	return l.writeParams()
+}
+
+// Addr says where the receiver waits: the device, port and GID.
+func (l *Listener) Addr() string {
+	p := l.dev.Port()
+	return fmt.Sprintf("%s port %d GID %v (index %d)", p.Device, p.Num, p.GID, p.GIDIndex)
+}
+
+// awaitFrontEnd waits for the front end's file answering this run's nonce,
+// and brings every queue pair to ready-to-receive.
+func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error {
+	var fe FrontEndParams
+	err := waitFile(ctx, l.cfg.FrontEndFile, deadline, &fe, func() bool { return fe.Nonce == l.nonce })
+	if errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", l.cfg.FrontEndFile, l.cfg.ConnectTimeout, l.nonce, l.waitedOn(), ErrTimeout)
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range l.streams {
+		i := -1
+		for j, p := range fe.Modules {
+			if p.Module == s.module {
+				i = j
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("the front end's file %s has no entry for module %d", l.cfg.FrontEndFile, s.module)
+		}
+		if err := s.connect(fe.Modules[i]); err != nil {
+			return err
+		}
+	}
+	return l.ready()
+}
+
+// waitedOn names the queue pairs waited on, for the timeout's message.
+func (l *Listener) waitedOn() string {
+	var b []string
+	gid := l.dev.Port().GID
+	for _, s := range l.streams {
+		b = append(b, fmt.Sprintf("module %d QPN %d (%#x)", s.module, s.qp.Num(), s.qp.Num()))
+	}
+	return strings.Join(b, ", ") + fmt.Sprintf(" on GID %v", gid)
+}
+
+// Accept returns the next module's stream, once its front end's first
+// write has come: within the connect timeout, or an error wrapping
+// ErrTimeout that names the queue pairs and GID waited on.
+func (l *Listener) Accept(ctx context.Context) (receive.Stream, error) {
+	deadline := time.Now().Add(l.cfg.ConnectTimeout)
+	l.mu.Lock()
+	ready := l.params.Ready
+	l.mu.Unlock()
+	if !ready {
+		if err := l.awaitFrontEnd(ctx, deadline); err != nil {
+			return nil, err
+		}
+	}
+	l.mu.Lock()
+	pending := make([]*Stream, 0, len(l.streams))
+	for _, s := range l.streams {
+		if !s.accepted {
+			pending = append(pending, s)
+		}
+	}
+	stopped := l.stopped
+	l.mu.Unlock()
+	if len(pending) == 0 {
+		return nil, fmt.Errorf("every module's stream is taken: %w", ErrTimeout)
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	cases := make(chan *Stream, len(pending))
+	done := make(chan struct{})
+	defer close(done)
+	for _, s := range pending {
+		go func() {
+			select {
+			case <-s.first:
+				cases <- s
+			case <-done:
+			}
+		}()
+	}
+	select {
+	case s := <-cases:
+		if stopped != "" {
+			return nil, fmt.Errorf("%w", &receive.StoppedError{Module: uint16(s.module), Reason: stopped})
+		}
+		if l.cfg.Check != nil {
+			if err := l.cfg.Check(s.Module()); err != nil {
+				return nil, fmt.Errorf("%w: %w", receive.ErrRefused, err)
+			}
+		}
+		l.mu.Lock()
+		s.accepted = true
+		l.taken++
+		l.mu.Unlock()
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
+		return nil, fmt.Errorf("no frame from the front end within %v: waited on %s: %w", l.cfg.ConnectTimeout, l.waitedOn(), ErrTimeout)
+	}
+}
+
+// Stop makes Accept refuse every module not yet taken, with reason.
+func (l *Listener) Stop(reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped == "" {
+		l.stopped = reason
+	}
+}
+
+// Close closes the queue pairs of modules no Accept took, and the device
+// once every stream is closed.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	var left []*Stream
+	for _, s := range l.streams {
+		if !s.accepted {
+			left = append(left, s)
+		}
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, s := range left {
+		errs = append(errs, s.Close())
+	}
+	if l.cfg.ParamsFile != "" {
+		// The file names queue pairs that are gone: a front end must not
+		// meet it again.
+		if err := os.Remove(l.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, l.release())
+	return errors.Join(errs...)
+}
+
+// release closes the device once the listener is closed and every stream
+// with it.
+func (l *Listener) release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed || l.dev == nil {
+		return nil
+	}
+	for _, s := range l.streams {
+		if !s.isClosed() {
+			return nil
+		}
+	}
+	dev := l.dev
+	l.dev = nil
+	return dev.Close()
+}
+
+// gidOf returns a port's GID as the files write it.
+func gidOf(a netip.Addr) string { return a.String() }
