@@ -22,7 +22,7 @@ var stageNames = map[string]string{
 	"bslz4": "compress", "bszstd": "compress", "lz4": "compress", "deflate": "compress", "none": "compress",
 	"cpu": "gpu", "cuda": "gpu", "auto": "gpu",
 	"nxtomo": "writer", "cxi": "writer",
-	"fabric": "source/fabric", "capture": "source/capture",
+	"fabric": "source/fabric", "capture": "source/capture", "roce": "source/roce",
 }
 
 // stageNameUses are the other places a built-in stage's name may be
@@ -38,6 +38,7 @@ var stageNameUses = map[string]string{
 	"scan/stages.go:DefaultComputeCache":      "the CUDA compute cache's directory name, not the backend",
 	"writer/writertest/writertest.go:write":   "the layout suite writes its chunks with one of h5ingest's codecs",
 	"source/fabric/internal/fi/providers.go:": `"cxi", libfabric's HPE Slingshot provider, not a layout`,
+	"source/roce/roce.go:":                    `"none", the value of source.frame_header for a front end that sends no frame header, not a codec`,
 }
 
 // TestStageNamesStayHome checks that no non-test Go file of h5ingest
