@@ -8,6 +8,7 @@ import (
 	"h5ingest/registry"
 	"h5ingest/scan"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,9 @@ type acquireFlags struct {
 	listen string
 	record string
 	module int // --module: the one module to take; -1 for every module
+	// params and frontEnd are where a receiver over static queue pairs
+	// writes its end and reads the front end's (--transport roce).
+	params, frontEnd string
 }
 
 func newAcquireCmd(stages *registry.Registry) *cobra.Command {
@@ -37,6 +41,7 @@ func newAcquireCmd(stages *registry.Registry) *cobra.Command {
 	d := config.Default()
 	fs.StringVar(&f.listen, "listen", "", fmt.Sprintf("address to listen on, ADDR:PORT (default: the profile's source.address and source.port, %s:%d)", d.Source.Address, d.Source.Port))
 	f.scan.keys.Add(stages.Names(),
+		config.Flag{Name: "transport", Key: "source.transport", Help: "how frames arrive: " + strings.Join(stages.Names().Transports, " or ")},
 		config.Flag{Name: "provider", Key: "source.provider", Help: "libfabric provider: verbs (RoCE, InfiniBand) or tcp"},
 		config.Flag{Name: "slots", Key: "source.ring_slots", Help: "frame slots in the receive ring: frames the detector may have in flight"},
 		config.Flag{Name: "connect-timeout", Key: "source.connect_timeout", Help: "how long to wait for the detector to connect"},
@@ -45,6 +50,8 @@ func newAcquireCmd(stages *registry.Registry) *cobra.Command {
 		config.Flag{Name: "name", Key: "output.template", Help: "output file name template in --output-dir: {scan} scan id, {date} YYYYMMDD, {module} module id"},
 	)
 	fs.StringVar(&f.record, "record", "", "also keep every frame as it arrived in this capture file (.pmcap)")
+	fs.StringVar(&f.params, "rdma-params", "", "write this receiver's end of each module's queue pair (GID, QPN, PSN, ring address, rkey) to this JSON file, for the front end; again with \"ready\": true once they are ready to receive (static queue pairs, as --transport roce sets up)")
+	fs.StringVar(&f.frontEnd, "front-end", "", "read the front end's end of each queue pair (GID, QPN, PSN) from this JSON file, waiting for it until the connect timeout, where the profile's source.front_end gives none")
 	fs.IntVar(&f.module, "module", -1, "take this module's stream only (a receiver per module); default: every module of the profile")
 	return cmd
 }
@@ -81,6 +88,7 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	a, err := scan.NewAcquisition(scan.AcquireOptions{
 		Options: s.options(profile, plan, log), Files: files, Listen: f.listen,
 		Record: f.record, ProfileName: s.profile, ScanID: s.scanID, Observer: &s.observe,
+		ParamsFile: f.params, PeerFile: f.frontEnd,
 	})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"h5ingest/scan"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
+	"h5ingest/source/roce"
 )
 
 // sendFlags are the flags of the send command.
@@ -26,13 +27,20 @@ type sendFlags struct {
 	fps      float64
 	module   int
 	timeout  time.Duration
+	// transport roce plays a detector's front end over a static queue
+	// pair, meeting the receiver through params and frontEnd.
+	transport        string
+	params, frontEnd string
+	device           string
+	devicePort       int
+	gidIndex         int
 }
 
 func newSendCmd() *cobra.Command {
 	var f sendFlags
 	cmd := &cobra.Command{
-		Use:   "send CAPTURE --to HOST:PORT",
-		Short: "Send a capture file to a receiver over libfabric, as a detector module does",
+		Use:   "send CAPTURE (--to HOST:PORT | --transport roce --rdma-params FILE --front-end FILE)",
+		Short: "Send a capture file to a receiver, as a detector module does: over libfabric, or as a front end writing over a static RoCE queue pair",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return send(cmd.Context(), args[0], &f)
@@ -45,10 +53,23 @@ func newSendCmd() *cobra.Command {
 	fs.Float64Var(&f.fps, "fps", 0, "frames per second, the detector's pace (0: as fast as the receiver takes them)")
 	fs.IntVar(&f.module, "module", 0, "detector module this sender is: it sends that module's frames of the capture, and skips those of other modules")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to keep trying to connect, and to wait for the receiver's answers")
+	fs.StringVar(&f.transport, "transport", "fabric", "fabric (h5ingest's protocol over libfabric, to --to) or roce (a front end's static queue pair: writes with immediate data, no credits)")
+	fs.StringVar(&f.params, "rdma-params", "", "roce: the receiver's parameter file (acquire --rdma-params), waited for until --timeout")
+	fs.StringVar(&f.frontEnd, "front-end", "", "roce: where to write this front end's end of the queue pair (acquire --front-end)")
+	fs.StringVar(&f.device, "device", "", "roce: RDMA device (ibv_devinfo names them); empty: the first")
+	fs.IntVar(&f.devicePort, "device-port", 1, "roce: the device's port")
+	fs.IntVar(&f.gidIndex, "gid-index", 0, "roce: the port's GID table entry (RoCE v1 or v2)")
 	return cmd
 }
 
 func send(ctx context.Context, path string, f *sendFlags) error {
+	switch f.transport {
+	case "fabric":
+	case "roce":
+		return sendFrontEnd(ctx, path, f)
+	default:
+		return scan.Usage(fmt.Errorf("--transport %q: want fabric or roce", f.transport))
+	}
 	if f.to == "" {
 		return scan.Usage(errors.New("no receiver: give --to HOST:PORT"))
 	}
@@ -166,4 +187,54 @@ func warnPace(w io.Writer, fps float64, st fabric.SendStats) {
 		why = fmt.Sprintf("the receiver held it back %v waiting for free slots", st.HeldBack.Round(time.Millisecond))
 	}
 	fmt.Fprintf(w, "h5ingest: could not keep --fps %g: sent %d frames at %.1f frames/s; %s\n", fps, st.Frames, rate, why)
+}
+
+// sendFrontEnd plays a detector front end: it meets the receiver through
+// the parameter files and writes the capture's frames of its module with
+// immediate data, never waiting for the receiver.
+func sendFrontEnd(ctx context.Context, path string, f *sendFlags) error {
+	switch {
+	case f.to != "":
+		return scan.Usage(errors.New("--to: a front end over a static queue pair meets its receiver through --rdma-params and --front-end, not an address"))
+	case f.params == "" || f.frontEnd == "":
+		return scan.Usage(errors.New("--transport roce needs --rdma-params FILE (the receiver's) and --front-end FILE (this front end's)"))
+	case !(f.fps >= 0) || math.IsInf(f.fps, 1):
+		return scan.Usage(fmt.Errorf("--fps %g: want 0 or more", f.fps))
+	case f.module < 0 || f.module > 0xFFFF:
+		return scan.Usage(fmt.Errorf("--module %d: want 0 to 65535", f.module))
+	}
+	r, _, err := capture.OpenScan(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "h5ingest: waiting for the receiver's parameters in %s (up to %v)\n", f.params, f.timeout)
+	st, err := roce.Send(ctx, roce.SendConfig{Device: f.device, Port: f.devicePort, GIDIndex: f.gidIndex, Module: f.module,
+		ParamsFile: f.params, FrontEndFile: f.frontEnd, Timeout: f.timeout, FPS: f.fps}, r)
+	secs := st.Elapsed.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(st.Frames) / secs
+	}
+	fmt.Fprintf(os.Stdout, "written to the receiver of %s\n", f.params)
+	fmt.Fprintf(os.Stdout, "  frames          %d written\n", st.Frames)
+	fmt.Fprintf(os.Stdout, "  bytes           %d\n", st.Bytes)
+	fmt.Fprintf(os.Stdout, "  time            %.2f s, %.0f frames/s\n", secs, rate)
+	if st.Skipped > 0 {
+		fmt.Fprintf(os.Stdout, "  other modules   %d frames not sent (this front end is module %d)\n", st.Skipped, f.module)
+	}
+	if f.fps > 0 && st.Late > 0 {
+		fmt.Fprintf(os.Stderr, "h5ingest: %d writes came later than --fps %g asked\n", st.Late, f.fps)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("interrupted after writing %d frames", st.Frames)
+	case err != nil:
+		return fmt.Errorf("module %d: %w", f.module, err)
+	case st.Frames == 0 && st.Skipped > 0:
+		return fmt.Errorf("%s holds no frame of module %d, only %d of other modules (see --module)", path, f.module, st.Skipped)
+	}
+	return nil
 }

@@ -87,7 +87,11 @@ func printSummary(w io.Writer, s scan.Summary) {
 		}
 		fmt.Fprintf(w, "  %-15s %d images sent, %d dropped (%s), %s\n", l.Name, l.Sent, l.Dropped, leftOut(l.Stats), end)
 	}
-	if r := s.Received; r != nil {
+	if r := s.Received; r != nil && r.Uncredited {
+		fmt.Fprintf(w, "  received        %d frames, %d bytes; %d skipped by the front end, %d out of order, %d slots without a whole frame\n",
+			r.Frames, r.Bytes, r.Gaps, r.Disordered, r.Damaged)
+		fmt.Fprintf(w, "  overrun         %d (recorded missing)\n", r.Overrun)
+	} else if r != nil {
 		fmt.Fprintf(w, "  received        %d frames, %d bytes; ring full (sender held back) %v\n",
 			r.Frames, r.Bytes, r.HeldBack.Round(time.Microsecond))
 	}

@@ -144,7 +144,8 @@ func (s *Stages) Unregister(reg prometheus.Registerer, module int) {
 func observe(h prometheus.Histogram, start time.Time) { h.Observe(time.Since(start).Seconds()) }
 
 // Source returns src, counted. The result implements
-// pipeline.HostMemorySource and pipeline.HostBufferSource where src does.
+// pipeline.HostMemorySource and pipeline.HostBufferSource where src does,
+// and pipeline.OverwritingSource always (Intact).
 func (s *Stages) Source(src pipeline.Source) pipeline.Source {
 	w := &source{src, s}
 	m, mem := src.(pipeline.HostMemorySource)
@@ -199,6 +200,16 @@ func (w *source) Next(ctx context.Context) (*pipeline.Frame, error) {
 func (w *source) Release(f *pipeline.Frame) {
 	w.s.SourceInFlight.Dec()
 	w.Source.Release(f)
+}
+
+// Intact makes a counted source a pipeline.OverwritingSource: it asks the
+// source it counts, where that source is one, and finds every frame intact
+// where it is not (its sender waits for Release).
+func (w *source) Intact(f *pipeline.Frame) bool {
+	if o, ok := w.Source.(pipeline.OverwritingSource); ok {
+		return o.Intact(f)
+	}
+	return true
 }
 
 // Backend returns b, timed, keeping preview images. The result implements

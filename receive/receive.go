@@ -51,6 +51,9 @@ type Stats struct {
 	// end of the scan, where it reports anything.
 	SenderFrames   uint64
 	SenderHeldBack time.Duration
+	// Uncredited says the sender never waits for the receiver (a front
+	// end without credits): Overrun, Gaps, Damaged and Disordered apply.
+	Uncredited bool
 	// Overrun counts the frames a sender that never waits wrote over
 	// before they were read whole: each is recorded missing.
 	Overrun uint64
@@ -65,6 +68,10 @@ type Stats struct {
 	// Disordered counts the frames whose number repeated one, or went
 	// back behind the highest, that came before.
 	Disordered uint64
+	// Undelivered counts the frames received that the stream never hands
+	// out: written over before Next came to them, not whole, beyond the
+	// plan, or come after a Stop.
+	Undelivered uint64
 	// RingUsed and RingSlots are the ring's slots holding frames not yet
 	// read, and all its slots.
 	RingUsed, RingSlots int

@@ -38,6 +38,10 @@ type AcquireOptions struct {
 	Record, ProfileName string
 	ScanID              string    // names the scan on the status page and the live stream
 	Observer            *Observer // shows the scans; nil: none
+	// ParamsFile and PeerFile, where set, are where a source set up out
+	// of band (roce) writes its end of each module's link, and reads the
+	// sender's (receive.Setup).
+	ParamsFile, PeerFile string
 	// OnScan, where set, is told of the scan of a lone module once it is
 	// set up, before its first frame: the scan service follows it.
 	OnScan func(*Module)
@@ -70,7 +74,8 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if err != nil {
 		return nil, Usage(err)
 	}
-	setup := receive.Setup{Source: src, Format: format, Addr: addr, Check: senderCheck(files, format), Log: o.Log}
+	setup := receive.Setup{Source: src, Format: format, Addr: addr, Check: senderCheck(files, format), Log: o.Log,
+		Frames: o.Plan.Frames(), ParamsFile: o.ParamsFile, PeerFile: o.PeerFile}
 	for _, m := range files.Modules {
 		setup.Modules = append(setup.Modules, m.Module.ID)
 	}

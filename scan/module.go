@@ -216,7 +216,8 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 	if r.stream != nil {
 		// Frames the source took off the wire that the pipeline never
 		// read: the scan was cancelled (or its file failed) first.
-		if n := int(r.stream.Stats().Frames) - progress.Received - progress.NotFrame; n > 0 {
+		st := r.stream.Stats()
+		if n := int(st.Frames-st.Undelivered) - progress.Received - progress.NotFrame; n > 0 {
 			r.pipeline.Discard(n)
 			progress.Discarded += n
 			r.log.Warn("frames discarded: they arrived, but the scan ended before it could write them; they are recorded missing",

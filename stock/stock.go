@@ -9,6 +9,7 @@ import (
 	"h5ingest/registry"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
+	"h5ingest/source/roce"
 	"h5ingest/writer"
 )
 
@@ -20,6 +21,10 @@ func Register(r *registry.Registry) error {
 		func() error {
 			return r.AddSource(registry.Source{Name: "fabric", Doc: "libfabric connected endpoints: RDMA (verbs) on RoCE or InfiniBand, tcp elsewhere",
 				Listen: fabric.Open, Check: fabric.Check, Open: capture.OpenScan})
+		},
+		func() error {
+			return r.AddSource(registry.Source{Name: "roce", Doc: "a detector front end's static RoCE queue pairs: frames written with immediate data into a ring, no credits (libibverbs)",
+				Listen: roce.Open, Check: roce.Check, Open: capture.OpenScan})
 		},
 		func() error { return addBackends(r) },
 		func() error { return addCodecs(r) },

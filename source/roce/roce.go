@@ -291,7 +291,7 @@ func (l *Listener) Addr() string {
 func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error {
 	var fe FrontEndParams
 	err := waitFile(ctx, l.cfg.FrontEndFile, deadline, &fe, func() bool { return fe.Nonce == l.nonce })
-	if errors.Is(err, ErrTimeout) {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", l.cfg.FrontEndFile, l.cfg.ConnectTimeout, l.nonce, l.waitedOn(), ErrTimeout)
 	}
 	if err != nil {
@@ -379,10 +379,12 @@ func (l *Listener) Accept(ctx context.Context) (receive.Stream, error) {
 		l.mu.Unlock()
 		return s, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ctx.Err()
+		}
 	case <-timer.C:
-		return nil, fmt.Errorf("no frame from the front end within %v: waited on %s: %w", l.cfg.ConnectTimeout, l.waitedOn(), ErrTimeout)
 	}
+	return nil, fmt.Errorf("no frame from the front end within %v: waited on %s: %w", l.cfg.ConnectTimeout, l.waitedOn(), ErrTimeout)
 }
 
 // Stop makes Accept refuse every module not yet taken, with reason.

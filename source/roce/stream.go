@@ -282,7 +282,9 @@ func (s *Stream) take(c verbs.Completion) bool {
 			s.frontEndWarn("a write names a slot beyond the ring: its frame is not taken", zap.Uint32("slot", c.Imm), zap.Int("slots", s.cfg.Slots))
 			s.count++
 			s.mu.Lock()
+			s.stats.Frames++
 			s.stats.Damaged++
+			s.stats.Undelivered++
 			s.mu.Unlock()
 			return true
 		}
@@ -308,11 +310,11 @@ func (s *Stream) take(c verbs.Completion) bool {
 	}
 	s.stats.Frames++
 	s.stats.Bytes += uint64(c.ByteLen)
-	if s.stop != nil && (!s.stopSeen || seq > s.stopAt) {
-		return true // a stopped stream takes no frame that comes later
-	}
-	if s.ended {
-		return true // beyond the plan's last frame
+	if s.stop != nil && (!s.stopSeen || seq > s.stopAt) || s.ended {
+		// A stopped stream takes no frame that comes later, nor an ended
+		// one a frame beyond the plan's last.
+		s.stats.Undelivered++
+		return true
 	}
 	if s.qLen == len(s.queue) {
 		// The pipeline is a whole ring behind: the oldest frame waiting
@@ -320,6 +322,7 @@ func (s *Stream) take(c verbs.Completion) bool {
 		s.qHead = (s.qHead + 1) % len(s.queue)
 		s.qLen--
 		s.stats.Overrun++
+		s.stats.Undelivered++
 	}
 	s.queue[(s.qHead+s.qLen)%len(s.queue)] = arrival{seq: seq, gen: s.gen[slot], slot: slot, size: int(c.ByteLen)}
 	s.qLen++
@@ -414,13 +417,14 @@ func (s *Stream) deliver(a arrival) *pipeline.Frame {
 	gone := s.overrun(a)
 	s.cqMu.Unlock()
 	if gone {
-		s.count1(&s.stats.Overrun)
+		s.count1(&s.stats.Overrun, &s.stats.Undelivered)
 		return nil
 	}
 	b := s.slots[a.slot][:min(a.size, s.slotSize)]
 	f := &s.frames[a.slot]
 	if s.cfg.Header == HeaderNone {
-		f.Header = frame.Header{FrameNumber: a.seq, PayloadSize: uint32(len(b)), ModuleID: uint16(s.module), Format: s.cfg.Format}
+		// No detector clock: the time the frame was taken stands for it.
+		f.Header = frame.Header{FrameNumber: a.seq, Timestamp: uint64(time.Now().UnixNano()), PayloadSize: uint32(len(b)), ModuleID: uint16(s.module), Format: s.cfg.Format}
 		f.Payload, f.Unchecked = b, true
 	} else {
 		h, err := frame.ParseHeader(b)
@@ -435,9 +439,9 @@ func (s *Stream) deliver(a arrival) *pipeline.Frame {
 			}
 			s.cqMu.Unlock()
 			if gone {
-				s.count1(&s.stats.Overrun)
+				s.count1(&s.stats.Overrun, &s.stats.Undelivered)
 			} else {
-				s.count1(&s.stats.Damaged)
+				s.count1(&s.stats.Damaged, &s.stats.Undelivered)
 			}
 			return nil
 		}
@@ -450,12 +454,19 @@ func (s *Stream) deliver(a arrival) *pipeline.Frame {
 	return f
 }
 
-// count1 adds one to a count of the stream's stats.
-func (s *Stream) count1(n *uint64) {
+// count1 adds one to counts of the stream's stats.
+func (s *Stream) count1(counts ...*uint64) {
 	s.mu.Lock()
-	*n++
+	for _, n := range counts {
+		*n++
+	}
 	s.mu.Unlock()
 }
+
+// HostMemory returns the ring, which every payload the stream hands out
+// lies in (pipeline.HostMemorySource): a device backend may page-lock it
+// and copy payloads from it without staging.
+func (s *Stream) HostMemory() [][]byte { return [][]byte{s.mem.Bytes()} }
 
 // slotOf returns the slot of a frame Next handed out; -1 for another.
 func (s *Stream) slotOf(f *pipeline.Frame) int {
@@ -557,7 +568,7 @@ func (s *Stream) Stats() receive.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.RingUsed, st.RingSlots = s.qLen+s.used, s.cfg.Slots
+	st.RingUsed, st.RingSlots, st.Uncredited = s.qLen+s.used, s.cfg.Slots, true
 	return st
 }
 
