@@ -38,6 +38,8 @@ var stageNameUses = map[string]string{
 	"scan/stages.go:DefaultComputeCache":      "the CUDA compute cache's directory name, not the backend",
 	"writer/writertest/writertest.go:write":   "the layout suite writes its chunks with one of h5ingest's codecs",
 	"source/fabric/internal/fi/providers.go:": `"cxi", libfabric's HPE Slingshot provider, not a layout`,
+	"cli/cmd_send.go:send":                    "send's --transport chooses the sender it plays: libfabric's, or a front end's static queue pair; the registry's sources receive",
+	"cli/cmd_send.go:newSendCmd":              "the default of send's --transport",
 	"source/roce/roce.go:":                    `"none", the value of source.frame_header for a front end that sends no frame header, not a codec`,
 }
 
