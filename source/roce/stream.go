@@ -298,7 +298,10 @@ func (s *Stream) take(c verbs.Completion) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case !s.seen:
+	case !s.seen || s.cfg.Immediate == ImmediateSlot:
+		// Slot immediates number the writes themselves: no gap nor
+		// disorder shows here (the headers' numbers show them to the
+		// pipeline).
 	case seq <= s.maxSeen:
 		s.stats.Disordered++
 		s.frontEndWarn("a frame number repeats or goes backwards", zap.Uint64("frame", seq), zap.Uint64("after", s.maxSeen))
@@ -432,6 +435,9 @@ func (s *Stream) deliver(a arrival) *pipeline.Frame {
 			err = fmt.Errorf("the header says frame %d, the immediate data %d", h.FrameNumber, a.seq)
 		}
 		if err != nil {
+			// Written over while the header was read, or never whole: a
+			// fresh poll tells which.
+			s.pollOnce()
 			s.cqMu.Lock()
 			gone := s.overrun(a)
 			if !gone {

@@ -47,7 +47,8 @@ import (
 // receives. FaultEnv makes a sending process inject one of these.
 
 // FaultEnv, in a sending process using the fake, injects a fault at a
-// write: KIND@N, the N-th write (from 1) of the process. Kinds:
+// write: KIND@N, the N-th write (from 1) of each queue pair created while
+// it is set. Kinds:
 // qp-error (the peer's queue pair goes to error), retry-exceeded (the
 // write is never acknowledged), bad-rkey (the write names another key),
 // error-completion (the peer's receive completes with an error status),
@@ -389,6 +390,9 @@ type fakeQP struct {
 	psn    uint32
 	peer   *shm // the peer's queue pair
 	peerCQ *shm // the completion queue of the peer's receives
+
+	fault  faultSpec
+	writes int64 // writes carried out, for fault
 }
 
 type sendWR struct {
@@ -423,7 +427,7 @@ func (d *fakeDev) NewQP(c CQ, t QPType, sends, recvs int) (QP, error) {
 		*mem.u32(qpType) = uint32(t)
 		*mem.u32(qpPID) = uint32(os.Getpid())
 		qp := &fakeQP{d: d, num: num, mem: mem, cq: cq, typ: t, sends: make(chan sendWR, sends),
-			quit: make(chan struct{}), done: make(chan struct{})}
+			quit: make(chan struct{}), done: make(chan struct{}), fault: faultOf()}
 		cq.mu.Lock()
 		cq.qps = append(cq.qps, qp)
 		cq.mu.Unlock()
@@ -529,7 +533,9 @@ func (qp *fakeQP) PostWriteImm(id uint64, m Memory, local []byte, addr uint64, r
 }
 
 func (qp *fakeQP) postWrite(wr sendWR) error {
-	if s := qp.state(); s != StateRTS {
+	// A queue pair in error takes work requests and flushes them, each
+	// completing with WRFlushErr after those before it.
+	if s := qp.state(); s != StateRTS && s != StateError {
 		return fmt.Errorf("post a write: %w (queue pair %#x is %v, not RTS)", syscall.EINVAL, qp.num, s)
 	}
 	select {
@@ -563,24 +569,21 @@ func (qp *fakeQP) Close() error {
 	return nil
 }
 
-// writes counts the writes of the process, for FaultEnv.
-var writes atomic.Int64
-
-// fault is the fault FaultEnv asks for, parsed once.
-var fault = sync.OnceValue(func() struct {
+// faultSpec is the fault FaultEnv asks a queue pair for.
+type faultSpec struct {
 	kind string
-	at   int64
-} {
-	var f struct {
-		kind string
-		at   int64
-	}
+	at   int64 // the write, from 1; 0: none
+}
+
+// faultOf parses FaultEnv, as a queue pair is created.
+func faultOf() faultSpec {
 	kind, at, ok := strings.Cut(os.Getenv(FaultEnv), "@")
-	if n, err := strconv.ParseInt(at, 10, 64); ok && err == nil {
-		f.kind, f.at = kind, n
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return faultSpec{}
 	}
-	return f
-})
+	return faultSpec{kind, n}
+}
 
 // nic carries out the queue pair's writes in order. The completion of a
 // write is held back until the next write's bytes have landed, or until
@@ -641,7 +644,7 @@ func (qp *fakeQP) deliver(d *delivery) {
 		if d.recv != Success {
 			c.Vendor = 0x42
 		}
-		if fault().kind == "cq-full" && writes.Load() >= fault().at || !pushCQE(d.peerCQ, c) {
+		if qp.fault.kind == "cq-full" && qp.writes >= qp.fault.at || !pushCQE(d.peerCQ, c) {
 			atomic.StoreUint32(d.peerCQ.u32(cqOverflow), 1)
 			atomic.StoreUint32(d.peer.u32(qpState), uint32(StateError))
 			if qp.typ == RC {
@@ -669,8 +672,8 @@ func (qp *fakeQP) write(wr sendWR) *delivery {
 		d.status = WRFlushErr
 		return d
 	}
-	nth := writes.Add(1)
-	f := fault()
+	qp.writes++
+	nth, f := qp.writes, qp.fault
 	if f.at == nth {
 		switch f.kind {
 		case "retry-exceeded":
