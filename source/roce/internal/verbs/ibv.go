@@ -373,7 +373,7 @@ func (d *ibvDevice) queryPort(name string, port, gidIndex int) error {
 	if p.LinkLayer != "Ethernet" {
 		return fmt.Errorf("the port's link layer is %s; the roce source needs Ethernet (RoCE)", p.LinkLayer)
 	}
-	if attr.state != C.IBV_PORT_ACTIVE {
+	if attr.state != C.IBV_PORT_ACTIVE && attr.state != C.IBV_PORT_ACTIVE_DEFER {
 		return fmt.Errorf("the port is %s, not ACTIVE: check the cable and the switch port, and that its interface is up (ip link; rdma link)", p.State)
 	}
 	if tl := int(attr.gid_tbl_len); gidIndex >= tl {

@@ -126,6 +126,7 @@ static int h5v_query_gid(struct ibv_context *c, int port, int index, uint8_t gid
 		struct ibv_gid_entry e;
 		memset(&e, 0, sizeof e);
 		int ret = h5v_p_query_gid_ex(c, (uint32_t)port, (uint32_t)index, &e, 0, sizeof e);
+		if (ret < 0) ret = -ret; // the manual says an errno value; be sure of its sign
 		if (ret == 0) {
 			memcpy(gid, e.gid.raw, 16);
 			*type = (int)e.gid_type;
