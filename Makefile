@@ -16,7 +16,9 @@ OUT      ?= out
 # already: it checks every Go file git tracks).
 EXTEND := examples/extend
 
-# Debian packages: C libraries for cgo, and the independent readers the
+# Debian packages: C libraries for cgo (libibverbs-dev: the headers of the
+# roce source's verbs table, whose library is opened at run time), and the
+# independent readers the
 # tests compare against (h5py + hdf5plugin, the C bitshuffle library,
 # dxchange, h5dump), headless chromium for the status page test, and
 # libzmq with the Python stream consumer's zmq and cbor2, the OpenAPI 3.0
@@ -24,7 +26,7 @@ EXTEND := examples/extend
 # analyzer for the service unit; and Python's zstandard, with which
 # examples/extend's test reads its zstd chunks where Debian's hdf5plugin
 # has no zstd filter.
-DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin clang-16 \
+DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin libibverbs-dev clang-16 \
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod python3-zstandard \
 	python3-dxchange python3-tifffile python3-pandas chromium \
 	libzmq3-dev python3-zmq python3-cbor2 \

@@ -65,7 +65,7 @@ const (
 	qpPSN     = 12
 	qpCQ      = 16
 	qpRQCap   = 24
-	qpType    = 28
+	qpTypeOff = 28
 	qpRQHead  = 32
 	qpRQTail  = 40
 	qpPID     = 48
@@ -424,7 +424,7 @@ func (d *fakeDev) NewQP(c CQ, t QPType, sends, recvs int) (QP, error) {
 		*mem.u32(0) = qpMagic
 		*mem.u64(qpCQ) = cq.id
 		*mem.u32(qpRQCap) = uint32(recvs)
-		*mem.u32(qpType) = uint32(t)
+		*mem.u32(qpTypeOff) = uint32(t)
 		*mem.u32(qpPID) = uint32(os.Getpid())
 		qp := &fakeQP{d: d, num: num, mem: mem, cq: cq, typ: t, sends: make(chan sendWR, sends),
 			quit: make(chan struct{}), done: make(chan struct{}), fault: faultOf()}
