@@ -804,3 +804,46 @@ func randomU32() uint32 {
 	rand.Read(b[:])
 	return binary.LittleEndian.Uint32(b[:])
 }
+
+// FakeArrivals completes writes with immediate data at one of the fake's
+// queue pairs, as the NIC does once a write's bytes have landed, without
+// placing any bytes: it is for measuring the receiver's own work per
+// frame, apart from the cost of moving them.
+type FakeArrivals struct {
+	qpn    uint32
+	qp, cq *shm
+}
+
+// OpenFakeArrivals opens the fake's queue pair qpn in dir for
+// FakeArrivals.Complete.
+func OpenFakeArrivals(dir string, qpn uint32) (*FakeArrivals, error) {
+	p, err := openShm(filepath.Join(dir, fmt.Sprintf("qp-%06x", qpn)))
+	if err != nil {
+		return nil, err
+	}
+	c, err := openShm(filepath.Join(dir, fmt.Sprintf("cq-%x", atomic.LoadUint64(p.u64(qpCQ)))))
+	if err != nil {
+		p.close(false)
+		return nil, err
+	}
+	return &FakeArrivals{qpn: qpn, qp: p, cq: c}, nil
+}
+
+// Complete takes a receive posted at the queue pair and adds the
+// completion of a write of n bytes with immediate data imm to its queue.
+func (a *FakeArrivals) Complete(imm, n uint32) error {
+	id, ok := takeRecv(a.qp)
+	if !ok {
+		return fmt.Errorf("queue pair %#x: no receive posted", a.qpn)
+	}
+	if !pushCQE(a.cq, Completion{WRID: id, Opcode: OpRecvRDMAImm, ByteLen: n, Imm: imm, QPNum: a.qpn}) {
+		return ErrCQOverrun
+	}
+	return nil
+}
+
+// Close unmaps the queue pair.
+func (a *FakeArrivals) Close() {
+	a.qp.close(false)
+	a.cq.close(false)
+}
