@@ -8,12 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
+	"h5ingest/writer"
 )
 
 // roceEnv returns the environment in which h5ingest processes meet through
@@ -172,5 +175,96 @@ func captureFrames(t *testing.T, path string) []capturedFrame {
 			t.Fatal(err)
 		}
 		out = append(out, capturedFrame{h.FrameNumber, h, bytes.Clone(p)})
+	}
+}
+
+// startRoCE starts acquire --transport roce of a 200-frame scan and its
+// front end's emulator at 100 frames/s, meeting through the fake NIC, and
+// returns both once the scan's file exists (the first frame has come).
+func startRoCE(t *testing.T) (a, s *proc, out, capturePath string) {
+	t.Helper()
+	capturePath, _ = simulate(t, "--darks", "0", "--flats", "0", "--projections", "200")
+	meet := t.TempDir()
+	env := roceEnv(t, meet)
+	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
+	out = filepath.Join(t.TempDir(), "roce.h5")
+	env = append(env, "H5INGEST_OUTPUT_FLUSH_INTERVAL=100ms")
+	a = startProcEnv(t, env, "acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
+		"-o", out, "--projections", "200", "--connect-timeout", "30s", "--idle-timeout", "2s")
+	s = startProcEnv(t, env, "send", capturePath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s", "--fps", "100")
+	a.waitForFile(t, writer.TempName(out))
+	return a, s, out, capturePath
+}
+
+// TestRoCEFrontEndKilled kills the front end mid-scan: acquire ends at
+// its idle timeout, incomplete, with every frame that came written whole
+// and the rest recorded missing.
+func TestRoCEFrontEndKilled(t *testing.T) {
+	smallDetector(t)
+	a, s, out, path := startRoCE(t)
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	if code := a.wait(t, time.Minute); code != exitIncomplete {
+		t.Fatalf("acquire exit status %d, want %d (incomplete)\n%s%s", code, exitIncomplete, a.stdout.String(), a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String()+a.stdout.String(), "no frame for 2s") {
+		t.Errorf("acquire does not say the front end fell silent:\n%s%s", a.stdout.String(), a.stderr.String())
+	}
+	checkAgainstReplay(t, out, path, 200)
+}
+
+// TestRoCEReceiverKilled kills acquire mid-scan: the emulator stops with
+// the NIC's word for a peer gone, and recover gives the file every frame
+// written before, each whole.
+func TestRoCEReceiverKilled(t *testing.T) {
+	smallDetector(t)
+	a, s, out, path := startRoCE(t)
+	// Killed once a flush has put frames in the file.
+	part := writer.TempName(out)
+	for deadline := time.Now().Add(30 * time.Second); scantest.OKFrames(part) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no frame:\n%s%s", part, a.stdout.String(), a.stderr.String())
+		}
+	}
+	a.cmd.Process.Kill()
+	a.cmd.Wait()
+	if code := s.wait(t, time.Minute); code == exitOK || !strings.Contains(s.stderr.String(), "retry counter exceeded") {
+		t.Errorf("send exit status %d after its receiver was killed, want a failure saying retries were exceeded:\n%s", code, s.stderr.String())
+	}
+	if code, stdout, stderr := runProcess(t, "recover", writer.TempName(out)); code != exitIncomplete {
+		t.Fatalf("recover: exit status %d, want %d\n%s%s", code, exitIncomplete, stdout, stderr)
+	}
+	checkAgainstReplay(t, out, path, 200)
+}
+
+// checkAgainstReplay checks that the file at out holds n frames, some ok
+// and the rest missing, and that each ok frame's record and chunk are a
+// replay's of the capture at path.
+func checkAgainstReplay(t *testing.T, out, path string, n int) {
+	t.Helper()
+	want := filepath.Join(t.TempDir(), "replay.h5")
+	if code := run([]string{"replay", path, "-o", want, "--projections", strconv.Itoa(n)}); code != exitOK {
+		t.Fatalf("replay exit status %d", code)
+	}
+	wantRecs, wantChunks := readFile(t, want)
+	recs, chunks := readFile(t, out)
+	if len(recs) != n {
+		t.Fatalf("%d records, want %d", len(recs), n)
+	}
+	ok := 0
+	for i, r := range recs {
+		switch r.Status {
+		case frame.StatusOK:
+			ok++
+			if r != wantRecs[i] || !bytes.Equal(chunks[i], wantChunks[i]) {
+				t.Errorf("frame %d is ok but not the capture's", i)
+			}
+		case frame.StatusMissing:
+		default:
+			t.Errorf("frame %d: status %d, want ok or missing", i, r.Status)
+		}
+	}
+	if ok == 0 || ok == n {
+		t.Errorf("%d of %d frames ok, want some but not all", ok, n)
 	}
 }
