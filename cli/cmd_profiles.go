@@ -54,6 +54,9 @@ func newProfilesCmd(stages *registry.Registry) *cobra.Command {
 			Args:  usageArgs(cobra.ExactArgs(1)),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				p, err := config.Load(args[0], stages.Names())
+				if err == nil {
+					err = scan.CheckSource(stages, p)
+				}
 				if err != nil {
 					return scan.Usage(err)
 				}

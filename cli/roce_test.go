@@ -102,6 +102,9 @@ func TestAcquireOverRoCE(t *testing.T) {
 			}) {
 				t.Error("the --record capture's frames differ from the sent capture's")
 			}
+			if _, marked := captureMetadata(t, rec).Extra["frame_headers"]; marked != (tc.header == "none") {
+				t.Errorf("the --record capture says its headers are the receiver's: %v, with frame_header %s", marked, tc.header)
+			}
 			if !strings.Contains(a.stdout.String(), "overrun         0") {
 				t.Errorf("the summary has no overrun line of 0:\n%s", a.stdout.String())
 			}
@@ -266,5 +269,36 @@ func checkAgainstReplay(t *testing.T, out, path string, n int) {
 	}
 	if ok == 0 || ok == n {
 		t.Errorf("%d of %d frames ok, want some but not all", ok, n)
+	}
+}
+
+// TestProfilesCheckRoCE checks that profiles check holds a profile's roce
+// keys to what the transport can work with, naming the key.
+func TestProfilesCheckRoCE(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want string // "" for ok
+	}{
+		{"source:\n  transport: roce\n", ""},
+		{"source:\n  transport: roce\n  front_end: [{module: 0, gid: \"::ffff:10.0.0.7\", qpn: 77, psn: 9001}]\n", ""},
+		{"source:\n  transport: roce\n  ring_slots: 6\n", "source.write_guard"},
+		{"source:\n  transport: roce\n  qp_type: uc\n  frame_header: none\n", "source.qp_type uc"},
+		{"source:\n  transport: roce\n  qp_type: ud\n", "source.qp_type"},
+		{"source:\n  transport: roce\n  mtu: 9000\n", "source.mtu"},
+		{"source:\n  transport: roce\n  front_end: [{module: 0, gid: nope, qpn: 77}]\n", "source.front_end"},
+		{"source:\n  transport: roce\n  write_guard: 0\n", "source.write_guard"},
+	} {
+		file := filepath.Join(t.TempDir(), "p.yaml")
+		if err := os.WriteFile(file, []byte(tc.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runProcess(t, "profiles", "check", file)
+		out := stdout + stderr
+		switch {
+		case tc.want == "" && code != exitOK:
+			t.Errorf("profiles check of\n%s: exit status %d\n%s", tc.yaml, code, out)
+		case tc.want != "" && (code != exitUsage || !strings.Contains(out, tc.want)):
+			t.Errorf("profiles check of\n%s: exit status %d, want %d naming %s:\n%s", tc.yaml, code, exitUsage, tc.want, out)
+		}
 	}
 }

@@ -38,6 +38,10 @@ type Module struct {
 	Format frame.Format // the format of its frames
 	Frames uint64       // the frames the module said it will send; 0 where it said none
 	Mode   string       // how its frames arrive, for people and logs
+	// HeadersWritten says the sender writes bare payloads: the frame
+	// headers the stream hands out (and a recording keeps) are the
+	// receiver's own.
+	HeadersWritten bool
 }
 
 // Stats counts what a Stream received.
@@ -141,6 +145,10 @@ type Setup struct {
 	// Check, where set, refuses a module's sender the scan cannot take
 	// (another module, another frame format).
 	Check func(Module) error
+	// ProfileOnly says the setup is a profile's alone, checked without a
+	// scan (profiles check): what a command gives beside the profile
+	// (ParamsFile, PeerFile) is not there to check.
+	ProfileOnly bool
 	// Log, where set, logs what the source does beside the scan.
 	Log *zap.Logger
 }

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -222,7 +223,7 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
 	}
 
-	rec, closeRec, err := a.openRecord()
+	rec, closeRec, err := a.openRecord(stream.Module())
 	if err != nil {
 		return res, err
 	}
@@ -491,7 +492,7 @@ func (i *Stopper) Close() {
 // capture records the profile as --profile named it, or the built-in
 // profile's name, and what a replay needs to write the scan's file: the
 // plan, the merged profile, the geometry (scanMetadata).
-func (a *Acquisition) openRecord() (*lockedRecorder, func(), error) {
+func (a *Acquisition) openRecord(first receive.Module) (*lockedRecorder, func(), error) {
 	o := &a.o
 	profile, pl, log := o.Profile, o.Plan, o.Log
 	if o.Record == "" {
@@ -517,6 +518,12 @@ func (a *Acquisition) openRecord() (*lockedRecorder, func(), error) {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
 	}
+	if first.HeadersWritten {
+		if meta.Extra == nil {
+			meta.Extra = map[string]json.RawMessage{}
+		}
+		meta.Extra[headersKey] = json.RawMessage(headersWritten)
+	}
 	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		file.Close()
@@ -524,6 +531,13 @@ func (a *Acquisition) openRecord() (*lockedRecorder, func(), error) {
 	}
 	return &lockedRecorder{w: w, path: o.Record, log: log}, func() { file.Close() }, nil
 }
+
+// headersKey and headersWritten mark a capture whose frame headers the
+// receiver wrote, for a sender of bare payloads.
+const (
+	headersKey     = "frame_headers"
+	headersWritten = `"written by the receiver: the sender wrote bare payloads; frame numbers are its immediate data, timestamps the receiver's clock, payload CRCs those of the bytes it read"`
+)
 
 // lockedRecorder is a capture writer that several streams record into,
 // interleaving their frames as they arrive. A failed write stops the
@@ -657,7 +671,7 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 			// The capture is made once a module connected: an acquire
 			// interrupted while it waits leaves no file.
 			var closeRec func()
-			if rec, closeRec, err = a.openRecord(); err != nil {
+			if rec, closeRec, err = a.openRecord(hello); err != nil {
 				cancel()
 				return res, err
 			}

@@ -5,6 +5,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/frame"
+	"h5ingest/receive"
 	"h5ingest/registry"
 	"h5ingest/source/capture"
 )
@@ -45,4 +46,18 @@ func listenerOf(stages *registry.Registry, p config.Profile) (registry.Source, e
 		return s, Usage(fmt.Errorf("key source.transport: %s cannot receive a scan (it is replayed only)", s.Name))
 	}
 	return s, nil
+}
+
+// CheckSource checks profile p's source keys as its source checks them
+// before a scan (registry.Source.Check), for a profile alone.
+func CheckSource(stages *registry.Registry, p config.Profile) error {
+	s, err := sourceOf(stages, p)
+	if err != nil || s.Check == nil {
+		return err
+	}
+	format, err := p.Detector.Format()
+	if err != nil {
+		return err
+	}
+	return s.Check(receive.Setup{Source: p.Source, Format: format, Modules: p.Detector.ModuleIDs(), ProfileOnly: true})
 }

@@ -161,7 +161,7 @@ func ConfigOf(s receive.Setup) (Config, error) {
 			}
 		}
 	}
-	if c.FrontEnds == nil && c.FrontEndFile == "" && len(c.Modules) > 0 {
+	if c.FrontEnds == nil && c.FrontEndFile == "" && len(c.Modules) > 0 && !s.ProfileOnly {
 		return c, errors.New("the front end's GID, QPN and PSN: give them in the profile (source.front_end) or name the front end's file (--front-end FILE)")
 	}
 	return c, nil

@@ -174,7 +174,7 @@ func (s *Stream) connect(fe FrontEndPort) error {
 // Module says which module the stream receives, and how.
 func (s *Stream) Module() receive.Module {
 	return receive.Module{ID: uint16(s.module), Format: s.cfg.Format, Frames: s.cfg.Frames,
-		Mode: fmt.Sprintf("roce %v, immediate %s, header %s", s.cfg.QPType, s.cfg.Immediate, s.cfg.Header)}
+		Mode: fmt.Sprintf("roce %v, immediate %s, header %s", s.cfg.QPType, s.cfg.Immediate, s.cfg.Header), HeadersWritten: s.cfg.Header == HeaderNone}
 }
 
 // Record makes the stream keep every frame it hands out, once Intact has
