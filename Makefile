@@ -76,7 +76,7 @@ unit:
 	cd $(EXTEND) && $(GO) test -count=1 ./...
 
 # The packages whose goroutines share state, under the race detector.
-RACE_PKGS := ./pipeline ./scan ./service ./source/fabric ./source/capture ./instrument ./status ./stream
+RACE_PKGS := ./pipeline ./scan ./service ./source/fabric ./source/roce ./source/capture ./instrument ./status ./stream
 
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)

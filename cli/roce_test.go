@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,11 +243,11 @@ func TestRoCEReceiverKilled(t *testing.T) {
 
 // checkAgainstReplay checks that the file at out holds n frames, some ok
 // and the rest missing, and that each ok frame's record and chunk are a
-// replay's of the capture at path.
-func checkAgainstReplay(t *testing.T, out, path string, n int) {
+// replay's of the capture at path (with replayArgs: the acquire's codec).
+func checkAgainstReplay(t *testing.T, out, path string, n int, replayArgs ...string) {
 	t.Helper()
 	want := filepath.Join(t.TempDir(), "replay.h5")
-	if code := run([]string{"replay", path, "-o", want, "--projections", strconv.Itoa(n)}); code != exitOK {
+	if code := run(append([]string{"replay", path, "-o", want, "--projections", strconv.Itoa(n)}, replayArgs...)); code != exitOK {
 		t.Fatalf("replay exit status %d", code)
 	}
 	wantRecs, wantChunks := readFile(t, want)
@@ -301,4 +302,60 @@ func TestProfilesCheckRoCE(t *testing.T) {
 			t.Errorf("profiles check of\n%s: exit status %d, want %d naming %s:\n%s", tc.yaml, code, exitUsage, tc.want, out)
 		}
 	}
+}
+
+// TestRoCEFrontEndFasterThanPipeline has the emulator write a scan as
+// fast as it can into an 8-slot ring while the pipeline compresses slowly:
+// frames are overrun, and each is recorded missing and counted alike in
+// the summary and /metrics, while every frame stored ok is the capture's,
+// byte for byte.
+func TestRoCEFrontEndFasterThanPipeline(t *testing.T) {
+	const n = 60
+	path := simulateBacklog(t, n)
+	meet := t.TempDir()
+	env := append(backlogEnv(t, path), "H5INGEST_TEST_FAKE_VERBS="+meet)
+	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
+	out := filepath.Join(t.TempDir(), "fast.h5")
+	maddr := scantest.FreeAddr(t)
+	a := startProcEnv(t, env, append([]string{"acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
+		"-o", out, "--projections", strconv.Itoa(n), "--slots", "8", "--connect-timeout", "30s", "--idle-timeout", "3s",
+		"--metrics", maddr, "--metrics-linger", "30s"}, backlogPipeline()...)...)
+	s := startProcEnv(t, env, "send", path, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s")
+	if code := s.wait(t, time.Minute); code != exitOK {
+		t.Fatalf("send exit status %d\n%s", code, s.stderr.String())
+	}
+	var m map[string]float64
+	waitFor(t, time.Minute, "the scan's end in /metrics", func() bool {
+		var err error
+		m, err = scrape(t, "http://"+maddr+"/metrics")
+		_, statErr := os.Stat(out)
+		return err == nil && statErr == nil
+	})
+	a.cmd.Process.Signal(os.Interrupt) // ends the metrics' linger
+	a.wait(t, time.Minute)
+	summary := regexp.MustCompile(`overrun +(\d+) \(recorded missing\)`).FindStringSubmatch(a.stdout.String())
+	if summary == nil {
+		t.Fatalf("no overrun line in the summary:\n%s%s", a.stdout.String(), a.stderr.String())
+	}
+	overrun, _ := strconv.Atoi(summary[1])
+	if overrun == 0 {
+		t.Errorf("a front end far faster than the pipeline overran nothing in an 8-slot ring:\n%s", a.stdout.String())
+	}
+	if got := m[`h5ingest_source_overrun_total{module="0"}`]; got != float64(overrun) {
+		t.Errorf("/metrics counts %v overrun, the summary %d", got, overrun)
+	}
+	if got := m[`h5ingest_source_ring_slots{module="0"}`]; got != 8 {
+		t.Errorf("/metrics says %v ring slots, want 8", got)
+	}
+	recs, _ := readFile(t, out)
+	missing := 0
+	for _, r := range recs {
+		if r.Status == frame.StatusMissing {
+			missing++
+		}
+	}
+	if missing != overrun {
+		t.Errorf("%d frames recorded missing, %d overrun: every frame was written, so each missing one is an overrun", missing, overrun)
+	}
+	checkAgainstReplay(t, out, path, n, backlogPipeline()...)
 }

@@ -268,7 +268,7 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 	return nil
 }
 
-// statser is a source that counts what it received: a fabric stream.
+// statser is a source that counts what it received: a receive.Stream.
 type statser interface{ Stats() receive.Stats }
 
 // start wraps the source and sink and, when the scan is watched, starts
@@ -286,6 +286,26 @@ func (w *scanWatch) start(src pipeline.Source, sink pipeline.Sink) (pipeline.Sou
 		reg.counter("h5ingest_fabric_held_back_seconds_total", "Time every ring slot was in use, so that the sender was held back.",
 			func() float64 { return st.Stats().HeldBack.Seconds() })
 		w.monitor.SetHeldBack(func() time.Duration { return st.Stats().HeldBack })
+		if st.Stats().Uncredited {
+			// A front end that never waits: what it overran, skipped and
+			// damaged, and how full its ring is.
+			reg.counter("h5ingest_source_overrun_total", "Frames the front end wrote over before they were read whole: recorded missing.",
+				func() float64 { return float64(st.Stats().Overrun) })
+			reg.counter("h5ingest_source_gaps_total", "Frame numbers the front end skipped.",
+				func() float64 { return float64(st.Stats().Gaps) })
+			reg.counter("h5ingest_source_damaged_total", "Writes whose slot held no whole frame, or named a slot beyond the ring: not taken.",
+				func() float64 { return float64(st.Stats().Damaged) })
+			reg.counter("h5ingest_source_disordered_total", "Frame numbers that repeated or went back.",
+				func() float64 { return float64(st.Stats().Disordered) })
+			reg.gauge("h5ingest_source_ring_fill", "Fraction of the ring's slots holding frames not yet read.", func() float64 {
+				r := st.Stats()
+				if r.RingSlots == 0 {
+					return 0
+				}
+				return float64(r.RingUsed) / float64(r.RingSlots)
+			})
+			reg.gauge("h5ingest_source_ring_slots", "Slots in the ring.", func() float64 { return float64(st.Stats().RingSlots) })
+		}
 	}
 	w.monitor.Start()
 	return w.stages.Source(src), w.stages.Sink(sink)
