@@ -82,7 +82,7 @@ func readFile(t *testing.T, path string) ([]frame.Record, [][]byte) {
 	for i := range recs {
 		c, _, err := r.ReadChunk(i, nil)
 		if err != nil && recs[i].Status != frame.StatusMissing {
-			t.Fatalf("%s: chunk %d: %v", path, i, err)
+			t.Fatalf("%s: chunk %d (status %d): %v", path, i, recs[i].Status, err)
 		}
 		chunks = append(chunks, slices.Clone(c))
 	}

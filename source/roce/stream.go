@@ -64,7 +64,9 @@ type Stream struct {
 	qHead    int
 	qLen     int
 	signal   chan struct{}
-	used     int // slots handed out and not released
+	used     int    // slots handed out and not released
+	inUse    []bool // by slot: its frame is handed out and not released
+	released chan struct{}
 	stop     error
 	stopAt   uint64
 	stopSeen bool
@@ -112,6 +114,8 @@ func newStream(l *Listener, module int) (_ *Stream, err error) {
 	s.handed = make([]arrival, cfg.Slots)
 	s.gen = make([]uint64, cfg.Slots)
 	s.queue = make([]arrival, cfg.Slots)
+	s.inUse = make([]bool, cfg.Slots)
+	s.released = make(chan struct{}, 1)
 	// Every completion consumes a receive and is reposted at once: twice
 	// the ring keeps the front end from ever meeting an empty receive
 	// queue, and a completion queue as deep cannot overflow (a completion
@@ -372,6 +376,9 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 			s.qHead = (s.qHead + 1) % len(s.queue)
 			s.qLen--
 			s.mu.Unlock()
+			if err := s.awaitSlot(ctx, a.slot); err != nil {
+				return nil, err
+			}
 			if f := s.deliver(a); f != nil {
 				return f, nil
 			}
@@ -455,9 +462,30 @@ func (s *Stream) deliver(a arrival) *pipeline.Frame {
 	}
 	s.mu.Lock()
 	s.handed[a.slot] = a
+	s.inUse[a.slot] = true
 	s.used++
 	s.mu.Unlock()
 	return f
+}
+
+// awaitSlot waits until the pipeline has released the frame it holds in
+// slot, if any: a front end that never waits may have written the slot's
+// next frame while the pipeline still reads the one before (which Intact
+// then finds overrun), and a slot's frame is handed out once at a time.
+func (s *Stream) awaitSlot(ctx context.Context, slot int) error {
+	for {
+		s.mu.Lock()
+		busy := s.inUse[slot]
+		s.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-s.released:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // count1 adds one to counts of the stream's stats.
@@ -550,9 +578,16 @@ func (s *Stream) recordOf(dst []byte, f *pipeline.Frame) []byte {
 func (s *Stream) Release(f *pipeline.Frame) {
 	if slot := s.slotOf(f); slot >= 0 {
 		s.mu.Lock()
-		s.used--
-		f.Payload = nil
+		if s.inUse[slot] {
+			s.inUse[slot] = false
+			s.used--
+			f.Payload = nil
+		}
 		s.mu.Unlock()
+		select {
+		case s.released <- struct{}{}:
+		default:
+		}
 	}
 }
 
