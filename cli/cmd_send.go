@@ -203,16 +203,16 @@ func sendFrontEnd(ctx context.Context, path string, f *sendFlags) error {
 	case f.module < 0 || f.module > 0xFFFF:
 		return scan.Usage(fmt.Errorf("--module %d: want 0 to 65535", f.module))
 	}
-	r, _, err := capture.OpenScan(path)
+	r, _, err := capture.OpenScan(path) // a capture it can read, before it waits
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	r.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "h5ingest: waiting for the receiver's parameters in %s (up to %v)\n", f.params, f.timeout)
 	st, err := roce.Send(ctx, roce.SendConfig{Device: f.device, Port: f.devicePort, GIDIndex: f.gidIndex, Module: f.module,
-		ParamsFile: f.params, FrontEndFile: f.frontEnd, Timeout: f.timeout, FPS: f.fps}, r)
+		ParamsFile: f.params, FrontEndFile: f.frontEnd, Timeout: f.timeout, FPS: f.fps}, path)
 	secs := st.Elapsed.Seconds()
 	rate := 0.0
 	if secs > 0 {

@@ -288,6 +288,10 @@ func TestProfilesCheckRoCE(t *testing.T) {
 		{"source:\n  transport: roce\n  mtu: 9000\n", "source.mtu"},
 		{"source:\n  transport: roce\n  front_end: [{module: 0, gid: nope, qpn: 77}]\n", "source.front_end"},
 		{"source:\n  transport: roce\n  write_guard: 0\n", "source.write_guard"},
+		{"source:\n  transport: roce\n  immediate: word\n", "source.immediate"},
+		{"source:\n  transport: roce\n  frame_header: maybe\n", "source.frame_header"},
+		{"source:\n  transport: roce\n  front_end: [{module: 0, gid: \"fe80::1\", qpn: 0, psn: 1}]\n", "source.front_end"},
+		{"source:\n  transport: roce\n  front_end: [{module: 7, gid: \"fe80::1\", qpn: 5, psn: 1}]\n", "source.front_end"},
 	} {
 		file := filepath.Join(t.TempDir(), "p.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o644); err != nil {

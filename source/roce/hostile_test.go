@@ -14,7 +14,6 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/plan"
-	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 )
 
@@ -45,15 +44,18 @@ func TestHeldFrameKeepsItsIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every frame up to the one before the held slot's next: Next hands
+	// out no frame in a slot whose frame is held.
 	for {
 		f, err := st.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := f.Header.FrameNumber == uint64(slots)
-		if f != held {
-			st.Release(f)
+		if f == held {
+			t.Fatalf("Next handed out the held frame's slot again, as frame %d", f.Header.FrameNumber)
 		}
+		last := f.Header.FrameNumber == uint64(slots-1)
+		st.Release(f)
 		if last {
 			break
 		}
@@ -64,6 +66,13 @@ func TestHeldFrameKeepsItsIdentity(t *testing.T) {
 	if st.Intact(held) {
 		t.Error("Intact passed frame 0 although a whole ring more was written while it was held")
 	}
+	// Once released, the slot's next frame comes.
+	st.Release(held)
+	f, err := st.Next(ctx)
+	if err != nil || f.Header.FrameNumber != uint64(slots) {
+		t.Fatalf("after the release Next gave %v, %v; want frame %d", f, err, slots)
+	}
+	st.Release(f)
 }
 
 // TestTwoModulesTwoFrontEnds runs a receiver of modules 0 and 1 against
@@ -97,14 +106,8 @@ func TestTwoModulesTwoFrontEnds(t *testing.T) {
 		done := make(chan error, 1)
 		sent = append(sent, done)
 		go func() {
-			r, err := capture.Open(path)
-			if err != nil {
-				done <- err
-				return
-			}
-			defer r.Close()
-			_, err = Send(ctx, SendConfig{Port: 1, Module: m, ParamsFile: s.ParamsFile, FrontEndFile: s.PeerFile,
-				Timeout: 20 * time.Second, FPS: 200}, r)
+			_, err := Send(ctx, SendConfig{Port: 1, Module: m, ParamsFile: s.ParamsFile, FrontEndFile: s.PeerFile,
+				Timeout: 20 * time.Second, FPS: 200}, path)
 			done <- err
 		}()
 	}
@@ -152,7 +155,12 @@ func TestStaleReadyParams(t *testing.T) {
 	sent := emulate(t, ctx, dir, path, 200)
 	// The emulator has read the stale file once it answers it.
 	var fe FrontEndParams
-	if err := waitFile(ctx, s.PeerFile, time.Now().Add(20*time.Second), &fe, func() bool { return fe.Nonce == stale.Nonce }); err != nil {
+	if err := waitFile(ctx, s.PeerFile, time.Now().Add(20*time.Second), &fe, func() error {
+		if fe.Nonce != stale.Nonce {
+			return errors.New("not the stale nonce's answer")
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := Open(s)

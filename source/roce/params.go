@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"io"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -112,12 +114,23 @@ func writeJSON(path string, v any) error {
 	return nil
 }
 
-// readJSON reads v from path; a file absent or not whole yet is
-// os.ErrNotExist.
+// maxParamsBytes bounds a parameter file: a few modules' entries take a
+// few KiB.
+const maxParamsBytes = 1 << 20
+
+// readJSON reads v from path; a file absent is os.ErrNotExist.
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxParamsBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxParamsBytes {
+		return fmt.Errorf("%s: larger than %d bytes, not a parameter file", path, maxParamsBytes)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -128,28 +141,50 @@ func readJSON(path string, v any) error {
 // pollInterval is how often a file waited for is looked at.
 const pollInterval = 10 * time.Millisecond
 
-// waitFile reads path into v each pollInterval until accept says it is the
-// one waited for, ctx is done or the deadline passes (ErrTimeout). A file
-// that cannot be parsed is waited past: it may be a stale one being
-// replaced.
-func waitFile(ctx context.Context, path string, deadline time.Time, v any, accept func() bool) error {
+// waitFile reads path into v each pollInterval until accept finds it the
+// one waited for (nil), ctx is done or the deadline passes: then an error
+// wrapping ErrTimeout with what was last wrong with the file (not there,
+// not JSON, another run's). A file that cannot be read or parsed is waited
+// past: it may be a stale one being replaced.
+func waitFile(ctx context.Context, path string, deadline time.Time, v any, accept func() error) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	why := errors.New("no such file")
 	for {
 		err := readJSON(path, v)
-		if err == nil && accept() {
-			return nil
+		if err == nil {
+			if err = accept(); err == nil {
+				return nil
+			}
 		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) && errors.Is(err, os.ErrPermission) {
-			return err
+		if !errors.Is(err, os.ErrNotExist) {
+			why = err
 		}
 		if time.Now().After(deadline) {
-			return ErrTimeout
+			return fmt.Errorf("%w (%s: %v)", ErrTimeout, path, why)
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%w (%s: %v)", ErrTimeout, path, why)
+			}
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// lockFile takes an exclusive lock on path+".lock", for a read, change and
+// write of path by processes that share it; the function it returns gives
+// the lock back.
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -161,7 +162,11 @@ func ConfigOf(s receive.Setup) (Config, error) {
 			}
 		}
 	}
-	if c.FrontEnds == nil && c.FrontEndFile == "" && len(c.Modules) > 0 && !s.ProfileOnly {
+	switch {
+	case s.ProfileOnly:
+	case c.ParamsFile == "":
+		return c, errors.New("--rdma-params FILE: the front end learns the ring's address, its rkey and the queue pairs' numbers, new at each run, from no other place")
+	case c.FrontEnds == nil && c.FrontEndFile == "":
 		return c, errors.New("the front end's GID, QPN and PSN: give them in the profile (source.front_end) or name the front end's file (--front-end FILE)")
 	}
 	return c, nil
@@ -290,9 +295,19 @@ func (l *Listener) Addr() string {
 // and brings every queue pair to ready-to-receive.
 func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error {
 	var fe FrontEndParams
-	err := waitFile(ctx, l.cfg.FrontEndFile, deadline, &fe, func() bool { return fe.Nonce == l.nonce })
-	if errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", l.cfg.FrontEndFile, l.cfg.ConnectTimeout, l.nonce, l.waitedOn(), ErrTimeout)
+	err := waitFile(ctx, l.cfg.FrontEndFile, deadline, &fe, func() error {
+		if fe.Nonce != l.nonce {
+			return fmt.Errorf("it answers nonce %q, another run's", fe.Nonce)
+		}
+		for _, s := range l.streams {
+			if !slices.ContainsFunc(fe.Modules, func(p FrontEndPort) bool { return p.Module == s.module }) {
+				return fmt.Errorf("no entry for module %d yet", s.module)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", l.cfg.FrontEndFile, l.cfg.ConnectTimeout, l.nonce, l.waitedOn(), err)
 	}
 	if err != nil {
 		return err
@@ -418,9 +433,12 @@ func (l *Listener) Close() error {
 	}
 	if l.cfg.ParamsFile != "" {
 		// The file names queue pairs that are gone: a front end must not
-		// meet it again.
-		if err := os.Remove(l.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		// meet it again. A file another receiver wrote since is its own.
+		var p Params
+		if readJSON(l.cfg.ParamsFile, &p) == nil && p.Nonce == l.nonce {
+			if err := os.Remove(l.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	errs = append(errs, l.release())

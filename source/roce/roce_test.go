@@ -83,14 +83,8 @@ func emulate(t testing.TB, ctx context.Context, dir, path string, fps float64) <
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		r, err := capture.Open(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer r.Close()
-		_, err = Send(ctx, SendConfig{Port: 1, ParamsFile: filepath.Join(dir, "rdma.json"), FrontEndFile: filepath.Join(dir, "front-end.json"),
-			Timeout: 20 * time.Second, FPS: fps}, r)
+		_, err := Send(ctx, SendConfig{Port: 1, ParamsFile: filepath.Join(dir, "rdma.json"), FrontEndFile: filepath.Join(dir, "front-end.json"),
+			Timeout: 20 * time.Second, FPS: fps}, path)
 		done <- err
 	}()
 	return done

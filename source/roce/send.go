@@ -55,8 +55,10 @@ const stagingSlots = 2
 // cfg.FrontEndFile, waits for the receiver to be ready, then writes the
 // capture's frames of its module with immediate data into the receiver's
 // ring, round-robin, at cfg.FPS or as fast as it can, never waiting for
-// the receiver. The receiver and the emulator may start in either order.
-func Send(ctx context.Context, cfg SendConfig, r *capture.Reader) (SendStats, error) {
+// the receiver. The receiver and the emulator may start in either order:
+// a receiver whose queue pair takes not even the first write (one killed,
+// whose file was left behind) is passed over for the next to start.
+func Send(ctx context.Context, cfg SendConfig, path string) (SendStats, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -65,18 +67,48 @@ func Send(ctx context.Context, cfg SendConfig, r *capture.Reader) (SendStats, er
 		return SendStats{}, fmt.Errorf("open the RDMA device: %w", err)
 	}
 	defer dev.Close()
-	fe := &frontEnd{cfg: cfg, dev: dev}
+	fe := &frontEnd{cfg: cfg, dev: dev, deadline: time.Now().Add(cfg.Timeout), gone: map[string]bool{}}
 	defer fe.close()
-	if err := fe.meet(ctx); err != nil {
-		return SendStats{}, err
+	for {
+		if err := fe.meet(ctx); err != nil {
+			return SendStats{}, err
+		}
+		r, err := capture.Open(path)
+		if err != nil {
+			return SendStats{}, err
+		}
+		st, err := fe.send(ctx, r)
+		r.Close()
+		var dead *deadPeerError
+		if st.Frames > 0 || !errors.As(err, &dead) {
+			return st, err
+		}
+		cfg.Log.Warn("the receiver took not even the first write: waiting for another", zap.String("nonce", fe.nonce), zap.Error(err))
+		fe.gone[fe.nonce] = true
+		fe.lastDead = err
 	}
-	return fe.send(ctx, r)
+}
+
+// deadPeerError is a write the receiver's queue pair did not take: it is
+// gone, or not the one the parameters name.
+type deadPeerError struct {
+	frame  uint64
+	qpn    uint32
+	status verbs.Status
+}
+
+func (e *deadPeerError) Error() string {
+	return fmt.Sprintf("write of frame %d to the receiver's queue pair %d failed: %v", e.frame, e.qpn, e.status)
 }
 
 // frontEnd is the emulator's queue pair and staging buffers.
 type frontEnd struct {
-	cfg  SendConfig
-	dev  verbs.Device
+	cfg      SendConfig
+	dev      verbs.Device
+	deadline time.Time       // for the receiver's parameters and readiness
+	gone     map[string]bool // nonces of receivers that took no write
+	nonce    string          // the receiver's met
+	lastDead error           // why the last receiver passed over was
 	cq   verbs.CQ
 	qp   verbs.QP
 	mem  verbs.Memory
@@ -102,23 +134,34 @@ func (fe *frontEnd) close() {
 // it, answers with its own end, and waits for the receiver to be ready. A
 // receiver that starts again meanwhile (another nonce) is met afresh.
 func (fe *frontEnd) meet(ctx context.Context) error {
-	deadline := time.Now().Add(fe.cfg.Timeout)
 	answered := ""
 	for {
 		var p Params
-		err := waitFile(ctx, fe.cfg.ParamsFile, deadline, &p, func() bool {
-			return p.Version == ParamsVersion && p.Nonce != "" && (p.Nonce != answered || p.Ready)
+		err := waitFile(ctx, fe.cfg.ParamsFile, fe.deadline, &p, func() error {
+			switch {
+			case p.Version != ParamsVersion || p.Nonce == "":
+				return fmt.Errorf("version %d, nonce %q: not a receiver's parameters", p.Version, p.Nonce)
+			case fe.gone[p.Nonce]:
+				return fmt.Errorf("the receiver of nonce %s took no write: waiting for the next", p.Nonce)
+			case p.Nonce == answered && !p.Ready:
+				return fmt.Errorf("the receiver of nonce %s is not ready to receive yet", p.Nonce)
+			}
+			return nil
 		})
 		if errors.Is(err, ErrTimeout) {
-			if answered == "" {
-				return fmt.Errorf("no receiver's parameters in %s within %v (start acquire --transport roce --rdma-params %s): %w", fe.cfg.ParamsFile, fe.cfg.Timeout, fe.cfg.ParamsFile, ErrTimeout)
+			if fe.lastDead != nil && answered == "" {
+				return fmt.Errorf("the receiver of nonce %s took not even the first write (%v), and no other came within %v: %w", fe.nonce, fe.lastDead, fe.cfg.Timeout, err)
 			}
-			return fmt.Errorf("the receiver (nonce %s) was not ready to receive within %v: %w", answered, fe.cfg.Timeout, ErrTimeout)
+			if answered == "" {
+				return fmt.Errorf("no receiver's parameters in %s within %v (start acquire --transport roce --rdma-params %s): %w", fe.cfg.ParamsFile, fe.cfg.Timeout, fe.cfg.ParamsFile, err)
+			}
+			return fmt.Errorf("the receiver (nonce %s) was not ready to receive within %v: %w", answered, fe.cfg.Timeout, err)
 		}
 		if err != nil {
 			return err
 		}
 		if p.Nonce == answered && p.Ready {
+			fe.nonce = answered
 			return nil
 		}
 		if err := fe.answer(p); err != nil {
@@ -179,13 +222,39 @@ func (fe *frontEnd) answer(p Params) error {
 	ans := FrontEndParams{Version: ParamsVersion, Nonce: p.Nonce, Modules: []FrontEndPort{{Module: fe.cfg.Module, GID: gidOf(port.GID), QPN: fe.qp.Num(), PSN: fe.psn}}}
 	fe.cfg.Log.Info("front end's queue pair ready to send", zap.Int("module", fe.cfg.Module), zap.Uint32("qpn", fe.qp.Num()),
 		zap.Uint32("receiver_qpn", peer.QPN), zap.String("nonce", p.Nonce))
+	return fe.writeAnswer(ans)
+}
+
+// writeAnswer writes the front end's end of its module's queue pair into
+// the front end's file, beside those of other modules' front ends that
+// answered the same receiver (each module's front end is its own, and
+// they share the file), under a lock.
+func (fe *frontEnd) writeAnswer(ans FrontEndParams) error {
+	unlock, err := lockFile(fe.cfg.FrontEndFile)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", fe.cfg.FrontEndFile, err)
+	}
+	defer unlock()
+	var old FrontEndParams
+	if readJSON(fe.cfg.FrontEndFile, &old) == nil && old.Nonce == ans.Nonce {
+		for _, m := range old.Modules {
+			if m.Module != fe.cfg.Module {
+				ans.Modules = append(ans.Modules, m)
+			}
+		}
+	}
 	return writeJSON(fe.cfg.FrontEndFile, ans)
 }
 
 // send writes the capture's frames of the module, round-robin into the
 // receiver's ring, waiting only for its own buffers.
-func (fe *frontEnd) send(ctx context.Context, r *capture.Reader) (SendStats, error) {
-	var st SendStats
+func (fe *frontEnd) send(ctx context.Context, r *capture.Reader) (st SendStats, err error) {
+	var start time.Time
+	defer func() {
+		if !start.IsZero() {
+			st.Elapsed = time.Since(start)
+		}
+	}()
 	peer := fe.peer
 	bufs := fe.mem.Bytes()
 	var period time.Duration
@@ -193,7 +262,6 @@ func (fe *frontEnd) send(ctx context.Context, r *capture.Reader) (SendStats, err
 		period = time.Duration(float64(time.Second) / fe.cfg.FPS)
 	}
 	inFlight := 0
-	var start time.Time
 	var seq uint64
 	for i := 0; ; {
 		buf := bufs[(i%stagingSlots)*peer.SlotSize:][:peer.SlotSize]
@@ -259,9 +327,6 @@ func (fe *frontEnd) send(ctx context.Context, r *capture.Reader) (SendStats, err
 			return st, err
 		}
 	}
-	if !start.IsZero() {
-		st.Elapsed = time.Since(start)
-	}
 	return st, nil
 }
 
@@ -275,7 +340,11 @@ func (fe *frontEnd) reap(ctx context.Context, inFlight *int, st *SendStats) erro
 		for _, c := range fe.wc[:n] {
 			*inFlight--
 			if c.Status != verbs.Success {
-				return fmt.Errorf("write of frame %d to the receiver's queue pair %d failed: %v", c.WRID, fe.peer.QPN, c.Status)
+				err := &deadPeerError{frame: c.WRID, qpn: fe.peer.QPN, status: c.Status}
+				if c.Status == verbs.RetryExcErr || c.Status == verbs.RemAccessErr {
+					return err
+				}
+				return errors.New(err.Error())
 			}
 			st.Frames++
 			st.Bytes += uint64(c.ByteLen)
