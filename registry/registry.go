@@ -38,6 +38,11 @@ type Source struct {
 	// Check, where set, refuses a setup Listen could not work with (keys
 	// out of range, a ring too large), before any file is made.
 	Check func(receive.Setup) error
+	// Addressed says the source listens on the profile's source.address
+	// and source.port through libfabric's source.provider: the pre-scan
+	// checks look at the provider, the port and the locked memory of its
+	// rings.
+	Addressed bool
 	// Open opens a recording of the source's frames (acquire --record's
 	// file) for replay, with the format of its frames; nil: the source
 	// cannot replay.

@@ -56,7 +56,8 @@ type Acquisition struct {
 	checks Checks
 	// open opens the receiver: the Listen of the source that
 	// source.transport names.
-	open func(receive.Setup) (receive.Listener, error)
+	open      func(receive.Setup) (receive.Listener, error)
+	addressed bool // the source listens on an address (registry.Source.Addressed)
 
 	mu sync.Mutex
 	l  receive.Listener // opened by Listen, until One takes it over
@@ -92,6 +93,9 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if err := recordClash(o.Record, files); err != nil {
 		return nil, Usage(err)
 	}
+	if !entry.Addressed {
+		addr = "" // no address, provider or libfabric ring to check
+	}
 	checks := acquireChecks(files, profile, o.Plan, src.Provider, addr)
 	checks.Record, checks.Stages = o.Record, o.Stages
 	o.Format = format
@@ -101,7 +105,7 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
-	return &Acquisition{o: o, setup: setup, checks: checks, open: entry.Listen}, nil
+	return &Acquisition{o: o, setup: setup, checks: checks, open: entry.Listen, addressed: entry.Addressed}, nil
 }
 
 // Checks returns the acquire's pre-scan checks.
@@ -174,7 +178,11 @@ func (a *Acquisition) waiting(addr string) {
 	if len(ids) > 1 {
 		which = "modules " + strings.Join(ids, ",")
 	}
-	tell(a.o.Notify, Note{Kind: Waiting, Text: fmt.Sprintf("waiting for %s on %s (provider %s)", which, addr, a.o.Profile.Source.Provider)})
+	how := ""
+	if a.addressed {
+		how = fmt.Sprintf(" (provider %s)", a.o.Profile.Source.Provider)
+	}
+	tell(a.o.Notify, Note{Kind: Waiting, Text: fmt.Sprintf("waiting for %s on %s%s", which, addr, how)})
 }
 
 // Run listens for the detector and writes the scan: one module, or every

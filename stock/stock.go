@@ -20,7 +20,7 @@ func Register(r *registry.Registry) error {
 	for _, add := range []func() error{
 		func() error {
 			return r.AddSource(registry.Source{Name: "fabric", Doc: "libfabric connected endpoints: RDMA (verbs) on RoCE or InfiniBand, tcp elsewhere",
-				Listen: fabric.Open, Check: fabric.Check, Open: capture.OpenScan})
+				Listen: fabric.Open, Check: fabric.Check, Addressed: true, Open: capture.OpenScan})
 		},
 		func() error {
 			return r.AddSource(registry.Source{Name: "roce", Doc: "a detector front end's static RoCE queue pairs: frames written with immediate data into a ring, no credits (libibverbs)",

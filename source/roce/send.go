@@ -109,12 +109,12 @@ type frontEnd struct {
 	gone     map[string]bool // nonces of receivers that took no write
 	nonce    string          // the receiver's met
 	lastDead error           // why the last receiver passed over was
-	cq   verbs.CQ
-	qp   verbs.QP
-	mem  verbs.Memory
-	psn  uint32
-	peer ModuleParams
-	wc   [stagingSlots]verbs.Completion
+	cq       verbs.CQ
+	qp       verbs.QP
+	mem      verbs.Memory
+	psn      uint32
+	peer     ModuleParams
+	wc       [stagingSlots]verbs.Completion
 }
 
 func (fe *frontEnd) close() {
