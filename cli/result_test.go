@@ -46,7 +46,7 @@ func TestPrintResult(t *testing.T) {
   out of range    3 rejected (beyond the scan, not written)
   pipeline full   2 dropped (recorded missing)
   time            2.00 s, 4.5 frames/s
-  pipeline time   1.500 s, 6.0 frames/s, first frame in to last chunk written
+  pipeline time   1.5 s, 6.0 frames/s, first frame in to last chunk written
   throughput      2 MB/s raw in, 4 MB/s decoded, 1 MB/s stored
   compression     4.00
   stream          7 images sent, 3 dropped (1 no consumer connected, 2 the consumer was slower than the scan: in the file, not the stream), 1 thinned
