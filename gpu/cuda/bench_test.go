@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"h5ingest/compress/bitshuffle"
 	"h5ingest/frame"
@@ -24,7 +25,12 @@ const (
 	array2x2  = 4 * moduleGBs
 )
 
+// formatName names f in a benchmark: the encoding, and for bitplane
+// frames the depth and LFSR coding (packed24, u32le, bitplane24lfsr).
 func formatName(f frame.Format) string {
+	if f.Encoding != frame.Bitplane {
+		return f.Encoding.String()
+	}
 	s := fmt.Sprintf("%v%d", f.Encoding, f.BitDepth)
 	if f.Coding == frame.LFSR {
 		s += "lfsr"
@@ -433,4 +439,66 @@ func BenchmarkEndToEnd(b *testing.B) {
 			})
 		}
 	}
+}
+
+// firstTouchBytes is how much fresh memory BenchmarkFirstTouch touches.
+const firstTouchBytes = 512 << 20
+
+// BenchmarkFirstTouch measures how fast this machine hands out fresh
+// memory, which every buffer, ring and file on /dev/shm costs on its first
+// use: touch, a fresh anonymous mapping written once a page (touch-MB/s);
+// and, where a GPU answers, pin, page-locked memory allocated afresh
+// (cuMemHostAlloc, pin-MB/s), and register, a fresh mapping page-locked in
+// place as a receiver's ring is (cuMemHostRegister, register-MB/s).
+// tools/gpu/first-contact.sh runs it first and sizes its steps from it.
+func BenchmarkFirstTouch(b *testing.B) {
+	mbs := func(d time.Duration) float64 { return float64(b.N) * firstTouchBytes / d.Seconds() / 1e6 }
+	b.Run("touch", func(b *testing.B) {
+		var took time.Duration
+		for range b.N {
+			m := freshMapping(b)
+			start := time.Now()
+			for i := 0; i < len(m); i += 4096 {
+				m[i] = 1
+			}
+			took += time.Since(start)
+			syscall.Munmap(m)
+		}
+		b.ReportMetric(mbs(took), "touch-MB/s")
+	})
+	b.Run("pin", func(b *testing.B) {
+		ctx := needGPU(b)
+		var took time.Duration
+		for range b.N {
+			start := time.Now()
+			p, err := ctx.AllocHost(firstTouchBytes)
+			must(b, err)
+			took += time.Since(start)
+			must(b, ctx.FreeHost(p))
+		}
+		b.ReportMetric(mbs(took), "pin-MB/s")
+	})
+	b.Run("register", func(b *testing.B) {
+		ctx := needGPU(b)
+		var took time.Duration
+		for range b.N {
+			m := freshMapping(b)
+			start := time.Now()
+			must(b, ctx.RegisterHost(unsafe.Pointer(&m[0]), len(m)))
+			took += time.Since(start)
+			must(b, ctx.UnregisterHost(unsafe.Pointer(&m[0])))
+			syscall.Munmap(m)
+		}
+		b.ReportMetric(mbs(took), "register-MB/s")
+	})
+}
+
+// freshMapping returns firstTouchBytes of anonymous memory no one has
+// touched yet.
+func freshMapping(b *testing.B) []byte {
+	m, err := syscall.Mmap(-1, 0, firstTouchBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }
