@@ -598,8 +598,9 @@ func printBench(out io.Writer, fl *Config, format frame.Format, rows []row) {
 
 // printScaling prints, for the replay rows of each count of workers, the
 // frames per second of the whole process and of the pipeline's own time
-// (median rounds), per core, and per core against the fewest workers'
-// (of linear); then the same on one line, and the cores one module needs.
+// (median rounds), per core (the cores the workers can use: at most the
+// machine's), and per core against the fewest workers' (of linear); then
+// the same on one line, and the cores one module needs.
 func printScaling(out io.Writer, format frame.Format, rows []row) {
 	var scale []*row
 	for i := range rows {
@@ -612,15 +613,17 @@ func printScaling(out io.Writer, format frame.Format, rows []row) {
 	}
 	slices.SortFunc(scale, func(a, b *row) int { return a.workers - b.workers })
 	pipeFPS := func(r *row) float64 { return float64(r.frames) / median(r.pipe) }
+	// Workers past the machine's cores share them.
+	coresOf := func(r *row) float64 { return float64(min(r.workers, runtime.NumCPU())) }
 	base := scale[0]
-	basePerCore := pipeFPS(base) / float64(base.workers)
+	basePerCore := pipeFPS(base) / coresOf(base)
 	fmt.Fprintln(out, "\nscaling, median rounds; pipeline: first frame in to last chunk written, without the process's start and close:")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workers\tprocess frames/s\tpipeline frames/s\tper core\tof linear\t")
 	line := "scaling (pipeline time, median rounds):"
 	for i, r := range scale {
 		fps := pipeFPS(r)
-		perCore := fps / float64(r.workers)
+		perCore := fps / coresOf(r)
 		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t\n", r.workers, r.fps(r.median()), fps, perCore, 100*perCore/basePerCore)
 		if i > 0 {
 			line += ";"
@@ -632,7 +635,7 @@ func printScaling(out io.Writer, format frame.Format, rows []row) {
 	most := scale[len(scale)-1]
 	payload := float64(format.PayloadSize()) * moduleFPS / 1e9
 	fmt.Fprintf(out, "one module at %d frames/s (%.2f GB/s of payload) needs %.1f cores at the per-core rate of %s, %.1f at that of %s\n",
-		moduleFPS, payload, moduleFPS/basePerCore, workers(base.workers), moduleFPS/(pipeFPS(most)/float64(most.workers)), workers(most.workers))
+		moduleFPS, payload, moduleFPS/basePerCore, workers(base.workers), moduleFPS/(pipeFPS(most)/coresOf(most)), workers(most.workers))
 }
 
 // benchResult is what a row's process left: its standard output, wall

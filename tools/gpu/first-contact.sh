@@ -184,15 +184,37 @@ else
 	BENCH_TIMEOUT=${BENCH_TIMEOUT:-$left}
 	CUDA_TIMEOUT=${CUDA_TIMEOUT:-0}
 fi
-nworkers=$(echo "$WORKERS" | tr ',' '\n' | grep -c .)
-bench_rows=$((nworkers + 7))
+# The frames a row: the fresh memory a round takes (per row its output,
+# about 3.2 MB a frame, and a process of about 300 MB) must take at most
+# half the limit at the measured first-touch rate; and the rounds' CPU
+# time, estimated from run.sh's CPU pipeline benchmark (ms per frame and
+# core, each row at min(workers, cores) cores, the Python rows at a third
+# of h5ingest's rate, a second a row to start), at most a third of it.
+cores=$(nproc 2>/dev/null || echo 1)
+bench_rows=$(($(echo "$WORKERS" | tr ',' '\n' | grep -c .) + 6))
+frames_why="as given"
 if [ -z "${FRAMES:-}" ]; then
 	FRAMES=$(((rate * BENCH_TIMEOUT / 2 / (bench_rows * ROUNDS) - 300) * 10 / 32))
+	frames_why="sized from first touch"
+	fps=$(awk '/^BenchmarkPipeline\/cpu\/source=go\/backend-shuffle=false/ { for (i = 3; i < NF; i++) if ($(i + 1) == "frames/s") print int($i) }' \
+		"$work/run/pipeline.log" 2>/dev/null | head -n 1)
+	if [ -n "$fps" ] && [ "$fps" -gt 0 ]; then
+		pcores=$(metric "$work/run/pipeline.log" cpus)
+		pcores=${pcores%.*}
+		[ -n "$pcores" ] && [ "$pcores" -gt 0 ] 2>/dev/null || pcores=$cores
+		core_ms=$((pcores * 1000 / fps))
+		share=$((14000 / cores))
+		for w in $(echo "$WORKERS" | tr ',' ' '); do
+			share=$((share + 1000 / (w < cores ? w : cores)))
+		done
+		by_cpu=$(((BENCH_TIMEOUT * 1000 / 3 / ROUNDS - bench_rows * 1000) * 1000 / (core_ms * share + 1)))
+		if [ "$by_cpu" -lt "$FRAMES" ]; then
+			FRAMES=$by_cpu
+			frames_why="sized from the CPU pipeline's $fps frames/s on $pcores cores"
+		fi
+	fi
 	[ "$FRAMES" -gt 200 ] && FRAMES=200
 	[ "$FRAMES" -lt 20 ] && FRAMES=20
-	frames_why="sized from first touch"
-else
-	frames_why="as given"
 fi
 
 # The bench's folder: /dev/shm if it has room for the capture, the
@@ -216,8 +238,9 @@ bench() {
 	name=$1 secs=$2
 	shift 2
 	echo "== h5ingest bench $* (at most ${secs}s)" >&2
+	bench_began=$(date +%s)
 	LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} limit "$secs" "$kit/h5ingest" bench \
-		--frames "$FRAMES" --rounds "$ROUNDS" --python "$PYTHON" --dir "$dir" "$@" \
+		--frames "$FRAMES" --rounds "$ROUNDS" --python "$PYTHON" --dir "$dir" --disk-dir "" "$@" \
 		>"$out/$name.txt" 2>"$out/$name.log"
 	rc=$?
 	say ""
@@ -225,7 +248,7 @@ bench() {
 	0)
 		say "$name: h5ingest bench $*"
 		sed '/^ratios: of rates/,/^$/d' "$out/$name.txt" >>"$summary"
-		echo "$name: ok, h5ingest bench $* (FRAMES=$FRAMES ROUNDS=$ROUNDS)" >>"$work/steps"
+		echo "$name: ok, h5ingest bench $* (FRAMES=$FRAMES ROUNDS=$ROUNDS), in $(($(date +%s) - bench_began)) s" >>"$work/steps"
 		;;
 	124 | 137)
 		say "$name: FAILED, ran out of its ${secs}s (FRAMES=$FRAMES ROUNDS=$ROUNDS); last progress:"

@@ -336,7 +336,7 @@ func TestFirstContact(t *testing.T) {
 		"\nfirst touch: 315.6 MB/s fresh memory touched",
 		"\n  sized from it: FRAMES=4 (as given) ROUNDS=1; limits: run.sh ",
 		"\n  device: ok\n  backends: ok\n  kernels: ok\n  end-to-end: ok\n",
-		"\n  bench-cpu: ok, h5ingest bench --backend cpu --workers 1,2 (FRAMES=4 ROUNDS=1)\n",
+		"\n  bench-cpu: ok, h5ingest bench --backend cpu --workers 1,2 (FRAMES=4 ROUNDS=1), in ",
 		"\nbench-cpu:\n  scaling (pipeline time, median rounds): 1 worker ",
 		"\n  one module at 1000 frames/s (7.08 GB/s of payload) needs ",
 	}
@@ -374,7 +374,7 @@ func TestFirstContact(t *testing.T) {
 				"\nverdict: exit 0: everything ran; the device tests passed on a GPU\n",
 				"\n  pipeline: ok\n",
 				"\n  Pipeline/cuda/source=ring/backend-shuffle=true 1484 frames/s 10.51 GB/s 123.0 setup-ms\n",
-				"\n  bench-cuda: ok, h5ingest bench --backend cuda --workers 2 (FRAMES=4 ROUNDS=1)\n",
+				"\n  bench-cuda: ok, h5ingest bench --backend cuda --workers 2 (FRAMES=4 ROUNDS=1), in ",
 				"\nbench-cuda:\n  scaling (pipeline time, median rounds): 2 workers "),
 			nil},
 	}
