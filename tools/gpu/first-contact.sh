@@ -33,7 +33,8 @@
 # ROUNDS (5), WORKERS (1,2,4,8,16), CUDA_WORKERS (16), PYTHON (python3 on
 # PATH; the bench tries /usr/bin/python3 where it lacks numpy), TOTAL
 # (480 s), the limits RUN_TIMEOUT, BENCH_TIMEOUT and CUDA_TIMEOUT (shares
-# of what is left of TOTAL), and run.sh's BENCHTIME and PIPELINE_BENCHTIME.
+# of what is left of TOTAL), and run.sh's BENCHTIME, PIPELINE_BENCHTIME and
+# SHORT.
 #
 # Full logs go under $OUT (default out/first-contact), seven files at most:
 # run-logs.txt (first touch and every log of run.sh), bench-cpu.txt and
@@ -79,19 +80,20 @@ metric() {
 	awk -v unit="$2" '/^Benchmark/ { for (i = 3; i < NF; i++) if ($(i + 1) == unit) { print $i; exit } }' "$1" 2>/dev/null
 }
 
-# rows FILE UNITS...: each benchmark line of FILE on one short line: its
-# name without "Benchmark" and the -N suffix, then the value of each unit.
+# rows FILE UNITS...: a header naming the units, then each benchmark line
+# of FILE on one short line: its name without "Benchmark" and the -N
+# suffix, then the value of each unit ("-" where it has none).
 rows() {
 	f=$1
 	shift
 	awk -v units="$*" '
+	BEGIN { n = split(units, u, " "); h = sprintf("  %-40s", "(name)"); for (k = 1; k <= n; k++) h = h " " u[k]; print h }
 	/^Benchmark[^ \t]*[ \t]+[0-9]+[ \t]/ {
 		name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
 		split("", v)
 		for (i = 3; i < NF; i++) v[$(i + 1)] = $i
 		line = sprintf("  %-40s", name)
-		n = split(units, u, " ")
-		for (k = 1; k <= n; k++) if (u[k] in v) line = line sprintf(" %s %s", v[u[k]], u[k])
+		for (k = 1; k <= n; k++) line = line " " ((u[k] in v) ? v[u[k]] : "-")
 		print line
 	}' "$f" 2>/dev/null
 }
@@ -317,7 +319,7 @@ fails=$(grep -h -- '^--- FAIL' "$logs"/*.log 2>/dev/null | awk '{ print $3 }' | 
 copies=$(grep -h -o 'copies: .*' "$logs/end-to-end.log" 2>/dev/null | head -n 1)
 dig "${copies:-copies: not measured}"
 if grep -q '^BenchmarkEndToEnd/' "$logs/end-to-end.log" 2>/dev/null; then
-	dig "end-to-end, GB/s of raw payload (one module 7.08, a 2x2 array 28.3):"
+	dig "end-to-end, raw payload (one module 7.08 GB/s, a 2x2 array 28.3):"
 	rows "$logs/end-to-end.log" GB/s >>"$digest"
 fi
 if grep -q '^BenchmarkKernels/' "$logs/kernels.log" 2>/dev/null; then

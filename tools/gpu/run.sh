@@ -26,6 +26,10 @@ out=${OUT:-$root/out/gpu}
 # benchmark (fewer against the fake driver, whose kernels run on the host).
 BENCHTIME=${BENCHTIME:-20x}
 PIPELINE_BENCHTIME=${PIPELINE_BENCHTIME:-10x}
+# SHORT=1: the device tests without their Pi-mega frames (-test.short), as
+# against the fake driver.
+short=
+[ "${SHORT:-}" = 1 ] && short=-test.short
 mkdir -p "$out"
 : >"$out/summary.txt"
 
@@ -80,8 +84,8 @@ step() {
 	fi
 }
 
-step device gpu/cuda "$bin/gpu.test" -test.v
-step backends gpu "$bin/gpu-backends.test" -test.v
+step device gpu/cuda "$bin/gpu.test" -test.v $short
+step backends gpu "$bin/gpu-backends.test" -test.v $short
 step kernels gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench Kernels -test.benchtime "$BENCHTIME" -test.v
 step end-to-end gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench EndToEnd -test.benchtime "$BENCHTIME" -test.v
 step pipeline pipeline "$bin/pipeline.test" -test.run '^$' -test.bench Pipeline -test.benchtime "$PIPELINE_BENCHTIME" -test.v

@@ -336,6 +336,7 @@ func TestFirstContact(t *testing.T) {
 		"\nfirst touch: 315.6 MB/s fresh memory touched",
 		"\n  sized from it: FRAMES=4 (as given) ROUNDS=1; limits: run.sh ",
 		"\n  device: ok\n  backends: ok\n  kernels: ok\n  end-to-end: ok\n",
+		"\n  (name)                                   frames/s GB/s setup-ms\n",
 		"\n  bench-cpu: ok, h5ingest bench --backend cpu --workers 1,2 (FRAMES=4 ROUNDS=1), in ",
 		"\nbench-cpu:\n  scaling (pipeline time, median rounds): 1 worker ",
 		"\n  one module at 1000 frames/s (7.08 GB/s of payload) needs ",
@@ -344,8 +345,9 @@ func TestFirstContact(t *testing.T) {
 		"\ndevice: device \"NVIDIA H200\", sm_90, 132 SMs, 139.8 GiB; driver CUDA 12.8\n",
 		"MB/s fresh memory touched, 5965 MB/s page-locked afresh, 6710 MB/s registered in place\n",
 		"\ncopies: host to device 52.1 GB/s, device to host 53.4 GB/s, device to device 1712 GB/s\n",
-		"\nend-to-end, GB/s of raw payload (one module 7.08, a 2x2 array 28.3):\n  EndToEnd/pinned/bitplane24lfsr",
-		"\n  Kernels/bitplane24lfsr/counts/global-lut 229.3 GB/s 401.2 decode-GB/s 412.5 crc-GB/s 12.50 fold-µs 1650 shuffle-GB/s 0.8800 of-d2d\n",
+		"\nend-to-end, raw payload (one module 7.08 GB/s, a 2x2 array 28.3):\n  (name)                                   GB/s\n  EndToEnd/pinned/bitplane24lfsr           45.86\n",
+		"\n  (name)                                   GB/s decode-GB/s crc-GB/s fold-µs shuffle-GB/s of-d2d\n",
+		"\n  Kernels/bitplane24lfsr/counts/global-lut 229.3 401.2 412.5 12.50 1650 0.8800\n",
 	}
 	tests := []struct {
 		name  string
@@ -373,7 +375,7 @@ func TestFirstContact(t *testing.T) {
 			append(append(slices.Clone(everyRun), withGPU...),
 				"\nverdict: exit 0: everything ran; the device tests passed on a GPU\n",
 				"\n  pipeline: ok\n",
-				"\n  Pipeline/cuda/source=ring/backend-shuffle=true 1484 frames/s 10.51 GB/s 123.0 setup-ms\n",
+				"\n  Pipeline/cuda/source=ring/backend-shuffle=true 1484 10.51 123.0\n",
 				"\n  bench-cuda: ok, h5ingest bench --backend cuda --workers 2 (FRAMES=4 ROUNDS=1), in ",
 				"\nbench-cuda:\n  scaling (pipeline time, median rounds): 2 workers "),
 			nil},
