@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -141,20 +142,25 @@ func inMemory(dir string) bool {
 
 // row is one row of the table: what it processed and its rounds.
 type row struct {
-	name   string
-	frames int
-	bytes  int64     // decoded image bytes processed per round
-	stored int64     // compressed bytes produced (last round)
-	secs   []float64 // time on the clock, one per round
-	maxRSS int64     // peak resident set of the row's processes, bytes
+	name    string
+	frames  int
+	workers int       // the replay's compression workers, for the scaling table; 0: not a row of it
+	bytes   int64     // decoded image bytes processed per round
+	stored  int64     // compressed bytes produced (last round)
+	secs    []float64 // time on the clock, one per round
+	pipe    []float64 // a replay's pipeline time (first frame in to last chunk written), one per round
+	maxRSS  int64     // peak resident set of the row's processes, bytes
 }
 
 // best returns the row's fastest round's time.
 func (r *row) best() float64 { return slices.Min(r.secs) }
 
 // median returns the row's median round's time.
-func (r *row) median() float64 {
-	s := slices.Sorted(slices.Values(r.secs))
+func (r *row) median() float64 { return median(r.secs) }
+
+// median returns the median of secs, which is not empty.
+func median(secs []float64) float64 {
+	s := slices.Sorted(slices.Values(secs))
 	if n := len(s); n%2 == 0 {
 		return (s[n/2-1] + s[n/2]) / 2
 	}
@@ -202,12 +208,21 @@ const (
 	RowWriter     = "h5ingest writer alone, chunks precompressed"
 )
 
-// benchStep is one row's measurement: it runs one round and returns the
-// time, the stored bytes and the process's peak RSS.
+// benchStep is one row's measurement: it runs one round and returns what
+// it measured.
 type benchStep struct {
 	name    string
-	run     func() (secs float64, stored, rss int64, err error)
+	run     func() (measure, error)
 	imports []string // the Python modules the row needs, if it runs Python
+	workers int      // a replay's compression workers, for the scaling table; 0: not a row of it
+}
+
+// measure is what one round of a row measured.
+type measure struct {
+	secs   float64 // time on the clock
+	pipe   float64 // a replay's pipeline time, from its summary; 0 for other rows
+	stored int64   // compressed bytes produced
+	rss    int64   // the process's peak RSS, bytes
 }
 
 // Run prepares the scan, runs every row in interleaved rounds and prints
@@ -283,6 +298,10 @@ func Run(out, logw io.Writer, fl *Config) error {
 	// hdf5plugin, the C bitshuffle library's module): a row whose modules
 	// do not import is left out, and the table says why, rather than the
 	// whole bench failing.
+	if python, ok := pythonWithNumpy(fl.Python, SystemPython); ok && python != fl.Python {
+		fmt.Fprintf(logw, "bench: %s cannot import numpy: the Python rows run with %s\n", fl.Python, python)
+		fl.Python = python
+	}
 	var notRun []string
 	steps, notRun = dropUnimportable(steps, fl.Python)
 	for _, s := range notRun {
@@ -291,18 +310,21 @@ func Run(out, logw io.Writer, fl *Config) error {
 	rows := make([]row, len(steps))
 	n, image := fl.Frames, int64(format.ImageSize())
 	for i, s := range steps {
-		rows[i] = row{name: s.name, frames: n, bytes: int64(n) * image}
+		rows[i] = row{name: s.name, frames: n, workers: s.workers, bytes: int64(n) * image}
 	}
 	for round := range fl.Rounds {
 		for i, s := range steps {
 			fmt.Fprintf(logw, "bench: round %d/%d: %s\n", round+1, fl.Rounds, s.name)
-			secs, stored, rss, err := s.run()
+			m, err := s.run()
 			if err != nil {
 				return err
 			}
-			rows[i].secs = append(rows[i].secs, secs)
-			rows[i].stored = stored
-			rows[i].maxRSS = max(rows[i].maxRSS, rss)
+			rows[i].secs = append(rows[i].secs, m.secs)
+			if m.pipe > 0 {
+				rows[i].pipe = append(rows[i].pipe, m.pipe)
+			}
+			rows[i].stored = m.stored
+			rows[i].maxRSS = max(rows[i].maxRSS, m.rss)
 		}
 	}
 	printBench(out, fl, format, rows)
@@ -340,6 +362,22 @@ func dropUnimportable(steps []benchStep, python string) (kept []benchStep, notRu
 	return kept, notRun
 }
 
+// SystemPython is the distribution's Python, where Debian's h5py,
+// hdf5plugin and bitshuffle are; a python3 first on the PATH (a virtual
+// environment, a pyenv shim) may lack them.
+const SystemPython = "/usr/bin/python3"
+
+// pythonWithNumpy returns the first of the Pythons that imports numpy, and
+// whether one did; given none, the first.
+func pythonWithNumpy(pythons ...string) (string, bool) {
+	for _, p := range pythons {
+		if importProblem(p, []string{"numpy"}) == "" {
+			return p, true
+		}
+	}
+	return pythons[0], false
+}
+
 // importProblem returns "" if python imports every module, else why not:
 // the Python that cannot start, or the import's error.
 func importProblem(python string, modules []string) string {
@@ -374,86 +412,110 @@ var (
 func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
 	nstr := strconv.Itoa(fl.Frames)
 	cores := runtime.NumCPU()
-	replay := func(out string, sync bool, env []string, more ...string) func() (float64, int64, int64, error) {
-		return func() (float64, int64, int64, error) {
+	replay := func(out string, sync bool, env []string, more ...string) func() (measure, error) {
+		return func() (measure, error) {
 			args := append([]string{"replay", files.capture, "-o", out, "--backend", fl.Backend,
 				"--compression", "bslz4", "--projections", nstr, "--overwrite"}, more...)
 			start := time.Now()
 			res, err := benchRun(self, env, args...)
 			if err != nil {
-				return 0, 0, 0, err
+				return measure{}, err
 			}
-			secs := res.seconds
+			m := measure{secs: res.seconds, rss: res.maxRSS}
+			if m.pipe, err = pipelineTime(res.stdout); err != nil {
+				return measure{}, err
+			}
 			if sync {
 				// The file and its directory entry reach the device
 				// before the clock stops.
 				if err := syncFile(out); err != nil {
-					return 0, 0, 0, err
+					return measure{}, err
 				}
-				secs = time.Since(start).Seconds()
+				m.secs = time.Since(start).Seconds()
 			}
-			size := fileSize(out)
+			m.stored = fileSize(out)
 			os.Remove(out)
-			return secs, size, res.maxRSS, nil
+			return m, nil
 		}
 	}
-	python := func(env []string, out string, args ...string) func() (float64, int64, int64, error) {
-		return func() (float64, int64, int64, error) {
+	python := func(env []string, out string, args ...string) func() (measure, error) {
+		return func() (measure, error) {
 			res, err := benchRun(fl.Python, env, args...)
 			if err != nil {
-				return 0, 0, 0, err
+				return measure{}, err
 			}
 			if out != "" {
 				os.Remove(out)
 			}
 			var r struct{ Seconds, Stored float64 }
 			if err := json.Unmarshal(res.stdout, &r); err != nil {
-				return 0, 0, 0, fmt.Errorf("bench: %s %s: output %q: %w", fl.Python, args[0], res.stdout, err)
+				return measure{}, fmt.Errorf("bench: %s %s: output %q: %w", fl.Python, args[0], res.stdout, err)
 			}
-			return r.Seconds, int64(r.Stored), res.maxRSS, nil
+			return measure{secs: r.Seconds, stored: int64(r.Stored), rss: res.maxRSS}, nil
 		}
 	}
 	script := func(name string) string { return filepath.Join(dir, name) }
 	omp := func(t int) []string { return []string{"OMP_NUM_THREADS=" + strconv.Itoa(t)} }
 	replayOut := filepath.Join(dir, "replay.h5")
 
-	steps := []benchStep{{fmt.Sprintf("%s, %s (one per core)", RowOurs, workers(cores)), replay(replayOut, false, nil), nil}}
+	steps := []benchStep{{name: fmt.Sprintf("%s, %s (one per core)", RowOurs, workers(cores)), run: replay(replayOut, false, nil), workers: cores}}
 	for _, w := range fl.Workers {
 		if w != cores {
-			steps = append(steps, benchStep{fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%s)", w, workers(w)),
-				replay(replayOut, false, []string{"GOMAXPROCS=" + strconv.Itoa(w)}), nil})
+			steps = append(steps, benchStep{name: fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%s)", w, workers(w)),
+				run: replay(replayOut, false, []string{"GOMAXPROCS=" + strconv.Itoa(w)}), workers: w})
 		}
 	}
-	steps = append(steps, benchStep{RowShuffled, replay(replayOut, false, nil, "--backend-shuffle"), nil})
+	steps = append(steps, benchStep{name: RowShuffled, run: replay(replayOut, false, nil, "--backend-shuffle")})
 	if files.disk != "" {
-		steps = append(steps, benchStep{RowDisk, replay(files.disk, true, nil), nil})
+		steps = append(steps, benchStep{name: RowDisk, run: replay(files.disk, true, nil)})
 	}
 	steps = append(steps,
 		// The user's own environment, OpenMP settings included.
-		benchStep{RowReference, python(nil, files.reference, script("reference.py"), files.decoded, files.reference, nstr), referenceImports},
-		benchStep{RowReference1, python(omp(1), files.reference, script("reference.py"), files.decoded, files.reference, nstr), referenceImports},
+		benchStep{name: RowReference, run: python(nil, files.reference, script("reference.py"), files.decoded, files.reference, nstr), imports: referenceImports},
+		benchStep{name: RowReference1, run: python(omp(1), files.reference, script("reference.py"), files.decoded, files.reference, nstr), imports: referenceImports},
 		// OpenMP's threads spin while they wait, as installed: on a quiet
 		// machine that is the fastest (OMP_WAIT_POLICY=passive took 1.5
 		// to 2.5 times as long), but whenever another process wants a
 		// core 2 threads can run many times slower than 1, hence the
 		// ratio to the faster C row as well.
-		benchStep{fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr), ceilingImports},
-		benchStep{RowC1, python(omp(1), "", script("ceiling.py"), files.decoded, nstr), ceilingImports},
-		benchStep{RowWriter, func() (float64, int64, int64, error) {
+		benchStep{name: fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), run: python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
+		benchStep{name: RowC1, run: python(omp(1), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
+		benchStep{name: RowWriter, run: func() (measure, error) {
 			res, err := benchRun(self, nil, "bench", "write-chunks", files.ours, files.written, strconv.Itoa(fl.Unique), nstr)
 			if err != nil {
-				return 0, 0, 0, err
+				return measure{}, err
 			}
 			size := fileSize(files.written)
 			os.Remove(files.written)
 			var r struct{ Seconds float64 }
 			if err := json.Unmarshal(res.stdout, &r); err != nil {
-				return 0, 0, 0, fmt.Errorf("bench write-chunks: output %q: %w", res.stdout, err)
+				return measure{}, fmt.Errorf("bench write-chunks: output %q: %w", res.stdout, err)
 			}
-			return r.Seconds, size, res.maxRSS, nil
-		}, nil},
+			return measure{secs: r.Seconds, stored: size, rss: res.maxRSS}, nil
+		}},
 	)
 	return steps
+}
+
+// pipelineRe finds the pipeline's own time in a replay's summary.
+var pipelineRe = regexp.MustCompile(`(?m)^  pipeline time +([0-9.e+-]+) s,`)
+
+// pipelineTime returns the pipeline time a replay's summary gives: from
+// the first frame in to the last chunk written, without the process's
+// start, the file's creation and close; of several modules the longest.
+func pipelineTime(summary []byte) (float64, error) {
+	var secs float64
+	for _, m := range pipelineRe.FindAllSubmatch(summary, -1) {
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: replay's pipeline time %q: %w", m[1], err)
+		}
+		secs = max(secs, v)
+	}
+	if secs <= 0 {
+		return 0, fmt.Errorf("bench: replay's summary gives no pipeline time:\n%s", tail(summary, 2000))
+	}
+	return secs, nil
 }
 
 // syncFile flushes the file at path and its directory to the device.
@@ -491,8 +553,8 @@ const moduleFPS = 1000
 func printBench(out io.Writer, fl *Config, format frame.Format, rows []row) {
 	fmt.Fprintf(out, "h5ingest bench: %d frames (%d distinct, cycled), %v, tomography scene\n",
 		fl.Frames, fl.Unique, format)
-	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s; %d interleaved rounds\n\n",
-		format.Height(), format.Width(), format.PixelSize(), fl.Dir, describeFS(fl.Dir), runtime.NumCPU(), fl.Backend, fl.Rounds)
+	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s; %d interleaved rounds; Python %s\n\n",
+		format.Height(), format.Width(), format.PixelSize(), fl.Dir, describeFS(fl.Dir), runtime.NumCPU(), fl.Backend, fl.Rounds, fl.Python)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "row\tbest frames/s\tmedian frames/s\tspread\tmedian GB/s\tratio\tpeak RSS MiB\t")
 	for i := range rows {
@@ -525,24 +587,55 @@ func printBench(out io.Writer, fl *Config, format frame.Format, rows []row) {
 	}
 	ratio("transpose on the backend / ours", findRow(rows, RowShuffled), ours)
 	ratio("to disk + fsync / to memory", findRow(rows, RowDisk), ours)
-	cores := runtime.NumCPU()
-	one := findRow(rows, RowOneWorker)
-	if cores == 1 {
-		one = ours
-	}
-	if one != nil {
-		perCore, all := one.fps(one.median()), ours.fps(ours.median())
-		fmt.Fprintf(out, "\nscaling (median rounds): 1 worker %.1f frames/s, %s %.1f frames/s = %.2f times one, %.0f%% per core\n",
-			perCore, workers(cores), all, all/perCore, 100*all/perCore/float64(cores))
-		payload := float64(format.PayloadSize()) * moduleFPS / 1e9
-		fmt.Fprintf(out, "one module at %d frames/s (%.2f GB/s of payload) needs %.1f cores at 1 worker's rate, %.1f at the per-core rate of %s\n",
-			moduleFPS, payload, moduleFPS/perCore, moduleFPS/(all/float64(cores)), workers(cores))
-	}
+	printScaling(out, format, rows)
 	fmt.Fprintln(out, "\nratios: of rates, median round over median round and best over best. spread: the slowest")
 	fmt.Fprintln(out, "round's time over the fastest's, minus one. GB/s: decoded image bytes (1e9) per second.")
 	fmt.Fprintln(out, "ratio: decoded over stored bytes. Replay is timed as its whole process (start, capture read,")
 	fmt.Fprintln(out, "decode, CRCs, compress, write, close; the disk row also the fsync); the Python rows time")
-	fmt.Fprintln(out, "their write or compress loop only, with the frames already in memory.")
+	fmt.Fprintln(out, "their write or compress loop only, with the frames already in memory. Pipeline time: the")
+	fmt.Fprintln(out, "replay's own, from its first frame in to its last chunk written (its summary's line).")
+}
+
+// printScaling prints, for the replay rows of each count of workers, the
+// frames per second of the whole process and of the pipeline's own time
+// (median rounds), per core (the cores the workers can use: at most the
+// machine's), and per core against the fewest workers' (of linear); then
+// the same on one line, and the cores one module needs.
+func printScaling(out io.Writer, format frame.Format, rows []row) {
+	var scale []*row
+	for i := range rows {
+		if r := &rows[i]; r.workers > 0 && len(r.pipe) > 0 {
+			scale = append(scale, r)
+		}
+	}
+	if len(scale) == 0 {
+		return
+	}
+	slices.SortFunc(scale, func(a, b *row) int { return a.workers - b.workers })
+	pipeFPS := func(r *row) float64 { return float64(r.frames) / median(r.pipe) }
+	// Workers past the machine's cores share them.
+	coresOf := func(r *row) float64 { return float64(min(r.workers, runtime.NumCPU())) }
+	base := scale[0]
+	basePerCore := pipeFPS(base) / coresOf(base)
+	fmt.Fprintln(out, "\nscaling, median rounds; pipeline: first frame in to last chunk written, without the process's start and close:")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workers\tprocess frames/s\tpipeline frames/s\tper core\tof linear\t")
+	line := "scaling (pipeline time, median rounds):"
+	for i, r := range scale {
+		fps := pipeFPS(r)
+		perCore := fps / coresOf(r)
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t\n", r.workers, r.fps(r.median()), fps, perCore, 100*perCore/basePerCore)
+		if i > 0 {
+			line += ";"
+		}
+		line += fmt.Sprintf(" %s %.1f frames/s, %.1f per core (%.0f%%)", workers(r.workers), fps, perCore, 100*perCore/basePerCore)
+	}
+	tw.Flush()
+	fmt.Fprintln(out, line)
+	most := scale[len(scale)-1]
+	payload := float64(format.PayloadSize()) * moduleFPS / 1e9
+	fmt.Fprintf(out, "one module at %d frames/s (%.2f GB/s of payload) needs %.1f cores at the per-core rate of %s, %.1f at that of %s\n",
+		moduleFPS, payload, moduleFPS/basePerCore, workers(base.workers), moduleFPS/(pipeFPS(most)/coresOf(most)), workers(most.workers))
 }
 
 // benchResult is what a row's process left: its standard output, wall

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -114,6 +116,55 @@ func TestDropUnimportable(t *testing.T) {
 			if !strings.Contains(s, tc.say) {
 				t.Errorf("%s: %q does not say %q", tc.python, s, tc.say)
 			}
+		}
+	}
+}
+
+// TestPythonWithNumpy checks which Python the rows run with: the one given
+// where it imports numpy, else the next that does (the system's, where a
+// python3 first on the PATH lacks it), else the one given, whose rows the
+// table then lists as not run.
+func TestPythonWithNumpy(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, script string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bare := fake("bare", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n")
+	full := fake("full", "#!/bin/sh\nexit 0\n")
+	for _, tc := range []struct {
+		pythons []string
+		want    string
+		ok      bool
+	}{
+		{[]string{full, bare}, full, true},
+		{[]string{bare, full}, full, true},
+		{[]string{bare, "/nonexistent/python3", full}, full, true},
+		{[]string{bare, "/nonexistent/python3"}, bare, false},
+	} {
+		got, ok := pythonWithNumpy(tc.pythons...)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%v: %s, %v; want %s, %v", tc.pythons, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestPipelineTime checks the pipeline time read from a replay's summary:
+// the longest of several modules; and an error for a summary without one.
+func TestPipelineTime(t *testing.T) {
+	one := "/d/a.h5\n  time            2.00 s, 100.0 frames/s\n  pipeline time   1.25 s, 160.0 frames/s, first frame in to last chunk written\n"
+	two := one + "/d/b.h5\n  pipeline time   1.5 s, 133.3 frames/s, first frame in to last chunk written\n"
+	for _, tc := range []struct {
+		summary string
+		want    float64
+		ok      bool
+	}{{one, 1.25, true}, {two, 1.5, true}, {"/d/a.h5\n  time            2.00 s, 100.0 frames/s\n", 0, false}} {
+		got, err := pipelineTime([]byte(tc.summary))
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("%q: %g, %v; want %g, ok %v", tc.summary, got, err, tc.want, tc.ok)
 		}
 	}
 }

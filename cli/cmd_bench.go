@@ -84,7 +84,7 @@ func (fl *benchFlags) register(f *pflag.FlagSet, backend string) {
 	f.StringVar(&c.Dir, "dir", bench.DefaultDir(), "directory in which a new folder holds the capture and the output files")
 	f.StringVar(&c.DiskDir, "disk-dir", bench.DefaultDiskDir(), `directory on a disk for the row that writes to disk ("": no such row)`)
 	f.BoolVar(&c.Keep, "keep", false, "keep those folders afterwards")
-	f.StringVar(&c.Python, "python", "/usr/bin/python3", "Python with h5py, hdf5plugin, numpy and bitshuffle")
+	f.StringVar(&c.Python, "python", bench.SystemPython, "Python with h5py, hdf5plugin, numpy and bitshuffle (where it cannot import numpy, "+bench.SystemPython+" is tried)")
 	f.StringVar(&c.Backend, "backend", backend, "decode backend of the replay rows: auto, cpu or cuda")
 	f.IntVar(&c.Threads, "threads", runtime.NumCPU(), "OpenMP threads of the ceiling row")
 	f.StringVar(&fl.workers, "workers", bench.DefaultWorkers(), "compression worker counts of the replay rows, comma-separated (each a GOMAXPROCS)")

@@ -77,8 +77,13 @@ func TestBenchSmall(t *testing.T) {
 			t.Errorf("ratio %q missing from\n%s", ratio, table)
 		}
 	}
-	for _, want := range []string{`scaling \(median rounds\): 1 worker \d+\.\d frames/s`,
-		`one module at 1000 frames/s \(\d+\.\d\d GB/s of payload\) needs \d+\.\d cores`} {
+	scaling := `scaling \(pipeline time, median rounds\): 1 worker \d+\.\d frames/s, \d+\.\d per core \(100%\)`
+	for _, w := range []int{2, 3} {
+		scaling += fmt.Sprintf(`; %d workers \d+\.\d frames/s, \d+\.\d per core \(\d+%%\)`, w)
+	}
+	for _, want := range []string{scaling + "\n",
+		`(?m)^ +1 +\d+\.\d +\d+\.\d +\d+\.\d +100%$`, `(?m)^ +3 +\d+\.\d +\d+\.\d +\d+\.\d +\d+%$`,
+		`one module at 1000 frames/s \(\d+\.\d\d GB/s of payload\) needs \d+\.\d cores at the per-core rate of 1 worker, \d+\.\d at that of 3 workers`} {
 		if !regexp.MustCompile(want).MatchString(table) {
 			t.Errorf("no line %q in\n%s", want, table)
 		}

@@ -69,6 +69,9 @@ func printSummary(w io.Writer, s scan.Summary) {
 		fmt.Fprintf(w, "  pipeline full   %d dropped (recorded missing)\n", p.Overflow)
 	}
 	fmt.Fprintf(w, "  time            %.2f s, %.1f frames/s\n", secs, rate(float64(p.Written)))
+	if a := p.Active.Seconds(); a > 0 {
+		fmt.Fprintf(w, "  pipeline time   %.4g s, %.1f frames/s, first frame in to last chunk written\n", a, float64(p.Written)/a)
+	}
 	fmt.Fprintf(w, "  throughput      %.0f MB/s raw in, %.0f MB/s decoded, %.0f MB/s stored\n",
 		rate(float64(p.RawBytes))/1e6, rate(float64(p.ImageBytes))/1e6, rate(float64(p.StoredBytes))/1e6)
 	fmt.Fprintf(w, "  compression     %.2f\n", p.Ratio())

@@ -22,7 +22,7 @@ func TestPrintResult(t *testing.T) {
 		Modules: []scan.Summary{{
 			Module: 0, Path: "/d/s_mod0.h5", Frames: 10,
 			Progress: pipeline.Progress{Counts: pipeline.Counts{OK: 8, Missing: 1, CRCMismatch: 1, Discarded: 1, Overflow: 2, OutOfRange: 3},
-				Written: 9, Elapsed: 2 * time.Second, RawBytes: 4e6, ImageBytes: 8e6, StoredBytes: 2e6},
+				Written: 9, Elapsed: 2 * time.Second, Active: 1500 * time.Millisecond, RawBytes: 4e6, ImageBytes: 8e6, StoredBytes: 2e6},
 			Live:     &scan.LiveResult{Stats: stream.Stats{Sent: 7, Dropped: 3, NoConsumer: 1, Slow: 2, Thinned: 1}},
 			Received: &fabric.Stats{Frames: 12, Bytes: 3456, HeldBack: 1500 * time.Microsecond},
 			Stages:   &scan.StageTimes{Decode: 1250 * time.Microsecond, Compress: 500 * time.Microsecond, Write: 20 * time.Microsecond},
@@ -46,6 +46,7 @@ func TestPrintResult(t *testing.T) {
   out of range    3 rejected (beyond the scan, not written)
   pipeline full   2 dropped (recorded missing)
   time            2.00 s, 4.5 frames/s
+  pipeline time   1.5 s, 6.0 frames/s, first frame in to last chunk written
   throughput      2 MB/s raw in, 4 MB/s decoded, 1 MB/s stored
   compression     4.00
   stream          7 images sent, 3 dropped (1 no consumer connected, 2 the consumer was slower than the scan: in the file, not the stream), 1 thinned

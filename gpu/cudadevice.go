@@ -37,6 +37,7 @@ type cudaDevice struct {
 	mod     *cuda.Module
 	fns     map[string]*cuda.Function
 	loaded  time.Duration // how long the module took to load: the JIT compilation
+	arch    string        // the PTX target loaded, e.g. "sm_90"
 
 	// Guarded by devices.mu.
 	users int   // backends open on it
@@ -119,7 +120,7 @@ func Preload(name string, opts Options) (release func(), err error) {
 	}
 	devices.keep[opts.Device]++
 	devices.mu.Unlock()
-	log.Info("decode backend ready", "backend", "cuda", "device", d.name, "module_load", d.loaded.Round(time.Millisecond).String(),
+	log.Info("decode backend ready", "backend", "cuda", "device", d.name, "ptx", d.arch, "module_load", d.loaded.Round(time.Millisecond).String(),
 		"compute_cache", cmp.Or(os.Getenv("CUDA_CACHE_PATH"), "the driver's default (~/.nv/ComputeCache)"))
 	var once sync.Once
 	return func() {
@@ -235,11 +236,9 @@ func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
 			d.teardown()
 		}
 	}()
-	start := time.Now()
-	if d.mod, err = ctx.LoadModule(kernels.PTX); err != nil {
+	if d.mod, d.arch, d.loaded, err = loadKernels(ctx, dev); err != nil {
 		return nil, err
 	}
-	d.loaded = time.Since(start)
 	for _, k := range kernels.Kernels {
 		if d.fns[k], err = d.mod.Function(k); err != nil {
 			return nil, err
@@ -252,6 +251,35 @@ func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
 		return nil, fmt.Errorf("first frame on the device: %w", err)
 	}
 	return d, nil
+}
+
+// loadKernels loads the kernels' PTX for the newest target the device's
+// compute capability allows (kernels.Targets), falling back to an older
+// target where the driver refuses it, and returns the module, the target
+// and how long the load (the JIT compilation) took.
+func loadKernels(ctx *cuda.Context, dev cuda.Device) (*cuda.Module, string, time.Duration, error) {
+	major, err1 := dev.Attribute(cuda.ComputeCapabilityMajor)
+	minor, err2 := dev.Attribute(cuda.ComputeCapabilityMinor)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, "", 0, fmt.Errorf("compute capability: %w", err)
+	}
+	targets := kernels.Targets(major, minor)
+	if len(targets) == 0 {
+		return nil, "", 0, fmt.Errorf("compute capability %d.%d: the kernels need 7.0 (Volta) or newer", major, minor)
+	}
+	var errs []error
+	for _, t := range targets {
+		start := time.Now()
+		mod, err := ctx.LoadModule(t.PTX)
+		if err == nil {
+			return mod, t.Arch, time.Since(start), nil
+		}
+		if cuda.IsSticky(err) {
+			return nil, "", 0, err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", t.Arch, err))
+	}
+	return nil, "", 0, errors.Join(errs...)
 }
 
 // uploadTables copies the LFSR and CRC tables into the module's globals on

@@ -64,6 +64,11 @@ func TestFakeDriver(t *testing.T) {
 			waitEvents[c.Args["flags"]] = true
 		case "cuModuleLoadDataEx":
 			modules[c.Args["module"]]++
+			if c.Args["target"] != "sm_90" {
+				t.Errorf("%s: the fake device is of compute capability 9.0, want the sm_90 PTX", c)
+			}
+		case "cuModuleLoadDataEx-refused":
+			t.Errorf("%s: a PTX the device cannot load was tried", c)
 		case "cuModuleUnload":
 			modules[c.Args["module"]]--
 		case "cuCtxSynchronize":
@@ -166,6 +171,31 @@ func TestFakeDriverReserve(t *testing.T) {
 	wg.Wait()
 	if n := countAllocs(t); n != before {
 		t.Errorf("Decode calls after Reserve made %d driver allocations, want 0", n-before)
+	}
+}
+
+// TestFakeDriverOldDriver runs Reserve's test against a fake driver that
+// refuses the sm_90 PTX, as a driver older than that PTX's ISA does on a
+// Hopper GPU: the backend loads the sm_70 PTX instead, and decodes.
+func TestFakeDriverOldDriver(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs a test against the fake driver; this is that run")
+	}
+	out, calls := fakecuda.Run(t, "^TestFakeDriverReserve$", "FAKECUDA_REFUSE_TARGET=sm_90")
+	if !strings.Contains(out, "--- PASS: TestFakeDriverReserve ") {
+		t.Errorf("TestFakeDriverReserve did not pass against a driver refusing sm_90:\n%s", out)
+	}
+	var loads []string
+	for _, c := range calls {
+		switch c.Func {
+		case "cuModuleLoadDataEx-refused":
+			loads = append(loads, "refused "+c.Args["target"])
+		case "cuModuleLoadDataEx":
+			loads = append(loads, "loaded "+c.Args["target"])
+		}
+	}
+	if got := strings.Join(loads, ", "); got != "refused sm_90, loaded sm_70" {
+		t.Errorf("module loads: %s; want the sm_90 PTX refused, then the sm_70 one loaded", got)
 	}
 }
 

@@ -166,6 +166,10 @@ type Progress struct {
 	ImageBytes  int64         // decoded image bytes of written frames
 	StoredBytes int64         // compressed chunk bytes written
 	Elapsed     time.Duration // since Run started
+	// Active is the pipeline's own time: from the first frame taken from
+	// the source to the last chunk written, without the set-up before nor
+	// the closing after; 0 before a chunk is written.
+	Active time.Duration
 }
 
 // Ratio returns the compression ratio so far: image bytes over stored bytes.
@@ -189,6 +193,9 @@ type Pipeline struct {
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 	setup                                      atomic.Int64 // time.Duration Run took to set up
+	// Since start, as time.Duration: the first frame taken from the source
+	// and the last chunk written; 0 for none yet.
+	firstIn, lastOut atomic.Int64
 }
 
 // slot carries one frame through the stages, with its own image and chunk
@@ -245,9 +252,12 @@ func (p *Pipeline) Progress() Progress {
 	c := p.tracker.Counts()
 	start := p.start
 	p.mu.Unlock()
-	var elapsed time.Duration
+	var elapsed, active time.Duration
 	if !start.IsZero() {
 		elapsed = time.Since(start)
+	}
+	if last := p.lastOut.Load(); last > 0 {
+		active = time.Duration(last - p.firstIn.Load())
 	}
 	return Progress{
 		Counts:      c,
@@ -256,6 +266,7 @@ func (p *Pipeline) Progress() Progress {
 		ImageBytes:  p.imageBytes.Load(),
 		StoredBytes: p.storedBytes.Load(),
 		Elapsed:     elapsed,
+		Active:      active,
 	}
 }
 
@@ -486,6 +497,9 @@ func (p *Pipeline) read(ctx context.Context, src Source, free <-chan *slot, deco
 			}
 		}
 		f, err := src.Next(ctx)
+		if err == nil && p.firstIn.Load() == 0 {
+			p.firstIn.Store(p.sinceStart())
+		}
 		if err != nil {
 			if s != nil {
 				// The slot goes back through the writer, which owns the pool.
@@ -793,6 +807,7 @@ func (p *Pipeline) store(sink Sink, s *slot) error {
 		p.written.Add(1)
 		p.imageBytes.Add(int64(p.cfg.Format.ImageSize()))
 		p.storedBytes.Add(int64(len(s.chunk)))
+		p.lastOut.Store(p.sinceStart())
 	}
 	p.mu.Lock()
 	switch s.record.Status {
@@ -806,6 +821,12 @@ func (p *Pipeline) store(sink Sink, s *slot) error {
 		return fmt.Errorf("record frame %d: %w", s.n, err)
 	}
 	return nil
+}
+
+// sinceStart returns the time since Run started, at least 1 ns, so that
+// 0 can mean "not yet". Only the stages call it, after Run set the start.
+func (p *Pipeline) sinceStart() int64 {
+	return max(int64(time.Since(p.start)), 1)
 }
 
 // end records that the scan has ended: no frame is pending any more.

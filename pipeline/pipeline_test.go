@@ -688,3 +688,54 @@ func TestPipelineStrayFrameNumberNoPlan(t *testing.T) {
 		})
 	}
 }
+
+// timedSource is a sliceSource that notes when it handed out its first
+// frame.
+type timedSource struct {
+	sliceSource
+	first time.Time
+}
+
+func (s *timedSource) Next(ctx context.Context) (*Frame, error) {
+	f, err := s.sliceSource.Next(ctx)
+	if err == nil && s.first.IsZero() {
+		s.first = time.Now()
+	}
+	return f, err
+}
+
+// TestPipelineActive checks the pipeline's own time, Progress.Active: from
+// the first frame taken to the last chunk written, so within the time
+// from the source's first frame to Run's return, and without the set-up
+// that Elapsed holds; and 0 for a scan that wrote no chunk.
+func TestPipelineActive(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames int
+	}{{"frames written", 6}, {"no frame", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newTestPipeline(t, tc.frames, "bslz4")
+			src := &timedSource{}
+			for n := range tc.frames {
+				src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
+			}
+			prog, err := p.Run(context.Background(), src, newMemSink())
+			end := time.Now()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.frames == 0 {
+				if prog.Active != 0 {
+					t.Errorf("Active %v with no chunk written, want 0", prog.Active)
+				}
+				return
+			}
+			if prog.Active <= 0 || prog.Active > end.Sub(src.first) {
+				t.Errorf("Active %v, want above 0 and within the %v from the first frame to Run's return", prog.Active, end.Sub(src.first))
+			}
+			if limit := prog.Elapsed - p.SetupTime(); prog.Active > limit {
+				t.Errorf("Active %v, more than Elapsed %v less the set-up %v", prog.Active, prog.Elapsed, p.SetupTime())
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"h5ingest/compress/bitshuffle"
 	"h5ingest/frame"
@@ -24,7 +25,12 @@ const (
 	array2x2  = 4 * moduleGBs
 )
 
+// formatName names f in a benchmark: the encoding, and for bitplane
+// frames the depth and LFSR coding (packed24, u32le, bitplane24lfsr).
 func formatName(f frame.Format) string {
+	if f.Encoding != frame.Bitplane {
+		return f.Encoding.String()
+	}
 	s := fmt.Sprintf("%v%d", f.Encoding, f.BitDepth)
 	if f.Coding == frame.LFSR {
 		s += "lfsr"
@@ -46,21 +52,19 @@ func copyBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) float64 {
 		b.Fatal(err)
 	}
 	defer ctx.Free(dst)
-	start, _ := ctx.NewEvent()
-	end, _ := ctx.NewEvent()
+	start, err := ctx.NewEvent()
+	must(b, err)
 	defer start.Close()
+	end, err := ctx.NewEvent()
+	must(b, err)
 	defer end.Close()
-	s.CopyDtoD(dst, src, n) // warm up
-	start.Record(s)
+	must(b, s.CopyDtoD(dst, src, n)) // warm up
+	must(b, start.Record(s))
 	for range 5 {
-		if err := s.CopyDtoD(dst, src, n); err != nil {
-			b.Fatal(err)
-		}
+		must(b, s.CopyDtoD(dst, src, n))
 	}
-	end.Record(s)
-	if err := end.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
+	must(b, end.Record(s))
+	must(b, end.Synchronize())
 	d, err := cuda.Elapsed(start, end)
 	if err != nil {
 		b.Fatal(err)
@@ -90,21 +94,25 @@ func hostBandwidth(b *testing.B, ctx *cuda.Context, s *cuda.Stream) (htod, dtoh 
 		}
 		defer ev[i].Close()
 	}
-	s.CopyHtoD(dev, host) // warm up
-	ev[0].Record(s)
+	must(b, s.CopyHtoD(dev, host)) // warm up
+	must(b, ev[0].Record(s))
 	for range 4 {
-		s.CopyHtoD(dev, host)
+		must(b, s.CopyHtoD(dev, host))
 	}
-	ev[1].Record(s)
+	must(b, ev[1].Record(s))
 	for range 4 {
-		s.CopyDtoH(host, dev)
+		must(b, s.CopyDtoH(host, dev))
 	}
-	ev[2].Record(s)
-	if err := ev[2].Synchronize(); err != nil {
+	must(b, ev[2].Record(s))
+	must(b, ev[2].Synchronize())
+	in, err := cuda.Elapsed(ev[0], ev[1])
+	if err != nil {
 		b.Fatal(err)
 	}
-	in, _ := cuda.Elapsed(ev[0], ev[1])
-	out, _ := cuda.Elapsed(ev[1], ev[2])
+	out, err := cuda.Elapsed(ev[1], ev[2])
+	if err != nil {
+		b.Fatal(err)
+	}
 	return 4 * n / in.Seconds() / 1e9, 4 * n / out.Seconds() / 1e9
 }
 
@@ -250,19 +258,16 @@ func BenchmarkKernels(b *testing.B) {
 			var per [4]time.Duration
 			b.SetBytes(int64(frames * f.PayloadSize()))
 			for b.Loop() {
-				ev[0].Record(s)
+				must(b, ev[0].Record(s))
 				for i, l := range launches {
 					grid := cuda.Dim3{X: kernels.Grid(l.work), Y: frames}
-					if err := s.Launch(fns[l.name], grid, cuda.Dim3{X: kernels.BlockSize}, 0, args); err != nil {
-						b.Fatal(err)
-					}
-					ev[i+1].Record(s)
+					must(b, s.Launch(fns[l.name], grid, cuda.Dim3{X: kernels.BlockSize}, 0, args))
+					must(b, ev[i+1].Record(s))
 				}
-				if err := ev[4].Synchronize(); err != nil {
-					b.Fatal(err)
-				}
+				must(b, ev[4].Synchronize())
 				for i := range per {
-					d, _ := cuda.Elapsed(ev[i], ev[i+1])
+					d, err := cuda.Elapsed(ev[i], ev[i+1])
+					must(b, err)
 					per[i] += d
 				}
 			}
@@ -282,7 +287,29 @@ func BenchmarkKernels(b *testing.B) {
 	}
 }
 
+// must fails b at once on an error of the driver: a figure timed over a
+// failed call means nothing.
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
 func align(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels.Align }
+
+// endToEndFormats are the Pi-mega formats BenchmarkEndToEnd runs, one of
+// each kind of decode: the bitplane 24-bit LFSR frames a Pi-mega module
+// sends (the most decode work), packed 24-bit, and plain 32-bit (no decode:
+// the copies alone). Every format's kernels are timed in BenchmarkKernels.
+func endToEndFormats() []frame.Format {
+	g := frame.PiMega
+	return []frame.Format{
+		{Geometry: g, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR},
+		{Geometry: g, Encoding: frame.Packed24, BitDepth: 24},
+		{Geometry: g, Encoding: frame.U32LE, BitDepth: 32},
+	}
+}
 
 // BenchmarkEndToEnd measures the cuda backend as the pipeline uses it:
 // payloads copied in, decoded and checksummed, images copied out, CRCs
@@ -299,6 +326,7 @@ func align(n int) int { return (n + kernels.Align - 1) / kernels.Align * kernels
 // one mapping page-locked in place as a receiver's ring is; module-2rounds
 // and module-1round, one module's pipeline with two decode calls in flight
 // (as it runs) and with one; pageable, Go memory the driver stages itself.
+// Each on the formats of endToEndFormats: 18 rows.
 func BenchmarkEndToEnd(b *testing.B) {
 	ctx := needGPU(b)
 	s, err := ctx.NewStream()
@@ -326,7 +354,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{"pageable", 4, false, false, false},
 	}
 	for _, v := range variants {
-		for _, f := range formats(frame.PiMega) {
+		for _, f := range endToEndFormats() {
 			b.Run(v.name+"/"+formatName(f), func(b *testing.B) {
 				be := newBackend(b, "cuda", gpu.Options{Orientation: o, Streams: 4})
 				ha := be.(gpu.HostAllocator)
@@ -411,4 +439,66 @@ func BenchmarkEndToEnd(b *testing.B) {
 			})
 		}
 	}
+}
+
+// firstTouchBytes is how much fresh memory BenchmarkFirstTouch touches.
+const firstTouchBytes = 512 << 20
+
+// BenchmarkFirstTouch measures how fast this machine hands out fresh
+// memory, which every buffer, ring and file on /dev/shm costs on its first
+// use: touch, a fresh anonymous mapping written once a page (touch-MB/s);
+// and, where a GPU answers, pin, page-locked memory allocated afresh
+// (cuMemHostAlloc, pin-MB/s), and register, a fresh mapping page-locked in
+// place as a receiver's ring is (cuMemHostRegister, register-MB/s).
+// tools/gpu/first-contact.sh runs it first and sizes its steps from it.
+func BenchmarkFirstTouch(b *testing.B) {
+	mbs := func(d time.Duration) float64 { return float64(b.N) * firstTouchBytes / d.Seconds() / 1e6 }
+	b.Run("touch", func(b *testing.B) {
+		var took time.Duration
+		for range b.N {
+			m := freshMapping(b)
+			start := time.Now()
+			for i := 0; i < len(m); i += 4096 {
+				m[i] = 1
+			}
+			took += time.Since(start)
+			syscall.Munmap(m)
+		}
+		b.ReportMetric(mbs(took), "touch-MB/s")
+	})
+	b.Run("pin", func(b *testing.B) {
+		ctx := needGPU(b)
+		var took time.Duration
+		for range b.N {
+			start := time.Now()
+			p, err := ctx.AllocHost(firstTouchBytes)
+			must(b, err)
+			took += time.Since(start)
+			must(b, ctx.FreeHost(p))
+		}
+		b.ReportMetric(mbs(took), "pin-MB/s")
+	})
+	b.Run("register", func(b *testing.B) {
+		ctx := needGPU(b)
+		var took time.Duration
+		for range b.N {
+			m := freshMapping(b)
+			start := time.Now()
+			must(b, ctx.RegisterHost(unsafe.Pointer(&m[0]), len(m)))
+			took += time.Since(start)
+			must(b, ctx.UnregisterHost(unsafe.Pointer(&m[0])))
+			syscall.Munmap(m)
+		}
+		b.ReportMetric(mbs(took), "register-MB/s")
+	})
+}
+
+// freshMapping returns firstTouchBytes of anonymous memory no one has
+// touched yet.
+func freshMapping(b *testing.B) []byte {
+	m, err := syscall.Mmap(-1, 0, firstTouchBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

@@ -531,10 +531,11 @@ func (e *Event) Synchronize() error {
 	return check("cuEventSynchronize", C.h5cu_event_synchronize(e.ctx.c, e.e))
 }
 
-// Elapsed returns the device time from start to end, both reached.
+// Elapsed returns the device time from start to end, both reached and
+// both of one context, which it binds to the calling thread first.
 func Elapsed(start, end *Event) (time.Duration, error) {
 	var ms C.float
-	if err := check("cuEventElapsedTime", C.h5cu_event_elapsed(&ms, start.e, end.e)); err != nil {
+	if err := check("cuEventElapsedTime", C.h5cu_event_elapsed(start.ctx.c, &ms, start.e, end.e)); err != nil {
 		return 0, err
 	}
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil

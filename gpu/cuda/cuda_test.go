@@ -5,7 +5,9 @@ package cuda_test
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"h5ingest/gpu/cuda"
@@ -130,30 +132,82 @@ func TestDevice(t *testing.T) {
 	}
 }
 
-// TestModule loads the kernels and checks that a broken module and a
-// missing kernel give the driver's error names.
-func TestModule(t *testing.T) {
+// TestElapsedAnyThread times two events from many goroutines, each on an
+// OS thread of its own held at once, so that most are threads on which no
+// call bound the context before: Elapsed binds it itself.
+func TestElapsedAnyThread(t *testing.T) {
 	ctx := needGPU(t)
-	m, err := ctx.LoadModule(kernels.PTX)
+	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Unload()
-	for _, k := range kernels.Kernels {
-		if _, err := m.Function(k); err != nil {
-			t.Error(err)
+	defer s.Close()
+	start, _ := ctx.NewEvent()
+	end, _ := ctx.NewEvent()
+	defer start.Close()
+	defer end.Close()
+	for _, err := range []error{start.Record(s), end.Record(s), end.Synchronize()} {
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
-	for name, b := range kernels.TableBytes() {
-		if _, n, err := m.Global(name); err != nil || n != len(b) {
-			t.Errorf("global %s: %d bytes, %v; want %d", name, n, err, len(b))
-		}
+	const threads = 64
+	var ready, done sync.WaitGroup
+	ready.Add(threads)
+	errs := make(chan error, threads)
+	for range threads {
+		done.Go(func() {
+			runtime.LockOSThread() // held until every goroutine has a thread
+			defer runtime.UnlockOSThread()
+			ready.Done()
+			ready.Wait()
+			if _, err := cuda.Elapsed(start, end); err != nil {
+				errs <- err
+			}
+		})
 	}
-	if _, err := m.Function("no_such_kernel"); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_NOT_FOUND") {
-		t.Errorf("missing kernel: %v, want CUDA_ERROR_NOT_FOUND", err)
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Elapsed on a thread of its own: %v", err)
+		break
+	}
+}
+
+// TestModule loads the kernels, the PTX of every target the device's
+// compute capability allows, and checks that a broken module and a
+// missing kernel give the driver's error names.
+func TestModule(t *testing.T) {
+	ctx := needGPU(t)
+	major, _ := ctx.Device.Attribute(cuda.ComputeCapabilityMajor)
+	minor, _ := ctx.Device.Attribute(cuda.ComputeCapabilityMinor)
+	targets := kernels.Targets(major, minor)
+	if len(targets) == 0 {
+		t.Fatalf("compute capability %d.%d: no PTX target", major, minor)
+	}
+	for _, target := range targets {
+		m, err := ctx.LoadModule(target.PTX)
+		if err != nil {
+			t.Errorf("%s: %v", target.Arch, err)
+			continue
+		}
+		defer m.Unload()
+		for _, k := range kernels.Kernels {
+			if _, err := m.Function(k); err != nil {
+				t.Errorf("%s: %v", target.Arch, err)
+			}
+		}
+		for name, b := range kernels.TableBytes() {
+			if _, n, err := m.Global(name); err != nil || n != len(b) {
+				t.Errorf("%s: global %s: %d bytes, %v; want %d", target.Arch, name, n, err, len(b))
+			}
+		}
+		if _, err := m.Function("no_such_kernel"); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_NOT_FOUND") {
+			t.Errorf("missing kernel: %v, want CUDA_ERROR_NOT_FOUND", err)
+		}
 	}
 	broken := strings.Replace(kernels.PTX, "h5_decode(", "h5_decode(((", 1)
-	_, err = ctx.LoadModule(broken)
+	_, err := ctx.LoadModule(broken)
 	var cerr *cuda.Error
 	if !errors.As(err, &cerr) || !strings.HasPrefix(cerr.Name, "CUDA_ERROR_") || cerr.Func != "cuModuleLoadData" {
 		t.Errorf("broken PTX: %v, want a cuModuleLoadData error with the driver's name", err)

@@ -299,4 +299,8 @@ CUresult h5cu_event_synchronize(CUcontext c, CUevent e)
 	return p_cuEventSynchronize(e);
 }
 
-CUresult h5cu_event_elapsed(float *ms, CUevent start, CUevent end) { return p_cuEventElapsedTime(ms, start, end); }
+CUresult h5cu_event_elapsed(CUcontext c, float *ms, CUevent start, CUevent end)
+{
+	BIND(c);
+	return p_cuEventElapsedTime(ms, start, end);
+}

@@ -19,8 +19,9 @@ func TestFakeDriver(t *testing.T) {
 	if fakecuda.Child() {
 		t.Skip("runs the other tests against the fake driver; this is that run")
 	}
-	out, calls := fakecuda.Run(t, "^(TestDevice|TestModule|TestParity|TestConcurrent|TestRoundTrip)$")
-	for _, name := range []string{"TestDevice", "TestModule", "TestParity", "TestConcurrent", "TestRoundTrip"} {
+	tests := []string{"TestDevice", "TestElapsedAnyThread", "TestModule", "TestParity", "TestConcurrent", "TestRoundTrip"}
+	out, calls := fakecuda.Run(t, "^("+strings.Join(tests, "|")+")$")
+	for _, name := range tests {
 		if !strings.Contains(out, "--- PASS: "+name+" ") {
 			t.Errorf("%s did not pass against the fake driver:\n%s", name, out)
 		}

@@ -63,4 +63,4 @@ CUresult h5cu_event_create(CUcontext c, CUevent *e, unsigned int flags);
 CUresult h5cu_event_destroy(CUcontext c, CUevent e);
 CUresult h5cu_event_record(CUcontext c, CUevent e, CUstream s);
 CUresult h5cu_event_synchronize(CUcontext c, CUevent e);
-CUresult h5cu_event_elapsed(float *ms, CUevent start, CUevent end);
+CUresult h5cu_event_elapsed(CUcontext c, float *ms, CUevent start, CUevent end);

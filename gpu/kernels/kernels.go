@@ -33,7 +33,8 @@ import (
 	"h5ingest/frame"
 )
 
-//go:generate ./gen.sh decode.ptx
+//go:generate ./gen.sh decode.ptx sm_70
+//go:generate ./gen.sh decode_sm90.ptx sm_90
 
 // Source is decode.cu, and HostShim host.h, the shim that compiles it as
 // host C: for tests that run the kernels without a GPU.
@@ -45,11 +46,42 @@ var (
 )
 
 // PTX is decode.cu compiled for sm_70 (PTX ISA 6.0), NUL-terminated as
-// cuModuleLoadData wants it.
+// cuModuleLoadData wants it: the driver JIT-compiles it for any GPU from
+// Volta on.
 var PTX = ptx + "\x00"
 
-//go:embed decode.ptx
-var ptx string
+// PTX90 is decode.cu compiled for sm_90 (PTX ISA 7.8), NUL-terminated: for
+// Hopper and newer, where a driver that no longer compiles for Volta may
+// refuse PTX that targets it.
+var PTX90 = ptx90 + "\x00"
+
+var (
+	//go:embed decode.ptx
+	ptx string
+	//go:embed decode_sm90.ptx
+	ptx90 string
+)
+
+// Target is one compiled PTX and the oldest compute capability it runs on.
+type Target struct {
+	Arch         string // e.g. "sm_90"
+	Major, Minor int    // the compute capability it needs
+	PTX          string // NUL-terminated
+}
+
+// Targets returns the PTX a device of compute capability major.minor can
+// load, best first: the newest target it supports, then older ones to try
+// where the driver refuses the first.
+func Targets(major, minor int) []Target {
+	all := []Target{{"sm_90", 9, 0, PTX90}, {"sm_70", 7, 0, PTX}}
+	var ok []Target
+	for _, t := range all {
+		if major > t.Major || major == t.Major && minor >= t.Minor {
+			ok = append(ok, t)
+		}
+	}
+	return ok
+}
 
 // Kernel entry points, by the names the driver looks up.
 const (

@@ -12,29 +12,55 @@ import (
 	"h5ingest/frame"
 )
 
-// TestPTX checks that the embedded PTX targets sm_70 and declares every
-// kernel and global the host looks up, at the sizes it uploads.
+// TestPTX checks that each embedded PTX targets its architecture and
+// declares every kernel and global the host looks up, at the sizes it
+// uploads.
 func TestPTX(t *testing.T) {
-	if !strings.HasSuffix(PTX, "\x00") || strings.Count(PTX, "\x00") != 1 {
-		t.Errorf("PTX is not one NUL-terminated string")
+	for _, target := range Targets(9, 0) {
+		t.Run(target.Arch, func(t *testing.T) {
+			ptx := target.PTX
+			if !strings.HasSuffix(ptx, "\x00") || strings.Count(ptx, "\x00") != 1 {
+				t.Errorf("PTX is not one NUL-terminated string")
+			}
+			for _, want := range []string{".target " + target.Arch + "\n", ".address_size 64"} {
+				if !strings.Contains(ptx, want) {
+					t.Errorf("PTX lacks %q", want)
+				}
+			}
+			for _, k := range Kernels {
+				if !regexp.MustCompile(`\.visible \.entry ` + k + `\(\s*\.param \.u64 \w+,\s*\.param \.u32 \w+\s*\)`).MatchString(ptx) {
+					t.Errorf("PTX lacks kernel %s(u64, u32)", k)
+				}
+			}
+			for name, b := range TableBytes() {
+				re := regexp.MustCompile(`\.visible \.(const|global) \.align \d+ \.b8 ` + name + `\[(\d+)\];`)
+				m := re.FindStringSubmatch(ptx)
+				if m == nil {
+					t.Errorf("PTX lacks global %s", name)
+				} else if m[2] != strconv.Itoa(len(b)) {
+					t.Errorf("global %s has %s bytes in the PTX, the host uploads %d", name, m[2], len(b))
+				}
+			}
+		})
 	}
-	for _, want := range []string{".target sm_70", ".address_size 64"} {
-		if !strings.Contains(PTX, want) {
-			t.Errorf("PTX lacks %q", want)
+}
+
+// TestTargets checks which PTX a device of each compute capability is
+// given, newest first: Hopper and newer both, best sm_90; Volta to Ada
+// sm_70 only; older none.
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		major, minor int
+		want         string
+	}{
+		{12, 0, "sm_90 sm_70"}, {9, 0, "sm_90 sm_70"}, {8, 9, "sm_70"}, {8, 0, "sm_70"}, {7, 0, "sm_70"}, {6, 1, ""},
+	} {
+		var got []string
+		for _, target := range Targets(tc.major, tc.minor) {
+			got = append(got, target.Arch)
 		}
-	}
-	for _, k := range Kernels {
-		if !regexp.MustCompile(`\.visible \.entry ` + k + `\(\s*\.param \.u64 \w+,\s*\.param \.u32 \w+\s*\)`).MatchString(PTX) {
-			t.Errorf("PTX lacks kernel %s(u64, u32)", k)
-		}
-	}
-	for name, b := range TableBytes() {
-		re := regexp.MustCompile(`\.visible \.(const|global) \.align \d+ \.b8 ` + name + `\[(\d+)\];`)
-		m := re.FindStringSubmatch(PTX)
-		if m == nil {
-			t.Errorf("PTX lacks global %s", name)
-		} else if m[2] != strconv.Itoa(len(b)) {
-			t.Errorf("global %s has %s bytes in the PTX, the host uploads %d", name, m[2], len(b))
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("compute capability %d.%d: %v, want %q", tc.major, tc.minor, got, tc.want)
 		}
 	}
 }

@@ -22,6 +22,14 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${GPU_BIN:-$root/bin/gpu}
 out=${OUT:-$root/out/gpu}
+# Iterations of the kernel and end-to-end benchmarks, and of the pipeline
+# benchmark (fewer against the fake driver, whose kernels run on the host).
+BENCHTIME=${BENCHTIME:-20x}
+PIPELINE_BENCHTIME=${PIPELINE_BENCHTIME:-10x}
+# SHORT=1: the device tests without their Pi-mega frames (-test.short), as
+# against the fake driver.
+short=
+[ "${SHORT:-}" = 1 ] && short=-test.short
 mkdir -p "$out"
 : >"$out/summary.txt"
 
@@ -76,11 +84,11 @@ step() {
 	fi
 }
 
-step device gpu/cuda "$bin/gpu.test" -test.v
-step backends gpu "$bin/gpu-backends.test" -test.v
-step kernels gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench Kernels -test.benchtime 20x -test.v
-step end-to-end gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench EndToEnd -test.benchtime 20x -test.v
-step pipeline pipeline "$bin/pipeline.test" -test.run '^$' -test.bench Pipeline -test.benchtime 10x -test.v
+step device gpu/cuda "$bin/gpu.test" -test.v $short
+step backends gpu "$bin/gpu-backends.test" -test.v $short
+step kernels gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench Kernels -test.benchtime "$BENCHTIME" -test.v
+step end-to-end gpu/cuda "$bin/gpu.test" -test.run '^$' -test.bench EndToEnd -test.benchtime "$BENCHTIME" -test.v
+step pipeline pipeline "$bin/pipeline.test" -test.run '^$' -test.bench Pipeline -test.benchtime "$PIPELINE_BENCHTIME" -test.v
 
 gpu=yes
 if ! grep -q '^--- PASS: TestDevice ' "$out/device.log"; then

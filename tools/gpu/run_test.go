@@ -4,11 +4,15 @@
 package gpu_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"h5ingest/gpu/gputest"
 )
 
 // kit is a copy of the repository layout run.sh expects, with fake test
@@ -19,14 +23,62 @@ type kit struct {
 
 // fakeTest is a test binary that prints what $FAKE_<NAME> says: pass,
 // skip, fail, silent (exit 0, nothing printed) or nostart (the loader's
-// complaint about glibc, exit 1).
+// complaint about glibc, exit 1). Asked for a benchmark, pass prints
+// benchmark lines as the real binaries do on a GPU, skip those a machine
+// without one prints (first touch only).
 const fakeTest = `#!/bin/sh
 name=$(basename "$0" .test | tr a-z- A-Z_)
 eval mode=\${FAKE_$name:-pass}
+bench=
+while [ $# -gt 0 ]; do
+	[ "$1" = -test.bench ] && bench=$2
+	shift
+done
 case $mode in
-pass) printf '=== RUN   TestDevice\n--- PASS: TestDevice (0.01s)\nPASS\n' ;;
+pass | skip)
+	case $bench in
+	FirstTouch)
+		echo 'BenchmarkFirstTouch/touch-16    1  1700000000 ns/op  315.6 touch-MB/s'
+		[ $mode = pass ] && echo 'BenchmarkFirstTouch/pin-16    1  90000000 ns/op  5965 pin-MB/s' &&
+			echo 'BenchmarkFirstTouch/register-16    1  80000000 ns/op  6710 register-MB/s'
+		;;
+	Kernels)
+		[ $mode = pass ] || { echo '--- SKIP: BenchmarkKernels'; exit 0; }
+		for f in bitplane1 bitplane1lfsr bitplane6 bitplane6lfsr bitplane12 bitplane12lfsr bitplane24 bitplane24lfsr \
+			bitplane24lfsr/global-lut bitplane24lfsr/counts bitplane24lfsr/counts/global-lut packed12 packed24 u16le u32le \
+			bitplane12lfsr/global-lut bitplane12lfsr/counts bitplane12lfsr/counts/global-lut; do
+			echo "BenchmarkKernels/$f-16   20  1234567 ns/op  229312.12 MB/s  229.3 GB/s  0.8800 of-d2d  412.5 crc-GB/s  2.124e+04 d2d-traffic-GB/s  401.2 decode-GB/s  12.50 fold-µs  1650 shuffle-GB/s  1.869e+04 traffic-GB/s"
+		done
+		;;
+	EndToEnd)
+		[ $mode = pass ] || { echo '--- SKIP: BenchmarkEndToEnd'; exit 0; }
+		echo '    bench_test.go:334: copies: host to device 52.1 GB/s, device to host 53.4 GB/s, device to device 1712 GB/s'
+		for v in pinned pinned-shuffled ring module-2rounds module-1round pageable; do
+			for f in bitplane24lfsr packed24 u32le; do
+				echo "BenchmarkEndToEnd/$v/$f-16   20  9876543 ns/op  45859.33 MB/s  28.31 2x2-GB/s  45.86 GB/s  1712 d2d-GB/s  53.40 dtoh-GB/s  52.10 htod-GB/s  7.078 module-GB/s"
+			done
+		done
+		;;
+	Pipeline)
+		for b in cpu cuda; do
+			[ $mode = pass ] || [ $b = cpu ] || continue
+			for src in go ring; do
+				for sh in false true; do
+					echo "BenchmarkPipeline/$b/source=$src/backend-shuffle=$sh-16   10  99999999 ns/op  16.00 cpus  10.51 GB/s  7.078 module-GB/s  1484 frames/s  123.0 setup-ms"
+				done
+			done
+		done
+		;;
+	'')
+		if [ $mode = pass ]; then
+			printf '=== RUN   TestDevice\n    cuda_test.go:70: device "NVIDIA H200", sm_90, 132 SMs, 139.8 GiB; driver CUDA 12.8\n--- PASS: TestDevice (0.01s)\nPASS\n'
+		else
+			printf '=== RUN   TestDevice\n    cuda_test.go:23: needs a CUDA GPU: no CUDA device\n--- SKIP: TestDevice (0.00s)\nPASS\n'
+		fi
+		;;
+	esac
+	;;
 bench) printf 'BenchmarkKernels/bitplane24-16  20  1234 ns/op  900.0 GB/s\nPASS\n' ;;
-skip) printf '=== RUN   TestDevice\n    cuda_test.go:23: needs a CUDA GPU: no CUDA device\n--- SKIP: TestDevice (0.00s)\nPASS\n' ;;
 fail) printf '--- FAIL: TestDevice (0.01s)\nFAIL\n'; exit 1 ;;
 silent) ;;
 nostart) echo "$0: /lib/x86_64-linux-gnu/libc.so.6: version GLIBC_2.34 not found" >&2; exit 1 ;;
@@ -54,7 +106,9 @@ func newKit(t *testing.T, glibc string) *kit {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(k.tools, "getconf"), "#!/bin/sh\necho 'glibc "+glibc+"'\n")
-	write(t, filepath.Join(k.tools, "nvidia-smi"), "#!/bin/sh\necho \"$*\" >\"$FAKE_SMI_ARGS\"\necho 'name, driver_version, compute_mode'\necho 'NVIDIA H100, 550.54, Default'\n")
+	write(t, filepath.Join(k.tools, "nvidia-smi"), "#!/bin/sh\necho \"$*\" >\"$FAKE_SMI_ARGS\"\n"+
+		"echo 'name, driver_version, compute_mode, pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max'\n"+
+		"echo 'NVIDIA H100, 550.54, Default, 5, 5, 16, 16'\n")
 	return k
 }
 
@@ -246,13 +300,18 @@ func (k *kit) firstContact(t *testing.T, archive string, env ...string) (int, st
 	return code, string(b), string(summary)
 }
 
-// TestFirstContactNoGPU runs first-contact.sh on a machine with no GPU,
-// with the h5ingest that make gpu-binaries packed and a short bench: run.sh's
-// device tests skip, the CPU bench's own rows still run, the Python rows it
-// cannot run are named, the cuda bench is left out, and the exit status
-// says "no GPU". Without the archive it refuses, saying what to build.
-func TestFirstContactNoGPU(t *testing.T) {
-	for _, tool := range []string{"sh", "tar", "df"} {
+// TestFirstContact runs first-contact.sh with fake test binaries (as on a
+// machine without a GPU, on one whose GPU works, and on one where a step
+// fails beside a working GPU) and the h5ingest that make gpu-binaries
+// packed, on a short bench; where a GPU works, h5ingest's cuda bench runs
+// against the fake CUDA driver. Each run must end with its digest: under
+// 8 KB, the last thing printed, holding the verdict and exit status, the
+// GPU line of nvidia-smi, the device, first touch and the sizes it set,
+// every step, and the CPU scaling line; where a GPU works, the copy rates,
+// the 18 end-to-end rows, the kernel rows and the pipeline rows too.
+// Without the archive it refuses, saying what to build.
+func TestFirstContact(t *testing.T) {
+	for _, tool := range []string{"sh", "tar", "df", "awk"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}
@@ -270,37 +329,117 @@ func TestFirstContactNoGPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs h5ingest bench")
 	}
-	code, out, summary := k.firstContact(t, archive, "FAKE_GPU=skip",
-		"FRAMES=4", "ROUNDS=1", "WORKERS=1,2", "PYTHON=/nonexistent/python3")
-	if code != 4 {
-		t.Errorf("exit %d, want 4 (no GPU):\n%s", code, out)
+	short := []string{"FRAMES=4", "ROUNDS=1", "WORKERS=1,2", "CUDA_WORKERS=2", "PYTHON=/nonexistent/python3"}
+	everyRun := []string{
+		"===== first-contact digest\n",
+		"\ngpu: NVIDIA H100, 550.54, Default, 5, 5, 16, 16\n",
+		"\nfirst touch: 315.6 MB/s fresh memory touched",
+		"\n  sized from it: FRAMES=4 (as given) ROUNDS=1; limits: run.sh ",
+		"\n  device: ok\n  backends: ok\n  kernels: ok\n  end-to-end: ok\n",
+		"\n  (name)                                   frames/s GB/s setup-ms\n",
+		"\n  bench-cpu: ok, h5ingest bench --backend cpu --workers 1,2 (FRAMES=4 ROUNDS=1), in ",
+		"\nbench-cpu:\n  scaling (pipeline time, median rounds): 1 worker ",
+		"\n  one module at 1000 frames/s (7.08 GB/s of payload) needs ",
 	}
-	for _, s := range []string{
-		"run.sh: exit 4 (every step ran, no GPU answered)",
-		"gpu: NVIDIA H100, 550.54, Default",
-		"bench-cpu: h5ingest bench --backend cpu --workers 1,2",
-		"h5ingest replay, GOMAXPROCS=1 (1 worker)",
-		"h5ingest writer alone, chunks precompressed",
-		"reference: h5py + hdf5plugin bslz4, defaults: /nonexistent/python3 cannot run",
-		"bench-cuda: not run: run.sh found no working GPU (exit 4)",
-		"first-contact: exit 4: everything ran, but no GPU answered",
-	} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output does not say %q:\n%s", s, out)
-		}
+	withGPU := []string{
+		"\ndevice: device \"NVIDIA H200\", sm_90, 132 SMs, 139.8 GiB; driver CUDA 12.8\n",
+		"MB/s fresh memory touched, 5965 MB/s page-locked afresh, 6710 MB/s registered in place\n",
+		"\ncopies: host to device 52.1 GB/s, device to host 53.4 GB/s, device to device 1712 GB/s\n",
+		"\nend-to-end, raw payload (one module 7.08 GB/s, a 2x2 array 28.3):\n  (name)                                   GB/s\n  EndToEnd/pinned/bitplane24lfsr           45.86\n",
+		"\n  (name)                                   GB/s decode-GB/s crc-GB/s fold-µs shuffle-GB/s of-d2d\n",
+		"\n  Kernels/bitplane24lfsr/counts/global-lut 229.3 401.2 412.5 12.50 1650 0.8800\n",
 	}
-	if !strings.HasSuffix(out, summary) || summary == "" {
-		t.Errorf("the summary is not what it prints last:\n%s", out)
+	tests := []struct {
+		name  string
+		env   []string
+		fake  bool // h5ingest's cuda bench runs against the fake driver
+		code  int
+		say   []string
+		never []string
+	}{
+		{"no GPU", []string{"FAKE_GPU=skip", "FAKE_GPU_BACKENDS=skip", "FAKE_PIPELINE=skip"}, false, 4,
+			append(slices.Clone(everyRun),
+				"\nverdict: exit 4: everything ran, but no GPU answered\n",
+				"\ndevice: no device answered: cuda_test.go:23: needs a CUDA GPU: no CUDA device\n",
+				"MB/s fresh memory touched, - MB/s page-locked afresh",
+				"\n  bench-cuda: not run: the device tests did not pass (run.sh exit 4)\n",
+				"\ncopies: not measured\n"),
+			[]string{"end-to-end, GB/s", "kernels (", "\nbench-cuda:\n"}},
+		{"a GPU, a step failed", []string{"FAKE_PIPELINE=fail"}, false, 5,
+			append(slices.Clone(withGPU),
+				"\nverdict: exit 5: the GPU works (the device tests passed), but a step failed",
+				"\n  pipeline: FAILED, exit 1\n",
+				"\n  bench-cuda: FAILED, exit 1: "),
+			nil},
+		{"a GPU, everything ran", nil, true, 0,
+			append(append(slices.Clone(everyRun), withGPU...),
+				"\nverdict: exit 0: everything ran; the device tests passed on a GPU\n",
+				"\n  pipeline: ok\n",
+				"\n  Pipeline/cuda/source=ring/backend-shuffle=true 1484 10.51 123.0\n",
+				"\n  bench-cuda: ok, h5ingest bench --backend cuda --workers 2 (FRAMES=4 ROUNDS=1), in ",
+				"\nbench-cuda:\n  scaling (pipeline time, median rounds): 2 workers "),
+			nil},
 	}
-	entries, err := os.ReadDir(filepath.Join(k.root, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) > 8 {
-		t.Errorf("%d files under $OUT; a call brings back 8 at most", len(entries))
-	}
-	if left, _ := filepath.Glob(filepath.Join(k.root, "first-contact.*")); len(left) > 0 {
-		t.Errorf("left its temporary folder behind: %v", left)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newKit(t, "2.40")
+			env := append(slices.Clone(short), tc.env...)
+			if tc.fake {
+				driver, _ := gputest.FakeDriver(t)
+				env = append(env, driver...)
+			}
+			code, out, summary := k.firstContact(t, archive, env...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			b, err := os.ReadFile(filepath.Join(k.root, "out", "digest.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			digest := string(b)
+			if len(digest) == 0 || len(digest) > 8000 {
+				t.Errorf("digest of %d bytes, want some and at most 8000:\n%s", len(digest), digest)
+			}
+			t.Logf("digest: %d bytes", len(digest))
+			if !strings.HasSuffix(out, digest) || !strings.HasSuffix(summary, digest) {
+				t.Errorf("the digest is not what it prints last:\n%s", out)
+			}
+			if !strings.HasSuffix(digest, fmt.Sprintf("===== end of digest: exit %d\n", tc.code)) {
+				t.Errorf("digest does not end with its exit status:\n%s", digest)
+			}
+			for _, s := range tc.say {
+				if !strings.Contains(digest, s) {
+					t.Errorf("digest does not say %q:\n%s", s, digest)
+				}
+			}
+			for _, s := range tc.never {
+				if strings.Contains(digest, s) {
+					t.Errorf("digest says %q:\n%s", s, digest)
+				}
+			}
+			if tc.code != 4 {
+				if n := strings.Count(digest, "\n  EndToEnd/"); n != 18 {
+					t.Errorf("%d end-to-end rows in the digest, want 18", n)
+				}
+				if n := strings.Count(digest, "\n  Kernels/"); n != 18 {
+					t.Errorf("%d kernel rows in the digest, want 18", n)
+				}
+			}
+			// The long tables come before the digest.
+			if i := strings.Index(out, "h5ingest replay -> HDF5 bslz4"); i < 0 || i > len(out)-len(digest) {
+				t.Errorf("the bench table is not printed before the digest:\n%s", out)
+			}
+			entries, err := os.ReadDir(filepath.Join(k.root, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) > 8 {
+				t.Errorf("%d files under $OUT; a call brings back 8 at most", len(entries))
+			}
+			if left, _ := filepath.Glob(filepath.Join(k.root, "first-contact.*")); len(left) > 0 {
+				t.Errorf("left its temporary folder behind: %v", left)
+			}
+		})
 	}
 }
 

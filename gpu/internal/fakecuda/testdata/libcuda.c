@@ -27,6 +27,10 @@
  * codes ("the process must be terminated and relaunched"): a new context
  * gets the same error at its first call.
  *
+ * The device has compute capability 9.0: a module whose PTX targets a
+ * newer one is refused, and one whose target FAKECUDA_REFUSE_TARGET names
+ * (e.g. sm_90) too, as a driver too old for that PTX refuses it.
+ *
  * With FAKECUDA_WRONG set, h5_decode never runs: a device that loads the
  * kernels and computes wrong.
  */
@@ -57,6 +61,8 @@ enum {
 	ERR_INVALID_CONTEXT = 201,
 	ERR_INVALID_HANDLE = 400,
 	ERR_NOT_FOUND = 500,
+	ERR_INVALID_PTX = 218,
+	ERR_UNSUPPORTED_PTX_VERSION = 222,
 	ERR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	ERR_HOST_MEMORY_NOT_REGISTERED = 713,
 	ERR_ILLEGAL_ADDRESS = 700,
@@ -220,6 +226,8 @@ CUresult cuGetErrorName(CUresult r, const char **s)
 	case ERR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
 	case ERR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
 	case ERR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
+	case ERR_INVALID_PTX: *s = "CUDA_ERROR_INVALID_PTX"; break;
+	case ERR_UNSUPPORTED_PTX_VERSION: *s = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
 	case ERR_HOST_MEMORY_ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; break;
 	case ERR_HOST_MEMORY_NOT_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"; break;
 	case ERR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
@@ -515,9 +523,23 @@ CUresult cuModuleLoadDataEx(struct module **m, const void *image, unsigned int n
 	/* The "JIT": the kernels' PTX, and no "((", which PTX never has. */
 	if (!strstr(image, ".entry h5_decode(") || strstr(image, "(("))
 		return ERR_INVALID_VALUE;
+	/* Its target: one above the device's compute capability (9.0) cannot
+	 * run; one named by FAKECUDA_REFUSE_TARGET is one this driver is too
+	 * old to compile (CUDA_ERROR_UNSUPPORTED_PTX_VERSION). */
+	char target[16] = "-";
+	const char *t = strstr(image, ".target ");
+	if (t)
+		sscanf(t + 8, "%15[a-z_0-9]", target);
+	const char *refuse = getenv("FAKECUDA_REFUSE_TARGET");
+	int sm = 0;
+	sscanf(target, "sm_%d", &sm);
+	if (sm > 90 || (refuse && strcmp(refuse, target) == 0)) {
+		logline("cuModuleLoadDataEx-refused target=%s", target);
+		return sm > 90 ? ERR_INVALID_PTX : ERR_UNSUPPORTED_PTX_VERSION;
+	}
 	*m = malloc(sizeof **m);
 	(*m)->id = __sync_fetch_and_add(&next_id, 1);
-	logline("cuModuleLoadDataEx module=%d", (*m)->id);
+	logline("cuModuleLoadDataEx module=%d target=%s", (*m)->id, target);
 	return OK;
 }
 
@@ -675,9 +697,11 @@ CUresult cuEventSynchronize(struct event *e)
 	return OK;
 }
 
+/* Like the driver, it needs a context bound to the calling thread. */
 CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b)
 {
 	(void)a, (void)b;
+	NEED_CTX();
 	*ms = 1.0f;
 	return OK;
 }
