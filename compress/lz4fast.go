@@ -15,7 +15,7 @@ import (
 // block's base) instead of the table being cleared for every block.
 
 const (
-	lz4HashLog   = 12
+	lz4HashLog   = 13
 	lz4MinMatch  = 4
 	lz4MaxOffset = 65535
 	// lz4LastLiterals and lz4MFLimit are the format's end-of-block rules:
@@ -23,9 +23,9 @@ const (
 	// least 12 bytes before the end.
 	lz4LastLiterals = 5
 	lz4MFLimit      = 12
-	// lz4SkipLog sets how fast the search strides through data that does
-	// not match: one more byte per 2^lz4SkipLog bytes since the last match.
-	lz4SkipLog = 5
+	// lz4SkipTrigger sets how fast the search strides through data that
+	// does not match: one byte more per 2^lz4SkipTrigger failed probes.
+	lz4SkipTrigger = 6
 )
 
 // fastLZ4 compresses LZ4 blocks. It is used by one goroutine at a time.
@@ -59,34 +59,65 @@ func (c *fastLZ4) compress(dst, src []byte) []byte {
 
 // sequences writes the block's sequences up to its last literals to out
 // and returns the bytes written and where the last literals start.
+//
+// The parse is the C library's (LZ4_compress_default, blocks under 64
+// KiB): a 13-bit hash of 4 bytes, one candidate per position, a table
+// entry from before the block standing for position 0, a stride that
+// grows by one byte every 64 failed probes, a match extended backwards
+// over literals, and after each match a probe at the next position
+// before the search starts again. For such blocks it makes the very bytes
+// the C library makes, so that a file stores no more than the C filter's.
 func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 	n := len(src)
-	limit := n - lz4MFLimit    // last position a match may start at
-	end := n - lz4LastLiterals // matches stop here
+	mflimit := n - lz4MFLimit + 1 // a probe at or past it ends the search
+	end := n - lz4LastLiterals    // matches stop here
 	c.table[lz4Hash(binary.LittleEndian.Uint32(src))] = base
-	si := 1
-	for si < limit {
-		seq := binary.LittleEndian.Uint32(src[si:])
-		h := lz4Hash(seq)
-		ref := int(c.table[h]) - int(base)
-		c.table[h] = base + uint32(si)
-		if ref < 0 || si-ref > lz4MaxOffset || binary.LittleEndian.Uint32(src[ref:]) != seq {
-			si += 1 + (si-anchor)>>lz4SkipLog
-			continue
+	ip := 1
+	fwdH := lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
+	for {
+		// Probe for a match, striding faster the longer none is found.
+		fwd, step, probes := ip, 1, 1<<lz4SkipTrigger
+		var ref int
+		for {
+			h := fwdH
+			ip = fwd
+			fwd += step
+			step = probes >> lz4SkipTrigger
+			probes++
+			if fwd > mflimit {
+				return di, anchor
+			}
+			ref = max(int(c.table[h])-int(base), 0)
+			fwdH = lz4Hash(binary.LittleEndian.Uint32(src[fwd:]))
+			c.table[h] = base + uint32(ip)
+			if ip-ref <= lz4MaxOffset && binary.LittleEndian.Uint32(src[ref:]) == binary.LittleEndian.Uint32(src[ip:]) {
+				break
+			}
 		}
-		// Extend backwards over literals, then forwards 8 bytes at a time.
-		for si > anchor && ref > 0 && src[si-1] == src[ref-1] {
-			si--
+		// Extend backwards over literals.
+		for ip > anchor && ref > 0 && src[ip-1] == src[ref-1] {
+			ip--
 			ref--
 		}
-		m := matchEnd(src[:end], si+lz4MinMatch, si-ref)
-		di = putSequence(out, di, src[anchor:si], si-ref, m-si)
-		si, anchor = m, m
-		if si < limit {
-			c.table[lz4Hash(binary.LittleEndian.Uint32(src[si-2:]))] = base + uint32(si-2)
+		for {
+			m := matchEnd(src[:end], ip+lz4MinMatch, ip-ref)
+			di = putSequence(out, di, src[anchor:ip], ip-ref, m-ip)
+			ip, anchor = m, m
+			if ip >= mflimit {
+				return di, anchor
+			}
+			c.table[lz4Hash(binary.LittleEndian.Uint32(src[ip-2:]))] = base + uint32(ip-2)
+			// A match at the very next position goes on without literals.
+			h := lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
+			ref = max(int(c.table[h])-int(base), 0)
+			c.table[h] = base + uint32(ip)
+			if ip-ref > lz4MaxOffset || binary.LittleEndian.Uint32(src[ref:]) != binary.LittleEndian.Uint32(src[ip:]) {
+				break
+			}
 		}
+		ip++
+		fwdH = lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
 	}
-	return di, anchor
 }
 
 // matchEnd returns where the match of src[m-off:] with src[m:] ends, at
