@@ -264,12 +264,55 @@ func TestZeroFrames(t *testing.T) {
 
 // TestTruncated cuts a capture at every byte and checks that the whole
 // records before the cut are read and the cut is reported with its offset.
+// readers are the ways a capture is read: through a buffer (NewReader),
+// and mapped (Open of a file) with Next copying or NextMapped not; each
+// opens data, or reports the error.
+var readers = []struct {
+	name   string
+	open   func(t *testing.T, data []byte) (*Reader, error)
+	mapped bool // read with NextMapped
+}{
+	{"buffered", func(t *testing.T, data []byte) (*Reader, error) { return NewReader(bytes.NewReader(data)) }, false},
+	{"mapped", openFile, false},
+	{"mapped/in place", openFile, true},
+}
+
+// openFile writes data to a file and opens it with Open, which maps it.
+func openFile(t *testing.T, data []byte) (*Reader, error) {
+	path := filepath.Join(t.TempDir(), "c.pmcap")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(path)
+	if err == nil {
+		if len(data) > 0 && !r.Mapped() {
+			t.Fatalf("%s is not mapped", path)
+		}
+		t.Cleanup(func() { r.Close() })
+	}
+	return r, err
+}
+
+// next reads a record as the reader named mapped reads it.
+func next(r *Reader, buf []byte, mapped bool) (frame.Header, []byte, error) {
+	if mapped {
+		return r.NextMapped()
+	}
+	return r.Next(buf)
+}
+
 func TestTruncated(t *testing.T) {
+	for _, rd := range readers {
+		t.Run(rd.name, func(t *testing.T) { testTruncated(t, rd.open, rd.mapped) })
+	}
+}
+
+func testTruncated(t *testing.T, open func(*testing.T, []byte) (*Reader, error), mapped bool) {
 	const n = 3
 	data, offs := writeCapture(t, testFormat, n)
 	buf := make([]byte, testFormat.PayloadSize())
 	for cut := 0; cut < len(data); cut++ {
-		r, err := NewReader(bytes.NewReader(data[:cut]))
+		r, err := open(t, data[:cut])
 		if cut < int(offs[0]) {
 			if err == nil || !(errors.Is(err, ErrTruncated) || (cut == 0 && errors.Is(err, ErrNotCapture))) {
 				t.Fatalf("cut at %d (in the file prefix): NewReader error %v", cut, err)
@@ -284,11 +327,11 @@ func TestTruncated(t *testing.T) {
 			whole++
 		}
 		for i := range whole {
-			if _, _, err := r.Next(buf); err != nil {
+			if _, _, err := next(r, buf, mapped); err != nil {
 				t.Fatalf("cut at %d: frame %d: %v", cut, i, err)
 			}
 		}
-		_, _, err = r.Next(buf)
+		_, _, err = next(r, buf, mapped)
 		if int64(cut) == offs[whole] {
 			if err != io.EOF || r.Truncated() {
 				t.Fatalf("cut at record boundary %d: %v, truncated %v; want io.EOF", cut, err, r.Truncated())
@@ -310,7 +353,7 @@ func TestTruncated(t *testing.T) {
 		if r.Offset() != offs[whole] {
 			t.Errorf("cut at %d: Offset %d, want %d", cut, r.Offset(), offs[whole])
 		}
-		if _, _, err2 := r.Next(buf); err2 != err {
+		if _, _, err2 := next(r, buf, mapped); err2 != err {
 			t.Errorf("cut at %d: error not sticky: %v then %v", cut, err, err2)
 		}
 	}
@@ -559,6 +602,39 @@ func TestRewriteMetadata(t *testing.T) {
 	}
 	if got, _, err := r.Next(make([]byte, len(p))); err != nil || got != h {
 		t.Errorf("record after rewrite: %+v, %v", got, err)
+	}
+}
+
+// TestNextMappedCopiesNothing checks that NextMapped hands out each
+// payload where it lies in the mapped file, the bytes written, without
+// allocating.
+func TestNextMappedCopiesNothing(t *testing.T) {
+	data, offs := writeCapture(t, testFormat, 200)
+	r, err := openFile(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		h, p, err := r.NextMapped()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := offs[h.FrameNumber] + frame.HeaderSize
+		if !bytes.Equal(p, data[at:at+int64(len(p))]) || !r.inMapping(p) || &p[0] != &r.data[at] {
+			t.Fatalf("frame %d: payload is not the mapped file's bytes at %d", h.FrameNumber, at)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("NextMapped allocates %.1f times per record", allocs)
+	}
+	b, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.NextMapped(); !errors.Is(err, errNotMapped) {
+		t.Errorf("NextMapped of a buffered reader: %v, want errNotMapped", err)
 	}
 }
 

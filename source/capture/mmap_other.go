@@ -1,0 +1,10 @@
+//go:build !unix
+
+package capture
+
+import "os"
+
+// mapFile returns nil: files are read through a buffer here.
+func mapFile(*os.File) []byte { return nil }
+
+func unmap([]byte) error { return nil }
