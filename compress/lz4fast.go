@@ -32,6 +32,7 @@ const (
 type fastLZ4 struct {
 	table [1 << lz4HashLog]uint32 // base + position of the last 4 bytes hashed there
 	base  uint32                  // base of the current block
+	accel int                     // LZ4_compress_fast's acceleration; 0 stands for 1
 }
 
 func lz4Hash(x uint32) uint32 { return x * 2654435761 >> (32 - lz4HashLog) }
@@ -63,7 +64,8 @@ func (c *fastLZ4) compress(dst, src []byte) []byte {
 // The parse is the C library's (LZ4_compress_default, blocks under 64
 // KiB): a 13-bit hash of 4 bytes, one candidate per position, a table
 // entry from before the block standing for position 0, a stride that
-// grows by one byte every 64 failed probes, a match extended backwards
+// grows by one byte every 64 failed probes (from the acceleration, at
+// LZ4_compress_fast's), a match extended backwards
 // over literals, and after each match a probe at the next position
 // before the search starts again. For such blocks it makes the very bytes
 // the C library makes, so that a file stores no more than the C filter's.
@@ -76,7 +78,7 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 	fwdH := lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
 	for {
 		// Probe for a match, striding faster the longer none is found.
-		fwd, step, probes := ip, 1, 1<<lz4SkipTrigger
+		fwd, step, probes := ip, 1, max(c.accel, 1)<<lz4SkipTrigger
 		var ref int
 		for {
 			h := fwdH
@@ -124,8 +126,15 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 // most len(src). Bit-transposed detector data is mostly long runs of zero
 // bytes, where the match runs on for kilobytes: it compares 32 bytes a
 // step while they all match (with AVX2 where the CPU has it, 64), then 8,
-// then one.
+// then one. Most matches in the noisier bit planes are short: the first 8
+// bytes are compared here, before any call.
 func matchEnd(src []byte, m, off int) int {
+	if m+8 <= len(src) {
+		if x := binary.LittleEndian.Uint64(src[m:]) ^ binary.LittleEndian.Uint64(src[m-off:]); x != 0 {
+			return m + bits.TrailingZeros64(x)>>3
+		}
+		m += 8
+	}
 	if n := equalPrefix32(src, m, off); n >= 0 {
 		if n%32 != 0 {
 			return m + n // a difference within the bytes compared
@@ -172,7 +181,16 @@ func putSequence(out []byte, di int, lit []byte, offset, matchLen int) int {
 	if len(lit) >= 15 {
 		di = putLength(out, di, len(lit)-15)
 	}
-	di += copy(out[di:], lit)
+	if len(lit) <= 16 && cap(lit) >= 16 && len(out)-di >= 16 {
+		// Short literals, the usual case, as two 8-byte moves; the bytes
+		// past them are overwritten next.
+		w := lit[:16]
+		binary.LittleEndian.PutUint64(out[di:], binary.LittleEndian.Uint64(w))
+		binary.LittleEndian.PutUint64(out[di+8:], binary.LittleEndian.Uint64(w[8:]))
+		di += len(lit)
+	} else {
+		di += copy(out[di:], lit)
+	}
 	out[di], out[di+1] = byte(offset), byte(offset>>8)
 	di += 2
 	if ml >= 15 {

@@ -115,36 +115,40 @@ func TestMatchEndTwins(t *testing.T) {
 }
 
 // TestFastLZ4MatchesC checks that, for blocks under 64 KiB, fastLZ4 makes
-// the very bytes the C library's LZ4_compress_default makes, with the AVX2
-// comparison and without, one compressor reused across blocks as the
-// codec uses it: a file stores exactly what the C filter would.
+// the very bytes the C library's LZ4_compress_default makes (and
+// LZ4_compress_fast at the accelerations of bslz4's negative levels), with
+// the AVX2 comparison and without, one compressor reused across blocks as
+// the codec uses it: a file stores exactly what the C filter would.
 func TestFastLZ4MatchesC(t *testing.T) {
 	if !clz4.Available {
 		t.Skip("built without cgo: the C LZ4 library is not linked")
 	}
 	blocks := append(lz4TestBlocks(), shuffledBlocks(t, tomoFrame())[:300]...)
 	blocks = append(blocks, shuffledBlocks(t, detectorFrame(4))[500:800]...)
-	for _, avx := range []bool{false, true} {
-		if avx && !useAVX2 {
-			continue
+	for _, accel := range []int{0, 1, 2, 3, 8, MaxLZ4Acceleration} {
+		for _, avx := range []bool{false, true} {
+			if avx && !useAVX2 {
+				continue
+			}
+			saved := useAVX2
+			useAVX2 = avx
+			fast := fastLZ4{accel: accel}
+			for i, src := range blocks {
+				if len(src) >= 64<<10 {
+					continue // the C library parses such blocks otherwise
+				}
+				want, err := clz4.Compress(src, max(accel, 1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := fast.compress(make([]byte, 0, lz4.CompressBlockBound(len(src))), src)
+				if !bytes.Equal(got, want) {
+					useAVX2 = saved
+					t.Fatalf("acceleration %d, AVX2 %v, block %d (%d bytes): %d bytes, want the C library's %d",
+						accel, avx, i, len(src), len(got), len(want))
+				}
+			}
+			useAVX2 = saved
 		}
-		saved := useAVX2
-		useAVX2 = avx
-		var fast fastLZ4
-		for i, src := range blocks {
-			if len(src) >= 64<<10 {
-				continue // the C library parses such blocks otherwise
-			}
-			want, err := clz4.Compress(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := fast.compress(make([]byte, 0, lz4.CompressBlockBound(len(src))), src)
-			if !bytes.Equal(got, want) {
-				useAVX2 = saved
-				t.Fatalf("AVX2 %v block %d (%d bytes): %d bytes, want the C library's %d", avx, i, len(src), len(got), len(want))
-			}
-		}
-		useAVX2 = saved
 	}
 }

@@ -19,17 +19,18 @@ import (
 // without cgo, where Compress and Decompress return errors.
 const Available = true
 
-// Compress returns the LZ4 block LZ4_compress_default makes of src, as
-// the C filters call it.
-func Compress(src []byte) ([]byte, error) {
+// Compress returns the LZ4 block LZ4_compress_fast makes of src with the
+// given acceleration; acceleration 1 is LZ4_compress_default, as the C
+// filters call it.
+func Compress(src []byte, acceleration int) ([]byte, error) {
 	bound := int(C.LZ4_compressBound(C.int(len(src))))
 	if bound <= 0 {
 		return nil, fmt.Errorf("clz4: %d bytes is too large for a block", len(src))
 	}
 	dst := make([]byte, bound)
-	n := C.LZ4_compress_default(ptr(src), (*C.char)(unsafe.Pointer(&dst[0])), C.int(len(src)), C.int(bound))
+	n := C.LZ4_compress_fast(ptr(src), (*C.char)(unsafe.Pointer(&dst[0])), C.int(len(src)), C.int(bound), C.int(acceleration))
 	if n <= 0 {
-		return nil, fmt.Errorf("clz4: LZ4_compress_default of %d bytes failed", len(src))
+		return nil, fmt.Errorf("clz4: LZ4_compress_fast of %d bytes failed", len(src))
 	}
 	return dst[:n], nil
 }

@@ -11,7 +11,7 @@ const Available = false
 var errNoCgo = errors.New("clz4: built without cgo, the C LZ4 library is not linked")
 
 // Compress returns an error: the C library is not linked.
-func Compress(src []byte) ([]byte, error) { return nil, errNoCgo }
+func Compress(src []byte, acceleration int) ([]byte, error) { return nil, errNoCgo }
 
 // Decompress returns an error: the C library is not linked.
 func Decompress(src []byte, size int) ([]byte, error) { return nil, errNoCgo }
