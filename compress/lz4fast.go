@@ -3,6 +3,7 @@ package compress
 import (
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
 )
 
 // This file holds the LZ4 block compressor of the bitshuffle codec: a
@@ -36,6 +37,13 @@ type fastLZ4 struct {
 }
 
 func lz4Hash(x uint32) uint32 { return x * 2654435761 >> (32 - lz4HashLog) }
+
+// load32 reads the 4 bytes at src[i:] little-endian, without a bounds
+// check: the probe loop, where it is used, keeps i at least 4 bytes
+// before the end of src.
+func load32(src []byte, i int) uint32 {
+	return binary.LittleEndian.Uint32(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(src)), i)), 4))
+}
 
 // compress appends the LZ4 block of src to dst. dst must have room for
 // lz4.CompressBlockBound(len(src)) more bytes, and len(src) must be below
@@ -81,7 +89,7 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 		fwd, step, probes := ip, 1, max(c.accel, 1)<<lz4SkipTrigger
 		var ref int
 		for {
-			h := fwdH
+			h := fwdH & (1<<lz4HashLog - 1)
 			ip = fwd
 			fwd += step
 			step = probes >> lz4SkipTrigger
@@ -89,10 +97,12 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 			if fwd > mflimit {
 				return di, anchor
 			}
+			// In bounds: 0 <= ref < ip < fwd <= mflimit, 4 bytes
+			// before the end.
 			ref = max(int(c.table[h])-int(base), 0)
-			fwdH = lz4Hash(binary.LittleEndian.Uint32(src[fwd:]))
+			fwdH = lz4Hash(load32(src, fwd))
 			c.table[h] = base + uint32(ip)
-			if ip-ref <= lz4MaxOffset && binary.LittleEndian.Uint32(src[ref:]) == binary.LittleEndian.Uint32(src[ip:]) {
+			if ip-ref <= lz4MaxOffset && load32(src, ref) == load32(src, ip) {
 				break
 			}
 		}
