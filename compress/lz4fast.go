@@ -86,25 +86,10 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 	fwdH := lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
 	for {
 		// Probe for a match, striding faster the longer none is found.
-		fwd, step, probes := ip, 1, max(c.accel, 1)<<lz4SkipTrigger
 		var ref int
-		for {
-			h := fwdH & (1<<lz4HashLog - 1)
-			ip = fwd
-			fwd += step
-			step = probes >> lz4SkipTrigger
-			probes++
-			if fwd > mflimit {
-				return di, anchor
-			}
-			// In bounds: 0 <= ref < ip < fwd <= mflimit, 4 bytes
-			// before the end.
-			ref = max(int(c.table[h])-int(base), 0)
-			fwdH = lz4Hash(load32(src, fwd))
-			c.table[h] = base + uint32(ip)
-			if ip-ref <= lz4MaxOffset && load32(src, ref) == load32(src, ip) {
-				break
-			}
+		ip, ref = c.search(src, base, ip, fwdH, mflimit, max(c.accel, 1)<<lz4SkipTrigger)
+		if ip < 0 {
+			return di, anchor
 		}
 		// Extend backwards over literals.
 		for ip > anchor && ref > 0 && src[ip-1] == src[ref-1] {
@@ -129,6 +114,37 @@ func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 		}
 		ip++
 		fwdH = lz4Hash(binary.LittleEndian.Uint32(src[ip:]))
+	}
+}
+
+// searchGo probes src for a match from fwd, whose hash is fwdH, as the C
+// library does: a stride of one byte more every 64 failed probes, counting
+// from probes, each probe's table entry read and set to the probe. It
+// returns the first probe whose 4 bytes match its entry's (a position
+// within the offset limit; an entry below base stands for position 0)
+// and that entry, or ip = -1 once a probe would pass mflimit.
+func (c *fastLZ4) searchGo(src []byte, base uint32, fwd int, fwdH uint32, mflimit, probes int) (ip, ref int) {
+	step := 1
+	next := load32(src, fwd) // the 4 bytes at fwd
+	for {
+		h := fwdH & (1<<lz4HashLog - 1)
+		ip = fwd
+		seq := next
+		fwd += step
+		step = probes >> lz4SkipTrigger
+		probes++
+		if fwd > mflimit {
+			return -1, 0
+		}
+		// In bounds: 0 <= ref < ip < fwd <= mflimit, 4 bytes
+		// before the end.
+		ref = max(int(c.table[h])-int(base), 0)
+		next = load32(src, fwd)
+		fwdH = lz4Hash(next)
+		c.table[h] = base + uint32(ip)
+		if load32(src, ref) == seq && ip-ref <= lz4MaxOffset {
+			return ip, ref
+		}
 	}
 }
 

@@ -119,14 +119,17 @@ func TestMatchEndTwins(t *testing.T) {
 // TestFastLZ4MatchesC checks that, for blocks under 64 KiB, fastLZ4 makes
 // the very bytes the C library's LZ4_compress_default makes (and
 // LZ4_compress_fast at the accelerations of bslz4's negative levels), with
-// the AVX2 comparison and without, one compressor reused across blocks as
-// the codec uses it: a file stores exactly what the C filter would.
+// the assembly probe loop and AVX2 comparison and without, one compressor
+// reused across blocks as the codec uses it: a file stores exactly what
+// the C filter would.
 func TestFastLZ4MatchesC(t *testing.T) {
 	if !clz4.Available {
 		t.Skip("built without cgo: the C LZ4 library is not linked")
 	}
 	blocks := append(lz4TestBlocks(), shuffledBlocks(t, tomoFrame())[:300]...)
 	blocks = append(blocks, shuffledBlocks(t, detectorFrame(4))[500:800]...)
+	savedSearch := useSearchAsm
+	defer func() { useSearchAsm = savedSearch }()
 	for _, accel := range []int{0, 1, 2, 3, 8, MaxLZ4Acceleration} {
 		for _, avx := range []bool{false, true} {
 			if avx && !useAVX2 {
@@ -134,6 +137,9 @@ func TestFastLZ4MatchesC(t *testing.T) {
 			}
 			saved := useAVX2
 			useAVX2 = avx
+			// The assembly probe loop where there is one, with the AVX2
+			// comparison; the Go one without.
+			useSearchAsm = avx && savedSearch
 			fast := fastLZ4{accel: accel}
 			for i, src := range blocks {
 				if len(src) >= 64<<10 {
