@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"h5ingest/frame"
 )
@@ -653,4 +655,66 @@ func TestNextDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("Next allocates %.1f times per record", allocs)
 	}
+}
+
+// TestMappedReplayDropsReleasedPages checks that a replay from a mapped
+// capture keeps in its resident set only the frames in flight: once a
+// frame is released its whole pages leave the mapping's resident set (as
+// /proc/self/smaps counts it), so a long capture does not fill memory.
+func TestMappedReplayDropsReleasedPages(t *testing.T) {
+	if _, err := os.Stat("/proc/self/smaps"); err != nil {
+		t.Skip("no /proc/self/smaps to read the resident set from")
+	}
+	f := frame.Format{
+		Geometry: frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 256, ChipHeight: 64},
+		Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+	}
+	const n = 64
+	data, _ := writeCapture(t, f, n)
+	r, err := openFile(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := NewSource(r, f.PayloadSize())
+	for i := range n {
+		fr, err := src.Next(context.Background())
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		src.Release(fr)
+	}
+	rss := mappingRSS(t, r.data)
+	// At most the pages that records share at their ends stay: two a
+	// record, far below the file's size.
+	if limit := int64(2*n*os.Getpagesize()) + 64<<10; rss > limit {
+		t.Errorf("%d KiB of the %d KiB capture resident after every frame was released, want at most %d KiB",
+			rss>>10, len(data)>>10, limit>>10)
+	}
+}
+
+// mappingRSS returns the resident bytes of the mapping that starts at
+// b's first byte, from /proc/self/smaps.
+func mappingRSS(t *testing.T, b []byte) int64 {
+	t.Helper()
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	for line := range strings.SplitSeq(string(smaps), "\n") {
+		if strings.HasPrefix(line, start) {
+			in = true
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimPrefix(line, "Rss:"), "%d kB", &kb); err != nil {
+				t.Fatalf("smaps line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
+	return 0
 }

@@ -5,6 +5,7 @@ package capture
 import (
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // mapFile maps the regular file f into memory, read-only, for reading in
@@ -27,3 +28,18 @@ func mapFile(f *os.File) []byte {
 
 // unmap undoes mapFile.
 func unmap(data []byte) error { return syscall.Munmap(data) }
+
+// dropPages lets the pages wholly inside b, a part of a mapping, go from
+// the process's resident set: they stay in the page cache, and a later
+// read maps them again. So a replay's resident set stays at the frames in
+// flight, however long the capture.
+func dropPages(b []byte) {
+	page := uintptr(os.Getpagesize())
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	first := int((p+page-1)&^(page-1) - p)        // the first whole page's offset in b
+	end := int((p+uintptr(len(b)))&^(page-1) - p) // the end of the last whole page
+	if end <= first {
+		return
+	}
+	_ = syscall.Madvise(b[first:end], syscall.MADV_DONTNEED)
+}

@@ -152,6 +152,7 @@ func (s *Source) get() *pipeline.Frame {
 // its buffers are kept; once the loan ends they go back to it.
 func (s *Source) Release(f *pipeline.Frame) {
 	if s.r.inMapping(f.Payload) {
+		dropPages(f.Payload)
 		f.Payload = nil
 		s.mu.Lock()
 		s.frames = append(s.frames, f)
