@@ -69,14 +69,15 @@ func (c *fastLZ4) compress(dst, src []byte) []byte {
 // sequences writes the block's sequences up to its last literals to out
 // and returns the bytes written and where the last literals start.
 //
-// The parse is the C library's (LZ4_compress_default, blocks under 64
-// KiB): a 13-bit hash of 4 bytes, one candidate per position, a table
-// entry from before the block standing for position 0, a stride that
-// grows by one byte every 64 failed probes (from the acceleration, at
-// LZ4_compress_fast's), a match extended backwards
-// over literals, and after each match a probe at the next position
-// before the search starts again. For such blocks it makes the very bytes
-// the C library makes, so that a file stores no more than the C filter's.
+// The parse is the C library's (LZ4_compress_default, or LZ4_compress_fast
+// at the acceleration set, for blocks under 64 KiB): a 13-bit hash of 4
+// bytes, one candidate per position, a table entry from before the block
+// standing for position 0, a stride that grows by one byte every 64
+// failed probes (starting from the acceleration), a match extended
+// backwards over literals, and after each match a probe at the next
+// position before the search starts again. For such blocks it makes the
+// very bytes the C library makes, so that a file stores no more than the
+// C filter's.
 func (c *fastLZ4) sequences(out, src []byte, base uint32) (di, anchor int) {
 	n := len(src)
 	mflimit := n - lz4MFLimit + 1 // a probe at or past it ends the search

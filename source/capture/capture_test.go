@@ -718,3 +718,49 @@ func mappingRSS(t *testing.T, b []byte) int64 {
 	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
 	return 0
 }
+
+// TestMappedCaptureShrinks checks that a capture cut short while it is
+// mapped and read (overwritten by another process) stops the reading with
+// an error saying so, before a record past the new end is touched,
+// rather than a fault.
+func TestMappedCaptureShrinks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cut    func(offs []int64) int64 // the new size, from the records' offsets
+		frames int                      // records read before the cut
+	}{
+		{"inside a payload", func(offs []int64) int64 { return offs[2] + frame.HeaderSize + 10 }, 2},
+		{"inside a header", func(offs []int64) int64 { return offs[2] + 3 }, 2},
+		{"to nothing", func(offs []int64) int64 { return 0 }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, offs := writeCapture(t, testFormat, 4)
+			path := filepath.Join(t.TempDir(), "c.pmcap")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := range tc.frames {
+				if _, _, err := r.NextMapped(); err != nil {
+					t.Fatalf("frame %d before the cut: %v", i, err)
+				}
+			}
+			if err := os.Truncate(path, tc.cut(offs)); err != nil {
+				t.Fatal(err)
+			}
+			var last error
+			for range 4 {
+				if _, _, last = r.NextMapped(); last != nil {
+					break
+				}
+			}
+			if !errors.Is(last, ErrTruncated) || !strings.Contains(last.Error(), "shrank") || !r.Truncated() {
+				t.Fatalf("after the cut: %v (truncated %v), want an error saying the file shrank", last, r.Truncated())
+			}
+		})
+	}
+}

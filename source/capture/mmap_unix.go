@@ -43,3 +43,13 @@ func dropPages(b []byte) {
 	}
 	_ = syscall.Madvise(b[first:end], syscall.MADV_DONTNEED)
 }
+
+// fileSize returns the size of the open file fd, without allocating, or
+// false where it cannot be read.
+func fileSize(fd int) (int64, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return 0, false
+	}
+	return st.Size, true
+}

@@ -36,6 +36,7 @@ type Reader struct {
 	name       string // file name for messages, or "stream"
 	br         *bufio.Reader
 	data       []byte // the mapped file; nil when reading through br
+	fd         int    // the mapped file's descriptor, to see that it has not shrunk
 	closer     io.Closer
 	meta       Metadata
 	rawMeta    []byte
@@ -67,7 +68,7 @@ func Open(path string) (*Reader, error) {
 			f.Close()
 			return nil, err
 		}
-		r.data, r.br = data, nil
+		r.data, r.br, r.fd = data, nil, int(f.Fd())
 		r.closer = &mappedFile{f: f, data: data}
 		return r, nil
 	}
@@ -266,6 +267,10 @@ func (cr *Reader) payload(h frame.Header) ([]byte, error) {
 			fmt.Sprintf("record of frame %d", h.FrameNumber))
 		return nil, cr.err
 	}
+	if err := cr.shrunk(start + size); err != nil {
+		cr.err = err
+		return nil, err
+	}
 	cr.off = start + size
 	cr.records++
 	return cr.data[start:cr.off:cr.off], nil
@@ -284,6 +289,8 @@ func (cr *Reader) readHeader() error {
 				cr.name, cr.recOff, cr.records, frame.ErrNotFrame, n)
 		}
 		return cr.truncated(cr.recOff, frame.HeaderSize, int64(n), "record header")
+	case errors.Is(err, ErrTruncated): // the mapped file shrank
+		return err
 	case err != nil:
 		return fmt.Errorf("read capture %s at byte %d: %w", cr.name, cr.recOff, err)
 	}
@@ -300,6 +307,20 @@ func (cr *Reader) readHeader() error {
 	return nil
 }
 
+// shrunk returns an error if the mapped file now ends before byte end:
+// a file cut short under the mapping (a capture overwritten while it is
+// replayed) would fault where its pages are gone, so reading stops at an
+// error instead, before it touches them.
+func (cr *Reader) shrunk(end int64) error {
+	size, ok := fileSize(cr.fd)
+	if !ok || size >= end {
+		return nil
+	}
+	cr.cut = true
+	return fmt.Errorf("read capture %s at byte %d: %w: the file shrank to %d bytes while being read (overwritten?)",
+		cr.name, cr.recOff, ErrTruncated, size)
+}
+
 // readHeaderBytes fills cr.hdr with the next record's header bytes, from
 // the mapped file or through the buffer, as io.ReadFull reports: io.EOF
 // at the end of the file, io.ErrUnexpectedEOF with the bytes there are
@@ -307,6 +328,9 @@ func (cr *Reader) readHeader() error {
 func (cr *Reader) readHeaderBytes() (int, error) {
 	if cr.data == nil {
 		return io.ReadFull(cr.br, cr.hdr[:])
+	}
+	if err := cr.shrunk(min(cr.off+frame.HeaderSize, int64(len(cr.data)))); err != nil {
+		return 0, err
 	}
 	n := copy(cr.hdr[:], cr.data[min(cr.off, int64(len(cr.data))):])
 	switch {
