@@ -23,13 +23,14 @@ EXTEND := examples/extend
 # dxchange, h5dump), headless chromium for the status page test, and
 # libzmq with the Python stream consumer's zmq and cbor2, the OpenAPI 3.0
 # schema and a validator for the service's 3.0 document, and systemd's
-# analyzer for the service unit; and Python's zstandard, with which
+# analyzer for the service unit; Python's zstandard, with which
 # examples/extend's test reads its zstd chunks where Debian's hdf5plugin
-# has no zstd filter.
+# has no zstd filter; and the C LZ4 library's headers, against whose
+# blocks the tests hold h5ingest's LZ4 (compress/internal/clz4).
 DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin libibverbs-dev clang-16 \
 	python3-numpy python3-h5py python3-hdf5plugin bitshuffle python3-crcmod python3-zstandard \
 	python3-dxchange python3-tifffile python3-pandas chromium \
-	libzmq3-dev python3-zmq python3-cbor2 \
+	libzmq3-dev python3-zmq python3-cbor2 liblz4-dev \
 	openapi-specification python3-jsonschema systemd
 
 .PHONY: all build deps test vet fmt-check unit unit-rest race fuzz ptx-check demo bench-codecs clean

@@ -32,6 +32,7 @@ import (
 
 	"h5ingest/compress"
 	"h5ingest/frame"
+	"h5ingest/gpu"
 	"h5ingest/source/capture"
 	"h5ingest/writer"
 )
@@ -553,8 +554,11 @@ const moduleFPS = 1000
 func printBench(out io.Writer, fl *Config, format frame.Format, rows []row) {
 	fmt.Fprintf(out, "h5ingest bench: %d frames (%d distinct, cycled), %v, tomography scene\n",
 		fl.Frames, fl.Unique, format)
-	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s; %d interleaved rounds; Python %s\n\n",
+	fmt.Fprintf(out, "decoded frame %d x %d x %d bytes; files in %s (%s); %d CPUs; decode backend %s; %d interleaved rounds; Python %s\n",
 		format.Height(), format.Width(), format.PixelSize(), fl.Dir, describeFS(fl.Dir), runtime.NumCPU(), fl.Backend, fl.Rounds, fl.Python)
+	// The replay rows run this binary on this machine: they choose as
+	// this process does.
+	fmt.Fprintf(out, "CPU decode instructions: %s (where the cpu backend decodes)\n\n", gpu.CPUInstructions())
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "row\tbest frames/s\tmedian frames/s\tspread\tmedian GB/s\tratio\tpeak RSS MiB\t")
 	for i := range rows {

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"h5ingest/frame"
+	"h5ingest/gpu"
 )
 
 // TestBenchRowStatistics checks best, median and spread on rounds whose
@@ -165,6 +168,30 @@ func TestPipelineTime(t *testing.T) {
 		got, err := pipelineTime([]byte(tc.summary))
 		if got != tc.want || (err == nil) != tc.ok {
 			t.Errorf("%q: %g, %v; want %g, ok %v", tc.summary, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestPrintBenchNamesDecodeInstructions checks that the table says which
+// instructions the CPU decode of the replay rows uses, and prints the
+// ratios of ours to the reference and the ceiling from the same rounds.
+func TestPrintBenchNamesDecodeInstructions(t *testing.T) {
+	fl := &Config{Frames: 10, Unique: 10, Rounds: 2, Dir: t.TempDir(), Backend: "cpu"}
+	format := frame.Usual(frame.PiMega, frame.Bitplane)
+	rows := []row{
+		{name: RowOurs + ", 2 workers (one per core)", frames: 10, bytes: 100, stored: 50, secs: []float64{1, 2}},
+		{name: RowReference, frames: 10, bytes: 100, stored: 50, secs: []float64{2, 4}},
+		{name: RowCeiling + ", 2 threads, no I/O", frames: 10, bytes: 100, stored: 50, secs: []float64{0.5, 1}},
+	}
+	var out strings.Builder
+	printBench(&out, fl, format, rows)
+	for _, want := range []string{
+		"CPU decode instructions: " + gpu.CPUInstructions(),
+		"ours / reference (defaults)          median 2.00  best 2.00",
+		"ours / ceiling                       median 0.50  best 0.50",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table does not say %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package compress
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"github.com/pierrec/lz4/v4"
 
 	"h5ingest/compress/bitshuffle"
+	"h5ingest/compress/internal/clz4"
 )
 
 // tomoFrame returns a 1536x1536 frame of uint32 pixels like a flat-field
@@ -44,8 +46,9 @@ func shuffledBlocks(tb testing.TB, frame []byte) [][]byte {
 	return blocks
 }
 
-// BenchmarkLZ4Blocks times the block compressor alone, before (ref) and
-// after (fast) in one run, on the bitshuffle blocks of a tomography frame
+// BenchmarkLZ4Blocks times the block compressor alone, the faster-skipping
+// parse of before (ref), the C library's (fast) and the C library's at
+// acceleration 8 (bslz4 level -8) in one run, on the bitshuffle blocks of a tomography frame
 // and of a low-count frame, and reports the compression ratio of each.
 func BenchmarkLZ4Blocks(b *testing.B) {
 	frames := []struct {
@@ -62,6 +65,7 @@ func BenchmarkLZ4Blocks(b *testing.B) {
 		}{
 			{"ref", new(refLZ4).compress},
 			{"fast", new(fastLZ4).compress},
+			{"fast-accel8", (&fastLZ4{accel: 8}).compress},
 		} {
 			b.Run(fmt.Sprintf("%s/%s", fr.name, impl.name), func(b *testing.B) {
 				b.SetBytes(int64(total))
@@ -112,28 +116,47 @@ func TestMatchEndTwins(t *testing.T) {
 	}
 }
 
-// TestFastLZ4SameBlocks checks that the match search for long runs changes
-// speed only: every block comes out byte for byte as the compressor made
-// it before, with the AVX2 comparison and without.
-func TestFastLZ4SameBlocks(t *testing.T) {
-	blocks := append(lz4TestBlocks(), shuffledBlocks(t, tomoFrame())[:200]...)
-	blocks = append(blocks, shuffledBlocks(t, detectorFrame(4))[500:700]...)
-	for _, avx := range []bool{false, true} {
-		if avx && !useAVX2 {
-			continue
-		}
-		saved := useAVX2
-		useAVX2 = avx
-		var ref refLZ4
-		var fast fastLZ4
-		for i, src := range blocks {
-			want := ref.compress(make([]byte, 0, lz4.CompressBlockBound(len(src))), src)
-			got := fast.compress(make([]byte, 0, lz4.CompressBlockBound(len(src))), src)
-			if string(got) != string(want) {
-				useAVX2 = saved
-				t.Fatalf("AVX2 %v block %d (%d bytes): %d bytes, want the %d bytes of before", avx, i, len(src), len(got), len(want))
+// TestFastLZ4MatchesC checks that, for blocks under 64 KiB, fastLZ4 makes
+// the very bytes the C library's LZ4_compress_default makes (and
+// LZ4_compress_fast at the accelerations of bslz4's negative levels), with
+// the assembly probe loop and AVX2 comparison and without, one compressor
+// reused across blocks as the codec uses it: a file stores exactly what
+// the C filter would.
+func TestFastLZ4MatchesC(t *testing.T) {
+	if !clz4.Available {
+		t.Skip("built without cgo: the C LZ4 library is not linked")
+	}
+	blocks := append(lz4TestBlocks(), shuffledBlocks(t, tomoFrame())[:300]...)
+	blocks = append(blocks, shuffledBlocks(t, detectorFrame(4))[500:800]...)
+	savedSearch := useSearchAsm
+	defer func() { useSearchAsm = savedSearch }()
+	for _, accel := range []int{0, 1, 2, 3, 8, MaxLZ4Acceleration} {
+		for _, avx := range []bool{false, true} {
+			if avx && !useAVX2 {
+				continue
 			}
+			saved := useAVX2
+			useAVX2 = avx
+			// The assembly probe loop where there is one, with the AVX2
+			// comparison; the Go one without.
+			useSearchAsm = avx && savedSearch
+			fast := fastLZ4{accel: accel}
+			for i, src := range blocks {
+				if len(src) >= 64<<10 {
+					continue // the C library parses such blocks otherwise
+				}
+				want, err := clz4.Compress(src, max(accel, 1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := fast.compress(make([]byte, 0, lz4.CompressBlockBound(len(src))), src)
+				if !bytes.Equal(got, want) {
+					useAVX2 = saved
+					t.Fatalf("acceleration %d, AVX2 %v, block %d (%d bytes): %d bytes, want the C library's %d",
+						accel, avx, i, len(src), len(got), len(want))
+				}
+			}
+			useAVX2 = saved
 		}
-		useAVX2 = saved
 	}
 }

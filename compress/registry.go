@@ -42,6 +42,9 @@ const (
 	DefaultDeflateLevel = 6  // zlib's default
 	MaxZstdLevel        = 22 // the highest zstd level the bitshuffle filter accepts
 	MaxDeflateLevel     = 9
+	// MaxLZ4Acceleration is the highest LZ4 acceleration bslz4 takes (as
+	// level -MaxLZ4Acceleration); beyond it a block is mostly literals.
+	MaxLZ4Acceleration = 64
 )
 
 // Bitshuffle compression flags, cd_values slot 4.
@@ -64,18 +67,22 @@ func Names() []string {
 
 // New returns a codec for chunks of elemSize-byte elements. name is one of
 // Names(). level is the zstd level for bszstd (at most 22, negative levels
-// allowed) or the zlib level for deflate (1 to 9); 0 selects the default,
-// and the other codecs take no level.
+// allowed), the zlib level for deflate (1 to 9), or for bslz4 minus the
+// LZ4 acceleration (-1 to -MaxLZ4Acceleration: the C library's
+// LZ4_compress_fast, faster and larger the higher); 0 selects the
+// default, and the other codecs take no level.
 func New(name string, elemSize, level int) (Codec, error) {
 	if elemSize <= 0 || elemSize > math.MaxUint16 {
 		return nil, fmt.Errorf("compress: %s: element size %d out of range", name, elemSize)
 	}
 	switch name {
 	case "bslz4":
-		if level != 0 {
-			return nil, fmt.Errorf("compress: bslz4 takes no level, got %d", level)
+		if level > 0 || level < -MaxLZ4Acceleration {
+			return nil, fmt.Errorf("compress: bslz4 level %d: want 0 (the C filter's parse) or -1 to -%d (LZ4 acceleration)", level, MaxLZ4Acceleration)
 		}
-		return newBitshuffleLZ4(elemSize, 0), nil
+		c := newBitshuffleLZ4(elemSize, 0)
+		c.blocks.(*lz4Blocks).f.accel = -level
+		return c, nil
 	case "bszstd":
 		return newBitshuffleZstd(elemSize, 0, level)
 	case "lz4":

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"log/slog"
 	"sync"
 
 	"h5ingest/compress/bitshuffle"
@@ -46,11 +47,22 @@ type batch struct {
 	wg    sync.WaitGroup
 }
 
+// CPUInstructions names the widest instructions the cpu backend decodes
+// 24-bit bitplane frames with on this machine, chosen once at start from
+// the CPU's features: "AVX-512 VBMI+GFNI", "AVX2" or "portable Go". Every
+// path gives the same pixels; the other encodings decode in portable Go.
+func CPUInstructions() string { return cpuInstructions() }
+
 func newCPU(opts Options) *cpu {
 	c := &cpu{
 		rot:     opts.Orientation,
 		workers: opts.workers(),
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Debug("cpu decode", "instructions", CPUInstructions(), "workers", c.workers)
 	c.tasks = make(chan task, 64*c.workers)
 	c.done.Add(c.workers)
 	for range c.workers {

@@ -6,9 +6,34 @@ import (
 	cpuid "golang.org/x/sys/cpu"
 )
 
-// useAVX2 says whether the AVX2 bitplane gather runs; it is set once from
-// the CPU's features (and by tests, to cross-check).
-var useAVX2 = cpuid.X86.HasAVX2
+// useAVX2 says whether the AVX2 bitplane gather runs, and useGFNI whether
+// the AVX-512 one (VBMI byte permutes, GFNI bit transposes) takes the chip
+// rows it can; they are set once from the CPU's features (and by tests,
+// to cross-check).
+var (
+	useAVX2 = cpuid.X86.HasAVX2
+	useGFNI = cpuid.X86.HasAVX512F && cpuid.X86.HasAVX512BW && cpuid.X86.HasAVX512VBMI && cpuid.X86.HasAVX512GFNI
+)
+
+// cpuInstructions names the widest decode path chosen above.
+func cpuInstructions() string {
+	switch {
+	case useGFNI:
+		return "AVX-512 VBMI+GFNI"
+	case useAVX2:
+		return "AVX2"
+	}
+	return "portable Go"
+}
+
+// codes24GFNI is codes24AVX2 with AVX-512: blocks*256 pixels, from a chip
+// row whose planes are a multiple of 32 bytes. For each 64 pixels it
+// permutes the 8 planes' bytes of each code byte into one vector, so that
+// each qword holds 8 pixels' bits of 8 planes, and transposes those 8x8
+// bit matrices with VGF2P8AFFINEQB.
+//
+//go:noescape
+func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks int)
 
 // codes24AVX2 gathers the 24-bit codes of groups*32 pixels from a chip row
 // of 24 planes, planeBytes apart, most significant first, into dst in
@@ -27,6 +52,12 @@ func codes24AVX2(dst *uint32, row *byte, planeBytes, groups int)
 //go:noescape
 func lfsr24AVX2(codes *uint32, groups int, table *[4096]uint32)
 
+// lfsr24AVX512 is lfsr24AVX2 with AVX-512 gathers: groups*16 codes,
+// sixteen at a time.
+//
+//go:noescape
+func lfsr24AVX512(codes *uint32, groups int, table *[4096]uint32)
+
 // lfsr12x32 is lfsr12 widened to 32-bit entries, for the gathers.
 var lfsr12x32 = func() (t [4096]uint32) {
 	for i, c := range lfsr12 {
@@ -35,8 +66,12 @@ var lfsr12x32 = func() (t [4096]uint32) {
 	return t
 }()
 
-// lfsr24Fast is lfsr24 with the AVX2 gathers where the CPU has them.
+// lfsr24Fast is lfsr24 with the widest gathers the CPU has.
 func lfsr24Fast(codes []uint32) {
+	if m := len(codes) &^ 15; useGFNI && m > 0 {
+		lfsr24AVX512(&codes[0], m/16, &lfsr12x32)
+		codes = codes[m:]
+	}
 	n := len(codes) &^ 7
 	if !useAVX2 || n == 0 {
 		lfsr24(codes)
@@ -44,6 +79,16 @@ func lfsr24Fast(codes []uint32) {
 	}
 	lfsr24AVX2(&codes[0], n/8, &lfsr12x32)
 	lfsr24(codes[n:])
+}
+
+// codes24 gathers the codes of a chip row of 24 planes of s bytes, s a
+// multiple of 4, into dst, with the widest gather the CPU has.
+func codes24(dst []uint32, row []byte, s int) {
+	if useGFNI && s%32 == 0 {
+		codes24GFNI(&dst[0], &row[0], s, s/32)
+		return
+	}
+	codes24AVX2(&dst[0], &row[0], s, s/4)
 }
 
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
@@ -60,14 +105,14 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
 	out := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n)
 	if !rotated {
-		codes24AVX2(&out[0], &row[0], s, s/4)
+		codes24(out, row, s)
 		if lfsr {
 			lfsr24Fast(out)
 		}
 		return true
 	}
 	codes := scratch[:n]
-	codes24AVX2(&codes[0], &row[0], s, s/4)
+	codes24(codes, row, s)
 	if lfsr {
 		lfsr24Fast(codes)
 	}

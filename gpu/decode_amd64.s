@@ -110,3 +110,224 @@ lfsrstore:
 
 lfsrdone:
 	RET
+
+// The AVX-512 gather of 24-bit codes (codes24GFNI), 256 pixels a turn:
+// for each half of them and each code byte, the 16 bytes of each of its 8
+// planes are loaded into two vectors, a VPERMB of both (gfniG0, gfniG1)
+// puts in each qword the 8 planes' bytes of 8 pixels, and VGF2P8AFFINEQB
+// transposes each qword's 8x8 bits so that byte i is pixel i's code byte
+// (gfniBits: byte k of the vector is bit 7-k). Two more permutes of the
+// three code bytes (gfniW*, then gfniE* with the top byte masked to zero)
+// make the 32-bit codes of 64 pixels in order.
+DATA gfniG0<>+0x00(SB)/8, $0x7060504030201000
+DATA gfniG0<>+0x08(SB)/8, $0x7161514131211101
+DATA gfniG0<>+0x10(SB)/8, $0x7262524232221202
+DATA gfniG0<>+0x18(SB)/8, $0x7363534333231303
+DATA gfniG0<>+0x20(SB)/8, $0x7464544434241404
+DATA gfniG0<>+0x28(SB)/8, $0x7565554535251505
+DATA gfniG0<>+0x30(SB)/8, $0x7666564636261606
+DATA gfniG0<>+0x38(SB)/8, $0x7767574737271707
+GLOBL gfniG0<>(SB), RODATA|NOPTR, $64
+
+DATA gfniG1<>+0x00(SB)/8, $0x7868584838281808
+DATA gfniG1<>+0x08(SB)/8, $0x7969594939291909
+DATA gfniG1<>+0x10(SB)/8, $0x7a6a5a4a3a2a1a0a
+DATA gfniG1<>+0x18(SB)/8, $0x7b6b5b4b3b2b1b0b
+DATA gfniG1<>+0x20(SB)/8, $0x7c6c5c4c3c2c1c0c
+DATA gfniG1<>+0x28(SB)/8, $0x7d6d5d4d3d2d1d0d
+DATA gfniG1<>+0x30(SB)/8, $0x7e6e5e4e3e2e1e0e
+DATA gfniG1<>+0x38(SB)/8, $0x7f6f5f4f3f2f1f0f
+GLOBL gfniG1<>(SB), RODATA|NOPTR, $64
+
+DATA gfniW0<>+0x00(SB)/8, $0x4303420241014000
+DATA gfniW0<>+0x08(SB)/8, $0x4707460645054404
+DATA gfniW0<>+0x10(SB)/8, $0x4b0b4a0a49094808
+DATA gfniW0<>+0x18(SB)/8, $0x4f0f4e0e4d0d4c0c
+DATA gfniW0<>+0x20(SB)/8, $0x5313521251115010
+DATA gfniW0<>+0x28(SB)/8, $0x5717561655155414
+DATA gfniW0<>+0x30(SB)/8, $0x5b1b5a1a59195818
+DATA gfniW0<>+0x38(SB)/8, $0x5f1f5e1e5d1d5c1c
+GLOBL gfniW0<>(SB), RODATA|NOPTR, $64
+
+DATA gfniW1<>+0x00(SB)/8, $0x6323622261216020
+DATA gfniW1<>+0x08(SB)/8, $0x6727662665256424
+DATA gfniW1<>+0x10(SB)/8, $0x6b2b6a2a69296828
+DATA gfniW1<>+0x18(SB)/8, $0x6f2f6e2e6d2d6c2c
+DATA gfniW1<>+0x20(SB)/8, $0x7333723271317030
+DATA gfniW1<>+0x28(SB)/8, $0x7737763675357434
+DATA gfniW1<>+0x30(SB)/8, $0x7b3b7a3a79397838
+DATA gfniW1<>+0x38(SB)/8, $0x7f3f7e3e7d3d7c3c
+GLOBL gfniW1<>(SB), RODATA|NOPTR, $64
+
+DATA gfniE0<>+0x00(SB)/8, $0x0041030200400100
+DATA gfniE0<>+0x08(SB)/8, $0x0043070600420504
+DATA gfniE0<>+0x10(SB)/8, $0x00450b0a00440908
+DATA gfniE0<>+0x18(SB)/8, $0x00470f0e00460d0c
+DATA gfniE0<>+0x20(SB)/8, $0x0049131200481110
+DATA gfniE0<>+0x28(SB)/8, $0x004b1716004a1514
+DATA gfniE0<>+0x30(SB)/8, $0x004d1b1a004c1918
+DATA gfniE0<>+0x38(SB)/8, $0x004f1f1e004e1d1c
+GLOBL gfniE0<>(SB), RODATA|NOPTR, $64
+
+DATA gfniE1<>+0x00(SB)/8, $0x0051232200502120
+DATA gfniE1<>+0x08(SB)/8, $0x0053272600522524
+DATA gfniE1<>+0x10(SB)/8, $0x00552b2a00542928
+DATA gfniE1<>+0x18(SB)/8, $0x00572f2e00562d2c
+DATA gfniE1<>+0x20(SB)/8, $0x0059333200583130
+DATA gfniE1<>+0x28(SB)/8, $0x005b3736005a3534
+DATA gfniE1<>+0x30(SB)/8, $0x005d3b3a005c3938
+DATA gfniE1<>+0x38(SB)/8, $0x005f3f3e005e3d3c
+GLOBL gfniE1<>(SB), RODATA|NOPTR, $64
+
+DATA gfniE2<>+0x00(SB)/8, $0x0061030200600100
+DATA gfniE2<>+0x08(SB)/8, $0x0063070600620504
+DATA gfniE2<>+0x10(SB)/8, $0x00650b0a00640908
+DATA gfniE2<>+0x18(SB)/8, $0x00670f0e00660d0c
+DATA gfniE2<>+0x20(SB)/8, $0x0069131200681110
+DATA gfniE2<>+0x28(SB)/8, $0x006b1716006a1514
+DATA gfniE2<>+0x30(SB)/8, $0x006d1b1a006c1918
+DATA gfniE2<>+0x38(SB)/8, $0x006f1f1e006e1d1c
+GLOBL gfniE2<>(SB), RODATA|NOPTR, $64
+
+DATA gfniE3<>+0x00(SB)/8, $0x0071232200702120
+DATA gfniE3<>+0x08(SB)/8, $0x0073272600722524
+DATA gfniE3<>+0x10(SB)/8, $0x00752b2a00742928
+DATA gfniE3<>+0x18(SB)/8, $0x00772f2e00762d2c
+DATA gfniE3<>+0x20(SB)/8, $0x0079333200783130
+DATA gfniE3<>+0x28(SB)/8, $0x007b3736007a3534
+DATA gfniE3<>+0x30(SB)/8, $0x007d3b3a007c3938
+DATA gfniE3<>+0x38(SB)/8, $0x007f3f3e007e3d3c
+GLOBL gfniE3<>(SB), RODATA|NOPTR, $64
+DATA gfniBits<>+0x00(SB)/8, $0x0102040810204080
+GLOBL gfniBits<>(SB), RODATA|NOPTR, $8
+
+// BYTES16 loads the 16 bytes at R8 of each of the 8 planes from R8 (plane
+// stride DX; R10 = 3*DX, R11 = 5*DX, R12 = 7*DX) into Z20 (planes 0-3)
+// and Z21 (planes 4-7), and leaves the code bytes of the first and second
+// 64 pixels in P0 and P1.
+#define BYTES16(P0, P1) \
+	VMOVDQU64 (R8), X20; \
+	VINSERTI32X4 $1, (R8)(DX*1), Z20, Z20; \
+	VINSERTI32X4 $2, (R8)(DX*2), Z20, Z20; \
+	VINSERTI32X4 $3, (R8)(R10*1), Z20, Z20; \
+	VMOVDQU64 (R8)(DX*4), X21; \
+	VINSERTI32X4 $1, (R8)(R11*1), Z21, Z21; \
+	VINSERTI32X4 $2, (R8)(R10*2), Z21, Z21; \
+	VINSERTI32X4 $3, (R8)(R12*1), Z21, Z21; \
+	VMOVDQU64 Z24, P0; \
+	VPERMI2B Z21, Z20, P0; \
+	VGF2P8AFFINEQB $0, P0, Z23, P0; \
+	VMOVDQU64 Z25, P1; \
+	VPERMI2B Z21, Z20, P1; \
+	VGF2P8AFFINEQB $0, P1, Z23, P1
+
+// CODES64 stores the codes of 64 pixels, whose high, middle and low code
+// bytes are in H, M and L, at OFF(DI).
+#define CODES64(H, M, L, OFF) \
+	VMOVDQU64 Z26, Z16; \
+	VPERMI2B M, L, Z16; \
+	VMOVDQU64 Z27, Z17; \
+	VPERMI2B M, L, Z17; \
+	VMOVDQU64 Z28, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	VMOVDQU64 Z18, OFF(DI); \
+	VMOVDQU64 Z29, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	VMOVDQU64 Z18, OFF+64(DI); \
+	VMOVDQU64 Z30, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	VMOVDQU64 Z18, OFF+128(DI); \
+	VMOVDQU64 Z31, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	VMOVDQU64 Z18, OFF+192(DI)
+
+// func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks int)
+TEXT ·codes24GFNI(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ row+8(FP), SI
+	MOVQ planeBytes+16(FP), DX
+	MOVQ blocks+24(FP), CX
+	TESTQ CX, CX
+	JZ   gfnidone
+	LEAQ (DX)(DX*2), R10
+	LEAQ (DX)(DX*4), R11
+	LEAQ (R10)(DX*4), R12
+	MOVQ DX, R9
+	SHLQ $3, R9 // 8 planes: one code byte
+	VPBROADCASTQ gfniBits<>(SB), Z23
+	VMOVDQU64 gfniG0<>(SB), Z24
+	VMOVDQU64 gfniG1<>(SB), Z25
+	VMOVDQU64 gfniW0<>(SB), Z26
+	VMOVDQU64 gfniW1<>(SB), Z27
+	VMOVDQU64 gfniE0<>(SB), Z28
+	VMOVDQU64 gfniE1<>(SB), Z29
+	VMOVDQU64 gfniE2<>(SB), Z30
+	VMOVDQU64 gfniE3<>(SB), Z31
+	MOVQ $0x7777777777777777, AX
+	KMOVQ AX, K1
+
+gfniloop:
+	MOVQ SI, R8
+	BYTES16(Z0, Z1)    // bits 23-16, pixels 0-127
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)    // bits 15-8
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)    // bits 7-0
+	CODES64(Z0, Z2, Z4, 0)
+	CODES64(Z1, Z3, Z5, 256)
+	LEAQ 16(SI), R8
+	BYTES16(Z0, Z1)    // pixels 128-255
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)
+	CODES64(Z0, Z2, Z4, 512)
+	CODES64(Z1, Z3, Z5, 768)
+	ADDQ $32, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNZ  gfniloop
+	VZEROUPPER
+
+gfnidone:
+	RET
+
+// func lfsr24AVX512(codes *uint32, groups int, table *[4096]uint32)
+//
+// lfsr24AVX2 with AVX-512 gathers: sixteen codes at a time, the look-up
+// of the high halves skipped when all sixteen are code 0.
+TEXT ·lfsr24AVX512(SB), NOSPLIT, $0-24
+	MOVQ codes+0(FP), DI
+	MOVQ groups+8(FP), CX
+	MOVQ table+16(FP), SI
+	TESTQ CX, CX
+	JZ lfsr512done
+	VPTERNLOGD $0xFF, Z15, Z15, Z15
+	VPSRLD $20, Z15, Z14 // 0xFFF in each dword
+
+lfsr512loop:
+	VMOVDQU32 (DI), Z0
+	VPANDD Z14, Z0, Z1
+	VPSRLD $12, Z0, Z2
+	VPANDD Z14, Z2, Z2
+	KXNORW K0, K0, K2
+	VPXORD Z4, Z4, Z4
+	VPGATHERDD (SI)(Z1*4), K2, Z4
+	VPTESTMD Z2, Z2, K3
+	KORTESTW K3, K3
+	JZ lfsr512store
+	KXNORW K0, K0, K4
+	VPXORD Z6, Z6, Z6
+	VPGATHERDD (SI)(Z2*4), K4, Z6
+	VPSLLD $12, Z6, Z6
+	VPORD Z6, Z4, Z4
+
+lfsr512store:
+	VMOVDQU32 Z4, (DI)
+	ADDQ $64, DI
+	DECQ CX
+	JNZ lfsr512loop
+	VZEROUPPER
+
+lfsr512done:
+	RET

@@ -2,20 +2,37 @@ package gpu
 
 import (
 	"bytes"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
-// TestBitplane24AVX2MatchesPortable cross-checks the AVX2 gather with the
-// portable decoder for both codings, both orientations and chip widths
-// around its 32-pixel groups (widths it cannot take fall back).
+// TestBitplane24AVX2MatchesPortable cross-checks the assembly gathers,
+// the AVX-512 one where the CPU has it and the AVX2 one, with the portable
+// decoder for both codings, both orientations and chip widths around
+// their 256- and 32-pixel groups (widths they cannot take fall back).
 func TestBitplane24AVX2MatchesPortable(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("CPU has no AVX2: the assembly gather never runs here")
 	}
+	for _, gfni := range []bool{false, true} {
+		if gfni && !useGFNI {
+			t.Log("CPU has no AVX-512 VBMI and GFNI: only the AVX2 gather is checked")
+			continue
+		}
+		saved := useGFNI
+		useGFNI = gfni
+		t.Run(map[bool]string{false: "avx2", true: "avx512-gfni"}[gfni], testBitplane24Fast)
+		useGFNI = saved
+	}
+}
+
+func testBitplane24Fast(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, w := range []int{8, 32, 64, 96, 256, 512} {
+	for _, w := range []int{8, 32, 64, 96, 224, 256, 288, 512, 768} {
 		row := make([]byte, 3*w)
 		for i := range row {
 			row[i] = byte(rng.Uint32())
@@ -38,16 +55,30 @@ func TestBitplane24AVX2MatchesPortable(t *testing.T) {
 	}
 }
 
-// TestLFSR24AVX2MatchesPortable cross-checks the gathers with the portable
-// look-up at lengths around the 8-code groups, on codes of any count and
-// on codes of counts under 4096 (the high half code 0, its look-up
-// skipped), mixed within a group too.
+// TestLFSR24AVX2MatchesPortable cross-checks the gathers, AVX-512 where the
+// CPU has it and AVX2, with the portable look-up at lengths around the 16-
+// and 8-code groups, on codes of any count and on codes of counts under
+// 4096 (the high half code 0, its look-up skipped), mixed within a group
+// too.
 func TestLFSR24AVX2MatchesPortable(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("CPU has no AVX2: the assembly look-up never runs here")
 	}
+	for _, gfni := range []bool{false, true} {
+		if gfni && !useGFNI {
+			t.Log("CPU has no AVX-512 VBMI and GFNI: only the AVX2 gathers are checked")
+			continue
+		}
+		saved := useGFNI
+		useGFNI = gfni
+		t.Run(map[bool]string{false: "avx2", true: "avx512"}[gfni], testLFSR24Fast)
+		useGFNI = saved
+	}
+}
+
+func testLFSR24Fast(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 255, 256, 1536, 4099} {
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 255, 256, 1536, 4099} {
 		for _, kind := range []string{"any", "low", "mixed"} {
 			codes := make([]uint32, n)
 			for i := range codes {
@@ -102,6 +133,37 @@ func BenchmarkLFSR24(b *testing.B) {
 					bc.f(work)
 				}
 			})
+		}
+	}
+}
+
+// TestCPUInstructionsNamesChoice checks that the name the backend gives
+// its decode path follows the features the paths are chosen by, and that
+// the backend logs it at debug level when it starts.
+func TestCPUInstructionsNamesChoice(t *testing.T) {
+	savedAVX2, savedGFNI := useAVX2, useGFNI
+	defer func() { useAVX2, useGFNI = savedAVX2, savedGFNI }()
+	for _, c := range []struct {
+		avx2, gfni bool
+		want       string
+	}{
+		{false, false, "portable Go"},
+		{true, false, "AVX2"},
+		{true, true, "AVX-512 VBMI+GFNI"},
+	} {
+		useAVX2, useGFNI = c.avx2, c.gfni
+		if got := CPUInstructions(); got != c.want {
+			t.Errorf("AVX2 %v, GFNI %v: %q, want %q", c.avx2, c.gfni, got, c.want)
+		}
+		var logged bytes.Buffer
+		log := slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		be, err := New("cpu", Options{Workers: 1, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.Close()
+		if want := fmt.Sprintf(`"instructions":%q`, c.want); !strings.Contains(logged.String(), want) {
+			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
 		}
 	}
 }

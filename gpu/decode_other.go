@@ -7,3 +7,6 @@ var useAVX2 = false
 
 // bitplane24Fast reports that there is no assembly gather here.
 func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool { return false }
+
+// cpuInstructions names the decode path: the portable one.
+func cpuInstructions() string { return "portable Go" }

@@ -87,7 +87,7 @@ const bszstdReaders = "bszstd (bitshuffle + zstd) files cannot be read with bits
 // each is read back from a file by compress.ReaderOf its name.
 var codecs = []registry.Codec{
 	{Name: "bslz4", Doc: "bitshuffle + LZ4 (HDF5 filter 32008), what detector files usually hold",
-		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, Stream: "bslz4"},
+		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, MinLevel: -compress.MaxLZ4Acceleration, MaxLevel: -1, Stream: "bslz4"},
 	{Name: "bszstd", Doc: "bitshuffle + zstd (filter 32008); needs bitshuffle 0.4 or newer to read",
 		Filter: compress.FilterBitshuffle, Optional: true, Transpose: true, MinLevel: 1, MaxLevel: compress.MaxZstdLevel, Warning: bszstdReaders},
 	{Name: "lz4", Doc: "LZ4 (filter 32004)", Filter: compress.FilterLZ4, Optional: true, Stream: "lz4"},

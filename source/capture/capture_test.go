@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"h5ingest/frame"
 )
@@ -264,12 +266,55 @@ func TestZeroFrames(t *testing.T) {
 
 // TestTruncated cuts a capture at every byte and checks that the whole
 // records before the cut are read and the cut is reported with its offset.
+// readers are the ways a capture is read: through a buffer (NewReader),
+// and mapped (Open of a file) with Next copying or NextMapped not; each
+// opens data, or reports the error.
+var readers = []struct {
+	name   string
+	open   func(t *testing.T, data []byte) (*Reader, error)
+	mapped bool // read with NextMapped
+}{
+	{"buffered", func(t *testing.T, data []byte) (*Reader, error) { return NewReader(bytes.NewReader(data)) }, false},
+	{"mapped", openFile, false},
+	{"mapped/in place", openFile, true},
+}
+
+// openFile writes data to a file and opens it with Open, which maps it.
+func openFile(t *testing.T, data []byte) (*Reader, error) {
+	path := filepath.Join(t.TempDir(), "c.pmcap")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(path)
+	if err == nil {
+		if len(data) > 0 && !r.Mapped() {
+			t.Fatalf("%s is not mapped", path)
+		}
+		t.Cleanup(func() { r.Close() })
+	}
+	return r, err
+}
+
+// next reads a record as the reader named mapped reads it.
+func next(r *Reader, buf []byte, mapped bool) (frame.Header, []byte, error) {
+	if mapped {
+		return r.NextMapped()
+	}
+	return r.Next(buf)
+}
+
 func TestTruncated(t *testing.T) {
+	for _, rd := range readers {
+		t.Run(rd.name, func(t *testing.T) { testTruncated(t, rd.open, rd.mapped) })
+	}
+}
+
+func testTruncated(t *testing.T, open func(*testing.T, []byte) (*Reader, error), mapped bool) {
 	const n = 3
 	data, offs := writeCapture(t, testFormat, n)
 	buf := make([]byte, testFormat.PayloadSize())
 	for cut := 0; cut < len(data); cut++ {
-		r, err := NewReader(bytes.NewReader(data[:cut]))
+		r, err := open(t, data[:cut])
 		if cut < int(offs[0]) {
 			if err == nil || !(errors.Is(err, ErrTruncated) || (cut == 0 && errors.Is(err, ErrNotCapture))) {
 				t.Fatalf("cut at %d (in the file prefix): NewReader error %v", cut, err)
@@ -284,11 +329,11 @@ func TestTruncated(t *testing.T) {
 			whole++
 		}
 		for i := range whole {
-			if _, _, err := r.Next(buf); err != nil {
+			if _, _, err := next(r, buf, mapped); err != nil {
 				t.Fatalf("cut at %d: frame %d: %v", cut, i, err)
 			}
 		}
-		_, _, err = r.Next(buf)
+		_, _, err = next(r, buf, mapped)
 		if int64(cut) == offs[whole] {
 			if err != io.EOF || r.Truncated() {
 				t.Fatalf("cut at record boundary %d: %v, truncated %v; want io.EOF", cut, err, r.Truncated())
@@ -310,7 +355,7 @@ func TestTruncated(t *testing.T) {
 		if r.Offset() != offs[whole] {
 			t.Errorf("cut at %d: Offset %d, want %d", cut, r.Offset(), offs[whole])
 		}
-		if _, _, err2 := r.Next(buf); err2 != err {
+		if _, _, err2 := next(r, buf, mapped); err2 != err {
 			t.Errorf("cut at %d: error not sticky: %v then %v", cut, err, err2)
 		}
 	}
@@ -562,6 +607,39 @@ func TestRewriteMetadata(t *testing.T) {
 	}
 }
 
+// TestNextMappedCopiesNothing checks that NextMapped hands out each
+// payload where it lies in the mapped file, the bytes written, without
+// allocating.
+func TestNextMappedCopiesNothing(t *testing.T) {
+	data, offs := writeCapture(t, testFormat, 200)
+	r, err := openFile(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		h, p, err := r.NextMapped()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := offs[h.FrameNumber] + frame.HeaderSize
+		if !bytes.Equal(p, data[at:at+int64(len(p))]) || !r.inMapping(p) || &p[0] != &r.data[at] {
+			t.Fatalf("frame %d: payload is not the mapped file's bytes at %d", h.FrameNumber, at)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("NextMapped allocates %.1f times per record", allocs)
+	}
+	b, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.NextMapped(); !errors.Is(err, errNotMapped) {
+		t.Errorf("NextMapped of a buffered reader: %v, want errNotMapped", err)
+	}
+}
+
 func TestNextDoesNotAllocate(t *testing.T) {
 	data, _ := writeCapture(t, testFormat, 200)
 	r, err := NewReader(bytes.NewReader(data))
@@ -576,5 +654,113 @@ func TestNextDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Next allocates %.1f times per record", allocs)
+	}
+}
+
+// TestMappedReplayDropsReleasedPages checks that a replay from a mapped
+// capture keeps in its resident set only the frames in flight: once a
+// frame is released its whole pages leave the mapping's resident set (as
+// /proc/self/smaps counts it), so a long capture does not fill memory.
+func TestMappedReplayDropsReleasedPages(t *testing.T) {
+	if _, err := os.Stat("/proc/self/smaps"); err != nil {
+		t.Skip("no /proc/self/smaps to read the resident set from")
+	}
+	f := frame.Format{
+		Geometry: frame.Geometry{ChipsX: 2, ChipsY: 1, ChipWidth: 256, ChipHeight: 64},
+		Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR,
+	}
+	const n = 64
+	data, _ := writeCapture(t, f, n)
+	r, err := openFile(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := NewSource(r, f.PayloadSize())
+	for i := range n {
+		fr, err := src.Next(context.Background())
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		src.Release(fr)
+	}
+	rss := mappingRSS(t, r.data)
+	// At most the pages that records share at their ends stay: two a
+	// record, far below the file's size.
+	if limit := int64(2*n*os.Getpagesize()) + 64<<10; rss > limit {
+		t.Errorf("%d KiB of the %d KiB capture resident after every frame was released, want at most %d KiB",
+			rss>>10, len(data)>>10, limit>>10)
+	}
+}
+
+// mappingRSS returns the resident bytes of the mapping that starts at
+// b's first byte, from /proc/self/smaps.
+func mappingRSS(t *testing.T, b []byte) int64 {
+	t.Helper()
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	for line := range strings.SplitSeq(string(smaps), "\n") {
+		if strings.HasPrefix(line, start) {
+			in = true
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimPrefix(line, "Rss:"), "%d kB", &kb); err != nil {
+				t.Fatalf("smaps line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
+	return 0
+}
+
+// TestMappedCaptureShrinks checks that a capture cut short while it is
+// mapped and read (overwritten by another process) stops the reading with
+// an error saying so, before a record past the new end is touched,
+// rather than a fault.
+func TestMappedCaptureShrinks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cut    func(offs []int64) int64 // the new size, from the records' offsets
+		frames int                      // records read before the cut
+	}{
+		{"inside a payload", func(offs []int64) int64 { return offs[2] + frame.HeaderSize + 10 }, 2},
+		{"inside a header", func(offs []int64) int64 { return offs[2] + 3 }, 2},
+		{"to nothing", func(offs []int64) int64 { return 0 }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, offs := writeCapture(t, testFormat, 4)
+			path := filepath.Join(t.TempDir(), "c.pmcap")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := range tc.frames {
+				if _, _, err := r.NextMapped(); err != nil {
+					t.Fatalf("frame %d before the cut: %v", i, err)
+				}
+			}
+			if err := os.Truncate(path, tc.cut(offs)); err != nil {
+				t.Fatal(err)
+			}
+			var last error
+			for range 4 {
+				if _, _, last = r.NextMapped(); last != nil {
+					break
+				}
+			}
+			if !errors.Is(last, ErrTruncated) || !strings.Contains(last.Error(), "shrank") || !r.Truncated() {
+				t.Fatalf("after the cut: %v (truncated %v), want an error saying the file shrank", last, r.Truncated())
+			}
+		})
 	}
 }

@@ -3,6 +3,8 @@ package capture_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"h5ingest/pipeline"
@@ -12,6 +14,35 @@ import (
 
 // replayOf returns a capture source replaying frames from memory.
 func replayOf(t *testing.T, frames []*pipeline.Frame) *capture.Source {
+	t.Helper()
+	r, err := capture.NewReader(bytes.NewReader(captureOf(t, frames)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return capture.NewSource(r, len(frames[0].Payload))
+}
+
+// mappedReplayOf returns a capture source replaying frames from a file it
+// maps into memory.
+func mappedReplayOf(t *testing.T, frames []*pipeline.Frame) *capture.Source {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scan.pmcap")
+	if err := os.WriteFile(path, captureOf(t, frames), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Mapped() {
+		t.Fatalf("%s is not mapped", path)
+	}
+	t.Cleanup(func() { r.Close() })
+	return capture.NewSource(r, len(frames[0].Payload))
+}
+
+// captureOf returns the capture file of frames.
+func captureOf(t *testing.T, frames []*pipeline.Frame) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := capture.NewWriter(&buf, capture.Metadata{Profile: "conformance"})
@@ -26,11 +57,7 @@ func replayOf(t *testing.T, frames []*pipeline.Frame) *capture.Source {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := capture.NewReader(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return capture.NewSource(r, len(frames[0].Payload))
+	return buf.Bytes()
 }
 
 // TestSourcesConform runs the source conformance suite on a capture
@@ -38,6 +65,9 @@ func replayOf(t *testing.T, frames []*pipeline.Frame) *capture.Source {
 func TestSourcesConform(t *testing.T) {
 	t.Run("capture", func(t *testing.T) {
 		pipelinetest.Source(t, func(t *testing.T, frames []*pipeline.Frame) pipeline.Source { return replayOf(t, frames) })
+	})
+	t.Run("mapped", func(t *testing.T) {
+		pipelinetest.Source(t, func(t *testing.T, frames []*pipeline.Frame) pipeline.Source { return mappedReplayOf(t, frames) })
 	})
 	t.Run("demux", func(t *testing.T) {
 		pipelinetest.Source(t, func(t *testing.T, frames []*pipeline.Frame) pipeline.Source {

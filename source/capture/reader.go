@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unsafe"
 
 	"h5ingest/frame"
 )
@@ -26,9 +27,16 @@ const readBufferSize = 64 << 10
 // Reader reads the records of a capture file in order. Its errors are
 // sticky: after an error (other than a short buffer) every later call to
 // Next returns it. A Reader is used by one goroutine at a time.
+//
+// A Reader that Open made of a regular file maps the file into memory
+// rather than reading it through a buffer: Next copies a payload straight
+// from the mapping, and NextMapped hands it out without a copy, as a
+// receiver's ring does.
 type Reader struct {
 	name       string // file name for messages, or "stream"
 	br         *bufio.Reader
+	data       []byte // the mapped file; nil when reading through br
+	fd         int    // the mapped file's descriptor, to see that it has not shrunk
 	closer     io.Closer
 	meta       Metadata
 	rawMeta    []byte
@@ -44,12 +52,25 @@ type Reader struct {
 	err     error
 }
 
-// Open opens the capture file at path and reads its metadata. Close the
-// Reader to close the file.
+// Open opens the capture file at path and reads its metadata. A regular
+// file is mapped into memory (read through a buffer where it cannot be);
+// it must not shrink while the Reader is open. Close the Reader to close
+// the file.
 func Open(path string) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open capture: %w", err)
+	}
+	if data := mapFile(f); data != nil {
+		r, err := newReader(bytes.NewReader(data), path)
+		if err != nil {
+			unmap(data)
+			f.Close()
+			return nil, err
+		}
+		r.data, r.br, r.fd = data, nil, int(f.Fd())
+		r.closer = &mappedFile{f: f, data: data}
+		return r, nil
 	}
 	r, err := newReader(f, path)
 	if err != nil {
@@ -170,6 +191,14 @@ func (cr *Reader) Next(buf []byte) (frame.Header, []byte, error) {
 	}
 	cr.pending = false
 	payload := buf[:size]
+	if cr.data != nil {
+		view, err := cr.payload(h)
+		if err != nil {
+			return frame.Header{}, nil, err
+		}
+		copy(payload, view)
+		return h, payload, nil
+	}
 	if n, err := io.ReadFull(cr.br, payload); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			cr.err = cr.truncated(cr.recOff, frame.HeaderSize+int64(size), frame.HeaderSize+int64(n),
@@ -184,10 +213,73 @@ func (cr *Reader) Next(buf []byte) (frame.Header, []byte, error) {
 	return h, payload, nil
 }
 
+// Mapped reports whether the Reader reads a file mapped into memory, so
+// that NextMapped can hand out payloads without a copy.
+func (cr *Reader) Mapped() bool { return cr.data != nil }
+
+// inMapping reports whether b is a payload NextMapped handed out.
+func (cr *Reader) inMapping(b []byte) bool {
+	if cr.data == nil || cap(b) == 0 {
+		return false
+	}
+	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(cr.data)))
+	return p >= lo && p < lo+uintptr(len(cr.data))
+}
+
+// errNotMapped is NextMapped's error on a Reader that reads through a
+// buffer.
+var errNotMapped = errors.New("capture is not mapped into memory")
+
+// NextMapped is Next without the copy: the payload it returns is the
+// record's own bytes in the mapped file, valid until Close, and must not
+// be written to. On a Reader that does not map its file (Mapped is false)
+// it returns an error and reads nothing.
+func (cr *Reader) NextMapped() (frame.Header, []byte, error) {
+	if cr.data == nil {
+		return frame.Header{}, nil, fmt.Errorf("read capture %s: %w", cr.name, errNotMapped)
+	}
+	if cr.err != nil {
+		return frame.Header{}, nil, cr.err
+	}
+	if !cr.pending {
+		if err := cr.readHeader(); err != nil {
+			cr.err = err
+			return frame.Header{}, nil, err
+		}
+	}
+	cr.pending = false
+	h := cr.h
+	payload, err := cr.payload(h)
+	if err != nil {
+		return frame.Header{}, nil, err
+	}
+	return h, payload, nil
+}
+
+// payload returns the payload of the record whose header h was just read
+// from the mapped file, and moves past the record; a file that ends
+// before the payload does is a truncated record (a sticky error).
+func (cr *Reader) payload(h frame.Header) ([]byte, error) {
+	size := int64(h.PayloadSize)
+	start := cr.off + frame.HeaderSize
+	if have := int64(len(cr.data)) - start; have < size {
+		cr.err = cr.truncated(cr.recOff, frame.HeaderSize+size, frame.HeaderSize+have,
+			fmt.Sprintf("record of frame %d", h.FrameNumber))
+		return nil, cr.err
+	}
+	if err := cr.shrunk(start + size); err != nil {
+		cr.err = err
+		return nil, err
+	}
+	cr.off = start + size
+	cr.records++
+	return cr.data[start:cr.off:cr.off], nil
+}
+
 // readHeader reads and parses the header of the next record into cr.h.
 func (cr *Reader) readHeader() error {
 	cr.recOff = cr.off
-	n, err := io.ReadFull(cr.br, cr.hdr[:])
+	n, err := cr.readHeaderBytes()
 	switch {
 	case errors.Is(err, io.EOF):
 		return io.EOF
@@ -197,6 +289,8 @@ func (cr *Reader) readHeader() error {
 				cr.name, cr.recOff, cr.records, frame.ErrNotFrame, n)
 		}
 		return cr.truncated(cr.recOff, frame.HeaderSize, int64(n), "record header")
+	case errors.Is(err, ErrTruncated): // the mapped file shrank
+		return err
 	case err != nil:
 		return fmt.Errorf("read capture %s at byte %d: %w", cr.name, cr.recOff, err)
 	}
@@ -213,6 +307,41 @@ func (cr *Reader) readHeader() error {
 	return nil
 }
 
+// shrunk returns an error if the mapped file now ends before byte end:
+// a file cut short under the mapping (a capture overwritten while it is
+// replayed) would fault where its pages are gone, so reading stops at an
+// error instead, before it touches them.
+func (cr *Reader) shrunk(end int64) error {
+	size, ok := fileSize(cr.fd)
+	if !ok || size >= end {
+		return nil
+	}
+	cr.cut = true
+	return fmt.Errorf("read capture %s at byte %d: %w: the file shrank to %d bytes while being read (overwritten?)",
+		cr.name, cr.recOff, ErrTruncated, size)
+}
+
+// readHeaderBytes fills cr.hdr with the next record's header bytes, from
+// the mapped file or through the buffer, as io.ReadFull reports: io.EOF
+// at the end of the file, io.ErrUnexpectedEOF with the bytes there are
+// when it ends inside the header.
+func (cr *Reader) readHeaderBytes() (int, error) {
+	if cr.data == nil {
+		return io.ReadFull(cr.br, cr.hdr[:])
+	}
+	if err := cr.shrunk(min(cr.off+frame.HeaderSize, int64(len(cr.data)))); err != nil {
+		return 0, err
+	}
+	n := copy(cr.hdr[:], cr.data[min(cr.off, int64(len(cr.data))):])
+	switch {
+	case n == 0:
+		return 0, io.EOF
+	case n < frame.HeaderSize:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, nil
+}
+
 // Close closes the file that Open opened. For a Reader from NewReader it
 // does nothing.
 func (cr *Reader) Close() error {
@@ -222,4 +351,21 @@ func (cr *Reader) Close() error {
 	err := cr.closer.Close()
 	cr.closer = nil
 	return err
+}
+
+// mappedFile is the file of a mapped Reader: closing it unmaps it first.
+type mappedFile struct {
+	f    *os.File
+	data []byte
+}
+
+func (m *mappedFile) Close() error {
+	err := unmap(m.data)
+	if cerr := m.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close capture: %w", err)
+	}
+	return nil
 }

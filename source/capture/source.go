@@ -12,9 +12,12 @@ import (
 )
 
 // Source replays the frames of a capture file, in file order, as a
-// pipeline.Source. Payload buffers are recycled: it allocates only until as many
-// frames are in flight as the pipeline holds. Lent a backend's page-locked
-// memory (ReadIntoHost), it reads payloads into that.
+// pipeline.Source. From a mapped Reader (Reader.Mapped) it hands out the
+// payloads where they lie in the mapping, copying nothing, as a receiver
+// hands out its ring's slots; otherwise it reads them into buffers it
+// recycles, allocating only until as many frames are in flight as the
+// pipeline holds. Lent a backend's page-locked memory (ReadIntoHost), it
+// reads payloads into that, from which the device copies at full speed.
 type Source struct {
 	r           *Reader
 	payloadSize int // size of the pooled buffers: the scan format's payload
@@ -27,6 +30,7 @@ type Source struct {
 
 	mu        sync.Mutex
 	free      []*pipeline.Frame
+	frames    []*pipeline.Frame         // frames without a buffer, for payloads in the mapping
 	host      gpu.HostAllocator         // lent page-locked memory; nil: Go memory
 	loan      int                       // the loan under way, or last
 	lenders   map[int]gpu.HostAllocator // each loan's lender, while it has buffers out
@@ -50,6 +54,15 @@ func NewSource(r *Reader, payloadSize int) *Source {
 func (s *Source) Next(ctx context.Context) (*pipeline.Frame, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
+	}
+	if s.r.Mapped() && !s.lent() {
+		h, payload, err := s.r.NextMapped()
+		if err != nil {
+			return nil, err
+		}
+		f := s.getFrame()
+		f.Header, f.Payload = h, payload
+		return f, nil
 	}
 	f := s.get()
 	h, payload, err := s.r.Next(f.Payload[:cap(f.Payload)])
@@ -96,6 +109,26 @@ func (s *Source) wait(ctx context.Context) error {
 	return nil
 }
 
+// lent reports whether a backend's page-locked memory is lent.
+func (s *Source) lent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.host != nil
+}
+
+// getFrame returns a frame for a payload in the mapping: one whose buffer
+// went back, or a new one.
+func (s *Source) getFrame() *pipeline.Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.frames); n > 0 {
+		f := s.frames[n-1]
+		s.frames = s.frames[:n-1]
+		return f
+	}
+	return new(pipeline.Frame)
+}
+
 func (s *Source) get() *pipeline.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -118,6 +151,14 @@ func (s *Source) get() *pipeline.Frame {
 // Release returns f's buffer for reuse. While host memory is lent, only
 // its buffers are kept; once the loan ends they go back to it.
 func (s *Source) Release(f *pipeline.Frame) {
+	if s.r.inMapping(f.Payload) {
+		dropPages(f.Payload)
+		f.Payload = nil
+		s.mu.Lock()
+		s.frames = append(s.frames, f)
+		s.mu.Unlock()
+		return
+	}
 	if cap(f.Payload) != s.payloadSize || s.payloadSize == 0 {
 		return // an oversized one-off buffer: let it go
 	}
