@@ -53,28 +53,45 @@ func makeStages(reg *registry.Registry, p config.Profile, f frame.Format) (stage
 		}
 	}
 	newCodec := func() (compress.Codec, error) { return c.New(f.PixelSize(), out.Level) }
-	if err := readsItsOwn(c, newCodec, f.PixelSize()); err != nil {
+	if err := readsItsOwn(reg, c, newCodec, f.PixelSize()); err != nil {
 		return stages{}, err
 	}
 	return stages{layout: layout, newCodec: newCodec}, nil
 }
 
-// readsItsOwn checks that codec entry c reads back the filter pipeline
-// its codec writes, before any file is made: a facility's codec whose
-// Read refuses its own filters would write files that neither verify nor
-// inspect can read.
-func readsItsOwn(c registry.Codec, newCodec func() (compress.Codec, error), elemSize int) error {
-	if c.Read == nil {
-		return nil
-	}
+// readsItsOwn checks that the filter pipeline codec entry c writes is read
+// back by the lookup verify, inspect and the image reader use
+// (registry.ReadCodec), before any file is made: a facility's codec whose
+// entry has no Read (the older form of an entry), or whose Read refuses
+// its own filters, would write files that nothing could verify.
+func readsItsOwn(reg *registry.Registry, c registry.Codec, newCodec func() (compress.Codec, error), elemSize int) error {
 	codec, err := newCodec()
 	if err != nil {
 		return Usage(fmt.Errorf("key output.compression: %s: %w", c.Name, err))
 	}
-	if _, err := c.Read(codec.Filters(), elemSize); err != nil {
+	filters := codec.Filters()
+	if c.Read != nil {
+		if _, err := c.Read(filters, elemSize); err != nil {
+			return fmt.Errorf("key output.compression: codec %s cannot read back the filters it writes (%w): its files could not be verified", c.Name, err)
+		}
+	}
+	if _, err := reg.ReadCodec(filters, elemSize); err != nil {
+		if c.Read == nil && len(filters) > 0 {
+			last := filters[len(filters)-1].ID
+			return Usage(fmt.Errorf("key output.compression: codec %s writes the filter pipeline %v, which no registered codec reads back, so its files could not be verified: give its registry entry Filter: %d and a Read that decodes such chunks (docs/extending.md)", c.Name, filterIDs(filters), last))
+		}
 		return fmt.Errorf("key output.compression: codec %s cannot read back the filters it writes (%w): its files could not be verified", c.Name, err)
 	}
 	return nil
+}
+
+// filterIDs returns the ids of a filter pipeline.
+func filterIDs(filters []compress.Filter) []int {
+	ids := make([]int, len(filters))
+	for i, f := range filters {
+		ids[i] = f.ID
+	}
+	return ids
 }
 
 // layoutOf returns the file layout profile p names.

@@ -42,3 +42,31 @@ func TestCodecReadsItsOwn(t *testing.T) {
 		t.Errorf("%d codecs checked, want h5ingest's and blind", checked)
 	}
 }
+
+// TestCodecEntryWithoutRead: the older form of a facility's codec entry,
+// no filter and no Read, whose codec writes a plugin's filter, is refused
+// before any file is made, with a line saying what the entry must add;
+// verify would find no codec to read its files.
+func TestCodecEntryWithoutRead(t *testing.T) {
+	stages := testStages(t)
+	if err := stages.AddCodec(registry.Codec{Name: "oldform", Doc: "the older form of an entry",
+		New: func(elemSize, _ int) (compress.Codec, error) {
+			return plugin{compress.Filter{ID: 32015, Optional: true}}, nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"output.compression": "oldform"})
+	_, err := makeStages(stages, p, scantest.SmallFormat)
+	if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "Filter: 32015 and a Read") {
+		t.Errorf("makeStages: %v, want a usage error saying to add Filter: 32015 and a Read", err)
+	}
+}
+
+// plugin is a codec that stores chunks as they are under one plugin's
+// filter id, as a facility's codec of the older form did.
+type plugin struct{ f compress.Filter }
+
+func (p plugin) Encode(dst, src []byte) ([]byte, error) { return append(dst, src...), nil }
+func (p plugin) Decode(dst, src []byte) ([]byte, error) { return append(dst, src...), nil }
+func (p plugin) Filters() []compress.Filter             { return []compress.Filter{p.f} }
+func (p plugin) Bound(n int) int                        { return n }
