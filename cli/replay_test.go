@@ -24,7 +24,8 @@ import (
 
 // TestMain lets the test binary stand in for the h5ingest command, so that
 // tests can run it as a process of its own (to kill it, or to read its file
-// from another process while it writes).
+// from another process while it writes), or for a detector module that the
+// test paces (a held sender, heldsender_test.go).
 //
 // The tests that mostly wait (on such processes, a paced replay, a
 // browser) run in parallel (t.Parallel). A test that sets the environment
@@ -35,6 +36,9 @@ import (
 func TestMain(m *testing.M) {
 	if err := stock.Register(stages); err != nil {
 		panic(err) // an empty registry takes every built-in name
+	}
+	if os.Getenv(heldSenderEnv) == "1" {
+		os.Exit(runHeldSender(os.Args[1:]))
 	}
 	if os.Getenv("H5INGEST_TEST_AS_COMMAND") == "1" {
 		os.Exit(run(os.Args[1:]))
