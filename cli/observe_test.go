@@ -261,32 +261,30 @@ func TestStatusPageInChromium(t *testing.T) {
 }
 
 // TestStatusPageWhileWaiting takes the status address from the profile and
-// checks the page answers while acquire still waits for the detector.
+// checks the page answers once acquire says it waits for the detector
+// (the page is up before the wait begins), and that an interrupt then
+// ends the wait.
 func TestStatusPageWhileWaiting(t *testing.T) {
+	t.Parallel()
 	statusAddr := scantest.FreeAddr(t)
 	profile := filepath.Join(t.TempDir(), "watch.yaml")
 	if err := os.WriteFile(profile, []byte("status:\n  address: "+statusAddr+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	done := startAcquire("--profile", profile, "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "3s")
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		resp, err := http.Get("http://" + statusAddr + "/status.json")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Errorf("status.json: %s", resp.Status)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	acq := startProc(t, "acquire", "--profile", profile, "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "10m")
+	acq.waitStderr(t, "waiting for module 0 on")
+	resp, err := http.Get("http://" + statusAddr + "/status.json")
+	if err != nil {
+		t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
 	}
-	if code := waitExit(t, done, 10*time.Second); code != exitFailure {
-		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status.json: %s", resp.Status)
+	}
+	acq.cmd.Process.Signal(os.Interrupt)
+	if code := acq.wait(t, time.Minute); code != exitIncomplete {
+		t.Errorf("acquire interrupted while waiting: exit status %d, want %d\n%s", code, exitIncomplete, acq.stderr.String())
 	}
 }
 
