@@ -111,20 +111,16 @@ func heldSend(args []string) error {
 type heldSender struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
-	lines  chan string // what it prints, a line at a time; closed at its end
+	lines  <-chan string // what it prints, a line at a time; closed at its end
 	stderr lockedBuffer
 }
-
-// heldSenderBound is how long a held sender may take to do what it is
-// asked: a bound on a hang, never reached by a sender that works.
-const heldSenderBound = 2 * time.Minute
 
 // startHeldSender starts a held sender of the capture at path to the
 // receiver at addr; it sends nothing until asked. It is killed at the end
 // of the test where it still runs.
 func startHeldSender(t *testing.T, path, addr string) *heldSender {
 	t.Helper()
-	h := &heldSender{cmd: command(path, addr), lines: make(chan string)}
+	h := &heldSender{cmd: command(path, addr)}
 	h.cmd.Env = append(h.cmd.Env, heldSenderEnv+"=1")
 	h.cmd.Stderr = &h.stderr
 	var err error
@@ -138,14 +134,41 @@ func startHeldSender(t *testing.T, path, addr string) *heldSender {
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		defer close(h.lines)
-		for sc := bufio.NewScanner(out); sc.Scan(); {
-			h.lines <- sc.Text()
-		}
-	}()
+	h.lines = lines(out)
 	t.Cleanup(h.kill)
 	return h
+}
+
+// lines returns the lines r gives, on a channel closed at r's end.
+func lines(r io.Reader) <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		for sc := bufio.NewScanner(r); sc.Scan(); {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
+}
+
+// lineBound is how long a test waits for a process's next line: a bound
+// on a hang, never reached by a process that works.
+const lineBound = 2 * time.Minute
+
+// nextLine returns the next line of ch, from what, failing the test where
+// ch ends first or lineBound passes; stderr is what says why.
+func nextLine(t *testing.T, ch <-chan string, what string, stderr fmt.Stringer) string {
+	t.Helper()
+	select {
+	case line, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s ended:\n%s", what, stderr)
+		}
+		return line
+	case <-time.After(lineBound):
+		t.Fatalf("%s said nothing for %v:\n%s", what, lineBound, stderr)
+		return ""
+	}
 }
 
 // send has the sender post n frames more, and waits until it has.
@@ -172,13 +195,8 @@ func (h *heldSender) finish(t *testing.T) {
 // does not contain text.
 func (h *heldSender) expect(t *testing.T, text string) {
 	t.Helper()
-	select {
-	case line, ok := <-h.lines:
-		if !ok || !strings.Contains(line, text) {
-			t.Fatalf("held sender said %q, want %q:\n%s", line, text, h.stderr.String())
-		}
-	case <-time.After(heldSenderBound):
-		t.Fatalf("held sender did not say %q within %v:\n%s", text, heldSenderBound, h.stderr.String())
+	if line := nextLine(t, h.lines, "the held sender", &h.stderr); !strings.Contains(line, text) {
+		t.Fatalf("held sender said %q, want %q:\n%s", line, text, h.stderr.String())
 	}
 }
 
