@@ -516,7 +516,12 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 			break // module 0's ring is full
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("module 0's frames did not arrive")
+			select {
+			case err := <-first:
+				t.Fatalf("module 0's frames did not arrive: its sender ended: %v\n%s", err, acq.errs.String())
+			default:
+				t.Fatalf("module 0's frames did not arrive\n%s", acq.errs.String())
+			}
 		}
 	}
 	acq.stop.Request(syscall.SIGTERM)
