@@ -578,7 +578,7 @@ func TestServeDrainTimeoutSaysSo(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); sent.Load() < slots; time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-result:
-			t.Fatalf("the sender ended after %d frames, before a backlog: %v\n%s", sent.Load(), err, s.logs.String())
+			t.Fatalf("the sender ended after %d frames, before a backlog: %v\nthe scan: %+v\n%s", sent.Load(), err, s.status("drain"), s.logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
