@@ -60,10 +60,11 @@ func backlogEnv(t *testing.T, src string) []string {
 	return formatEnv(scantest.Config(t, scantest.Truth(t, src)).Format)
 }
 
-// proc is an h5ingest child process with its output.
+// proc is an h5ingest child process with its output, which the test
+// may read while the process runs.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr lockedBuffer
 }
 
 // startProc starts h5ingest with args as a child process.
@@ -103,6 +104,19 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 		<-done
 		t.Fatalf("%v did not end within %v\n%s%s", p.cmd.Args[1:], d, p.stdout.String(), p.stderr.String())
 		return 0
+	}
+}
+
+// waitStderr waits for p to say text on standard error. It fails the
+// test where a minute passes first: p hangs, or ended without saying it.
+func (p *proc) waitStderr(t *testing.T, text string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(p.stderr.String(), text); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			t.Fatalf("%v never said %q:\n%s%s", p.cmd.Args[1:], text, p.stdout.String(), p.stderr.String())
+		}
 	}
 }
 
@@ -255,23 +269,20 @@ func TestAcquireDrainsBacklogOnSignal(t *testing.T) {
 	}
 }
 
-// TestAcquireInterruptedWhileWaiting signals acquire before any detector
-// connected: it ends at once with a clear message, exit 3 (interrupted),
-// and leaves no file, not even the --record capture.
+// TestAcquireInterruptedWhileWaiting signals acquire once it says it
+// waits for the detector, before any connected: it ends with a clear
+// message, exit 3 (interrupted), long before its connect timeout, and
+// leaves no file, not even the --record capture.
 func TestAcquireInterruptedWhileWaiting(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			acq := startProc(t, "acquire", "--listen", scantest.FreeAddr(t), "-o", filepath.Join(dir, "scan.h5"),
-				"--record", filepath.Join(dir, "scan.pmcap"), "--connect-timeout", "60s")
-			time.Sleep(time.Second) // listening
-			start := time.Now()
+				"--record", filepath.Join(dir, "scan.pmcap"), "--connect-timeout", "10m")
+			acq.waitStderr(t, "waiting for module 0 on")
 			acq.cmd.Process.Signal(sig)
-			code := acq.wait(t, 10*time.Second)
-			if d := time.Since(start); d > 3*time.Second {
-				t.Errorf("acquire took %v to end after %v", d, sig)
-			}
+			code := acq.wait(t, time.Minute) // a real hang only: the connect timeout is 10 minutes
 			if code != exitIncomplete || !strings.Contains(acq.stderr.String(), "interrupted ("+sig.String()+") while waiting for the detector") {
 				t.Errorf("exit status %d, want %d with a message:\n%s", code, exitIncomplete, acq.stderr.String())
 			}

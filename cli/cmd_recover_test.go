@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"h5ingest/scan/scantest"
 	"h5ingest/writer"
@@ -61,17 +62,21 @@ with h5py.File(sys.argv[1], "r") as f:
 }
 
 // TestRecoverRefusesRunningScan runs recover on the .part file of a scan
-// that is still writing: refused, naming the scan's process, and the scan
-// completes untouched.
+// that is still writing (its detector held mid-scan): refused, naming the
+// scan's process, and the scan completes untouched.
 func TestRecoverRefusesRunningScan(t *testing.T) {
 	t.Parallel()
-	scan, scanErr, _, out := startPaced(t, t.TempDir(), 80)
+	path, _ := simulate(t, "--frames", "80")
+	out := filepath.Join(t.TempDir(), "scan.h5")
+	acq, sender := heldAcquire(t, path, out, 80)
+	sender.send(t, 3)
 	code, _, stderr := runProcess(t, "recover", writer.TempName(out))
-	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(scan.Process.Pid)) {
-		t.Errorf("recover of a running scan's file: exit status %d, want %d naming process %d:\n%s", code, exitFailure, scan.Process.Pid, stderr)
+	if code != exitFailure || !strings.Contains(stderr, "is being written by another scan (process "+strconv.Itoa(acq.cmd.Process.Pid)) {
+		t.Errorf("recover of a running scan's file: exit status %d, want %d naming process %d:\n%s", code, exitFailure, acq.cmd.Process.Pid, stderr)
 	}
-	if code := exitCode(t, scan); code != exitOK {
-		t.Fatalf("the scan: exit status %d, want 0:\n%s", code, scanErr.String())
+	sender.finish(t)
+	if code := acq.wait(t, time.Minute); code != exitOK {
+		t.Fatalf("the scan: exit status %d, want 0:\n%s", code, acq.stderr.String())
 	}
 	if code, stdout, _ := runProcess(t, "verify", out); code != exitOK {
 		t.Errorf("verify of the scan: exit status %d\n%s", code, stdout)

@@ -185,9 +185,11 @@ func shown(t *testing.T, dom, id string) float64 {
 	return v
 }
 
-// TestStatusPageInChromium loads the status page twice during a paced
-// replay and checks that its numbers move and match the metrics, then
-// takes a screenshot.
+// TestStatusPageInChromium loads the status page of an acquire twice,
+// each time while the detector's sender is held still mid-scan, and checks
+// that the page shows what the metrics say (40 frames written, then 80),
+// the scan's one CRC mismatch and its plan; between the two it takes a
+// screenshot.
 func TestStatusPageInChromium(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(chromium); err != nil {
@@ -195,19 +197,11 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	path, _ := simulate(t, "--frames", "160", "--corrupt", "3")
 	dir := t.TempDir()
-	maddr := scantest.FreeAddr(t)
+	addr, maddr := scantest.FreeAddr(t), scantest.FreeAddr(t)
 	base := "http://" + maddr
-	// 13 s of scan, and 3 s more of the page, leave room for a browser
-	// slow to start on a busy machine.
-	replay := command("replay", path, "-o", filepath.Join(dir, "page.h5"), "--projections", "160", "--fps", "12",
-		"--metrics", maddr, "--metrics-linger", "3s")
-	if err := replay.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		replay.Process.Kill()
-		replay.Wait()
-	}()
+	acq := startProcEnv(t, formatEnv(scantest.SmallFormat), "acquire", "--listen", addr, "-o", filepath.Join(dir, "page.h5"),
+		"--projections", "160", "--connect-timeout", "1m", "--idle-timeout", "10m", "--metrics", maddr)
+	sender := startHeldSender(t, path, addr)
 	written := func() float64 {
 		m, err := scrape(t, base+"/metrics")
 		if err != nil {
@@ -215,39 +209,30 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 		return m[`h5ingest_frames_written_total{module="0"}`]
 	}
-	waitFor(t, 20*time.Second, "the replay to start", func() bool { return written() >= 1 })
 
 	shotDir := os.Getenv("H5INGEST_TEST_SCREENSHOT_DIR")
 	if shotDir == "" {
 		shotDir = t.TempDir()
 	}
 	shot := filepath.Join(shotDir, "status-page.png")
-	var seen []float64
-	for i := range 2 {
-		before := written()
+	for i, want := range []float64{40, 80} {
+		sender.send(t, 40)
+		waitFor(t, time.Minute, fmt.Sprintf("%v frames written", want), func() bool { return written() == want })
 		dom := dumpDOM(t, base+"/", 1500*time.Millisecond, "--dump-dom")
-		after := written()
-		n := shown(t, dom, "m0-written")
-		if n < before || n > after {
-			t.Errorf("the page shows %v frames written; the metrics said %v before and %v after", n, before, after)
+		if n := shown(t, dom, "m0-written"); n != want {
+			t.Errorf("the page shows %v frames written; the metrics say %v", n, want)
 		}
-		if crc := shown(t, dom, "m0-crc_mismatch"); crc > 1 {
-			t.Errorf("the page shows %v CRC mismatches, the scan has 1", crc)
+		if crc := shown(t, dom, "m0-crc_mismatch"); crc != 1 {
+			t.Errorf("the page shows %v CRC mismatches, the scan has 1 (frame 3)", crc)
 		}
 		if !strings.Contains(dom, "160 projections") {
 			t.Error("the page does not show the plan")
 		}
-		seen = append(seen, n)
 		if i == 0 {
 			dumpDOM(t, base+"/", 1500*time.Millisecond, "--screenshot="+shot, "--window-size=1200,560", "--hide-scrollbars")
-			if w := written(); w < 0 || w >= 160 {
-				t.Errorf("the screenshot was not taken during the scan (metrics: %v frames written)", w)
-			}
 		}
 	}
-	if seen[1] <= seen[0] {
-		t.Errorf("frames written on the page went %v -> %v, want growth", seen[0], seen[1])
-	}
+	sender.finish(t)
 
 	f, err := os.Open(shot)
 	if err != nil {
@@ -270,39 +255,36 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("the screenshot has %d colours: blank?", len(colours))
 	}
 	t.Logf("screenshot: %s", shot)
-	var ee *exec.ExitError
-	if err := replay.Wait(); !errors.As(err, &ee) || ee.ExitCode() != exitIncomplete {
-		t.Errorf("replay: %v, want exit status %d (a CRC mismatch)", err, exitIncomplete)
+	if code := acq.wait(t, time.Minute); code != exitIncomplete {
+		t.Errorf("acquire: exit status %d, want %d (a CRC mismatch)\n%s", code, exitIncomplete, acq.stderr.String())
 	}
 }
 
 // TestStatusPageWhileWaiting takes the status address from the profile and
-// checks the page answers while acquire still waits for the detector.
+// checks the page answers once acquire says it waits for the detector
+// (the page is up before the wait begins), and that an interrupt then
+// ends the wait.
 func TestStatusPageWhileWaiting(t *testing.T) {
+	t.Parallel()
 	statusAddr := scantest.FreeAddr(t)
 	profile := filepath.Join(t.TempDir(), "watch.yaml")
 	if err := os.WriteFile(profile, []byte("status:\n  address: "+statusAddr+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	done := startAcquire("--profile", profile, "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "3s")
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		resp, err := http.Get("http://" + statusAddr + "/status.json")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Errorf("status.json: %s", resp.Status)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	acq := startProc(t, "acquire", "--profile", profile, "--listen", scantest.FreeAddr(t), "-o", out, "--connect-timeout", "10m")
+	acq.waitStderr(t, "waiting for module 0 on")
+	resp, err := http.Get("http://" + statusAddr + "/status.json")
+	if err != nil {
+		t.Fatalf("no status page on %s while acquire waited: %v", statusAddr, err)
 	}
-	if code := waitExit(t, done, 10*time.Second); code != exitFailure {
-		t.Errorf("acquire with no detector: exit status %d, want %d", code, exitFailure)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status.json: %s", resp.Status)
+	}
+	acq.cmd.Process.Signal(os.Interrupt)
+	if code := acq.wait(t, time.Minute); code != exitIncomplete {
+		t.Errorf("acquire interrupted while waiting: exit status %d, want %d\n%s", code, exitIncomplete, acq.stderr.String())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,7 +25,8 @@ import (
 
 // TestMain lets the test binary stand in for the h5ingest command, so that
 // tests can run it as a process of its own (to kill it, or to read its file
-// from another process while it writes).
+// from another process while it writes), or for a detector module that the
+// test paces (a held sender, heldsender_test.go).
 //
 // The tests that mostly wait (on such processes, a paced replay, a
 // browser) run in parallel (t.Parallel). A test that sets the environment
@@ -35,6 +37,9 @@ import (
 func TestMain(m *testing.M) {
 	if err := stock.Register(stages); err != nil {
 		panic(err) // an empty registry takes every built-in name
+	}
+	if os.Getenv(heldSenderEnv) == "1" {
+		os.Exit(runHeldSender(os.Args[1:]))
 	}
 	if os.Getenv("H5INGEST_TEST_AS_COMMAND") == "1" {
 		os.Exit(run(os.Args[1:]))
@@ -239,88 +244,103 @@ func TestReplayUsageErrors(t *testing.T) {
 	}
 }
 
-// TestSWMRReaderFollowsReplay has an h5py SWMR reader follow the file while
-// a paced replay writes it, and checks that it sees frames arrive.
-func TestSWMRReaderFollowsReplay(t *testing.T) {
+// heldAcquire starts an acquire of a scan of n projections of
+// simulate's detector into out, flushing for readers every 100 ms, and a
+// held sender of the capture at path to it (connected, nothing sent).
+func heldAcquire(t *testing.T, path, out string, n int) (*proc, *heldSender) {
+	t.Helper()
+	addr := scantest.FreeAddr(t)
+	acq := startProcEnv(t, formatEnv(scantest.SmallFormat), "acquire", "--listen", addr, "-o", out, "--projections", strconv.Itoa(n),
+		"--flush", "100ms", "--connect-timeout", "1m", "--idle-timeout", "10m")
+	return acq, startHeldSender(t, path, addr)
+}
+
+// TestSWMRReaderFollowsAcquire has an h5py SWMR reader follow the file
+// while acquire writes it, the detector held after every 10 frames until
+// the reader has seen them: the reader sees the ok frames grow 10, 20, 30,
+// 40 as they are written.
+func TestSWMRReaderFollowsAcquire(t *testing.T) {
 	t.Parallel()
 	py := scantest.Python(t, "h5py", "numpy")
 	path, _ := simulate(t, "--frames", "40")
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	replay := command("replay", path, "-o", out, "--projections", "40", "--fps", "20", "--flush", "100ms")
-	var stderr bytes.Buffer
-	replay.Stderr = &stderr
-	if err := replay.Start(); err != nil {
-		t.Fatal(err)
-	}
+	acq, sender := heldAcquire(t, path, out, 40)
+	// It prints the count of ok frames each time it changes, until 40.
 	script := `
-import os, sys, time, h5py
-part, final = sys.argv[1], sys.argv[2]
-deadline = time.time() + 30
-while not os.path.exists(part):
-    if time.time() > deadline: sys.exit("no file appeared")
-    time.sleep(0.02)
-# The file exists before its layout is complete and SWMR writing starts:
-# until then it does not open as a SWMR file.
+import sys, time, h5py
+# The file exists once the detector connects, before its layout is
+# complete and SWMR writing starts: until then it does not open as one.
 while True:
     try:
-        f = h5py.File(part, "r", swmr=True)
+        f = h5py.File(sys.argv[1], "r", swmr=True)
         break
     except OSError:
-        if time.time() > deadline: raise
         time.sleep(0.02)
-seen = []
+last = -1
 with f:
     st = f["/entry/instrument/detector/frame_status"]
-    while time.time() < deadline:
+    while last != 40:
         st.refresh()
         ok = int((st[:] == 0).sum())
-        if not seen or seen[-1] != ok: seen.append(ok)
-        if ok == 40 or os.path.exists(final): break
-        time.sleep(0.05)
-print(" ".join(map(str, seen)))
+        if ok != last:
+            print(ok, flush=True)
+            last = ok
+        time.sleep(0.02)
 `
-	o, err := exec.Command(py, "-c", script, writer.TempName(out), out).CombinedOutput()
-	if werr := replay.Wait(); werr != nil {
-		t.Fatalf("replay: %v\n%s", werr, stderr.String())
-	}
+	reader := exec.Command(py, "-c", script, writer.TempName(out))
+	var stderr lockedBuffer
+	reader.Stderr = &stderr
+	stdout, err := reader.StdoutPipe()
 	if err != nil {
-		t.Fatalf("SWMR reader: %v\n%s", err, o)
+		t.Fatal(err)
 	}
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		reader.Process.Kill()
+		reader.Wait()
+	}()
+	counts := lines(stdout)
 	var seen []int
-	for _, f := range strings.Fields(string(o)) {
-		var n int
-		fmt.Sscan(f, &n)
-		seen = append(seen, n)
+	for want := 10; want <= 40; want += 10 {
+		sender.send(t, 10)
+		for len(seen) == 0 || seen[len(seen)-1] < want {
+			n, err := strconv.Atoi(nextLine(t, counts, "the SWMR reader", &stderr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, n)
+		}
 	}
-	if len(seen) < 4 || !slices.IsSorted(seen) {
-		t.Errorf("the reader saw ok-frame counts %v: want several, growing", seen)
+	if !slices.IsSorted(seen) || !slices.Contains(seen, 10) || !slices.Contains(seen, 20) || !slices.Contains(seen, 30) || seen[len(seen)-1] != 40 {
+		t.Errorf("the reader saw ok-frame counts %v: want them growing through 10, 20, 30 and 40", seen)
+	}
+	sender.finish(t)
+	if code := acq.wait(t, time.Minute); code != exitOK {
+		t.Errorf("acquire: exit status %d\n%s", code, acq.stderr.String())
 	}
 }
 
-// TestKilledWriterLeavesReadableFile kills a paced replay mid-scan and
-// checks that its file opens, holds the frames of its last flush, and that
+// TestKilledWriterLeavesReadableFile kills acquire (SIGKILL) once a flush
+// has put 20 frames of a scan of 60 in its file, the detector held, and
+// checks that the file opens, holds those 20 frames as sent, and that
 // verify says which frames are missing.
 func TestKilledWriterLeavesReadableFile(t *testing.T) {
 	path, truth := simulate(t, "--frames", "60")
 	out := filepath.Join(t.TempDir(), "scan.h5")
-	replay := command("replay", path, "-o", out, "--projections", "60", "--fps", "25", "--flush", "100ms")
-	if err := replay.Start(); err != nil {
-		t.Fatal(err)
-	}
+	acq, sender := heldAcquire(t, path, out, 60)
+	sender.send(t, 20)
 	part := writer.TempName(out)
-	deadline := time.Now().Add(30 * time.Second)
-	for flushed := 0; flushed < 10; {
+	for deadline := time.Now().Add(time.Minute); scantest.OKFrames(part) < 20; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			replay.Process.Kill()
-			t.Fatal("replay wrote nothing in 30 s")
+			t.Fatalf("the 20 frames sent were not flushed to %s within a minute:\n%s", part, acq.stderr.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-		flushed = scantest.OKFrames(part)
 	}
-	if err := replay.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := acq.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	replay.Wait()
+	acq.cmd.Wait()
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("a killed scan got its final name")
 	}
@@ -338,8 +358,8 @@ func TestKilledWriterLeavesReadableFile(t *testing.T) {
 			}
 		}
 	}
-	if ok < 10 || ok >= 60 {
-		t.Errorf("%d frames ok in the killed scan, want at least the 10 seen flushed and not all 60", ok)
+	if ok != 20 {
+		t.Errorf("%d frames ok in the killed scan, want the 20 sent and flushed", ok)
 	}
 }
 

@@ -98,15 +98,16 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 		t.Errorf("status before the scan: %v", st)
 	}
 
-	// Follow the events from before the arm.
-	follow := client("follow", "--scan-id", "sc1")
+	// Follow the events from the first the service holds (event 0 is
+	// none: every event after it), so that a follower slow to connect
+	// still gets those of the arm.
+	follow := client("follow", "--scan-id", "sc1", "--last-event-id", "0")
 	var events bytes.Buffer
 	follow.Stdout, follow.Stderr = &events, &events
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer follow.Process.Kill()
-	time.Sleep(300 * time.Millisecond) // the follower connects
 
 	arm := client("arm", "--profile", "beamline", "--scan-id", "sc1", "--projections", "40", "--title", "status test",
 		"--experiment-id", "20261234", "--meta", "proposal=20261234", "--meta", "operator=ana")

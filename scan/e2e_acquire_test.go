@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
@@ -94,12 +95,15 @@ func TestAcquireSenderReconnects(t *testing.T) {
 	defer cancel()
 	addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "reconnect.h5")
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second, "source.idle_timeout": 10 * time.Second})
-	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Tomo(0, 0, 20, 0, 180), out, addr))
+	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 20, 0, 180), out, addr)
+	running := make(chan *pipeline.Pipeline, 1)
+	o.Progress = progressOf(running)
+	acq := startAcquire(t, o)
 	s := dialRetrying(t, ctx, addr, scantest.SmallFormat)
 	if err := post(ctx, s, recs[:10]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the ten frames land
+	waitReceived(t, running, 10) // the ten frames land
 	s.Abort()
 	again := make(chan error, 1)
 	go func() {

@@ -318,6 +318,37 @@ func peakRSS(t *testing.T) int64 {
 	return 0
 }
 
+// waitReceived waits for the pipeline that running hands over to have
+// received n frames, failing the test where a minute passes first (a
+// hang: the frames never came).
+func waitReceived(t *testing.T, running <-chan *pipeline.Pipeline, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var pl *pipeline.Pipeline
+	select {
+	case pl = <-running:
+	case <-time.After(time.Minute):
+		t.Fatal("no scan began")
+	}
+	for ; pl.Progress().Received < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames received, want %d", pl.Progress().Received, n)
+		}
+	}
+}
+
+// waitingNote returns a Notify hook that closes the channel it returns at
+// the first note that the scan waits for the detector.
+func waitingNote() (func(Note), <-chan struct{}) {
+	waiting := make(chan struct{})
+	once := sync.OnceFunc(func() { close(waiting) })
+	return func(n Note) {
+		if n.Kind == Waiting {
+			once()
+		}
+	}, waiting
+}
+
 // progressOf returns the options' Progress hook that hands the running
 // pipeline to the channel, once.
 func progressOf(running chan<- *pipeline.Pipeline) func(p *pipeline.Pipeline, planned int) func() {

@@ -577,9 +577,9 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 	t.Logf("%d received: %d ok, %d discarded", received, ok, discarded)
 }
 
-// TestAcquireStoppedWhileWaiting asks an acquire to stop before any
-// detector connected: it ends at once, incomplete, saying so, and leaves
-// no file.
+// TestAcquireStoppedWhileWaiting asks an acquire to stop once it says it
+// waits for the detector, before any connected: it ends long before its
+// connect timeout, incomplete, saying so, and leaves no file.
 func TestAcquireStoppedWhileWaiting(t *testing.T) {
 	stages := testStages(t)
 	dir := t.TempDir()
@@ -588,21 +588,26 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: scantest.FreeAddr(t),
+	notify, waiting := waitingNote()
+	a, err := NewAcquisition(AcquireOptions{Options: Options{Profile: p, Stages: stages, Notify: notify}, Files: files, Listen: scantest.FreeAddr(t),
 		Record: filepath.Join(dir, "scan.pmcap")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := NewStopper(context.Background(), time.Minute, nil)
+	stop := NewStopper(context.Background(), 10*time.Minute, nil)
 	defer stop.Close()
 	result := make(chan error, 1)
 	go func() { _, err := a.Run(stop); result <- err }()
-	time.Sleep(500 * time.Millisecond) // listening
-	start := time.Now()
+	select {
+	case <-waiting:
+	case err := <-result:
+		t.Fatalf("the acquire ended before it waited for the detector: %v", err)
+	}
 	stop.Request(StopRequest{})
-	err = <-result
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("the acquire took %v to end", d)
+	select {
+	case err = <-result:
+	case <-time.After(time.Minute): // a real hang: the connect timeout is 10 minutes
+		t.Fatal("the acquire did not end when asked to stop")
 	}
 	if !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "interrupted (stop requested) while waiting for the detector") {
 		t.Errorf("run: %v, want an incomplete scan saying it was stopped while waiting", err)

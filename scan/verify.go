@@ -375,7 +375,12 @@ func Recover(ctx context.Context, stages *registry.Registry, path string, stall 
 	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
 		return nil, fmt.Errorf("recover %s: a symbolic link: %w (run recover on the file it points to, under its own .NAME.part name)", path, ErrNotRecovered)
 	}
-	if _, ok := writer.FinalName(path); ok && fileExists(path) {
+	if final, ok := writer.FinalName(path); ok && fileExists(path) {
+		// A scan that still writes the file is named before the file is
+		// read: mid-flush, it may not read as a whole file.
+		if err := writer.CheckUnlocked(final); err != nil {
+			return nil, fmt.Errorf("recover %s: %w", path, err)
+		}
 		_, err := bounded(ctx, path, stall, func() (struct{}, error) { return struct{}{}, checkLayout(path) })
 		if err != nil {
 			return nil, fmt.Errorf("recover %s: %w: %w", path, ErrNotRecovered, err)

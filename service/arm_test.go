@@ -15,28 +15,30 @@ import (
 )
 
 // TestArmChecksOutsideTheLock: an arm whose checks hang (a profile on a
-// mount that does not answer) holds up no read, gets 503 at its deadline,
-// and arms nothing; a second arm meanwhile is a 409; once the checks
-// return, their scan is released and the next arm works.
+// mount that does not answer) holds up no read (it is answered before the
+// arm's deadline), gets 503 at its deadline, and arms nothing; a second
+// arm meanwhile is a 409; once the checks return, their scan is released
+// and the next arm works.
 func TestArmChecksOutsideTheLock(t *testing.T) {
-	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{})}
-	_, c := newTestService(t, r, Config{PrepareTimeout: 500 * time.Millisecond})
+	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{}), began: make(chan string, 1)}
+	_, c := newTestService(t, r, Config{PrepareTimeout: 2 * time.Second})
 	armed := make(chan int, 1)
 	go func() {
 		code, _ := c.do("POST", "/v1/scans", arm("hung"))
 		armed <- code
 	}()
-	time.Sleep(100 * time.Millisecond) // the arm is in its checks
-	start := time.Now()
+	<-r.began // the arm is in its checks
 	if code, _ := c.do("GET", "/v1/scans", nil); code != http.StatusOK {
 		t.Errorf("a read during hung checks: %d", code)
-	}
-	if d := time.Since(start); d > 200*time.Millisecond {
-		t.Errorf("a read during hung checks took %v", d)
 	}
 	code, e := c.do("POST", "/v1/scans", arm("second"))
 	if code != http.StatusConflict || !strings.Contains(e["detail"].(string), "hung is being armed") {
 		t.Errorf("a second arm during the checks: %d %v, want 409", code, e)
+	}
+	select {
+	case code := <-armed:
+		t.Fatalf("the hung arm answered %d before the read and the second arm were: they waited for its deadline", code)
+	default:
 	}
 	if code := <-armed; code != http.StatusServiceUnavailable {
 		t.Errorf("the hung arm: %d, want 503 at its deadline", code)
@@ -68,7 +70,7 @@ func TestArmChecksOutsideTheLock(t *testing.T) {
 // TestArmOfAClientThatLeft: a client that goes away while its scan is
 // being prepared arms nothing; what Prepare held is released.
 func TestArmOfAClientThatLeft(t *testing.T) {
-	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{})}
+	r := &fakeRunner{planned: 3, tick: time.Millisecond, hold: make(chan struct{}), began: make(chan string, 1)}
 	s, c := newTestService(t, r, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	b, _ := json.Marshal(arm("gone"))
@@ -82,7 +84,7 @@ func TestArmOfAClientThatLeft(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-r.began // the arm is in its checks
 	cancel()
 	<-done
 	time.Sleep(100 * time.Millisecond) // the service sees the client gone

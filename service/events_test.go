@@ -67,13 +67,30 @@ func openEvents(t *testing.T, ctx context.Context, base, last string) *http.Resp
 	return resp
 }
 
+// waitBroker waits until the service's event broker meets cond, read
+// under its lock, failing the test after a minute (a hang).
+func waitBroker(t *testing.T, s *Service, what string, cond func(b *broker) bool) {
+	t.Helper()
+	met := func() bool {
+		s.events.mu.Lock()
+		defer s.events.mu.Unlock()
+		return cond(s.events)
+	}
+	for deadline := time.Now().Add(time.Minute); !met(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("waited a minute for %s", what)
+			return
+		}
+	}
+}
+
 // TestEventsResume: every event has an id, the first of a connection the
 // reconnection delay; a client that disconnects in the middle of a scan
 // and reconnects with the last id it saw gets every event it missed, in
 // order, then the new ones: ids without a gap from armed to done.
 func TestEventsResume(t *testing.T) {
 	r := &fakeRunner{planned: 60, tick: 10 * time.Millisecond}
-	_, c := newTestService(t, r, Config{})
+	s, c := newTestService(t, r, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -100,8 +117,8 @@ func TestEventsResume(t *testing.T) {
 		t.Fatalf("the first event of a connection: %+v, want retry %d", got, retryMillis)
 	}
 	// Events go on while the client is away.
-	time.Sleep(300 * time.Millisecond)
 	last := got[len(got)-1].id
+	waitBroker(t, s, "an event while the client was away", func(b *broker) bool { return b.lastID > uint64(last) })
 	second := openEvents(t, ctx, c.base, strconv.Itoa(last))
 	defer second.Body.Close()
 	more := readEvents(t, second.Body, func(m sseMessage) bool {
@@ -177,7 +194,7 @@ func TestBrokerReplay(t *testing.T) {
 // an id beyond the service's gets every event it holds.
 func TestEventsBadLastEventID(t *testing.T) {
 	r := &fakeRunner{planned: 3, tick: time.Millisecond}
-	_, c := newTestService(t, r, Config{})
+	s, c := newTestService(t, r, Config{})
 	if code, _ := c.do("POST", "/v1/scans", arm("b1")); code != http.StatusCreated {
 		t.Fatalf("arm: %d", code)
 	}
@@ -188,12 +205,15 @@ func TestEventsBadLastEventID(t *testing.T) {
 	}{
 		{"abc", false}, {"-1", false}, {"99999999999999999999", false}, {"4000000000", true}, {"0", true},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// The last request's subscription has ended, so that the one
+		// the next scan's arm waits for is this request's.
+		waitBroker(t, s, "the last request to unsubscribe", func(b *broker) bool { return len(b.subs) == 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if !tc.replays {
 			// The head comes with the first event: the next scan's arm,
-			// once the request has reached the service.
+			// once the request has subscribed.
 			go func() {
-				time.Sleep(200 * time.Millisecond)
+				waitBroker(t, s, "the request to subscribe", func(b *broker) bool { return len(b.subs) > 0 })
 				c.do("POST", "/v1/scans", arm("b-"+tc.last))
 			}()
 		}

@@ -24,6 +24,7 @@ type fakeRunner struct {
 	tick    time.Duration
 	refuse  []string      // reasons to refuse every request
 	hold    chan struct{} // where set, Prepare waits for it to close
+	began   chan string   // where set, Prepare sends the scan id on it as it begins
 
 	mu       sync.Mutex
 	prepared []ArmRequest
@@ -31,6 +32,9 @@ type fakeRunner struct {
 }
 
 func (r *fakeRunner) Prepare(ctx context.Context, req ArmRequest) (Scan, error) {
+	if r.began != nil {
+		r.began <- req.ScanID
+	}
 	if r.hold != nil {
 		<-r.hold // checks on a file system that does not answer
 	}

@@ -28,6 +28,13 @@ import (
 // the kernel, so that the stream has to wait for it. It returns the
 // messages up to and with the end, or what came before its timeout.
 func slowConsumer(endpoint string, delay, timeout time.Duration) (<-chan [][]byte, error) {
+	return heldConsumer(endpoint, nil, delay, timeout)
+}
+
+// heldConsumer is slowConsumer connected at once but taking no message
+// until hold is closed (where hold is not nil): a consumer that the test
+// stops for as long as it likes.
+func heldConsumer(endpoint string, hold <-chan struct{}, delay, timeout time.Duration) (<-chan [][]byte, error) {
 	sock, err := zmq.NewSocket(zmq.PULL)
 	if err != nil {
 		return nil, err
@@ -47,6 +54,9 @@ func slowConsumer(endpoint string, delay, timeout time.Duration) (<-chan [][]byt
 	got := make(chan [][]byte, 1)
 	go func() {
 		defer sock.Close()
+		if hold != nil {
+			<-hold
+		}
 		var msgs [][]byte
 		for {
 			b, err := sock.RecvBytes(0)
