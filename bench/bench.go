@@ -207,6 +207,7 @@ const (
 	RowCeiling    = "ceiling: C bitshuffle+LZ4"
 	RowC1         = "C bitshuffle+LZ4, 1 thread, no I/O"
 	RowWriter     = "h5ingest writer alone, chunks precompressed"
+	RowRoCE       = "h5ingest acquire over roce (fake NIC), front end at full pace, 32 slots: frames stored ok"
 )
 
 // benchStep is one row's measurement: it runs one round and returns what
@@ -481,6 +482,7 @@ func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
 		// ratio to the faster C row as well.
 		benchStep{name: fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), run: python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
 		benchStep{name: RowC1, run: python(omp(1), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
+		benchStep{name: RowRoCE, run: func() (measure, error) { return roceRound(self, dir, fl, files.capture, replayOut) }},
 		benchStep{name: RowWriter, run: func() (measure, error) {
 			res, err := benchRun(self, nil, "bench", "write-chunks", files.ours, files.written, strconv.Itoa(fl.Unique), nstr)
 			if err != nil {
@@ -825,4 +827,63 @@ func workers(n int) string {
 		return "1 worker"
 	}
 	return strconv.Itoa(n) + " workers"
+}
+
+// okRe finds the frames stored ok in a scan's summary.
+var okRe = regexp.MustCompile(`(?m)^  ok +(\d+)$`)
+
+// roceRound runs one round of the roce row: acquire --transport roce
+// into a ring of 32 slots, and the front end's emulator writing the
+// capture at full pace, never waiting, both on the fake NIC (a meeting
+// directory of their own). A front end faster than the pipeline overruns
+// frames: the row counts the frames stored ok per second of the
+// pipeline's time, its time scaled so that the table's frames/s are those.
+func roceRound(self, dir string, fl *Config, capture, out string) (measure, error) {
+	meet, err := os.MkdirTemp(dir, "roce")
+	if err != nil {
+		return measure{}, err
+	}
+	defer os.RemoveAll(meet)
+	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
+	env := append(os.Environ(), "H5INGEST_TEST_FAKE_VERBS="+meet)
+	acq := exec.Command(self, "acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
+		"-o", out, "--overwrite", "--backend", fl.Backend, "--compression", "bslz4", "--projections", strconv.Itoa(fl.Frames),
+		"--slots", "32", "--idle-timeout", "5s")
+	acq.Env = env
+	var stdout, stderr bytes.Buffer
+	acq.Stdout, acq.Stderr = &stdout, &stderr
+	if err := acq.Start(); err != nil {
+		return measure{}, err
+	}
+	if _, err := benchRun(self, []string{"H5INGEST_TEST_FAKE_VERBS=" + meet}, "send", capture, "--transport", "roce",
+		"--rdma-params", params, "--front-end", fe, "--timeout", "60s"); err != nil {
+		acq.Process.Kill()
+		acq.Wait()
+		return measure{}, err
+	}
+	err = acq.Wait()
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 3) { // 3: incomplete, frames overrun
+		return measure{}, fmt.Errorf("bench: acquire over roce: %w\n%s", err, tail(stderr.Bytes(), 2000))
+	}
+	m := okRe.FindSubmatch(stdout.Bytes())
+	if m == nil {
+		return measure{}, fmt.Errorf("bench: acquire over roce: no ok count in its summary:\n%s", tail(stdout.Bytes(), 2000))
+	}
+	ok, _ := strconv.Atoi(string(m[1]))
+	pipe, err := pipelineTime(stdout.Bytes())
+	if err != nil {
+		return measure{}, err
+	}
+	if ok == 0 {
+		return measure{}, fmt.Errorf("bench: acquire over roce stored no frame ok:\n%s", tail(stdout.Bytes(), 2000))
+	}
+	var rss int64
+	if ru, isRU := acq.ProcessState.SysUsage().(*syscall.Rusage); isRU {
+		rss = ru.Maxrss << 10
+	}
+	size := fileSize(out)
+	os.Remove(out)
+	secs := pipe * float64(fl.Frames) / float64(ok)
+	return measure{secs: secs, pipe: secs, stored: size, rss: rss}, nil
 }

@@ -35,6 +35,7 @@ var stageNameUses = map[string]string{
 	"bench/bench.go:Run":                      "the bench's fixed rows: uncompressed and bslz4, as its report names them",
 	"bench/bench.go:benchSteps":               "the bench's fixed rows",
 	"bench/bench.go:WriteChunks":              "the bench's fixed rows",
+	"bench/bench.go:roceRound":                "the bench's fixed row of the roce receiver against its emulator, bslz4 as every replay row",
 	"scan/stages.go:DefaultComputeCache":      "the CUDA compute cache's directory name, not the backend",
 	"writer/writertest/writertest.go:write":   "the layout suite writes its chunks with one of h5ingest's codecs",
 	"source/fabric/internal/fi/providers.go:": `"cxi", libfabric's HPE Slingshot provider, not a layout`,
