@@ -66,7 +66,7 @@ func TestAcquireOverRoCE(t *testing.T) {
 			params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
 			out, rec := filepath.Join(dir, tc.name+".h5"), filepath.Join(dir, tc.name+".pmcap")
 			acquire := append([]string{"acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
-				"-o", out, "--record", rec, "--connect-timeout", "30s", "--slots", "16"}, plan...)
+				"-o", out, "--record", rec, "--connect-timeout", "30s", "--slots", "64"}, plan...)
 			send := []string{"send", path, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s", "--fps", "400"}
 			var a, s *proc
 			if tc.senderFirst {
@@ -184,7 +184,7 @@ func captureFrames(t *testing.T, path string) []capturedFrame {
 
 // startRoCE starts acquire --transport roce of a 200-frame scan and its
 // front end's emulator at 100 frames/s, meeting through the fake NIC, and
-// returns both once the scan's file exists (the first frame has come).
+// returns both once the scan's file holds frames.
 func startRoCE(t *testing.T) (a, s *proc, out, capturePath string) {
 	t.Helper()
 	capturePath, _ = simulate(t, "--darks", "0", "--flats", "0", "--projections", "200")
@@ -196,7 +196,13 @@ func startRoCE(t *testing.T) (a, s *proc, out, capturePath string) {
 	a = startProcEnv(t, env, "acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
 		"-o", out, "--projections", "200", "--connect-timeout", "30s", "--idle-timeout", "2s")
 	s = startProcEnv(t, env, "send", capturePath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s", "--fps", "100")
-	a.waitForFile(t, writer.TempName(out))
+	// Frames flow once the scan's file holds some.
+	part := writer.TempName(out)
+	for deadline := time.Now().Add(30 * time.Second); scantest.OKFrames(part) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no frame:\n%s%s", part, a.stdout.String(), a.stderr.String())
+		}
+	}
 	return a, s, out, capturePath
 }
 
@@ -223,13 +229,6 @@ func TestRoCEFrontEndKilled(t *testing.T) {
 func TestRoCEReceiverKilled(t *testing.T) {
 	smallDetector(t)
 	a, s, out, path := startRoCE(t)
-	// Killed once a flush has put frames in the file.
-	part := writer.TempName(out)
-	for deadline := time.Now().Add(30 * time.Second); scantest.OKFrames(part) < 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds no frame:\n%s%s", part, a.stdout.String(), a.stderr.String())
-		}
-	}
 	a.cmd.Process.Kill()
 	a.cmd.Wait()
 	if code := s.wait(t, time.Minute); code == exitOK || !strings.Contains(s.stderr.String(), "retry counter exceeded") {

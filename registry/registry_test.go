@@ -23,7 +23,7 @@ func TestBuiltin(t *testing.T) {
 		kind      string
 		got, want []string
 	}{
-		{"sources", n.Transports, []string{"fabric"}},
+		{"sources", n.Transports, []string{"fabric", "roce"}},
 		{"codecs", n.Codecs, compress.Names()},
 		{"layouts", n.Layouts, []string{writer.LayoutNXtomo, writer.LayoutCXI}},
 	} {

@@ -112,9 +112,14 @@ func TestNoFrontEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		_, err = l.Accept(context.Background())
+		st, err := l.Accept(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		_, err = st.Next(context.Background())
 		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "QPN") || !strings.Contains(err.Error(), "GID fe80::1") {
-			t.Errorf("Accept: %v, want a timeout naming the QPN and GID", err)
+			t.Errorf("Next: %v, want a timeout naming the QPN and GID", err)
 		}
 	})
 	t.Run("no answer", func(t *testing.T) {
@@ -175,7 +180,8 @@ func newLyingFrontEnd(t *testing.T, l *Listener) *lyingFrontEnd {
 			t.Fatal(err)
 		}
 	}
-	if err := l.ready(); err != nil {
+	l.connected = true
+	if err := l.moduleReady(0); err != nil {
 		t.Fatal(err)
 	}
 	return fe

@@ -64,7 +64,8 @@ func benchStream(tb testing.TB, header string) (*Stream, *verbs.FakeArrivals) {
 	if err := st.connect(FrontEndPort{Module: 0, GID: "fe80::1", QPN: 0x77, PSN: 1}); err != nil {
 		tb.Fatal(err)
 	}
-	if err := l.ready(); err != nil {
+	l.connected = true
+	if err := l.moduleReady(0); err != nil {
 		tb.Fatal(err)
 	}
 	nic, err := verbs.OpenFakeArrivals(dir, st.qp.Num())

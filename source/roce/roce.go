@@ -185,12 +185,13 @@ type Listener struct {
 	dev   verbs.Device
 	nonce string
 
-	mu      sync.Mutex
-	streams []*Stream // by module, in cfg.Modules order
-	taken   int       // streams Accept has handed out
-	stopped string
-	params  Params
-	closed  bool
+	mu        sync.Mutex
+	streams   []*Stream // by module, in cfg.Modules order
+	taken     int       // streams Accept has handed out
+	stopped   string
+	params    Params
+	connected bool // every queue pair is ready to receive from its front end
+	closed    bool
 }
 
 // Open sets up the queue pairs a scan's setup asks for: the source that
@@ -243,9 +244,7 @@ func Listen(cfg Config) (_ *Listener, err error) {
 				return nil, err
 			}
 		}
-		if err := l.ready(); err != nil {
-			return nil, err
-		}
+		l.connected = true
 	}
 	return l, nil
 }
@@ -273,15 +272,23 @@ func (l *Listener) writeParams() error {
 	return writeJSON(l.cfg.ParamsFile, p)
 }
 
-// ready marks every queue pair ready to receive, in the parameter file.
-func (l *Listener) ready() error {
+// moduleReady marks module's queue pair ready to receive in the parameter
+// file, its scan's pipeline taking frames: the front end writes from then
+// on, so that no frame comes before the scan can take it. The file says
+// ready once every module's is.
+func (l *Listener) moduleReady(module int) error {
 	l.mu.Lock()
-	l.params.Ready = true
+	all := true
 	for i := range l.params.Modules {
-		l.params.Modules[i].Ready = true
+		m := &l.params.Modules[i]
+		if m.Module == module {
+			m.Ready = true
+		}
+		all = all && m.Ready
 	}
+	l.params.Ready = all
 	l.mu.Unlock()
-	l.cfg.Log.Info("queue pairs ready to receive", zap.String("nonce", l.nonce), zap.String("params", l.cfg.ParamsFile))
+	l.cfg.Log.Info("queue pair ready to receive", zap.Int("module", module), zap.String("nonce", l.nonce), zap.String("params", l.cfg.ParamsFile))
 	return l.writeParams()
 }
 
@@ -326,7 +333,10 @@ func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error 
 			return err
 		}
 	}
-	return l.ready()
+	l.mu.Lock()
+	l.connected = true
+	l.mu.Unlock()
+	return nil
 }
 
 // waitedOn names the queue pairs waited on, for the timeout's message.
@@ -339,67 +349,42 @@ func (l *Listener) waitedOn() string {
 	return strings.Join(b, ", ") + fmt.Sprintf(" on GID %v", gid)
 }
 
-// Accept returns the next module's stream, once its front end's first
-// write has come: within the connect timeout, or an error wrapping
-// ErrTimeout that names the queue pairs and GID waited on.
+// Accept returns the next module's stream once its queue pair is ready to
+// receive from the front end: at once where the profile gives the front
+// end's end, else once the front end's file answers, within the connect
+// timeout (an error wrapping ErrTimeout that names the file, the nonce and
+// the queue pairs waited on). The parameter file says ready for the
+// module only when its stream's first Next comes: the front end writes
+// once the scan can take its frames.
 func (l *Listener) Accept(ctx context.Context) (receive.Stream, error) {
 	deadline := time.Now().Add(l.cfg.ConnectTimeout)
 	l.mu.Lock()
-	ready := l.params.Ready
+	connected := l.connected
 	l.mu.Unlock()
-	if !ready {
+	if !connected {
 		if err := l.awaitFrontEnd(ctx, deadline); err != nil {
 			return nil, err
 		}
 	}
 	l.mu.Lock()
-	pending := make([]*Stream, 0, len(l.streams))
+	defer l.mu.Unlock()
 	for _, s := range l.streams {
-		if !s.accepted {
-			pending = append(pending, s)
+		if s.accepted {
+			continue
 		}
-	}
-	stopped := l.stopped
-	l.mu.Unlock()
-	if len(pending) == 0 {
-		return nil, fmt.Errorf("every module's stream is taken: %w", ErrTimeout)
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	cases := make(chan *Stream, len(pending))
-	done := make(chan struct{})
-	defer close(done)
-	for _, s := range pending {
-		go func() {
-			select {
-			case <-s.first:
-				cases <- s
-			case <-done:
-			}
-		}()
-	}
-	select {
-	case s := <-cases:
-		if stopped != "" {
-			return nil, fmt.Errorf("%w", &receive.StoppedError{Module: uint16(s.module), Reason: stopped})
+		s.accepted = true
+		if l.stopped != "" {
+			return nil, fmt.Errorf("%w: %w", receive.ErrRefused, &receive.StoppedError{Module: uint16(s.module), Reason: l.stopped})
 		}
 		if l.cfg.Check != nil {
 			if err := l.cfg.Check(s.Module()); err != nil {
 				return nil, fmt.Errorf("%w: %w", receive.ErrRefused, err)
 			}
 		}
-		l.mu.Lock()
-		s.accepted = true
 		l.taken++
-		l.mu.Unlock()
 		return s, nil
-	case <-ctx.Done():
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, ctx.Err()
-		}
-	case <-timer.C:
 	}
-	return nil, fmt.Errorf("no frame from the front end within %v: waited on %s: %w", l.cfg.ConnectTimeout, l.waitedOn(), ErrTimeout)
+	return nil, fmt.Errorf("every module's stream is taken: %w", ErrTimeout)
 }
 
 // Stop makes Accept refuse every module not yet taken, with reason.

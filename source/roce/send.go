@@ -143,8 +143,8 @@ func (fe *frontEnd) meet(ctx context.Context) error {
 				return fmt.Errorf("version %d, nonce %q: not a receiver's parameters", p.Version, p.Nonce)
 			case fe.gone[p.Nonce]:
 				return fmt.Errorf("the receiver of nonce %s took no write: waiting for the next", p.Nonce)
-			case p.Nonce == answered && !p.Ready:
-				return fmt.Errorf("the receiver of nonce %s is not ready to receive yet", p.Nonce)
+			case p.Nonce == answered && !moduleReady(p, fe.cfg.Module):
+				return fmt.Errorf("the receiver of nonce %s is not ready to receive module %d yet", p.Nonce, fe.cfg.Module)
 			}
 			return nil
 		})
@@ -160,7 +160,7 @@ func (fe *frontEnd) meet(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if p.Nonce == answered && p.Ready {
+		if p.Nonce == answered && moduleReady(p, fe.cfg.Module) {
 			fe.nonce = answered
 			return nil
 		}
@@ -360,4 +360,15 @@ func (fe *frontEnd) reap(ctx context.Context, inFlight *int, st *SendStats) erro
 			}
 		}
 	}
+}
+
+// moduleReady reports whether the receiver of p is ready to receive
+// module's frames.
+func moduleReady(p Params, module int) bool {
+	for _, m := range p.Modules {
+		if m.Module == module {
+			return m.Ready
+		}
+	}
+	return false
 }

@@ -43,9 +43,9 @@ type Stream struct {
 	frames   []pipeline.Frame // one per slot
 	handed   []arrival        // what each slot's frame was when Next handed it out
 
-	first     chan struct{} // closed at the first completion
-	firstOnce sync.Once
-	accepted  bool // l.mu: an Accept took the stream
+	accepted  bool // l.mu: an Accept took (or refused) the stream
+	readyOnce sync.Once
+	readyErr  error
 
 	// The completion queue is polled by the stream's goroutine and, for
 	// a fresh look, by Intact; cqMu serialises them and guards what the
@@ -95,7 +95,7 @@ type arrival struct {
 // posts its receives.
 func newStream(l *Listener, module int) (_ *Stream, err error) {
 	cfg := &l.cfg
-	s := &Stream{l: l, cfg: cfg, module: module, slotSize: cfg.SlotSize(), first: make(chan struct{}),
+	s := &Stream{l: l, cfg: cfg, module: module, slotSize: cfg.SlotSize(),
 		signal: make(chan struct{}, 1), pollQuit: make(chan struct{}), pollDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -274,7 +274,6 @@ func (s *Stream) take(c verbs.Completion) bool {
 		s.cqErr = fmt.Errorf("module %d: post a receive again: %w", s.module, err)
 		return false
 	}
-	s.firstOnce.Do(func() { close(s.first) })
 	var seq uint64
 	slot := 0
 	if s.cfg.Immediate == ImmediateFrame {
@@ -364,10 +363,24 @@ func (s *Stream) overrun(a arrival) bool {
 // ErrTimeout after the idle timeout. A frame already written over is not
 // handed out; it is counted as overrun and recorded missing.
 func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
+	// The first Next: the scan takes frames from now on, which the
+	// parameter file tells the front end; its first frame may take up to
+	// the connect timeout.
+	s.readyOnce.Do(func() { s.readyErr = s.l.moduleReady(s.module) })
+	if s.readyErr != nil {
+		return nil, fmt.Errorf("module %d: tell the front end the queue pair is ready: %w", s.module, s.readyErr)
+	}
+	wait := s.cfg.IdleTimeout
+	s.cqMu.Lock()
+	seen := s.seen
+	s.cqMu.Unlock()
+	if !seen {
+		wait = s.cfg.ConnectTimeout
+	}
 	if s.idle == nil {
-		s.idle = time.NewTimer(s.cfg.IdleTimeout)
+		s.idle = time.NewTimer(wait)
 	} else {
-		s.idle.Reset(s.cfg.IdleTimeout)
+		s.idle.Reset(wait)
 	}
 	for {
 		s.mu.Lock()
@@ -407,8 +420,12 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 			return nil, ctx.Err()
 		case <-s.idle.C:
 			s.cqMu.Lock()
-			last := s.maxSeen
+			last, seen := s.maxSeen, s.seen
 			s.cqMu.Unlock()
+			if !seen {
+				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v: %w",
+					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.l.dev.Port().GID, ErrTimeout)
+			}
 			return nil, fmt.Errorf("module %d: no frame for %v after frame %d: %w", s.module, s.cfg.IdleTimeout, last, ErrTimeout)
 		}
 	}
