@@ -61,21 +61,9 @@ func TestNICFaults(t *testing.T) {
 			path, truth := capturePath(t, n)
 			s := setup(dir, func(s *config.Source) { s.IdleTimeout = 2 * time.Second })
 			s.Frames = n
-			l, err := Open(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			t.Setenv(verbs.FaultEnv, tc.fault)
-			sent := emulate(t, ctx, dir, path, 200)
-			st, err := l.Accept(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			got, err := drain(t, ctx, st, truth)
+			st, sent := receiveScan(t, dir, path, s, 200)
+			got, err := drain(t, context.Background(), st, truth)
 			if err == nil || errors.Is(err, io.EOF) || !strings.Contains(err.Error(), tc.receiver) || !strings.Contains(err.Error(), "module 0") {
 				t.Errorf("the stream ended with %v, want an error naming module 0 and %q", err, tc.receiver)
 			}

@@ -90,6 +90,27 @@ func emulate(t testing.TB, ctx context.Context, dir, path string, fps float64) <
 	return done
 }
 
+// receiveScan opens a receiver as s says, starts the front end's emulator
+// on the capture at path at fps (0: full pace), and returns the module's
+// stream and what the emulator ends with; both end with the test.
+func receiveScan(t *testing.T, dir, path string, s receive.Setup, fps float64) (receive.Stream, <-chan error) {
+	t.Helper()
+	l, err := Open(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sent := emulate(t, ctx, dir, path, fps)
+	st, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, sent
+}
+
 // TestReceiveEveryFrame runs the emulator against a receiver through the
 // fake NIC, paced, in each immediate and header mode, and checks that
 // every frame arrives with the capture's bytes and passes Intact.
@@ -112,19 +133,8 @@ func TestReceiveEveryFrame(t *testing.T) {
 				s.Immediate, s.FrameHeader, s.QPType = tc.immediate, tc.header, tc.qp
 			})
 			s.Frames = n
-			l, err := Open(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sent := emulate(t, ctx, dir, path, 0)
-			st, err := l.Accept(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st, sent := receiveScan(t, dir, path, s, 0)
+			ctx := context.Background()
 			ow := st.(pipeline.OverwritingSource)
 			got := 0
 			for {
@@ -176,19 +186,8 @@ func TestFasterFrontEndNeverStoresTornFrames(t *testing.T) {
 	path, truth := capturePath(t, n)
 	s := setup(dir, func(s *config.Source) { s.RingSlots = 8 })
 	s.Frames = n
-	l, err := Open(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sent := emulate(t, ctx, dir, path, 0)
-	st, err := l.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, sent := receiveScan(t, dir, path, s, 0)
+	ctx := context.Background()
 	ow := st.(pipeline.OverwritingSource)
 	intact, torn := 0, 0
 	copyBuf := make([]byte, smallFormat.PayloadSize())
