@@ -295,7 +295,7 @@ func Run(out, logw io.Writer, fl *Config) error {
 		return err
 	}
 
-	steps := benchSteps(self, dir, fl, files)
+	steps := benchSteps(self, dir, fl, files, format)
 	// The Python rows need modules a machine may lack (h5py and
 	// hdf5plugin, the C bitshuffle library's module): a row whose modules
 	// do not import is left out, and the table says why, rather than the
@@ -411,7 +411,7 @@ var (
 
 // benchSteps returns the rows of the table in the order each round runs
 // them.
-func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
+func benchSteps(self, dir string, fl *Config, files benchFiles, format frame.Format) []benchStep {
 	nstr := strconv.Itoa(fl.Frames)
 	cores := runtime.NumCPU()
 	replay := func(out string, sync bool, env []string, more ...string) func() (measure, error) {
@@ -482,7 +482,7 @@ func benchSteps(self, dir string, fl *Config, files benchFiles) []benchStep {
 		// ratio to the faster C row as well.
 		benchStep{name: fmt.Sprintf("%s, %d threads, no I/O", RowCeiling, fl.Threads), run: python(omp(fl.Threads), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
 		benchStep{name: RowC1, run: python(omp(1), "", script("ceiling.py"), files.decoded, nstr), imports: ceilingImports},
-		benchStep{name: RowRoCE, run: func() (measure, error) { return roceRound(self, dir, fl, files.capture, replayOut) }},
+		benchStep{name: RowRoCE, run: func() (measure, error) { return roceRound(self, dir, fl, format, files.capture, replayOut) }},
 		benchStep{name: RowWriter, run: func() (measure, error) {
 			res, err := benchRun(self, nil, "bench", "write-chunks", files.ours, files.written, strconv.Itoa(fl.Unique), nstr)
 			if err != nil {
@@ -838,14 +838,19 @@ var okRe = regexp.MustCompile(`(?m)^  ok +(\d+)$`)
 // directory of their own). A front end faster than the pipeline overruns
 // frames: the row counts the frames stored ok per second of the
 // pipeline's time, its time scaled so that the table's frames/s are those.
-func roceRound(self, dir string, fl *Config, capture, out string) (measure, error) {
+func roceRound(self, dir string, fl *Config, format frame.Format, capture, out string) (measure, error) {
 	meet, err := os.MkdirTemp(dir, "roce")
 	if err != nil {
 		return measure{}, err
 	}
 	defer os.RemoveAll(meet)
 	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
-	env := append(os.Environ(), "H5INGEST_TEST_FAKE_VERBS="+meet)
+	// acquire's detector is the capture's, which replay reads from it.
+	env := append(os.Environ(), "H5INGEST_TEST_FAKE_VERBS="+meet,
+		"H5INGEST_DETECTOR_CHIPS_X="+strconv.Itoa(format.ChipsX), "H5INGEST_DETECTOR_CHIPS_Y="+strconv.Itoa(format.ChipsY),
+		"H5INGEST_DETECTOR_CHIP_WIDTH="+strconv.Itoa(format.ChipWidth), "H5INGEST_DETECTOR_CHIP_HEIGHT="+strconv.Itoa(format.ChipHeight),
+		"H5INGEST_DETECTOR_ENCODING="+format.Encoding.String(), "H5INGEST_DETECTOR_BIT_DEPTH="+strconv.Itoa(format.BitDepth),
+		"H5INGEST_DETECTOR_CODING="+format.Coding.String())
 	acq := exec.Command(self, "acquire", "--transport", "roce", "--rdma-params", params, "--front-end", fe,
 		"-o", out, "--overwrite", "--backend", fl.Backend, "--compression", "bslz4", "--projections", strconv.Itoa(fl.Frames),
 		"--slots", "32", "--idle-timeout", "5s")

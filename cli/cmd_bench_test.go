@@ -46,7 +46,7 @@ func TestBenchSmall(t *testing.T) {
 	}
 	table := out.String()
 	rows := []string{bench.RowOurs, bench.RowOneWorker, bench.RowShuffled, bench.RowDisk, bench.RowReference, bench.RowReference1,
-		"ceiling: C bitshuffle+LZ4, 2 threads", "C bitshuffle+LZ4, 1 thread", bench.RowWriter}
+		"ceiling: C bitshuffle+LZ4, 2 threads", "C bitshuffle+LZ4, 1 thread", bench.RowWriter, bench.RowRoCE}
 	for _, w := range []int{2, 3} { // the cores, or GOMAXPROCS
 		if w != runtime.NumCPU() {
 			rows = append(rows, fmt.Sprintf("h5ingest replay, GOMAXPROCS=%d (%d workers)", w, w))

@@ -192,6 +192,7 @@ type Listener struct {
 	params    Params
 	connected bool // every queue pair is ready to receive from its front end
 	closed    bool
+	writeMu   sync.Mutex // one write of the parameter file at a time
 }
 
 // Open sets up the queue pairs a scan's setup asks for: the source that
@@ -262,12 +263,18 @@ func (l *Listener) Params() Params {
 	return p
 }
 
+// writeParams writes the parameter file as the listener has it now. The
+// writes are one at a time, each of a copy taken under the lock, so that
+// the file always ends as the last change left it.
 func (l *Listener) writeParams() error {
 	if l.cfg.ParamsFile == "" {
 		return nil
 	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	p := l.params
+	p.Modules = slices.Clone(l.params.Modules)
 	l.mu.Unlock()
 	return writeJSON(l.cfg.ParamsFile, p)
 }
