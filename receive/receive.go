@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -162,4 +163,19 @@ type StoppedError struct {
 
 func (e *StoppedError) Error() string {
 	return fmt.Sprintf("module %d connected after the stop and was refused (%s)", e.Module, e.Reason)
+}
+
+// SlotOf returns the index in frames of f, a frame a stream handed out
+// from its ring (one Frame per slot), found from its address in constant
+// time; -1 for a frame that is not one of frames.
+func SlotOf(frames []pipeline.Frame, f *pipeline.Frame) int {
+	if len(frames) == 0 || f == nil {
+		return -1
+	}
+	off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&frames[0]))
+	i := off / unsafe.Sizeof(frames[0])
+	if i >= uintptr(len(frames)) || &frames[i] != f {
+		return -1
+	}
+	return int(i)
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"h5ingest/frame"
 	"h5ingest/pipeline"
@@ -500,20 +499,8 @@ func (s *Stream) awaitPeerClose(d time.Duration) {
 	}
 }
 
-// slotOf returns the slot of a frame Next handed out: its index in
-// s.frames, from its address, in constant time; -1 for a frame that is
-// not one of the stream's.
-func (s *Stream) slotOf(f *pipeline.Frame) int {
-	if len(s.frames) == 0 || f == nil {
-		return -1
-	}
-	off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&s.frames[0]))
-	i := off / unsafe.Sizeof(s.frames[0])
-	if i >= uintptr(len(s.frames)) || &s.frames[i] != f {
-		return -1
-	}
-	return int(i)
-}
+// slotOf returns the slot of a frame Next handed out; -1 for another.
+func (s *Stream) slotOf(f *pipeline.Frame) int { return receive.SlotOf(s.frames, f) }
 
 // Release gives f's slot back to the sender.
 func (s *Stream) Release(f *pipeline.Frame) {

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -520,17 +519,7 @@ func (s *Stream) count1(counts ...*uint64) {
 func (s *Stream) HostMemory() [][]byte { return [][]byte{s.mem.Bytes()} }
 
 // slotOf returns the slot of a frame Next handed out; -1 for another.
-func (s *Stream) slotOf(f *pipeline.Frame) int {
-	if len(s.frames) == 0 || f == nil {
-		return -1
-	}
-	off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&s.frames[0]))
-	i := off / unsafe.Sizeof(s.frames[0])
-	if i >= uintptr(len(s.frames)) || &s.frames[i] != f {
-		return -1
-	}
-	return int(i)
-}
+func (s *Stream) slotOf(f *pipeline.Frame) int { return receive.SlotOf(s.frames, f) }
 
 // Intact reports whether f, a frame Next handed out, was not written over
 // while it was read: called after the last read of its payload (the
