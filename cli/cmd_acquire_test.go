@@ -118,16 +118,24 @@ func captureRecords(t *testing.T, path string) []byte {
 	return b[off:]
 }
 
+// replayFile replays the capture at path with args into a file of its
+// own and returns the file's records and chunks: what an acquire of the
+// same frames must write.
+func replayFile(t *testing.T, path string, args ...string) ([]frame.Record, [][]byte) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "replay.h5")
+	if code := run(append([]string{"replay", path, "-o", out}, args...)); code != exitOK {
+		t.Fatalf("replay exit status %d", code)
+	}
+	return readFile(t, out)
+}
+
 func TestAcquireMatchesReplay(t *testing.T) {
 	smallDetector(t)
 	path, _ := simulate(t, "--darks", "2", "--flats", "2", "--projections", "16")
 	plan := []string{"--darks", "2", "--flats", "2", "--projections", "16"}
 	dir := t.TempDir()
-	want := filepath.Join(dir, "replay.h5")
-	if code := run(append([]string{"replay", path, "-o", want}, plan...)); code != exitOK {
-		t.Fatalf("replay exit status %d", code)
-	}
-	wantRecs, wantChunks := readFile(t, want)
+	wantRecs, wantChunks := replayFile(t, path, plan...)
 	for _, mode := range []string{"write", "send"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv("H5INGEST_SOURCE_MODE", mode) // the profile's mode, which acquire holds senders to

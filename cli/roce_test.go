@@ -46,11 +46,7 @@ func TestAcquireOverRoCE(t *testing.T) {
 	path, _ := simulate(t, "--darks", "2", "--flats", "2", "--projections", "36")
 	plan := []string{"--darks", "2", "--flats", "2", "--projections", "36"}
 	dir := t.TempDir()
-	want := filepath.Join(dir, "replay.h5")
-	if code := run(append([]string{"replay", path, "-o", want}, plan...)); code != exitOK {
-		t.Fatalf("replay exit status %d", code)
-	}
-	wantRecs, wantChunks := readFile(t, want)
+	wantRecs, wantChunks := replayFile(t, path, plan...)
 	for _, tc := range []struct {
 		name        string
 		senderFirst bool
@@ -245,11 +241,7 @@ func TestRoCEReceiverKilled(t *testing.T) {
 // replay's of the capture at path (with replayArgs: the acquire's codec).
 func checkAgainstReplay(t *testing.T, out, path string, n int, replayArgs ...string) {
 	t.Helper()
-	want := filepath.Join(t.TempDir(), "replay.h5")
-	if code := run(append([]string{"replay", path, "-o", want, "--projections", strconv.Itoa(n)}, replayArgs...)); code != exitOK {
-		t.Fatalf("replay exit status %d", code)
-	}
-	wantRecs, wantChunks := readFile(t, want)
+	wantRecs, wantChunks := replayFile(t, path, append([]string{"--projections", strconv.Itoa(n)}, replayArgs...)...)
 	recs, chunks := readFile(t, out)
 	if len(recs) != n {
 		t.Fatalf("%d records, want %d", len(recs), n)
