@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -187,7 +186,6 @@ type Listener struct {
 
 	mu        sync.Mutex
 	streams   []*Stream // by module, in cfg.Modules order
-	taken     int       // streams Accept has handed out
 	stopped   string
 	params    Params
 	connected bool // every queue pair is ready to receive from its front end
@@ -388,7 +386,6 @@ func (l *Listener) Accept(ctx context.Context) (receive.Stream, error) {
 				return nil, fmt.Errorf("%w: %w", receive.ErrRefused, err)
 			}
 		}
-		l.taken++
 		return s, nil
 	}
 	return nil, fmt.Errorf("every module's stream is taken: %w", ErrTimeout)
@@ -454,6 +451,3 @@ func (l *Listener) release() error {
 	l.dev = nil
 	return dev.Close()
 }
-
-// gidOf returns a port's GID as the files write it.
-func gidOf(a netip.Addr) string { return a.String() }

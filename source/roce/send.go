@@ -219,7 +219,7 @@ func (fe *frontEnd) answer(p Params) error {
 	}
 	fe.peer = peer
 	port := fe.dev.Port()
-	ans := FrontEndParams{Version: ParamsVersion, Nonce: p.Nonce, Modules: []FrontEndPort{{Module: fe.cfg.Module, GID: gidOf(port.GID), QPN: fe.qp.Num(), PSN: fe.psn}}}
+	ans := FrontEndParams{Version: ParamsVersion, Nonce: p.Nonce, Modules: []FrontEndPort{{Module: fe.cfg.Module, GID: port.GID.String(), QPN: fe.qp.Num(), PSN: fe.psn}}}
 	fe.cfg.Log.Info("front end's queue pair ready to send", zap.Int("module", fe.cfg.Module), zap.Uint32("qpn", fe.qp.Num()),
 		zap.Uint32("receiver_qpn", peer.QPN), zap.String("nonce", p.Nonce))
 	return fe.writeAnswer(ans)

@@ -144,7 +144,7 @@ func newStream(l *Listener, module int) (_ *Stream, err error) {
 // params returns the stream's end of its queue pair.
 func (s *Stream) params() ModuleParams {
 	port := s.l.dev.Port()
-	return ModuleParams{Module: s.module, Device: port.Device, Port: port.Num, GID: gidOf(port.GID), GIDIndex: port.GIDIndex,
+	return ModuleParams{Module: s.module, Device: port.Device, Port: port.Num, GID: port.GID.String(), GIDIndex: port.GIDIndex,
 		GIDType: port.GIDType, QPN: s.qp.Num(), PSN: s.psn, Addr: s.mem.Addr(), RKey: s.mem.RKey(),
 		SlotSize: s.slotSize, Slots: s.cfg.Slots, MTU: s.cfg.MTU, QPType: qpTypeName(s.cfg.QPType),
 		Immediate: s.cfg.Immediate, FrameHeader: s.cfg.Header}
