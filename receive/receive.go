@@ -126,6 +126,29 @@ type Listener interface {
 	Close() error
 }
 
+// Station is a receiver set up once and used scan after scan, as a
+// detector whose links are configured statically (roce's queue pairs)
+// meets its receiver once: the scan service opens it at start-up and each
+// scan takes a Listener of it, over links and rings emptied for the scan.
+type Station interface {
+	// Scan returns the listener of one scan: a setup whose source keys
+	// differ from the station's in what its links are made of is refused,
+	// and so is a module already in a scan.
+	Scan(Setup) (Listener, error)
+	// Params returns the receiver's end of every link, as the sender
+	// needs it, for JSON.
+	Params() any
+	// SetPeers takes the senders' ends of the links, as JSON, where the
+	// profile lets a control system give them (ErrPeersFixed otherwise).
+	SetPeers(data []byte) error
+	// Close closes every link; no scan may use the station after.
+	Close() error
+}
+
+// ErrPeersFixed is wrapped by Station.SetPeers's error where the profile
+// does not let a control system give the senders' ends.
+var ErrPeersFixed = errors.New("the senders' ends are the profile's")
+
 // Setup is what a scan asks of a listener: the profile's source keys and
 // what the scan itself decides.
 type Setup struct {

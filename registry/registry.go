@@ -35,6 +35,10 @@ type Source struct {
 	// as the profile's source keys and the scan's setup say; nil: the
 	// source cannot acquire.
 	Listen func(receive.Setup) (receive.Listener, error)
+	// Station, where set, opens the source once for many scans, as the
+	// scan service does for a source whose links are set up statically;
+	// serve's scans of the source then listen through it alone.
+	Station func(receive.Setup) (receive.Station, error)
 	// Check, where set, refuses a setup Listen could not work with (keys
 	// out of range, a ring too large), before any file is made.
 	Check func(receive.Setup) error

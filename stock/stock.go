@@ -24,7 +24,7 @@ func Register(r *registry.Registry) error {
 		},
 		func() error {
 			return r.AddSource(registry.Source{Name: "roce", Doc: "a detector front end's static RoCE queue pairs: frames written with immediate data into a ring, no credits (libibverbs)",
-				Listen: roce.Open, Check: roce.Check, Open: capture.OpenScan})
+				Listen: roce.Open, Station: roce.OpenStation, Check: roce.Check, Open: capture.OpenScan})
 		},
 		func() error { return addBackends(r) },
 		func() error { return addCodecs(r) },

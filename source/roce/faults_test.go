@@ -163,13 +163,14 @@ func newLyingFrontEnd(t *testing.T, l *Listener) *lyingFrontEnd {
 	if err := fe.qp.ReadyToSend(11); err != nil {
 		t.Fatal(err)
 	}
+	end := FrontEndPort{Module: 0, GID: "fe80::1", QPN: fe.qp.Num(), PSN: 11}
 	for _, s := range l.streams {
-		if err := s.connect(FrontEndPort{Module: 0, GID: "fe80::1", QPN: fe.qp.Num(), PSN: 11}); err != nil {
+		if err := s.connect(end); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.connected = true
-	if err := l.moduleReady(0); err != nil {
+	l.st.frontEnds = map[int]FrontEndPort{0: end}
+	if err := l.st.moduleReady(0); err != nil {
 		t.Fatal(err)
 	}
 	return fe

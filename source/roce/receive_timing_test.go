@@ -61,11 +61,12 @@ func benchStream(tb testing.TB, header string) (*Stream, *verbs.FakeArrivals) {
 	}
 	tb.Cleanup(func() { l.Close() })
 	st := l.streams[0]
-	if err := st.connect(FrontEndPort{Module: 0, GID: "fe80::1", QPN: 0x77, PSN: 1}); err != nil {
+	end := FrontEndPort{Module: 0, GID: "fe80::1", QPN: 0x77, PSN: 1}
+	if err := st.connect(end); err != nil {
 		tb.Fatal(err)
 	}
-	l.connected = true
-	if err := l.moduleReady(0); err != nil {
+	l.st.frontEnds = map[int]FrontEndPort{0: end}
+	if err := l.st.moduleReady(0); err != nil {
 		tb.Fatal(err)
 	}
 	nic, err := verbs.OpenFakeArrivals(dir, st.qp.Num())

@@ -177,20 +177,68 @@ func Check(s receive.Setup) error {
 	return err
 }
 
-// Listener is the receiver's queue pairs, one per module, set up and
-// waiting for the front end's writes.
-type Listener struct {
-	cfg   Config
-	dev   verbs.Device
-	nonce string
+// station is the device and the queue pairs, completion queues and rings
+// of a receiver's modules, set up once: acquire's for one scan, serve's
+// for every scan it runs (kept). A Listener is one scan's use of it.
+type station struct {
+	cfg  Config
+	dev  verbs.Device
+	kept bool // the links outlive the scans (OpenStation)
 
 	mu        sync.Mutex
+	nonce     string // this scan's, or this run's
 	streams   []*Stream // by module, in cfg.Modules order
-	stopped   string
 	params    Params
-	connected bool // every queue pair is ready to receive from its front end
+	frontEnds map[int]FrontEndPort // the front end's ends, where given (the profile's, or PUT)
 	closed    bool
 	writeMu   sync.Mutex // one write of the parameter file at a time
+	linkMu    sync.Mutex // one bringing up of links at a time
+}
+
+// newStation opens the device, creates each module's queue pair,
+// completion queue and ring, and writes the parameter file.
+func newStation(cfg Config, kept bool) (_ *station, err error) {
+	dev, err := verbs.Open(cfg.Device, cfg.Port, cfg.GIDIndex)
+	if err != nil {
+		return nil, fmt.Errorf("open the RDMA device: %w", err)
+	}
+	st := &station{cfg: cfg, dev: dev, kept: kept, nonce: newNonce(), frontEnds: cfg.FrontEnds}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	port := dev.Port()
+	if port.State != "" && port.State != "ACTIVE" {
+		cfg.Log.Warn("RDMA port not active", zap.String("device", port.Device), zap.Int("port", port.Num), zap.String("state", port.State))
+	}
+	st.params = Params{Version: ParamsVersion, Nonce: st.nonce}
+	for _, m := range cfg.Modules {
+		s, err := newStream(st, m)
+		if err != nil {
+			return nil, fmt.Errorf("module %d: %w", m, err)
+		}
+		st.streams = append(st.streams, s)
+		st.params.Modules = append(st.params.Modules, s.params())
+	}
+	if err := st.writeParams(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Listener is one scan's use of the receiver's queue pairs, one per
+// module it takes, set up and waiting for the front end's writes.
+type Listener struct {
+	st      *station
+	streams []*Stream
+	check   func(receive.Module) error
+	own     bool // closing the listener closes the station: acquire's
+
+	mu      sync.Mutex
+	taken   []bool // by stream: an Accept took (or refused) it
+	stopped string
+	closed  bool
 }
 
 // Open sets up the queue pairs a scan's setup asks for: the source that
@@ -210,108 +258,132 @@ func Open(s receive.Setup) (receive.Listener, error) {
 // Listen opens the device, creates each module's queue pair, completion
 // queue and ring, writes the parameter file, and brings every queue pair
 // whose front end is known to ready-to-receive.
-func Listen(cfg Config) (_ *Listener, err error) {
-	dev, err := verbs.Open(cfg.Device, cfg.Port, cfg.GIDIndex)
+func Listen(cfg Config) (*Listener, error) {
+	st, err := newStation(cfg, false)
 	if err != nil {
-		return nil, fmt.Errorf("open the RDMA device: %w", err)
-	}
-	l := &Listener{cfg: cfg, dev: dev, nonce: newNonce()}
-	defer func() {
-		if err != nil {
-			l.Close()
-		}
-	}()
-	port := dev.Port()
-	if port.State != "" && port.State != "ACTIVE" {
-		cfg.Log.Warn("RDMA port not active", zap.String("device", port.Device), zap.Int("port", port.Num), zap.String("state", port.State))
-	}
-	l.params = Params{Version: ParamsVersion, Nonce: l.nonce}
-	for _, m := range cfg.Modules {
-		s, err := newStream(l, m)
-		if err != nil {
-			return nil, fmt.Errorf("module %d: %w", m, err)
-		}
-		l.streams = append(l.streams, s)
-		l.params.Modules = append(l.params.Modules, s.params())
-	}
-	if err := l.writeParams(); err != nil {
 		return nil, err
 	}
+	l := st.listener(st.streams, cfg.Check, true)
 	if cfg.FrontEnds != nil {
-		for _, s := range l.streams {
-			if err := s.connect(cfg.FrontEnds[s.module]); err != nil {
-				return nil, err
-			}
+		if err := st.link(context.Background(), time.Now().Add(cfg.ConnectTimeout), st.streams); err != nil {
+			l.Close()
+			return nil, err
 		}
-		l.connected = true
 	}
 	return l, nil
 }
 
-// Nonce returns the run's nonce, which the parameter file carries.
-func (l *Listener) Nonce() string { return l.nonce }
+// listener returns a scan's listener of streams.
+func (st *station) listener(streams []*Stream, check func(receive.Module) error, own bool) *Listener {
+	return &Listener{st: st, streams: streams, check: check, own: own, taken: make([]bool, len(streams))}
+}
+
+// Nonce returns the nonce the parameter file carries now: the run's, or
+// the scan's.
+func (l *Listener) Nonce() string {
+	l.st.mu.Lock()
+	defer l.st.mu.Unlock()
+	return l.st.nonce
+}
 
 // Params returns the receiver's end of every queue pair, as the parameter
 // file has it.
-func (l *Listener) Params() Params {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.params
-	p.Modules = append([]ModuleParams(nil), p.Modules...)
+func (l *Listener) Params() Params { return l.st.paramsNow() }
+
+func (st *station) paramsNow() Params {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p := st.params
+	p.Modules = slices.Clone(p.Modules)
 	return p
 }
 
-// writeParams writes the parameter file as the listener has it now. The
+// writeParams writes the parameter file as the station has it now. The
 // writes are one at a time, each of a copy taken under the lock, so that
 // the file always ends as the last change left it.
-func (l *Listener) writeParams() error {
-	if l.cfg.ParamsFile == "" {
+func (st *station) writeParams() error {
+	if st.cfg.ParamsFile == "" {
 		return nil
 	}
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	l.mu.Lock()
-	p := l.params
-	p.Modules = slices.Clone(l.params.Modules)
-	l.mu.Unlock()
-	return writeJSON(l.cfg.ParamsFile, p)
+	st.writeMu.Lock()
+	defer st.writeMu.Unlock()
+	return writeJSON(st.cfg.ParamsFile, st.paramsNow())
 }
 
 // moduleReady marks module's queue pair ready to receive in the parameter
 // file, its scan's pipeline taking frames: the front end writes from then
 // on, so that no frame comes before the scan can take it. The file says
 // ready once every module's is.
-func (l *Listener) moduleReady(module int) error {
-	l.mu.Lock()
+func (st *station) moduleReady(module int) error {
+	st.mu.Lock()
 	all := true
-	for i := range l.params.Modules {
-		m := &l.params.Modules[i]
+	for i := range st.params.Modules {
+		m := &st.params.Modules[i]
 		if m.Module == module {
 			m.Ready = true
 		}
 		all = all && m.Ready
 	}
-	l.params.Ready = all
-	l.mu.Unlock()
-	l.cfg.Log.Info("queue pair ready to receive", zap.Int("module", module), zap.String("nonce", l.nonce), zap.String("params", l.cfg.ParamsFile))
-	return l.writeParams()
+	st.params.Ready = all
+	nonce := st.nonce
+	st.mu.Unlock()
+	st.cfg.Log.Info("queue pair ready to receive", zap.Int("module", module), zap.String("nonce", nonce), zap.String("params", st.cfg.ParamsFile))
+	return st.writeParams()
 }
 
 // Addr says where the receiver waits: the device, port and GID.
-func (l *Listener) Addr() string {
-	p := l.dev.Port()
+func (l *Listener) Addr() string { return l.st.addr() }
+
+func (st *station) addr() string {
+	p := st.dev.Port()
 	return fmt.Sprintf("%s port %d GID %v (index %d)", p.Device, p.Num, p.GID, p.GIDIndex)
 }
 
-// awaitFrontEnd waits for the front end's file answering this run's nonce,
-// and brings every queue pair to ready-to-receive.
-func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error {
+// link brings the queue pairs of streams to ready-to-receive toward their
+// front end's ends: those given (the profile's, or a control system's),
+// else those of the front end's file answering the nonce, waited for
+// until deadline. A queue pair linked to another end already is brought
+// up afresh toward the new one.
+func (st *station) link(ctx context.Context, deadline time.Time, streams []*Stream) error {
+	st.linkMu.Lock()
+	defer st.linkMu.Unlock()
+	st.mu.Lock()
+	given := st.frontEnds
+	st.mu.Unlock()
+	ends := given
+	if ends == nil {
+		var err error
+		if ends, err = st.awaitFrontEnd(ctx, deadline, streams); err != nil {
+			return err
+		}
+	}
+	for _, s := range streams {
+		fe, ok := ends[s.module]
+		if !ok {
+			return fmt.Errorf("no front end's end for module %d", s.module)
+		}
+		if err := s.connect(fe); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitFrontEnd waits for the front end's file answering the nonce with
+// an entry for each of streams, and returns its ends by module.
+func (st *station) awaitFrontEnd(ctx context.Context, deadline time.Time, streams []*Stream) (map[int]FrontEndPort, error) {
 	var fe FrontEndParams
-	err := waitFile(ctx, l.cfg.FrontEndFile, deadline, &fe, func() error {
-		if fe.Nonce != l.nonce {
+	st.mu.Lock()
+	nonce := st.nonce
+	st.mu.Unlock()
+	err := waitFile(ctx, st.cfg.FrontEndFile, deadline, &fe, func() error {
+		st.mu.Lock()
+		nonce = st.nonce
+		st.mu.Unlock()
+		if fe.Nonce != nonce {
 			return fmt.Errorf("it answers nonce %q, another run's", fe.Nonce)
 		}
-		for _, s := range l.streams {
+		for _, s := range streams {
 			if !slices.ContainsFunc(fe.Modules, func(p FrontEndPort) bool { return p.Module == s.module }) {
 				return fmt.Errorf("no entry for module %d yet", s.module)
 			}
@@ -319,70 +391,52 @@ func (l *Listener) awaitFrontEnd(ctx context.Context, deadline time.Time) error 
 		return nil
 	})
 	if errors.Is(err, ErrTimeout) {
-		return fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", l.cfg.FrontEndFile, l.cfg.ConnectTimeout, l.nonce, l.waitedOn(), err)
+		return nil, fmt.Errorf("no front end answered in %s within %v (this run's nonce %s; %s): %w", st.cfg.FrontEndFile, st.cfg.ConnectTimeout, nonce, st.waitedOn(streams), err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, s := range l.streams {
-		i := -1
-		for j, p := range fe.Modules {
-			if p.Module == s.module {
-				i = j
-			}
-		}
-		if i < 0 {
-			return fmt.Errorf("the front end's file %s has no entry for module %d", l.cfg.FrontEndFile, s.module)
-		}
-		if err := s.connect(fe.Modules[i]); err != nil {
-			return err
-		}
+	ends := map[int]FrontEndPort{}
+	for _, p := range fe.Modules {
+		ends[p.Module] = p
 	}
-	l.mu.Lock()
-	l.connected = true
-	l.mu.Unlock()
-	return nil
+	return ends, nil
 }
 
 // waitedOn names the queue pairs waited on, for the timeout's message.
-func (l *Listener) waitedOn() string {
+func (st *station) waitedOn(streams []*Stream) string {
 	var b []string
-	gid := l.dev.Port().GID
-	for _, s := range l.streams {
+	gid := st.dev.Port().GID
+	for _, s := range streams {
 		b = append(b, fmt.Sprintf("module %d QPN %d (%#x)", s.module, s.qp.Num(), s.qp.Num()))
 	}
 	return strings.Join(b, ", ") + fmt.Sprintf(" on GID %v", gid)
 }
 
 // Accept returns the next module's stream once its queue pair is ready to
-// receive from the front end: at once where the profile gives the front
-// end's end, else once the front end's file answers, within the connect
-// timeout (an error wrapping ErrTimeout that names the file, the nonce and
-// the queue pairs waited on). The parameter file says ready for the
-// module only when its stream's first Next comes: the front end writes
-// once the scan can take its frames.
+// receive from the front end: at once where the front end's end is given
+// (the profile's, or a control system's), else once the front end's file
+// answers, within the connect timeout (an error wrapping ErrTimeout that
+// names the file, the nonce and the queue pairs waited on). The parameter
+// file says ready for the module only when its stream's first Next comes:
+// the front end writes once the scan can take its frames.
 func (l *Listener) Accept(ctx context.Context) (receive.Stream, error) {
-	deadline := time.Now().Add(l.cfg.ConnectTimeout)
-	l.mu.Lock()
-	connected := l.connected
-	l.mu.Unlock()
-	if !connected {
-		if err := l.awaitFrontEnd(ctx, deadline); err != nil {
-			return nil, err
-		}
+	deadline := time.Now().Add(l.st.cfg.ConnectTimeout)
+	if err := l.st.link(ctx, deadline, l.streams); err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, s := range l.streams {
-		if s.accepted {
+	for i, s := range l.streams {
+		if l.taken[i] {
 			continue
 		}
-		s.accepted = true
+		l.taken[i] = true
 		if l.stopped != "" {
 			return nil, fmt.Errorf("%w: %w", receive.ErrRefused, &receive.StoppedError{Module: uint16(s.module), Reason: l.stopped})
 		}
-		if l.cfg.Check != nil {
-			if err := l.cfg.Check(s.Module()); err != nil {
+		if l.check != nil {
+			if err := l.check(s.Module()); err != nil {
 				return nil, fmt.Errorf("%w: %w", receive.ErrRefused, err)
 			}
 		}
@@ -400,8 +454,9 @@ func (l *Listener) Stop(reason string) {
 	}
 }
 
-// Close closes the queue pairs of modules no Accept took, and the device
-// once every stream is closed.
+// Close closes the queue pairs of modules no Accept took (a station's
+// end their scan, and stay), and an acquire's device once every stream
+// is closed.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -410,8 +465,8 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	var left []*Stream
-	for _, s := range l.streams {
-		if !s.accepted {
+	for i, s := range l.streams {
+		if !l.taken[i] {
 			left = append(left, s)
 		}
 	}
@@ -420,34 +475,61 @@ func (l *Listener) Close() error {
 	for _, s := range left {
 		errs = append(errs, s.Close())
 	}
-	if l.cfg.ParamsFile != "" {
+	if l.own {
+		errs = append(errs, l.st.close())
+	}
+	return errors.Join(errs...)
+}
+
+// close marks the station closed, removes its parameter file and closes
+// the device once every stream is closed.
+func (st *station) close() error {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.closed = true
+	nonce, streams := st.nonce, st.streams
+	st.mu.Unlock()
+	var errs []error
+	if st.kept {
+		// Serve's streams are freed with the station.
+		for _, s := range streams {
+			s.mu.Lock()
+			s.closed = true
+			s.mu.Unlock()
+			errs = append(errs, s.free())
+		}
+	}
+	if st.cfg.ParamsFile != "" {
 		// The file names queue pairs that are gone: a front end must not
 		// meet it again. A file another receiver wrote since is its own.
 		var p Params
-		if readJSON(l.cfg.ParamsFile, &p) == nil && p.Nonce == l.nonce {
-			if err := os.Remove(l.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if readJSON(st.cfg.ParamsFile, &p) == nil && p.Nonce == nonce {
+			if err := os.Remove(st.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
-	errs = append(errs, l.release())
+	errs = append(errs, st.release())
 	return errors.Join(errs...)
 }
 
-// release closes the device once the listener is closed and every stream
+// release closes the device once the station is closed and every stream
 // with it.
-func (l *Listener) release() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed || l.dev == nil {
+func (st *station) release() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.closed || st.dev == nil {
 		return nil
 	}
-	for _, s := range l.streams {
+	for _, s := range st.streams {
 		if !s.isClosed() {
 			return nil
 		}
 	}
-	dev := l.dev
-	l.dev = nil
+	dev := st.dev
+	st.dev = nil
 	return dev.Close()
 }

@@ -30,7 +30,7 @@ const pollBatch = 32
 // front end wrote over it meanwhile. Next is called from one goroutine at
 // a time; Intact, Release, Stop, Stats and Close from any.
 type Stream struct {
-	l        *Listener
+	st       *station
 	cfg      *Config
 	module   int
 	mem      verbs.Memory
@@ -42,7 +42,6 @@ type Stream struct {
 	frames   []pipeline.Frame // one per slot
 	handed   []arrival        // what each slot's frame was when Next handed it out
 
-	accepted  bool // l.mu: an Accept took (or refused) the stream
 	readyOnce sync.Once
 	readyErr  error
 
@@ -56,6 +55,9 @@ type Stream struct {
 	count   uint64 // completions come
 	gen     []uint64
 	cqErr   error // the queue pair or its completion queue failed
+	plan    uint64       // the scan's frames; 0: no plan
+	peer    FrontEndPort // the front end's end the queue pair is linked to
+	linked  bool         // the queue pair is ready to receive from peer
 	warned  int   // warnings logged about the front end's numbering
 
 	mu       sync.Mutex
@@ -72,6 +74,7 @@ type Stream struct {
 	ended    bool // the plan's last frame has come
 	stats    receive.Stats
 	closed   bool
+	scanning bool // a scan has the stream (a station's, between beginScan and endScan)
 	rec      receive.Recorder
 	recErr   error
 	recPool  sync.Pool
@@ -92,9 +95,9 @@ type arrival struct {
 
 // newStream creates a module's ring, completion queue and queue pair, and
 // posts its receives.
-func newStream(l *Listener, module int) (_ *Stream, err error) {
-	cfg := &l.cfg
-	s := &Stream{l: l, cfg: cfg, module: module, slotSize: cfg.SlotSize(),
+func newStream(st *station, module int) (_ *Stream, err error) {
+	cfg := &st.cfg
+	s := &Stream{st: st, cfg: cfg, module: module, slotSize: cfg.SlotSize(), plan: cfg.Frames, scanning: !st.kept,
 		signal: make(chan struct{}, 1), pollQuit: make(chan struct{}), pollDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -102,7 +105,7 @@ func newStream(l *Listener, module int) (_ *Stream, err error) {
 		}
 	}()
 	ring := cfg.Slots * s.slotSize
-	if s.mem, err = l.dev.Register(ring); err != nil {
+	if s.mem, err = st.dev.Register(ring); err != nil {
 		return nil, fmt.Errorf("register a ring of %d slots of %d bytes (%d bytes; see ulimit -l): %w", cfg.Slots, s.slotSize, ring, err)
 	}
 	b := s.mem.Bytes()
@@ -120,19 +123,14 @@ func newStream(l *Listener, module int) (_ *Stream, err error) {
 	// queue, and a completion queue as deep cannot overflow (a completion
 	// needs a receive).
 	recvs := 2 * cfg.Slots
-	if s.cq, err = l.dev.NewCQ(recvs + 16); err != nil {
+	if s.cq, err = st.dev.NewCQ(recvs + 16); err != nil {
 		return nil, fmt.Errorf("create the completion queue: %w", err)
 	}
-	if s.qp, err = l.dev.NewQP(s.cq, cfg.QPType, 1, recvs); err != nil {
+	if s.qp, err = st.dev.NewQP(s.cq, cfg.QPType, 1, recvs); err != nil {
 		return nil, fmt.Errorf("create the %v queue pair: %w", cfg.QPType, err)
 	}
-	if err = s.qp.Init(); err != nil {
+	if err = s.initQP(); err != nil {
 		return nil, err
-	}
-	for i := range recvs {
-		if err = s.qp.PostRecv(uint64(i)); err != nil {
-			return nil, fmt.Errorf("post receive %d of %d: %w", i+1, recvs, err)
-		}
 	}
 	var p [4]byte
 	rand.Read(p[:])
@@ -143,7 +141,7 @@ func newStream(l *Listener, module int) (_ *Stream, err error) {
 
 // params returns the stream's end of its queue pair.
 func (s *Stream) params() ModuleParams {
-	port := s.l.dev.Port()
+	port := s.st.dev.Port()
 	return ModuleParams{Module: s.module, Device: port.Device, Port: port.Num, GID: port.GID.String(), GIDIndex: port.GIDIndex,
 		GIDType: port.GIDType, QPN: s.qp.Num(), PSN: s.psn, Addr: s.mem.Addr(), RKey: s.mem.RKey(),
 		SlotSize: s.slotSize, Slots: s.cfg.Slots, MTU: s.cfg.MTU, QPType: qpTypeName(s.cfg.QPType),
@@ -157,26 +155,127 @@ func qpTypeName(t verbs.QPType) string {
 	return "rc"
 }
 
+// initQP moves the queue pair to INIT and posts its receives.
+func (s *Stream) initQP() error {
+	if err := s.qp.Init(); err != nil {
+		return err
+	}
+	recvs := 2 * s.cfg.Slots
+	for i := range recvs {
+		if err := s.qp.PostRecv(uint64(i)); err != nil {
+			return fmt.Errorf("post receive %d of %d: %w", i+1, recvs, err)
+		}
+	}
+	return nil
+}
+
 // connect brings the queue pair to ready-to-receive toward the front end
-// fe, and starts taking its completions.
+// fe, and starts taking its completions. A queue pair linked to fe
+// already, and not failed, is left as it is; one linked to another end,
+// or failed, is reset (keeping its number) and brought up afresh, its
+// completions left from before dropped.
 func (s *Stream) connect(fe FrontEndPort) error {
 	gid, err := fe.peer()
 	if err != nil {
 		return err
+	}
+	s.cqMu.Lock()
+	same, linked := s.linked && s.peer == fe && s.cqErr == nil, s.linked
+	s.cqMu.Unlock()
+	if same {
+		return nil
+	}
+	if linked {
+		if s.pollStarted.Load() {
+			close(s.pollQuit)
+			<-s.pollDone
+			s.pollStarted.Store(false)
+			s.pollQuit, s.pollDone = make(chan struct{}), make(chan struct{})
+		}
+		if err := s.qp.Reset(); err != nil {
+			return fmt.Errorf("module %d: %w", s.module, err)
+		}
+		s.cqMu.Lock()
+		for {
+			n, err := s.cq.Poll(s.wc[:])
+			if n == 0 || err != nil {
+				break
+			}
+		}
+		s.linked, s.cqErr = false, nil
+		s.cqMu.Unlock()
+		if err := s.initQP(); err != nil {
+			return fmt.Errorf("module %d: %w", s.module, err)
+		}
+		s.cfg.Log.Info("queue pair reset for another front end's end", zap.Int("module", s.module), zap.Uint32("qpn", s.qp.Num()),
+			zap.String("front_end_gid", fe.GID), zap.Uint32("front_end_qpn", fe.QPN))
 	}
 	if err := s.qp.ReadyToReceive(verbs.Remote{GID: gid, QPN: fe.QPN, PSN: fe.PSN}, s.cfg.MTU); err != nil {
 		return fmt.Errorf("module %d: %w", s.module, err)
 	}
 	s.cfg.Log.Info("queue pair ready to receive", zap.Int("module", s.module), zap.Uint32("qpn", s.qp.Num()),
 		zap.String("front_end_gid", fe.GID), zap.Uint32("front_end_qpn", fe.QPN))
+	s.cqMu.Lock()
+	s.peer, s.linked = fe, true
+	s.cqMu.Unlock()
 	s.pollStarted.Store(true)
 	go s.poll()
 	return nil
 }
 
+// beginScan gives the stream to a scan of plan frames: its ring empty,
+// its counts zero, nothing stopped.
+func (s *Stream) beginScan(plan uint64) {
+	s.cqMu.Lock()
+	defer s.cqMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plan, s.seen, s.maxSeen, s.count, s.warned = plan, false, 0, 0, 0
+	s.qHead, s.qLen, s.used = 0, 0, 0
+	clear(s.inUse)
+	s.stop, s.stopAt, s.stopSeen, s.ended = nil, 0, false, false
+	s.stats = receive.Stats{}
+	s.rec, s.recErr = nil, nil
+	s.readyOnce, s.readyErr = sync.Once{}, nil
+	s.scanning = true
+	for _, c := range []chan struct{}{s.signal, s.released} {
+		select {
+		case <-c:
+		default:
+		}
+	}
+}
+
+// errScanEnded stops a station's stream between scans: what comes then
+// is no scan's.
+var errScanEnded = errors.New("the scan has ended")
+
+// endScan takes the stream back from its scan: frames that come until the
+// next scan are counted and not taken.
+func (s *Stream) endScan() {
+	s.cqMu.Lock()
+	defer s.cqMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		s.stop, s.stopAt, s.stopSeen = errScanEnded, s.maxSeen, s.seen
+	}
+	s.qHead, s.qLen, s.used = 0, 0, 0
+	clear(s.inUse)
+	s.rec = nil
+	s.scanning = false
+}
+
+// inScan reports whether a scan has the stream.
+func (s *Stream) inScan() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scanning
+}
+
 // Module says which module the stream receives, and how.
 func (s *Stream) Module() receive.Module {
-	return receive.Module{ID: uint16(s.module), Format: s.cfg.Format, Frames: s.cfg.Frames,
+	return receive.Module{ID: uint16(s.module), Format: s.cfg.Format, Frames: s.plan,
 		Mode: fmt.Sprintf("roce %v, immediate %s, header %s", s.cfg.QPType, s.cfg.Immediate, s.cfg.Header), HeadersWritten: s.cfg.Header == HeaderNone}
 }
 
@@ -331,7 +430,7 @@ func (s *Stream) take(c verbs.Completion) bool {
 	}
 	s.queue[(s.qHead+s.qLen)%len(s.queue)] = arrival{seq: seq, gen: s.gen[slot], slot: slot, size: int(c.ByteLen)}
 	s.qLen++
-	if n := s.cfg.Frames; n > 0 && (s.cfg.Immediate == ImmediateFrame && seq == n-1 || s.cfg.Immediate == ImmediateSlot && s.count == n) {
+	if n := s.plan; n > 0 && (s.cfg.Immediate == ImmediateFrame && seq == n-1 || s.cfg.Immediate == ImmediateSlot && s.count == n) {
 		s.ended = true
 	}
 	return true
@@ -365,7 +464,7 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 	// The first Next: the scan takes frames from now on, which the
 	// parameter file tells the front end; its first frame may take up to
 	// the connect timeout.
-	s.readyOnce.Do(func() { s.readyErr = s.l.moduleReady(s.module) })
+	s.readyOnce.Do(func() { s.readyErr = s.st.moduleReady(s.module) })
 	if s.readyErr != nil {
 		return nil, fmt.Errorf("module %d: tell the front end the queue pair is ready: %w", s.module, s.readyErr)
 	}
@@ -423,7 +522,7 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 			s.cqMu.Unlock()
 			if !seen {
 				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v: %w",
-					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.l.dev.Port().GID, ErrTimeout)
+					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.st.dev.Port().GID, ErrTimeout)
 			}
 			return nil, fmt.Errorf("module %d: no frame for %v after frame %d: %w", s.module, s.cfg.IdleTimeout, last, ErrTimeout)
 		}
@@ -626,8 +725,13 @@ func (s *Stream) isClosed() bool {
 }
 
 // Close stops the receiving and frees the queue pair, its completion
-// queue and the ring. No frame of the stream may be used after.
+// queue and the ring; a station's stream ends its scan instead, and stays
+// for the next. No frame of the stream may be used after.
 func (s *Stream) Close() error {
+	if s.st.kept {
+		s.endScan()
+		return nil
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -636,7 +740,7 @@ func (s *Stream) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	err := s.free()
-	return errors.Join(err, s.l.release())
+	return errors.Join(err, s.st.release())
 }
 
 // free stops the receiving goroutine where it runs and frees what the

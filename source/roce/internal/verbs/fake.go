@@ -459,6 +459,22 @@ func (qp *fakeQP) move(from, to QPState) error {
 
 func (qp *fakeQP) Init() error { return qp.move(StateReset, StateInit) }
 
+func (qp *fakeQP) Reset() error {
+	s := qp.mem
+	if s.b == nil {
+		return fmt.Errorf("modify a closed queue pair to RESET: %w", syscall.EINVAL)
+	}
+	// Writes that come meanwhile find no RTR queue pair and are dropped;
+	// the receive queue is emptied, nothing completes.
+	qp.setState(StateReset)
+	atomic.StoreUint32(s.u32(qpDest), 0)
+	atomic.StoreUint64(s.u64(qpRQHead), atomic.LoadUint64(s.u64(qpRQTail)))
+	qp.mu.Lock()
+	qp.remote = Remote{}
+	qp.mu.Unlock()
+	return nil
+}
+
 func (qp *fakeQP) ReadyToReceive(r Remote, mtu int) error {
 	switch mtu {
 	case 256, 512, 1024, 2048, 4096:

@@ -666,6 +666,15 @@ func (q *ibvQP) Num() uint32 {
 // closedQP is the error of a call on a queue pair that is closed.
 func closedQP(op string) error { return fmt.Errorf("%s: queue pair %w", op, errClosed) }
 
+// Reset moves the queue pair from any state to RESET, dropping its work
+// requests.
+func (q *ibvQP) Reset() error {
+	if q == nil || q.qp == nil {
+		return closedQP("ibv_modify_qp to RESET")
+	}
+	return callError("ibv_modify_qp to RESET", C.h5v_modify_reset(q.qp))
+}
+
 // Init moves the queue pair from RESET to INIT on the device's port,
 // allowing local and remote writes.
 func (q *ibvQP) Init() error {

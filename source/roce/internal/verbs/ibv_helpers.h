@@ -212,6 +212,15 @@ enum {
 	H5V_HOP_LIMIT = 64,
 };
 
+// h5v_modify_reset moves qp from any state to RESET: its work requests
+// are dropped, none completes.
+static int h5v_modify_reset(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RESET;
+	return h5v_p_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
 // h5v_modify_init moves qp from RESET to INIT on port, allowing local
 // and remote writes.
 static int h5v_modify_init(struct ibv_qp *qp, int port) {

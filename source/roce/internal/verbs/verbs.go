@@ -166,6 +166,10 @@ type CQ interface {
 // static setup does.
 type QP interface {
 	Num() uint32 // the queue pair number the peer addresses
+	// Reset moves any state to RESET, dropping the posted work requests
+	// without completing them: the queue pair may then be brought up
+	// toward another peer, keeping its number.
+	Reset() error
 	// Init moves RESET to INIT, allowing remote writes.
 	Init() error
 	// ReadyToReceive moves INIT to RTR toward r, at mtu bytes.

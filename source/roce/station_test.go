@@ -1,0 +1,200 @@
+package roce
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"h5ingest/config"
+	"h5ingest/receive"
+)
+
+// takeAll takes every frame of a scan's stream up to its plan's end, and
+// returns how many passed Intact with the capture's bytes.
+func takeAll(t *testing.T, st receive.Stream, truth map[uint64][]byte) int {
+	t.Helper()
+	got, err := drain(t, context.Background(), st, truth)
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("after %d frames: %v", len(got), err)
+	}
+	return len(got)
+}
+
+// TestStationScanAfterScan sets the queue pair up once, as serve does,
+// and runs three scans through it, each from a front end started afresh
+// (a new queue pair of its own, as the emulator's is): each scan starts
+// with an empty ring and a new nonce, stale answers are not taken, and
+// every frame of every scan arrives whole, the counts per scan.
+func TestStationScanAfterScan(t *testing.T) {
+	dir := fakeVerbs(t)
+	const n = 30
+	path, truth := capturePath(t, n)
+	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	qpn := station.Params().(Params).Modules[0].QPN
+	nonces := map[string]bool{}
+	for scan := range 3 {
+		setup := s
+		setup.Frames = n
+		l, err := station.Scan(setup)
+		if err != nil {
+			t.Fatalf("scan %d: %v", scan, err)
+		}
+		p := station.Params().(Params)
+		if nonces[p.Nonce] || p.Ready || p.Modules[0].Ready {
+			t.Fatalf("scan %d: parameters %+v: want a new nonce, not ready", scan, p)
+		}
+		nonces[p.Nonce] = true
+		if p.Modules[0].QPN != qpn {
+			t.Fatalf("scan %d: QPN %d, want the station's %d kept", scan, p.Modules[0].QPN, qpn)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		sent := emulate(t, ctx, dir, path, 0)
+		st, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatalf("scan %d: %v", scan, err)
+		}
+		got := takeAll(t, st, truth)
+		if err := <-sent; err != nil {
+			t.Fatalf("scan %d: the front end: %v", scan, err)
+		}
+		if stats := st.Stats(); got != n || stats.Frames != n || stats.Overrun != 0 || stats.Gaps != 0 {
+			t.Errorf("scan %d: %d intact, stats %+v: want %d, each scan counted alone", scan, got, stats, n)
+		}
+		st.Close()
+		l.Close()
+		cancel()
+		if _, err := os.Stat(s.ParamsFile); err != nil {
+			t.Fatalf("scan %d: the parameter file is gone between scans: %v", scan, err)
+		}
+	}
+}
+
+// TestStationRefuses checks what a station refuses: a scan of another
+// ring or queue pair type than it set up, a module it has no queue pair
+// for, a module already in a scan, and front end's ends from a control
+// system where the profile fixes them.
+func TestStationRefuses(t *testing.T) {
+	dir := fakeVerbs(t)
+	s := setup(dir, nil)
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	for _, tc := range []struct {
+		name string
+		edit func(*receive.Setup)
+		want string
+	}{
+		{"another ring", func(s *receive.Setup) { s.Source.RingSlots = 32 }, "ring_slots"},
+		{"another queue pair type", func(s *receive.Setup) { s.Source.QPType = "uc" }, "qp_type"},
+		{"another module", func(s *receive.Setup) { s.Modules = []int{3} }, "module 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setup := s
+			tc.edit(&setup)
+			if _, err := station.Scan(setup); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Scan: %v, want a refusal naming %q", err, tc.want)
+			}
+		})
+	}
+	l, err := station.Scan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := station.Scan(s); err == nil || !strings.Contains(err.Error(), "in a scan") {
+		t.Fatalf("a second scan of a module in a scan: %v, want refused", err)
+	}
+	l.Close()
+	if l, err = station.Scan(s); err != nil {
+		t.Fatalf("a scan once the last was closed: %v", err)
+	}
+	l.Close()
+
+	fixed := setup(t.TempDir(), func(s *config.Source) {
+		s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2", QPN: 0x99, PSN: 5}}
+	})
+	fixedStation, err := OpenStation(fixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fixedStation.Close()
+	if err := fixedStation.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::3","qpn":7,"psn":1}]}`)); !errors.Is(err, receive.ErrPeersFixed) {
+		t.Fatalf("SetPeers where the profile gives the front end: %v, want ErrPeersFixed", err)
+	}
+}
+
+// TestStationSetPeers gives the front end's end as a control system does
+// (PUT /v1/rdma), checks what is refused, and runs a scan from it: no
+// front end's file is read.
+func TestStationSetPeers(t *testing.T) {
+	dir := fakeVerbs(t)
+	const n = 20
+	path, truth := capturePath(t, n)
+	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
+	s.PeerFile = "" // a control system gives the ends
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	for _, bad := range []string{
+		`{"modules":[{"module":1,"gid":"fe80::3","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"not a gid","qpn":7,"psn":1}]}`,
+		`{"modules":[]}`,
+		`{"modules":[{"module":0,"gid":"fe80::3","qpn":7,"psn":1}],"extra":1}`,
+		`not json`,
+	} {
+		if err := station.SetPeers([]byte(bad)); err == nil {
+			t.Errorf("SetPeers(%s) taken, want refused", bad)
+		}
+	}
+	// The emulator brings its queue pair up from the receiver's file and
+	// answers in its own; the control system passes that answer on.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	setup := s
+	setup.Frames = n
+	l, err := station.Scan(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	feFile := filepath.Join(dir, "front-end.json")
+	sent := make(chan error, 1)
+	go func() {
+		_, err := Send(ctx, SendConfig{Port: 1, ParamsFile: s.ParamsFile, FrontEndFile: feFile, Timeout: s.Source.ConnectTimeout}, path)
+		sent <- err
+	}()
+	var fe FrontEndParams
+	if err := waitFile(ctx, feFile, time.Now().Add(s.Source.ConnectTimeout), &fe, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	fe.Nonce = "" // a firmware's fixed ends answer no scan
+	b, _ := json.Marshal(fe)
+	if err := station.SetPeers(b); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := takeAll(t, st, truth); got != n {
+		t.Errorf("%d frames intact, want %d", got, n)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+}
