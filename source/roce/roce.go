@@ -186,7 +186,7 @@ type station struct {
 	kept bool // the links outlive the scans (OpenStation)
 
 	mu        sync.Mutex
-	nonce     string // this scan's, or this run's
+	nonce     string    // this scan's, or this run's
 	streams   []*Stream // by module, in cfg.Modules order
 	params    Params
 	frontEnds map[int]FrontEndPort // the front end's ends, where given (the profile's, or PUT)

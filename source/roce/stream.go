@@ -54,11 +54,11 @@ type Stream struct {
 	maxSeen uint64 // the highest sequence number come
 	count   uint64 // completions come
 	gen     []uint64
-	cqErr   error // the queue pair or its completion queue failed
+	cqErr   error        // the queue pair or its completion queue failed
 	plan    uint64       // the scan's frames; 0: no plan
 	peer    FrontEndPort // the front end's end the queue pair is linked to
 	linked  bool         // the queue pair is ready to receive from peer
-	warned  int   // warnings logged about the front end's numbering
+	warned  int          // warnings logged about the front end's numbering
 
 	mu       sync.Mutex
 	queue    []arrival // frames come and not yet handed out, a ring
