@@ -38,6 +38,9 @@ type serveFlags struct {
 	perClient int
 	gpu       bool   // open the GPU and load its kernels at start-up
 	cudaCache string // the CUDA driver's cache of compiled kernels
+	rdma      string // the profile whose static queue pairs are set up at start-up
+	params    string // where the receiver's ends of them are written
+	frontEnd  string // where the front end's ends are read
 
 	stages *registry.Registry // the stages a profile may name
 }
@@ -80,6 +83,9 @@ name, or a POST that is not application/json, is refused.`,
 	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
 	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled (a warning, and serve exits 1)")
 	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
+	fs.StringVar(&f.rdma, "rdma-profile", "", "set up the static RoCE queue pairs and rings of this profile's modules (source.transport roce) once, at start-up, for every scan: GET /v1/rdma shows the receiver's end of them")
+	fs.StringVar(&f.params, "rdma-params", "", "with --rdma-profile: write the receiver's end of each queue pair to this JSON file too, for the front end, rewritten with a new nonce at each scan")
+	fs.StringVar(&f.frontEnd, "front-end", "", "with --rdma-profile: read the front end's end of each queue pair from this JSON file at each scan, where neither the profile (source.front_end) nor PUT /v1/rdma gives it")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
 }
@@ -128,8 +134,16 @@ func serve(ctx context.Context, f *serveFlags) error {
 	watch := scan.NewServingObserver(log)
 	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
 		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages}
+	if f.rdma != "" {
+		if err := runner.OpenStation(scan.StationOptions{Profile: f.rdma, ParamsFile: f.params, PeerFile: f.frontEnd}); err != nil {
+			return err
+		}
+		defer runner.Station.Close()
+	} else if f.params != "" || f.frontEnd != "" {
+		return scan.Usage(errors.New("--rdma-params and --front-end go with --rdma-profile, which sets the queue pairs up"))
+	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
-		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient})
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links()})
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

@@ -43,6 +43,9 @@ type AcquireOptions struct {
 	// of band (roce) writes its end of each module's link, and reads the
 	// sender's (receive.Setup).
 	ParamsFile, PeerFile string
+	// Open, where set, opens the receiver in place of the source's
+	// Listen, and checks the setup itself: a scan of serve's Station.
+	Open func(receive.Setup) (receive.Listener, error)
 	// OnScan, where set, is told of the scan of a lone module once it is
 	// set up, before its first frame: the scan service follows it.
 	OnScan func(*Module)
@@ -85,7 +88,10 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if err != nil {
 		return nil, err
 	}
-	if entry.Check != nil {
+	open := entry.Listen
+	if o.Open != nil {
+		open = o.Open
+	} else if entry.Check != nil {
 		if err := entry.Check(setup); err != nil {
 			return nil, Usage(err)
 		}
@@ -105,7 +111,7 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 	if o.Observer == nil {
 		o.Observer = &Observer{}
 	}
-	return &Acquisition{o: o, setup: setup, checks: checks, open: entry.Listen, addressed: entry.Addressed}, nil
+	return &Acquisition{o: o, setup: setup, checks: checks, open: open, addressed: entry.Addressed}, nil
 }
 
 // Checks returns the acquire's pre-scan checks.

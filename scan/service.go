@@ -7,6 +7,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/receive"
 	"h5ingest/registry"
 	"h5ingest/service"
 	"h5ingest/writer"
@@ -47,6 +48,10 @@ type Runner struct {
 	Log      *zap.Logger
 	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
 	Stages   *registry.Registry // the stages a request's profile may name
+	// Station is the links set up at start-up (OpenStation) of a source
+	// whose links are static; scans of that source listen through it.
+	Station       receive.Station
+	stationSource string // the source.transport Station serves
 }
 
 // Prepare loads the request's profile with its overrides, plan and
@@ -92,10 +97,14 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(err)
 	}
 	log := r.Log.With(zap.String("scan", req.ScanID))
+	open, err := r.stationOpen(profile)
+	if err != nil {
+		return nil, refuse(err)
+	}
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
 	a, err := NewAcquisition(AcquireOptions{
 		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
-		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer,
+		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer, Open: open,
 	})
 	if err != nil {
 		return nil, refuse(err)

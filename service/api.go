@@ -270,6 +270,7 @@ func (s *Service) register() {
 	s.registerChanges()
 	s.registerEvents()
 	s.registerStatus()
+	s.registerLinks()
 }
 
 // registerArm registers arming a scan.

@@ -102,6 +102,9 @@ type Config struct {
 	// MaxConns bounds the connections Serve holds open, and
 	// MaxConnsPerClient those from one client address; 0 means 64 and 16.
 	MaxConns, MaxConnsPerClient int
+	// Links, where set, are the receiver's links serve set up at
+	// start-up: GET and PUT /v1/rdma.
+	Links Links
 }
 
 // maxBody bounds every request body: an arm request is small.

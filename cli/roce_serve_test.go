@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeOverRoCE runs serve with its queue pairs set up once, at
+// start-up (--rdma-profile), and two scans through them, each from the
+// front end's emulator started afresh as its own process: GET /v1/rdma
+// shows the receiver's end, the same queue pair under a new nonce at each
+// scan; each scan's file holds every frame, verified; a front end's ends
+// that are not such are refused (PUT /v1/rdma).
+func TestServeOverRoCE(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "30")
+	dir, meet := t.TempDir(), t.TempDir()
+	for _, kv := range roceEnv(t, meet, "H5INGEST_SOURCE_TRANSPORT=roce", "H5INGEST_SOURCE_RING_SLOTS=64", "H5INGEST_SOURCE_CONNECT_TIMEOUT=30s") {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
+	p := startServe(t, "a-long-enough-secret", "--data-root", dir, "--rdma-profile", "default", "--rdma-params", params, "--front-end", fe)
+
+	code, first := p.call("GET", "/v1/rdma", nil)
+	mods, _ := first["modules"].([]any)
+	if code != http.StatusOK || len(mods) != 1 {
+		t.Fatalf("GET /v1/rdma: %d %v", code, first)
+	}
+	qpn := mods[0].(map[string]any)["qpn"]
+	nonces := map[any]bool{first["nonce"]: true}
+	for _, id := range []string{"r1", "r2"} {
+		code, st := p.call("POST", "/v1/scans", armRequest(id, dir, 30))
+		if code != http.StatusCreated {
+			t.Fatalf("arm %s: %d %v\n%s", id, code, st, p.out.String())
+		}
+		_, now := p.call("GET", "/v1/rdma", nil)
+		m := now["modules"].([]any)[0].(map[string]any)
+		if nonces[now["nonce"]] || m["qpn"] != qpn || now["ready"] == true {
+			t.Fatalf("%s armed: GET /v1/rdma %v: want a new nonce, QPN %v kept, not ready", id, now, qpn)
+		}
+		nonces[now["nonce"]] = true
+		s := startProcEnv(t, nil, "send", capPath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s")
+		if code := s.wait(t, time.Minute); code != exitOK {
+			t.Fatalf("send %s: exit status %d\n%s%s\nserve:\n%s", id, code, s.stdout.String(), s.stderr.String(), p.out.String())
+		}
+		_, st = p.call("GET", "/v1/scans/"+id+"/wait?timeout=30", nil)
+		counts, _ := st["counts"].(map[string]any)
+		if st["state"] != "done" || counts["ok"] != float64(30) {
+			t.Fatalf("%s after the front end: %v\n%s", id, st, p.out.String())
+		}
+		if code, out := runCaptured(t, "verify", filepath.Join(dir, id+".h5")); code != exitOK {
+			t.Errorf("verify %s: %d\n%s", id, code, out)
+		}
+	}
+	for _, bad := range []string{`{"modules":[{"module":5,"gid":"fe80::9","qpn":7,"psn":1}]}`, `{"modules":[]}`, `[]`} {
+		if code, body := p.call("PUT", "/v1/rdma", []byte(bad)); code != http.StatusUnprocessableEntity {
+			t.Errorf("PUT /v1/rdma %s: %d %v, want 422", bad, code, body)
+		}
+	}
+	req, _ := http.NewRequest("PUT", p.base+"/v1/rdma", strings.NewReader(`{"modules":[{"module":0,"gid":"fe80::9","qpn":7,"psn":1}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("PUT /v1/rdma without the token: %v %v, want 401", resp.Status, err)
+	}
+}
+
+// TestServeRoCEWithoutQueuePairs arms a scan of a roce profile on a serve
+// that set up no queue pairs: refused, naming the flag that sets them up.
+func TestServeRoCEWithoutQueuePairs(t *testing.T) {
+	smallDetector(t)
+	dir := t.TempDir()
+	t.Setenv("H5INGEST_SOURCE_TRANSPORT", "roce")
+	p := startServe(t, "", "--data-root", dir)
+	code, st := p.call("POST", "/v1/scans", armRequest("x", dir, 3))
+	if code/100 != 4 || !strings.Contains(fmt.Sprint(st), "--rdma-profile") {
+		t.Fatalf("arm of a roce profile without --rdma-profile: %d %v", code, st)
+	}
+	if code, _ := p.call("GET", "/v1/rdma", nil); code != http.StatusNotFound {
+		t.Errorf("GET /v1/rdma without queue pairs: %d, want 404", code)
+	}
+}
