@@ -56,7 +56,44 @@ func TestServeOverRoCE(t *testing.T) {
 		if code, out := runCaptured(t, "verify", filepath.Join(dir, id+".h5")); code != exitOK {
 			t.Errorf("verify %s: %d\n%s", id, code, out)
 		}
+		checkLink(t, st, 30)
 	}
+
+	// A scan cancelled while its front end writes, which goes on writing
+	// (a front end never waits): the next scan, from a front end started
+	// afresh, starts with an empty ring and takes every frame of its own.
+	if code, st := p.call("POST", "/v1/scans", armRequest("c1", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm c1: %d %v", code, st)
+	}
+	slow := startProcEnv(t, nil, "send", capPath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s", "--fps", "10")
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, st := p.call("GET", "/v1/scans/c1", nil)
+		if counts, _ := st["counts"].(map[string]any); counts["received"].(float64) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c1 received nothing from the front end: %v\n%s", st, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.call("POST", "/v1/scans/c1/cancel", nil)
+	if _, st := p.call("GET", "/v1/scans/c1/wait?timeout=30", nil); st["state"] != "cancelled" {
+		t.Fatalf("c1 after cancel: %v", st)
+	}
+	if code, st := p.call("POST", "/v1/scans", armRequest("c2", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm c2: %d %v", code, st)
+	}
+	s := startProcEnv(t, nil, "send", capPath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s")
+	if code := s.wait(t, time.Minute); code != exitOK {
+		t.Fatalf("send c2: exit status %d\n%s%s\nserve:\n%s", code, s.stdout.String(), s.stderr.String(), p.out.String())
+	}
+	_, st := p.call("GET", "/v1/scans/c2/wait?timeout=30", nil)
+	if counts, _ := st["counts"].(map[string]any); st["state"] != "done" || counts["ok"] != float64(30) {
+		t.Fatalf("c2 after a cancelled scan: %v\n%s", st, p.out.String())
+	}
+	checkLink(t, st, 30)
+	slow.cmd.Process.Kill()
+	slow.wait(t, time.Minute)
 	for _, bad := range []string{`{"modules":[{"module":5,"gid":"fe80::9","qpn":7,"psn":1}]}`, `{"modules":[]}`, `[]`} {
 		if code, body := p.call("PUT", "/v1/rdma", []byte(bad)); code != http.StatusUnprocessableEntity {
 			t.Errorf("PUT /v1/rdma %s: %d %v, want 422", bad, code, body)
@@ -82,5 +119,19 @@ func TestServeRoCEWithoutQueuePairs(t *testing.T) {
 	}
 	if code, _ := p.call("GET", "/v1/rdma", nil); code != http.StatusNotFound {
 		t.Errorf("GET /v1/rdma without queue pairs: %d, want 404", code)
+	}
+}
+
+// checkLink checks the link counts of a scan's status over roce: every
+// frame of the plan received, none overrun, the ring empty at the end.
+func checkLink(t *testing.T, st map[string]any, frames int) {
+	t.Helper()
+	mods, _ := st["modules"].([]any)
+	if len(mods) != 1 {
+		t.Fatalf("status %v: want the module's counts", st)
+	}
+	link, _ := mods[0].(map[string]any)["link"].(map[string]any)
+	if link["received"] != float64(frames) || link["overrun"] != float64(0) || link["gaps"] != float64(0) || link["ring_slots"] != float64(64) || link["ring_fill"] != float64(0) {
+		t.Errorf("%s: link counts %v: want %d received, none overrun nor skipped, a ring of 64 left empty", st["scan_id"], link, frames)
 	}
 }

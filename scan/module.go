@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
@@ -16,6 +17,7 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/registry"
+	"h5ingest/service"
 	"h5ingest/source/capture"
 	"h5ingest/stream"
 	"h5ingest/version"
@@ -66,6 +68,9 @@ type Module struct {
 	// stream, for an acquire, is the detector's connection, whose counts
 	// follow the summary.
 	stream statser
+	// link is stream where its front end never waits, once Run has it,
+	// for the service's counts from another goroutine.
+	link atomic.Pointer[statser]
 
 	// watch holds the counters of every stage, shown by observe.
 	watch *scanWatch
@@ -193,6 +198,22 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 	return opts
 }
 
+// linkCounts returns what the module's link received, where its front end
+// never waits for the receiver; nil otherwise, or before Run.
+func (r *Module) linkCounts() *service.LinkCounts {
+	p := r.link.Load()
+	if p == nil {
+		return nil
+	}
+	st := (*p).Stats()
+	c := &service.LinkCounts{Received: int(st.Frames), Overrun: int(st.Overrun), Gaps: int(st.Gaps), Damaged: int(st.Damaged),
+		Disordered: int(st.Disordered), RingSlots: st.RingSlots}
+	if st.RingSlots > 0 {
+		c.RingFill = float64(st.RingUsed) / float64(st.RingSlots)
+	}
+	return c
+}
+
 // Run moves the frames of src into the file, reporting progress unless
 // the scan is quiet (a module's scan beside others). Its error is what
 // stopped src early, for Finish.
@@ -200,6 +221,9 @@ func (r *Module) Run(ctx context.Context, src pipeline.Source) error {
 	r.ran = true
 	if st, ok := src.(statser); ok {
 		r.stream = st
+		if st.Stats().Uncredited {
+			r.link.Store(&st)
+		}
 	}
 	sink := r.procs.sink(fileSink{r.file})
 	if r.live != nil { // after the file: a chunk is streamed once it is stored

@@ -356,6 +356,7 @@ func (n *nodeRun) counts(planned int, by func(*Module) service.Counts) []service
 		out[i] = service.ModuleCounts{Module: id, Counts: service.Counts{Planned: planned, Pending: planned}}
 		if i < len(n.scans) && n.scans[i] != nil {
 			out[i].Counts = by(n.scans[i])
+			out[i].Link = n.scans[i].linkCounts()
 		}
 	}
 	return out

@@ -395,6 +395,7 @@ func (CancelRequest) String() string { return "cancel requested" }
 // ends Cancelled, without an error unless the file failed.
 func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Result {
 	defer s.release()
+	mr, _ := rep.(service.ModuleReporter)
 	rep = s.view.reporting(rep)
 	defer s.view.end()
 	sig, end := s.begin(ctx)
@@ -416,7 +417,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 				case <-progressDone:
 					return
 				case <-t.C:
-					rep.Progress(serviceCounts(r.pipeline.Progress()))
+					s.progress(rep, mr, r, serviceCounts(r.pipeline.Progress()))
 				}
 			}
 		}()
@@ -438,7 +439,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 		return res
 	}
 	res.Counts = serviceCounts(scan.progress)
-	rep.Progress(res.Counts)
+	s.progress(rep, mr, scan, res.Counts)
 	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
 	switch verr := verifyPath(s.a.o.Stages, scan.output); {
 	case verr == nil, errors.Is(verr, ErrIncomplete):
@@ -449,6 +450,15 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	rep.FileFinalised(file)
 	res.Files = []service.File{file}
 	return res
+}
+
+// progress reports the scan's counts c, with its module's to mr where its
+// link has counts of its own (a front end that never waits).
+func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *Module, c service.Counts) {
+	if link := m.linkCounts(); link != nil && mr != nil {
+		mr.ModuleProgress([]service.ModuleCounts{{Module: s.files.Modules[0].Module.ID, Counts: c, Link: link}})
+	}
+	rep.Progress(c)
 }
 
 // result returns how a scan of the service ended, from whether it was

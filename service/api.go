@@ -171,8 +171,9 @@ type Status struct {
 	StartedAt time.Time `json:"started_at,omitzero" doc:"When the first frame arrived."`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 
-	// Modules are the counts of each module of a scan of several.
-	Modules []ModuleCounts `json:"modules,omitempty" doc:"Each module's counts, for a scan of several modules (serve --modules); counts is their sum."`
+	// Modules are the counts of each module of a scan of several, or of
+	// one whose link's front end never waits.
+	Modules []ModuleCounts `json:"modules,omitempty" doc:"Each module's counts, for a scan of several modules (serve --modules) or one over roce; counts is their sum."`
 }
 
 // The events of /v1/events, one type each, as server-sent events name
