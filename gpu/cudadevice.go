@@ -60,11 +60,12 @@ type pin struct {
 
 // devices holds the process's open CUDA devices, by ordinal.
 var devices struct {
-	mu   sync.Mutex
-	m    map[int]*cudaDevice
-	keep map[int]int  // Preload's holds, by ordinal
-	lost error        // ErrDeviceLost and the sticky error that lost the GPU for the process; nil while none did
-	log  *slog.Logger // Preload's: where device events are logged
+	mu    sync.Mutex
+	m     map[int]*cudaDevice
+	keep  map[int]int   // Preload's holds, by ordinal
+	lost  error         // ErrDeviceLost and the sticky error that lost the GPU for the process; nil while none did
+	lostC chan struct{} // closed when lost is set; made by the first LostChan or loss
+	log   *slog.Logger  // Preload's: where device events are logged
 }
 
 // ErrDeviceLost is wrapped by the errors of a device backend once a CUDA
@@ -84,6 +85,23 @@ func Lost() error {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
 	return devices.lost
+}
+
+// LostChan returns a channel that is closed when the GPU is lost for the
+// process (see Lost), for a service to act on the loss.
+func LostChan() <-chan struct{} {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	return lostChanLocked()
+}
+
+// lostChanLocked returns devices.lostC, made if need be. Called with
+// devices.mu held.
+func lostChanLocked() chan struct{} {
+	if devices.lostC == nil {
+		devices.lostC = make(chan struct{})
+	}
+	return devices.lostC
 }
 
 // Preload opens the CUDA device the backend name would use, loads and
@@ -385,6 +403,7 @@ func loseLocked(err error, log *slog.Logger) error {
 		return devices.lost
 	}
 	devices.lost = fmt.Errorf("%w: %w", ErrDeviceLost, err)
+	close(lostChanLocked())
 	log = cmp.Or(devices.log, log, slog.Default())
 	log.Warn("CUDA device lost: a sticky error; the frames in flight are not decoded, and the GPU stays unusable until the process restarts",
 		"error", err.Error())

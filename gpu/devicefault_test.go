@@ -145,12 +145,23 @@ func TestStickyChild(t *testing.T) {
 	if err := Lost(); err != nil {
 		t.Fatalf("lost before the fault: %v", err)
 	}
+	lost := LostChan()
+	select {
+	case <-lost:
+		t.Fatal("LostChan closed before the fault")
+	default:
+	}
 	err = a.Decode(batch())
 	if !errors.Is(err, ErrDeviceLost) || !errors.Is(err, cuda.ErrSticky) || !cuda.HasCode(err, code) {
 		t.Fatalf("the faulting batch: %v, want ErrDeviceLost, sticky, code %d", err, code)
 	}
 	if err := Lost(); !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, code) {
 		t.Errorf("Lost after the fault: %v, want ErrDeviceLost and code %d", err, code)
+	}
+	select {
+	case <-lost:
+	default:
+		t.Error("LostChan not closed by the fault")
 	}
 	if err := b.Decode(batch()); !errors.Is(err, ErrDeviceLost) {
 		t.Errorf("the other backend after the fault: %v, want ErrDeviceLost", err)
