@@ -38,6 +38,7 @@ type serveFlags struct {
 	perClient int
 	gpu       bool   // open the GPU and load its kernels at start-up
 	cudaCache string // the CUDA driver's cache of compiled kernels
+	onGPULost string // what serve does once the GPU is lost: exit or cpu
 
 	stages *registry.Registry // the stages a profile may name
 }
@@ -80,6 +81,7 @@ name, or a POST that is not application/json, is refused.`,
 	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
 	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled (a warning, and serve exits 1)")
 	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
+	fs.StringVar(&f.onGPULost, "on-gpu-lost", string(scan.GPULostExit), "once a sticky CUDA error has lost the GPU for the process (the scan it struck ends with every frame recorded): exit (drain the running scan, exit 1 for systemd to restart serve) or cpu (decode the next scans on the CPU, with a warning in /v1/health)")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
 }
@@ -110,6 +112,10 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return scan.Usage(err)
 	}
+	onGPULost, err := scan.ParseOnGPULost(f.onGPULost)
+	if err != nil {
+		return scan.Usage(fmt.Errorf("--on-gpu-lost %w", err))
+	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
 		return scan.Usage(err)
@@ -126,8 +132,9 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
+	guard := scan.NewGPUGuard(onGPULost, log)
 	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
-		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages}
+		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages, GPU: guard}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
 		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient})
 	svc.Handle("/", watch.Handler())
@@ -150,11 +157,18 @@ func serve(ctx context.Context, f *serveFlags) error {
 		case <-ctx.Done():
 		}
 	}()
+	// A lost GPU ends serve as a signal does, where --on-gpu-lost says so.
+	lost := make(chan error, 1)
+	go func() { lost <- guard.Watch(ctx, cancel) }()
 	err = svc.Serve(ctx, ln, f.drain)
 	if errors.Is(err, service.ErrDrainTimeout) {
 		// The scan was cancelled rather than drained: its frames not
 		// written are counted discarded, and serve exits 1.
 		log.Warn("drain timeout: the running scan was cancelled", zap.Duration("drain_timeout", f.drain), zap.Error(err))
+	}
+	cancel()
+	if lerr := <-lost; lerr != nil {
+		return errors.Join(fmt.Errorf("serve: %w", lerr), err)
 	}
 	return err
 }
