@@ -113,7 +113,7 @@ func (g *GPUGuard) Watch(ctx context.Context, stop func()) error {
 		g.log.Warn("GPU lost: the next scans decode on the CPU (--on-gpu-lost cpu); restart h5ingest serve to use the GPU again", zap.Error(lost))
 		return nil
 	}
-	g.log.Error("GPU lost: draining the running scan, then exiting to be restarted (--on-gpu-lost exit)", zap.Error(lost))
+	g.log.Warn("GPU lost: draining the running scan, then exiting to be restarted (--on-gpu-lost exit)", zap.Error(lost))
 	stop()
 	return fmt.Errorf("%w: exiting to be restarted (--on-gpu-lost exit)", lost)
 }
