@@ -90,6 +90,47 @@ func TestFakeDriverSticky(t *testing.T) {
 	}
 }
 
+// TestFakeDriverStickyAtCheck runs TestStickyAtCheckChild against a fake
+// driver that faults in the check of the kernels, when the device first
+// opens: that too loses the GPU for the process.
+func TestFakeDriverStickyAtCheck(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs TestStickyAtCheckChild against the fake driver; this is that run")
+	}
+	out, calls := fakecuda.Run(t, "^TestStickyAtCheckChild$", "FAKECUDA_FAULT_CODE=700", "FAKECUDA_FAULT_LAUNCH=2")
+	if !strings.Contains(out, "--- PASS: TestStickyAtCheckChild ") {
+		t.Fatalf("TestStickyAtCheckChild did not pass:\n%s", out)
+	}
+	count := map[string]int{}
+	for _, c := range calls {
+		count[c.Func]++
+	}
+	if count["cuModuleLoadDataEx"] != 1 || count["cuDevicePrimaryCtxRetain"] != 1 || count["cuDevicePrimaryCtxRelease_v2"] != 1 {
+		t.Errorf("driver calls %v, want one module load, one retain and one release: nothing asked after the loss", count)
+	}
+}
+
+// TestStickyAtCheckChild runs under TestFakeDriverStickyAtCheck.
+func TestStickyAtCheckChild(t *testing.T) {
+	if !fakecuda.Child() || os.Getenv("FAKECUDA_FAULT_LAUNCH") != "2" {
+		t.Skip("runs against a fake driver that faults in the check, under TestFakeDriverStickyAtCheck")
+	}
+	var logged syncBuffer
+	_, err := Preload("cuda", Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, cuda.IllegalAddress) {
+		t.Errorf("Preload with a fault in the check: %v, want ErrDeviceLost and code 700", err)
+	}
+	if err := Lost(); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("Lost after a fault in the check: %v", err)
+	}
+	if !strings.Contains(logged.String(), "CUDA device lost") {
+		t.Errorf("the loss was not logged:\n%s", logged.String())
+	}
+	if _, err := New("cuda", Options{}); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("cuda after a fault in the check: %v, want ErrDeviceLost", err)
+	}
+}
+
 // syncBuffer is a bytes.Buffer for a logger that several goroutines use.
 type syncBuffer struct {
 	mu sync.Mutex
