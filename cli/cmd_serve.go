@@ -41,6 +41,7 @@ type serveFlags struct {
 	rdma      string // the profile whose static queue pairs are set up at start-up
 	params    string // where the receiver's ends of them are written
 	frontEnd  string // where the front end's ends are read
+	onGPULost string // what serve does once the GPU is lost: exit or cpu
 
 	stages *registry.Registry // the stages a profile may name
 }
@@ -86,6 +87,7 @@ name, or a POST that is not application/json, is refused.`,
 	fs.StringVar(&f.rdma, "rdma-profile", "", "set up the static RoCE queue pairs and rings of this profile's modules (source.transport roce) once, at start-up, for every scan: GET /v1/rdma shows the receiver's end of them")
 	fs.StringVar(&f.params, "rdma-params", "", "with --rdma-profile: write the receiver's end of each queue pair to this JSON file too, for the front end, rewritten with a new nonce at each scan")
 	fs.StringVar(&f.frontEnd, "front-end", "", "with --rdma-profile: read the front end's end of each queue pair from this JSON file at each scan, where neither the profile (source.front_end) nor PUT /v1/rdma gives it")
+	fs.StringVar(&f.onGPULost, "on-gpu-lost", string(scan.GPULostExit), "once a sticky CUDA error has lost the GPU for the process (the scan it struck ends with every frame recorded): exit (drain the running scan, exit 1 for systemd to restart serve) or cpu (decode the next scans on the CPU, with a warning in /v1/health)")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
 }
@@ -116,6 +118,10 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return scan.Usage(err)
 	}
+	onGPULost, err := scan.ParseOnGPULost(f.onGPULost)
+	if err != nil {
+		return scan.Usage(fmt.Errorf("--on-gpu-lost %w", err))
+	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
 		return scan.Usage(err)
@@ -132,8 +138,9 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
+	guard := scan.NewGPUGuard(onGPULost, log)
 	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
-		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages}
+		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages, GPU: guard}
 	if f.rdma != "" {
 		if err := runner.OpenStation(scan.StationOptions{Profile: f.rdma, ParamsFile: f.params, PeerFile: f.frontEnd}); err != nil {
 			return err
@@ -164,11 +171,18 @@ func serve(ctx context.Context, f *serveFlags) error {
 		case <-ctx.Done():
 		}
 	}()
+	// A lost GPU ends serve as a signal does, where --on-gpu-lost says so.
+	lost := make(chan error, 1)
+	go func() { lost <- guard.Watch(ctx, cancel) }()
 	err = svc.Serve(ctx, ln, f.drain)
 	if errors.Is(err, service.ErrDrainTimeout) {
 		// The scan was cancelled rather than drained: its frames not
 		// written are counted discarded, and serve exits 1.
 		log.Warn("drain timeout: the running scan was cancelled", zap.Duration("drain_timeout", f.drain), zap.Error(err))
+	}
+	cancel()
+	if lerr := <-lost; lerr != nil {
+		return errors.Join(fmt.Errorf("serve: %w", lerr), err)
 	}
 	return err
 }

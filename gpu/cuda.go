@@ -75,33 +75,43 @@ func (d *cudaDevice) newBackend(opts Options, release func() error) (b *cudaBack
 }
 
 // Decode decodes and checksums the batch on the device. A sticky error
-// loses the device (ErrDeviceLost): this call and every later one fail,
-// and every other backend on the device with them.
+// loses the GPU for the process (Lost): this call and every later one of
+// every cuda backend fail with ErrDeviceLost.
 func (b *cudaBackend) Decode(jobs []Job) error {
-	if err := b.dev.lostErr(); err != nil {
+	if err := Lost(); err != nil {
 		return err
 	}
-	err := b.devBackend.Decode(jobs)
-	if err != nil && cuda.IsSticky(err) {
-		return b.dev.markLost(errors.Unwrap(err)) // the driver's error, without devBackend's prefix
+	return b.lose(b.devBackend.Decode(jobs))
+}
+
+// Reserve implements Reserver; once the GPU is lost it fails at once.
+func (b *cudaBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) (func(), error) {
+	if err := Lost(); err != nil {
+		return nil, err
+	}
+	release, err := b.devBackend.Reserve(f, batch, calls, shuffle)
+	return release, b.lose(err)
+}
+
+// lose returns err, or, where it holds a sticky error of the driver's,
+// the loss of the GPU that it makes.
+func (b *cudaBackend) lose(err error) error {
+	if err == nil {
+		return nil
+	}
+	var driver *cuda.Error
+	if errors.As(err, &driver) && driver.Sticky() {
+		return b.dev.markLost(driver)
 	}
 	return err
 }
 
-// Reserve implements Reserver; on a lost device it fails at once.
-func (b *cudaBackend) Reserve(f frame.Format, batch, calls int, shuffle bool) (func(), error) {
-	if err := b.dev.lostErr(); err != nil {
-		return nil, err
-	}
-	return b.devBackend.Reserve(f, batch, calls, shuffle)
-}
-
 // Close frees the backend's lanes and gives up its share of the device.
-// On a lost device the driver refuses to free what it holds, which goes
+// Once the GPU is lost the driver refuses to free what it holds, which goes
 // with the context: no error.
 func (b *cudaBackend) Close() error {
 	err := b.devBackend.Close()
-	if b.dev.lostErr() != nil {
+	if Lost() != nil {
 		return nil
 	}
 	return err
@@ -118,23 +128,23 @@ func (b *cudaBackend) AllocHost(n int) ([]byte, error) {
 	}
 	buf, err := b.ctx.AllocHost(n)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: cuda backend: %w", err)
+		return nil, b.lose(fmt.Errorf("gpu: cuda backend: %w", err))
 	}
 	return buf, nil
 }
 
 // FreeHost frees memory from AllocHost. After Close it frees nothing and
 // says so: the memory goes with the device's primary context when its last
-// user releases it. On a lost device it frees nothing and says nothing:
-// the context takes the memory with it when it is destroyed.
+// user releases it. Once the GPU is lost it frees nothing and says
+// nothing: the memory goes with the process.
 func (b *cudaBackend) FreeHost(buf []byte) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return ErrClosed
 	}
-	if b.dev.lostErr() != nil {
-		return nil // the lost context frees it when it goes
+	if Lost() != nil {
+		return nil // the driver refuses: it goes with the process
 	}
 	if err := b.ctx.FreeHost(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)
@@ -160,7 +170,7 @@ func (b *cudaBackend) RegisterHost(buf []byte) error {
 		return ErrClosed
 	}
 	if err := b.dev.register(buf); err != nil {
-		return fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err)
+		return b.lose(fmt.Errorf("gpu: cuda backend: %d bytes: %w", len(buf), err))
 	}
 	return nil
 }
@@ -175,8 +185,8 @@ func (b *cudaBackend) UnregisterHost(buf []byte) error {
 	if b.closed {
 		return ErrClosed
 	}
-	if b.dev.lostErr() != nil {
-		return nil // a lost context's registrations go with it
+	if Lost() != nil {
+		return nil // the driver refuses: they go with the process
 	}
 	if err := b.dev.unregister(buf); err != nil {
 		return fmt.Errorf("gpu: cuda backend: %w", err)

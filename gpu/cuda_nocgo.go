@@ -11,6 +11,12 @@ import (
 // failed with a sticky error; without cgo there is none.
 var ErrDeviceLost = errors.New("gpu: device lost")
 
+// Lost returns nil without cgo: no GPU is used, so none is lost.
+func Lost() error { return nil }
+
+// LostChan returns a channel that is never closed without cgo.
+func LostChan() <-chan struct{} { return nil }
+
 // Preload holds nothing without cgo: no device can be opened. For "cuda"
 // it says so.
 func Preload(name string, opts Options) (release func(), err error) {

@@ -26,10 +26,9 @@ import (
 // (each with lanes of its own). It is counted: the last backend to close
 // unloads it, unless Preload keeps it for the process's life.
 //
-// A sticky error (cuda.IsSticky) in any backend marks it lost: every
-// backend on it then fails at once, and the first open after the last of
-// them has closed destroys the context (cuDevicePrimaryCtxReset) and makes
-// a new one, or says why it could not.
+// A sticky error (cuda.ErrSticky) in any backend loses the GPU for the
+// process (Lost): every backend on it then fails at once, and no backend
+// opens again until the process restarts, as the driver documents.
 type cudaDevice struct {
 	ordinal int
 	name    string
@@ -39,9 +38,7 @@ type cudaDevice struct {
 	loaded  time.Duration // how long the module took to load: the JIT compilation
 	arch    string        // the PTX target loaded, e.g. "sm_90"
 
-	// Guarded by devices.mu.
-	users int   // backends open on it
-	lost  error // ErrDeviceLost and the sticky error; nil while it works
+	users int // backends open on it; guarded by devices.mu
 
 	pinMu sync.Mutex
 	pins  map[span]*pin // host memory page-locked through RegisterHost
@@ -63,20 +60,49 @@ type pin struct {
 
 // devices holds the process's open CUDA devices, by ordinal.
 var devices struct {
-	mu   sync.Mutex
-	m    map[int]*cudaDevice
-	keep map[int]int   // Preload's holds, by ordinal: they outlive a lost device and keep its successor
-	lost map[int]error // what lost the device, by ordinal, until a new context works
-	log  *slog.Logger  // Preload's: where device events are logged
+	mu    sync.Mutex
+	m     map[int]*cudaDevice
+	keep  map[int]int   // Preload's holds, by ordinal
+	lost  error         // ErrDeviceLost and the sticky error that lost the GPU for the process; nil while none did
+	lostC chan struct{} // closed when lost is set; made by the first LostChan or loss
+	log   *slog.Logger  // Preload's: where device events are logged
 }
 
-// ErrDeviceLost is wrapped by the errors of a device backend whose device
-// failed with a sticky error (an illegal address, a launch failure): the
-// batch in flight and every later call fail, and the frames are the
-// caller's to record. The next backend opened once every backend on the
-// lost device has closed gets a new context, or, where the driver refuses
-// one, an error that says so ("auto" then decodes on the CPU).
+// ErrDeviceLost is wrapped by the errors of a device backend once a CUDA
+// call of the process failed with a sticky error (an illegal address, a
+// launch failure: cuda.ErrSticky): the batch in flight and every later
+// call of every cuda backend fail with it, and the frames are the
+// caller's to record; "cuda" opens no backend again and "auto" opens the
+// CPU's, until the process restarts (Lost).
 var ErrDeviceLost = errors.New("gpu: device lost")
+
+// Lost returns the error that lost the GPU for the process, wrapping
+// ErrDeviceLost and the driver's sticky error, or nil while no CUDA call
+// of the process has failed with one. Once lost, the GPU stays lost
+// until the process restarts: the driver documents that every later call
+// fails the same way, in any context.
+func Lost() error {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	return devices.lost
+}
+
+// LostChan returns a channel that is closed when the GPU is lost for the
+// process (see Lost), for a service to act on the loss.
+func LostChan() <-chan struct{} {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	return lostChanLocked()
+}
+
+// lostChanLocked returns devices.lostC, made if need be. Called with
+// devices.mu held.
+func lostChanLocked() chan struct{} {
+	if devices.lostC == nil {
+		devices.lostC = make(chan struct{})
+	}
+	return devices.lostC
+}
 
 // Preload opens the CUDA device the backend name would use, loads and
 // JIT-compiles the kernels and checks them on a frame against the CPU
@@ -159,50 +185,33 @@ func acquireDevice(opts Options) (*cudaDevice, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, absentError{err}
 	}
-	d := devices.m[opts.Device]
-	if d != nil && d.lost == nil {
+	if devices.lost != nil {
+		return nil, fmt.Errorf("%w: restart h5ingest to use the GPU again", devices.lost)
+	}
+	if d := devices.m[opts.Device]; d != nil {
 		d.users++
 		return d, nil
 	}
-	if d != nil {
-		if d.users > 0 {
-			return nil, fmt.Errorf("%w, and %d backends still hold it: a new context is made once they close", d.lost, d.users)
-		}
-		d.closeIfIdle()
-	}
-	lost := devices.lost[opts.Device]
-	d, err := openDevice(opts, lost != nil)
-	log := devices.log
-	if log == nil {
-		log = opts.Logger
-	}
-	if log == nil {
-		log = slog.Default()
+	d, err := openDevice(opts)
+	if errors.Is(err, cuda.ErrSticky) { // the check of the kernels faulted
+		loseLocked(fmt.Errorf("CUDA device %d: %w", opts.Device, err), opts.Logger)
+		return nil, fmt.Errorf("%w: restart h5ingest to use the GPU again", devices.lost)
 	}
 	if err != nil {
-		if lost != nil {
-			err = fmt.Errorf("%w; a new context failed too (%w): restart h5ingest to use the GPU again", lost, err)
-			log.Warn("CUDA device not recovered", "error", err.Error())
-		}
 		return nil, err
-	}
-	if lost != nil {
-		log.Warn("CUDA context recreated after a sticky error, and checked on a frame against the CPU",
-			"device", d.name, "lost", lost.Error())
 	}
 	if devices.m == nil {
 		devices.m = map[int]*cudaDevice{}
 	}
-	delete(devices.lost, opts.Device)
 	devices.m[opts.Device] = d
 	d.users++
 	return d, nil
 }
 
-// openDevice retains the primary context of device opts.Device (destroying
-// it first when reset, after a loss), loads the kernels, uploads their
-// tables and checks them on one frame against the CPU backend.
-func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
+// openDevice retains the primary context of device opts.Device, loads the
+// kernels, uploads their tables and checks them on one frame against the
+// CPU backend.
+func openDevice(opts Options) (_ *cudaDevice, err error) {
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, err
@@ -220,11 +229,6 @@ func openDevice(opts Options, reset bool) (_ *cudaDevice, err error) {
 	name, err := dev.Name()
 	if err != nil {
 		return nil, err
-	}
-	if reset {
-		if err := cuda.ResetPrimaryContext(dev); err != nil {
-			return nil, err
-		}
 	}
 	ctx, err := cuda.PrimaryContext(dev)
 	if err != nil {
@@ -274,7 +278,7 @@ func loadKernels(ctx *cuda.Context, dev cuda.Device) (*cuda.Module, string, time
 		if err == nil {
 			return mod, t.Arch, time.Since(start), nil
 		}
-		if cuda.IsSticky(err) {
+		if errors.Is(err, cuda.ErrSticky) {
 			return nil, "", 0, err
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", t.Arch, err))
@@ -355,22 +359,17 @@ func (d *cudaDevice) release() error {
 }
 
 // closeIfIdle unloads the device when no backend and no Preload holds it
-// (a lost one once no backend holds it: the next open makes a new
-// context). Called with devices.mu held.
+// (a lost one once no backend holds it). Called with devices.mu held.
 func (d *cudaDevice) closeIfIdle() error {
-	if d.users > 0 || devices.keep[d.ordinal] > 0 && d.lost == nil {
+	if d.users > 0 || devices.keep[d.ordinal] > 0 && devices.lost == nil {
 		return nil
 	}
 	if devices.m[d.ordinal] == d {
 		delete(devices.m, d.ordinal)
 	}
-	if d.lost != nil {
-		if devices.lost == nil {
-			devices.lost = map[int]error{}
-		}
-		devices.lost[d.ordinal] = d.lost
+	if devices.lost != nil {
 		d.teardown()
-		return nil // what a lost context refuses goes with it
+		return nil // the driver refuses to free what a lost process holds: it goes with the process
 	}
 	return d.teardown()
 }
@@ -388,28 +387,27 @@ func (d *cudaDevice) teardown() error {
 	return errors.Join(errs...)
 }
 
-// lostErr returns the error that lost the device, or nil.
-func (d *cudaDevice) lostErr() error {
-	devices.mu.Lock()
-	defer devices.mu.Unlock()
-	return d.lost
-}
-
-// markLost records err, a sticky error, as what lost the device, once, and
-// returns the loss.
+// markLost records err, a sticky error of the device's, as what lost the
+// GPU for the process, unless something did before, and returns the loss.
 func (d *cudaDevice) markLost(err error) error {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
-	if d.lost == nil {
-		d.lost = fmt.Errorf("%w: CUDA device %d (%s): %w", ErrDeviceLost, d.ordinal, d.name, err)
-		log := devices.log
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("CUDA device lost: the frames in flight and the rest of its scans are not decoded; the next scan makes a new context",
-			"device", d.name, "error", err.Error())
+	return loseLocked(fmt.Errorf("CUDA device %d (%s): %w", d.ordinal, d.name, err), nil)
+}
+
+// loseLocked records err, a sticky error, as what lost the GPU for the
+// process, once, logging it at warning level to Preload's logger, else
+// log, else the default; it returns the loss. Called with devices.mu held.
+func loseLocked(err error, log *slog.Logger) error {
+	if devices.lost != nil {
+		return devices.lost
 	}
-	return d.lost
+	devices.lost = fmt.Errorf("%w: %w", ErrDeviceLost, err)
+	close(lostChanLocked())
+	log = cmp.Or(devices.log, log, slog.Default())
+	log.Warn("CUDA device lost: a sticky error; the frames in flight are not decoded, and the GPU stays unusable until the process restarts",
+		"error", err.Error())
+	return devices.lost
 }
 
 // register page-locks b for the device, once however many backends ask:

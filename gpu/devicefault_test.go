@@ -30,67 +30,104 @@ const stickyFaultLaunch = 8
 
 // TestFakeDriverSticky injects the sticky errors a kernel can leave
 // (CUDA_ERROR_ILLEGAL_ADDRESS, 700, and CUDA_ERROR_LAUNCH_FAILED, 719) in
-// the middle of a batch, through the fake driver, and runs
+// the middle of a batch, through the fake driver, which then fails every
+// later call of the process as the driver documents, and runs
 // TestStickyChild against it: the batch in flight fails with ErrDeviceLost
 // and the driver's code, every backend on the device fails at once after,
-// and once they have closed the next backend gets a new context, or,
-// where the error outlives the context (FAKECUDA_FAULT_PERSIST, as the
-// driver documents for these codes), "cuda" says to restart and "auto"
-// decodes on the CPU with a warning. The log then shows the context
-// reset, the module loaded again, retains and releases balanced, and the
-// driver started with the compute cache asked for.
+// the GPU stays lost for the process (Lost), "cuda" says to restart and
+// "auto" decodes on the CPU with a warning. The log then shows the module
+// loaded once, no context made after the fault (the one asked for
+// refused), retains and releases balanced, and the driver started with
+// the compute cache asked for.
 func TestFakeDriverSticky(t *testing.T) {
 	if fakecuda.Child() {
 		t.Skip("runs TestStickyChild against the fake driver; this is that run")
 	}
 	for _, code := range []int{cuda.IllegalAddress, cuda.LaunchFailed} {
-		for _, persist := range []bool{false, true} {
-			t.Run(fmt.Sprintf("code=%d/persist=%v", code, persist), func(t *testing.T) {
-				cache := filepath.Join(t.TempDir(), "cuda-cache")
-				env := []string{"FAKECUDA_FAULT_CODE=" + strconv.Itoa(code), "FAKECUDA_FAULT_LAUNCH=" + strconv.Itoa(stickyFaultLaunch),
-					"H5INGEST_TEST_CACHE=" + cache}
-				if persist {
-					env = append(env, "FAKECUDA_FAULT_PERSIST=1")
-				}
-				out, calls := fakecuda.Run(t, "^TestStickyChild$", env...)
-				if !strings.Contains(out, "--- PASS: TestStickyChild ") {
-					t.Fatalf("TestStickyChild did not pass:\n%s", out)
-				}
-				count := map[string]int{}
-				faults := 0
-				for _, c := range calls {
-					count[c.Func]++
-					if c.Func == "cuInit" && c.Args["cache"] != cache {
-						t.Errorf("the driver started with CUDA_CACHE_PATH %s, want %s", c.Args["cache"], cache)
+		t.Run(fmt.Sprintf("code=%d", code), func(t *testing.T) {
+			cache := filepath.Join(t.TempDir(), "cuda-cache")
+			out, calls := fakecuda.Run(t, "^TestStickyChild$", "FAKECUDA_FAULT_CODE="+strconv.Itoa(code),
+				"FAKECUDA_FAULT_LAUNCH="+strconv.Itoa(stickyFaultLaunch), "H5INGEST_TEST_CACHE="+cache)
+			if !strings.Contains(out, "--- PASS: TestStickyChild ") {
+				t.Fatalf("TestStickyChild did not pass:\n%s", out)
+			}
+			count := map[string]int{}
+			faults, refused := 0, 0
+			for _, c := range calls {
+				count[c.Func]++
+				switch {
+				case c.Func == "cuInit" && c.Args["cache"] != cache:
+					t.Errorf("the driver started with CUDA_CACHE_PATH %s, want %s", c.Args["cache"], cache)
+				case c.Func == "cuLaunchKernel" && c.Args["fault"] != "":
+					faults++
+					if c.Int("launch") != stickyFaultLaunch || c.Int("fault") != uint64(code) {
+						t.Errorf("fault %s", c)
 					}
-					if c.Func == "cuLaunchKernel" && c.Args["fault"] != "" {
-						faults++
-						if c.Int("launch") != stickyFaultLaunch || c.Int("fault") != uint64(code) {
-							t.Errorf("fault %s", c)
-						}
+				case c.Func == "cuDevicePrimaryCtxRetain" && c.Args["sticky"] != "":
+					refused++
+					count[c.Func]--
+					if c.Int("sticky") != uint64(code) {
+						t.Errorf("a new context refused with %s, want code %d", c, code)
 					}
 				}
-				if faults != 1 {
-					t.Errorf("%d faulting launches logged, want 1", faults)
-				}
-				if fi, err := os.Stat(cache); err != nil || !fi.IsDir() {
-					t.Errorf("compute cache directory not made: %v", err)
-				}
-				loads := 2 // before the fault and after
-				if persist {
-					loads = 1 // the new context fails before its module loads
-				}
-				if count["cuModuleLoadDataEx"] != loads {
-					t.Errorf("module loaded %d times, want %d", count["cuModuleLoadDataEx"], loads)
-				}
-				if count["cuDevicePrimaryCtxReset_v2"] < 1 {
-					t.Error("the lost context was never reset")
-				}
-				if count["cuDevicePrimaryCtxRetain"] != count["cuDevicePrimaryCtxRelease_v2"] {
-					t.Errorf("primary context retained %d times, released %d times", count["cuDevicePrimaryCtxRetain"], count["cuDevicePrimaryCtxRelease_v2"])
-				}
-			})
-		}
+			}
+			if faults != 1 {
+				t.Errorf("%d faulting launches logged, want 1", faults)
+			}
+			if refused != 1 {
+				t.Errorf("%d retains refused after the fault, want 1 (the test's own)", refused)
+			}
+			if fi, err := os.Stat(cache); err != nil || !fi.IsDir() {
+				t.Errorf("compute cache directory not made: %v", err)
+			}
+			if count["cuModuleLoadDataEx"] != 1 {
+				t.Errorf("module loaded %d times, want 1: no context is made after the fault", count["cuModuleLoadDataEx"])
+			}
+			if count["cuDevicePrimaryCtxRetain"] != count["cuDevicePrimaryCtxRelease_v2"] {
+				t.Errorf("primary context retained %d times, released %d times", count["cuDevicePrimaryCtxRetain"], count["cuDevicePrimaryCtxRelease_v2"])
+			}
+		})
+	}
+}
+
+// TestFakeDriverStickyAtCheck runs TestStickyAtCheckChild against a fake
+// driver that faults in the check of the kernels, when the device first
+// opens: that too loses the GPU for the process.
+func TestFakeDriverStickyAtCheck(t *testing.T) {
+	if fakecuda.Child() {
+		t.Skip("runs TestStickyAtCheckChild against the fake driver; this is that run")
+	}
+	out, calls := fakecuda.Run(t, "^TestStickyAtCheckChild$", "FAKECUDA_FAULT_CODE=700", "FAKECUDA_FAULT_LAUNCH=2")
+	if !strings.Contains(out, "--- PASS: TestStickyAtCheckChild ") {
+		t.Fatalf("TestStickyAtCheckChild did not pass:\n%s", out)
+	}
+	count := map[string]int{}
+	for _, c := range calls {
+		count[c.Func]++
+	}
+	if count["cuModuleLoadDataEx"] != 1 || count["cuDevicePrimaryCtxRetain"] != 1 || count["cuDevicePrimaryCtxRelease_v2"] != 1 {
+		t.Errorf("driver calls %v, want one module load, one retain and one release: nothing asked after the loss", count)
+	}
+}
+
+// TestStickyAtCheckChild runs under TestFakeDriverStickyAtCheck.
+func TestStickyAtCheckChild(t *testing.T) {
+	if !fakecuda.Child() || os.Getenv("FAKECUDA_FAULT_LAUNCH") != "2" {
+		t.Skip("runs against a fake driver that faults in the check, under TestFakeDriverStickyAtCheck")
+	}
+	var logged syncBuffer
+	_, err := Preload("cuda", Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, cuda.IllegalAddress) {
+		t.Errorf("Preload with a fault in the check: %v, want ErrDeviceLost and code 700", err)
+	}
+	if err := Lost(); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("Lost after a fault in the check: %v", err)
+	}
+	if !strings.Contains(logged.String(), "CUDA device lost") {
+		t.Errorf("the loss was not logged:\n%s", logged.String())
+	}
+	if _, err := New("cuda", Options{}); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("cuda after a fault in the check: %v, want ErrDeviceLost", err)
 	}
 }
 
@@ -119,7 +156,6 @@ func TestStickyChild(t *testing.T) {
 		t.Skip("runs against a faulting fake driver, under TestFakeDriverSticky")
 	}
 	code, _ := strconv.Atoi(os.Getenv("FAKECUDA_FAULT_CODE"))
-	persist := os.Getenv("FAKECUDA_FAULT_PERSIST") != ""
 	var logged syncBuffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	release, err := Preload("cuda", Options{Logger: log, ComputeCache: os.Getenv("H5INGEST_TEST_CACHE")})
@@ -147,15 +183,35 @@ func TestStickyChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareBatch(t, a, cpu, batch(), "before the fault")
+	if err := Lost(); err != nil {
+		t.Fatalf("lost before the fault: %v", err)
+	}
+	lost := LostChan()
+	select {
+	case <-lost:
+		t.Fatal("LostChan closed before the fault")
+	default:
+	}
 	err = a.Decode(batch())
-	if !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, code) {
-		t.Fatalf("the faulting batch: %v, want ErrDeviceLost and code %d", err, code)
+	if !errors.Is(err, ErrDeviceLost) || !errors.Is(err, cuda.ErrSticky) || !cuda.HasCode(err, code) {
+		t.Fatalf("the faulting batch: %v, want ErrDeviceLost, sticky, code %d", err, code)
+	}
+	if err := Lost(); !errors.Is(err, ErrDeviceLost) || !cuda.HasCode(err, code) {
+		t.Errorf("Lost after the fault: %v, want ErrDeviceLost and code %d", err, code)
+	}
+	select {
+	case <-lost:
+	default:
+		t.Error("LostChan not closed by the fault")
 	}
 	if err := b.Decode(batch()); !errors.Is(err, ErrDeviceLost) {
 		t.Errorf("the other backend after the fault: %v, want ErrDeviceLost", err)
 	}
-	if _, err := New("cuda", Options{}); err == nil || !strings.Contains(err.Error(), "still hold it") {
-		t.Errorf("a backend opened while the lost device is held: %v", err)
+	if _, err := b.(Reserver).Reserve(f, 2, 1, false); !errors.Is(err, ErrDeviceLost) {
+		t.Errorf("Reserve after the fault: %v, want ErrDeviceLost", err)
+	}
+	if _, err := New("cuda", Options{}); !errors.Is(err, ErrDeviceLost) || !strings.Contains(err.Error(), "restart h5ingest") {
+		t.Errorf("a backend opened while the lost ones are held: %v, want ErrDeviceLost and a word to restart", err)
 	}
 	for _, be := range []Backend{a, b} {
 		if err := be.Close(); err != nil {
@@ -165,31 +221,30 @@ func TestStickyChild(t *testing.T) {
 	if !strings.Contains(logged.String(), "CUDA device lost") {
 		t.Errorf("the loss was not logged:\n%s", logged.String())
 	}
-	c, err := New("cuda", Options{})
-	if persist {
-		if err == nil || !errors.Is(err, ErrDeviceLost) || !strings.Contains(err.Error(), "restart h5ingest") {
-			t.Fatalf("cuda after a loss the driver keeps: %v, want an error saying to restart", err)
-		}
-		var warned syncBuffer
-		auto, err := New("auto", Options{Logger: slog.New(slog.NewTextHandler(&warned, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer auto.Close()
-		if auto.Name() != "cpu" || !strings.Contains(warned.String(), "level=WARN") || !strings.Contains(warned.String(), "device lost") {
-			t.Errorf("auto after the loss: %s backend, logged:\n%s", auto.Name(), warned.String())
-		}
-		compareBatch(t, auto, cpu, batch(), "auto on the CPU")
-		return
+	if _, err := New("cuda", Options{}); !errors.Is(err, ErrDeviceLost) || !strings.Contains(err.Error(), "restart h5ingest") {
+		t.Errorf("cuda once every lost backend closed: %v, want ErrDeviceLost and a word to restart", err)
 	}
+	// The driver itself makes no new context for the process.
+	dev, err := cuda.GetDevice(0)
 	if err != nil {
-		t.Fatalf("a backend after the lost one closed: %v", err)
+		t.Fatal(err)
 	}
-	defer c.Close()
-	if !strings.Contains(logged.String(), "CUDA context recreated") {
-		t.Errorf("the new context was not logged:\n%s", logged.String())
+	if ctx, err := cuda.PrimaryContext(dev); !cuda.HasCode(err, code) {
+		if err == nil {
+			ctx.Close()
+		}
+		t.Errorf("a new primary context after the fault: %v, want code %d", err, code)
 	}
-	compareBatch(t, c, cpu, batch(), "on the new context")
+	var warned syncBuffer
+	auto, err := New("auto", Options{Logger: slog.New(slog.NewTextHandler(&warned, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auto.Close()
+	if auto.Name() != "cpu" || !strings.Contains(warned.String(), "level=WARN") || !strings.Contains(warned.String(), "device lost") {
+		t.Errorf("auto after the loss: %s backend, logged:\n%s", auto.Name(), warned.String())
+	}
+	compareBatch(t, auto, cpu, batch(), "auto on the CPU")
 }
 
 // TestFakeDriverPins runs TestPinsChild against the fake driver: memory is

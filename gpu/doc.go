@@ -16,6 +16,9 @@
 //     gpu/kernels, embedded as PTX that the driver compiles for the GPU at
 //     hand. New fails with a clear error where there is no driver
 //     ("libcuda.so.1 not found: ...") or no device ("no CUDA device").
+//     A sticky driver error (cuda.ErrSticky) loses the GPU for the
+//     process, as the driver documents: every cuda backend fails with
+//     ErrDeviceLost from then on, and Lost and LostChan say so.
 //   - "auto": "cuda" when the driver loads and a device answers, else
 //     "cpu". It logs one line saying which it picked and why.
 //

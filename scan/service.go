@@ -48,6 +48,7 @@ type Runner struct {
 	Log      *zap.Logger
 	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
 	Stages   *registry.Registry // the stages a request's profile may name
+	GPU      *GPUGuard          // what a scan does once the GPU is lost (serve --on-gpu-lost); nil: its profile's backend stands
 	// Station is the links set up at start-up (OpenStation) of a source
 	// whose links are static; scans of that source listen through it.
 	Station       receive.Station
@@ -74,6 +75,9 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(fmt.Errorf("output %q: want one file name in the output directory: no / or \\, and not . or .. alone", req.Output))
 	}
 	profile, pl, err := r.load(req)
+	if err == nil { // the backend: once the GPU is lost, as serve --on-gpu-lost says
+		profile, err = r.GPU.profile(req.ScanID, profile)
+	}
 	if err != nil {
 		return nil, refuse(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,14 @@ type ModuleLister interface {
 	Modules() []int
 }
 
+// HealthReporter is a Runner with conditions of its own for the
+// service's health and status (optional): problems make the service
+// unhealthy; warnings do not (it still takes scans, in a lesser way: on
+// the CPU once its GPU is lost). Health must answer at once.
+type HealthReporter interface {
+	Health() (problems, warnings []string)
+}
+
 // LastError is the error of the last scan that ended with one.
 type LastError struct {
 	ScanID string    `json:"scan_id"`
@@ -91,6 +100,7 @@ type ServiceStatus struct {
 	LastScan      *Status    `json:"last_scan,omitempty" doc:"The last scan that ended, if the service keeps one."`
 	LastError     *LastError `json:"last_error,omitempty" doc:"The last scan that ended with an error, of those the service keeps."`
 	Storage       *Storage   `json:"storage,omitempty" doc:"Where scans are written and the room there; absent when the service cannot tell."`
+	Warnings      []string   `json:"warnings,omitempty" doc:"Conditions of the service that health reports, its problems and warnings, e.g. a GPU lost: scans decode on the CPU; absent when none."`
 }
 
 // Health is the answer to a monitoring system: whether the service can
@@ -98,7 +108,8 @@ type ServiceStatus struct {
 type Health struct {
 	Healthy  bool     `json:"healthy"`
 	State    State    `json:"state" enum:"idle,armed,running,stopping,error"`
-	Problems []string `json:"problems" nullable:"false" doc:"What makes it unhealthy: the last scan failed, the free space where scans are written is not known or nil."`
+	Problems []string `json:"problems" nullable:"false" doc:"What makes it unhealthy: the last scan failed, the free space where scans are written is not known or nil, its GPU is lost and it exits."`
+	Warnings []string `json:"warnings" nullable:"false" doc:"What it should be told of that leaves it healthy: its GPU is lost, and scans decode on the CPU until it restarts."`
 }
 
 // VersionInfo says which h5ingest and which API answer.
@@ -138,13 +149,17 @@ func (s *Service) registerStatus() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-health", Method: http.MethodGet, Path: "/v1/health",
 		Summary:     "Whether the service can take a scan: 200, or 503 with the problems",
-		Description: "For monitoring: 503 when the last scan failed (until the next is armed) or the free space where scans are written is not known or nil.",
+		Description: "For monitoring: 503 when the last scan failed (until the next is armed), the free space where scans are written is not known or nil, or the service exits to be restarted (its GPU lost, with --on-gpu-lost exit); warnings name what leaves it healthy but lesser (its GPU lost, scans decode on the CPU).",
 		Responses: map[string]*huma.Response{
 			"503": {Description: "Unhealthy", Content: map[string]*huma.MediaType{"application/json": {Schema: healthSchema}}},
 		},
 	}, func(ctx context.Context, in *struct{}) (*healthOutput, error) {
 		st := s.serviceStatus(started, storage)
-		h := Health{Healthy: true, State: st.State, Problems: []string{}}
+		h := Health{Healthy: true, State: st.State, Problems: []string{}, Warnings: []string{}}
+		if r, ok := s.runner.(HealthReporter); ok {
+			problems, warnings := r.Health()
+			h.Problems, h.Warnings = append(h.Problems, problems...), append(h.Warnings, warnings...)
+		}
 		if st.State == ErrorState && st.LastError != nil {
 			h.Problems = append(h.Problems, fmt.Sprintf("scan %s failed: %s", st.LastError.ScanID, st.LastError.Error))
 		}
@@ -192,6 +207,10 @@ func (s *Service) serviceStatus(started time.Time, storage *storageProbe) Servic
 	st := ServiceStatus{State: Idle, Version: s.cfg.Version, StartedAt: started, UptimeSeconds: now.Sub(started).Seconds(), Modules: []int{}}
 	if m, ok := s.runner.(ModuleLister); ok {
 		st.Modules = append(st.Modules, m.Modules()...)
+	}
+	if r, ok := s.runner.(HealthReporter); ok {
+		problems, warnings := r.Health()
+		st.Warnings = slices.Concat(problems, warnings)
 	}
 	if cur != nil {
 		c := cur.snapshot()

@@ -403,3 +403,46 @@ func TestPreviewCostBounded(t *testing.T) {
 	}
 	t.Logf("a frame of 1024 x 1024 pixels rendered in %v", took)
 }
+
+// healthRunner is a fakeRunner with conditions of its own.
+type healthRunner struct {
+	*fakeRunner
+	problems, warnings []string
+}
+
+func (r *healthRunner) Health() (problems, warnings []string) { return r.problems, r.warnings }
+
+// TestHealthReporter: a runner's problems make the service unhealthy and
+// its warnings do not; health lists each where it belongs, and the
+// status lists both.
+func TestHealthReporter(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		problems, warnings []string
+		code               int
+		status             string // the status's warnings
+	}{
+		{"none", nil, nil, http.StatusOK, "[]"},
+		{"warning", nil, []string{"the GPU was lost: scans decode on the CPU"}, http.StatusOK, "[the GPU was lost: scans decode on the CPU]"},
+		{"problem", []string{"the GPU was lost: serve exits"}, nil, http.StatusServiceUnavailable, "[the GPU was lost: serve exits]"},
+		{"both", []string{"p"}, []string{"w"}, http.StatusServiceUnavailable, "[p w]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, c := newTestService(t, &healthRunner{fakeRunner: &fakeRunner{}, problems: tc.problems, warnings: tc.warnings}, Config{})
+			code, h := c.do("GET", "/v1/health", nil)
+			if code != tc.code || h["healthy"] != (tc.code == http.StatusOK) {
+				t.Errorf("health: %d %v, want %d", code, h, tc.code)
+			}
+			if got, want := fmt.Sprint(h["problems"]), fmt.Sprint(tc.problems); got != want {
+				t.Errorf("problems %s, want %s", got, want)
+			}
+			if got, want := fmt.Sprint(h["warnings"]), fmt.Sprint(tc.warnings); got != want {
+				t.Errorf("warnings %s, want %s", got, want)
+			}
+			_, st := c.do("GET", "/v1/status", nil)
+			if w, _ := st["warnings"].([]any); fmt.Sprint(w) != tc.status {
+				t.Errorf("status warnings %v, want %s", st["warnings"], tc.status)
+			}
+		})
+	}
+}

@@ -47,16 +47,20 @@ const (
 )
 
 // stickyCodes are the result codes after which, as the driver documents,
-// the context is in an inconsistent state and every later call in it
-// returns the same error: an uncorrectable ECC error, an illegal address,
+// the process is in an inconsistent state and every later call returns the
+// same error: an uncorrectable ECC error, an illegal address,
 // a launch timeout, a hardware stack error, an illegal instruction, a
 // misaligned address, an invalid address space, an invalid program
 // counter, a launch failure.
 var stickyCodes = [...]int{214, IllegalAddress, 702, 714, 715, 716, 717, 718, LaunchFailed}
 
-// Sticky reports whether the error leaves the context unusable: every
-// later call in it fails the same way until the context is destroyed, and
-// the driver documents that only a new process is sure to recover.
+// ErrSticky matches, with errors.Is, every *Error whose code is sticky:
+// one after which, as the driver documents, the process is in an
+// inconsistent state, every later call returns the same error, in any
+// context, and only a new process can use the GPU again.
+var ErrSticky = errors.New("cuda: sticky error: the process must be restarted to use the GPU again")
+
+// Sticky reports whether the error's code is sticky (see ErrSticky).
 func (e *Error) Sticky() bool {
 	for _, c := range stickyCodes {
 		if e.Code == c {
@@ -66,11 +70,9 @@ func (e *Error) Sticky() bool {
 	return false
 }
 
-// IsSticky reports whether err is, or wraps, an *Error that is Sticky.
-func IsSticky(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Sticky()
-}
+// Is reports whether target is ErrSticky and the error is Sticky, for
+// errors.Is.
+func (e *Error) Is(target error) bool { return target == ErrSticky && e.Sticky() }
 
 // HasCode reports whether err is, or wraps, an *Error of the given code.
 func HasCode(err error, code int) bool {
@@ -255,18 +257,6 @@ func (c *Context) Close() error {
 	}
 	c.released = true
 	return check("cuDevicePrimaryCtxRelease", C.h5cu_primary_release(c.Device.d))
-}
-
-// ResetPrimaryContext destroys the primary context of device d with all
-// it holds (cuDevicePrimaryCtxReset_v2), whoever retained it: the way out
-// of a sticky error for the next user, once every user in the process
-// has given up what it created there. The next PrimaryContext makes a
-// new one.
-func ResetPrimaryContext(d Device) error {
-	if err := Load(); err != nil {
-		return err
-	}
-	return check("cuDevicePrimaryCtxReset", C.h5cu_primary_reset(d.d))
 }
 
 // Synchronize waits for all work in the context.

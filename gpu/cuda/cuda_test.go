@@ -5,6 +5,7 @@ package cuda_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -213,5 +214,31 @@ func TestModule(t *testing.T) {
 		t.Errorf("broken PTX: %v, want a cuModuleLoadData error with the driver's name", err)
 	} else {
 		t.Logf("broken PTX gives: %v", err)
+	}
+}
+
+// TestErrSticky checks which driver errors errors.Is finds sticky: those
+// the driver documents as leaving the process unusable, wrapped or not,
+// and no other.
+func TestErrSticky(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		sticky bool
+	}{
+		{cuda.IllegalAddress, true},
+		{cuda.LaunchFailed, true},
+		{214, true}, // uncorrectable ECC error
+		{702, true}, // launch timeout
+		{cuda.HostMemoryAlreadyRegistered, false},
+		{2, false},   // out of memory
+		{218, false}, // invalid PTX
+	} {
+		err := fmt.Errorf("decode: %w", &cuda.Error{Func: "cuEventSynchronize", Code: tc.code})
+		if got := errors.Is(err, cuda.ErrSticky); got != tc.sticky {
+			t.Errorf("code %d: errors.Is(err, ErrSticky) = %v, want %v", tc.code, got, tc.sticky)
+		}
+	}
+	if errors.Is(errors.New("not the driver's"), cuda.ErrSticky) {
+		t.Error("an error not from the driver is sticky")
 	}
 }

@@ -27,7 +27,6 @@ static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 static CUresult (*p_cuDevicePrimaryCtxRelease)(CUdevice);
 static CUresult (*p_cuDevicePrimaryCtxSetFlags)(CUdevice, unsigned int);
 static CUresult (*p_cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
-static CUresult (*p_cuDevicePrimaryCtxReset)(CUdevice);
 static CUresult (*p_cuCtxSetCurrent)(CUcontext);
 static CUresult (*p_cuCtxSynchronize)(void);
 static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
@@ -96,7 +95,6 @@ const char *h5cu_load(void)
 	SYM2(p_cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
 	SYM2(p_cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags");
 	SYM(p_cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
-	SYM2(p_cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset");
 	SYM(p_cuCtxSetCurrent, "cuCtxSetCurrent");
 	SYM(p_cuCtxSynchronize, "cuCtxSynchronize");
 	SYM(p_cuMemAlloc, "cuMemAlloc_v2");
@@ -147,7 +145,6 @@ CUresult h5cu_primary_retain(CUcontext *c, CUdevice d) { return p_cuDevicePrimar
 CUresult h5cu_primary_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
 CUresult h5cu_primary_set_flags(CUdevice d, unsigned int flags) { return p_cuDevicePrimaryCtxSetFlags(d, flags); }
 CUresult h5cu_primary_state(CUdevice d, unsigned int *flags, int *active) { return p_cuDevicePrimaryCtxGetState(d, flags, active); }
-CUresult h5cu_primary_reset(CUdevice d) { return p_cuDevicePrimaryCtxReset(d); }
 
 CUresult h5cu_ctx_synchronize(CUcontext c)
 {

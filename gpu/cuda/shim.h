@@ -33,7 +33,6 @@ CUresult h5cu_primary_retain(CUcontext *c, CUdevice d);
 CUresult h5cu_primary_release(CUdevice d);
 CUresult h5cu_primary_set_flags(CUdevice d, unsigned int flags);
 CUresult h5cu_primary_state(CUdevice d, unsigned int *flags, int *active);
-CUresult h5cu_primary_reset(CUdevice d);
 CUresult h5cu_ctx_synchronize(CUcontext c);
 
 CUresult h5cu_mem_alloc(CUcontext c, CUdeviceptr *p, size_t n);

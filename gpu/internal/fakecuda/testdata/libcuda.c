@@ -20,12 +20,14 @@
  * or 719, CUDA_ERROR_LAUNCH_FAILED) and FAKECUDA_FAULT_LAUNCH=N, the Nth
  * kernel launch of the process (from 1) faults as a real kernel does: the
  * launch itself succeeds (the fault is asynchronous), the kernel does not
- * run, and from then on every call in the primary context returns the
- * code (a sticky error) until the context is destroyed: its last user
- * releases it, or cuDevicePrimaryCtxReset_v2. With FAKECUDA_FAULT_PERSIST
- * set, the error outlives the context, as the driver documents for these
- * codes ("the process must be terminated and relaunched"): a new context
- * gets the same error at its first call.
+ * run, and from then on the process is stuck with the code (a sticky
+ * error), as the driver documents for these codes ("the process must be
+ * terminated and relaunched"): every later call that makes, uses or
+ * frees anything in a context returns it, in the context that faulted or
+ * any other, and no new context is made (cuDevicePrimaryCtxRetain and
+ * cuCtxCreate_v2 return it too). Only
+ * what asks about the device or names an error still answers, and
+ * cuDevicePrimaryCtxRelease_v2, so that the process can let go.
  *
  * The device has compute capability 9.0: a module whose PTX targets a
  * newer one is refused, and one whose target FAKECUDA_REFUSE_TARGET names
@@ -116,9 +118,9 @@ static void logline(const char *fmt, ...)
 	pthread_mutex_unlock(&mu);
 }
 
-/* The injected fault: its code, the launch it strikes, whether it outlives
- * the context; sticky is the error the primary context is stuck with. */
-static int fault_code, fault_launch, fault_persist, launches;
+/* The injected fault: its code and the launch it strikes; sticky is the
+ * error the process is stuck with, for good, once it struck. */
+static int fault_code, fault_launch, launches;
 static int sticky;
 
 static void fault_init(void)
@@ -128,19 +130,30 @@ static void fault_init(void)
 		fault_code = atoi(c);
 		fault_launch = atoi(n);
 	}
-	fault_persist = getenv("FAKECUDA_FAULT_PERSIST") != NULL;
 }
 
-/* destroy_primary ends the primary context: its registrations go, and a
- * sticky error with it unless it persists. Called with mu held. */
+/* destroy_primary ends the primary context: its registrations go. Called
+ * with mu held. */
 static void destroy_primary(void);
+
+/* stuck returns the process's sticky error, 0 while there is none. */
+static int stuck(void)
+{
+	pthread_mutex_lock(&mu);
+	int st = sticky;
+	pthread_mutex_unlock(&mu);
+	return st;
+}
 
 static int ctx_ok(void)
 {
 	if (!inited)
 		return ERR_NOT_INITIALIZED;
+	int st = stuck();
+	if (st)
+		return st;
 	if (current == &primary && primary_refs > 0)
-		return sticky ? sticky : OK;
+		return OK;
 	if (current == &created && created_live)
 		return OK;
 	return ERR_INVALID_CONTEXT;
@@ -312,6 +325,12 @@ CUresult cuDevicePrimaryCtxRetain(struct ctx **c, CUdevice d)
 	if (d != 0)
 		return ERR_INVALID_DEVICE;
 	pthread_mutex_lock(&mu);
+	if (sticky) {
+		int st = sticky;
+		pthread_mutex_unlock(&mu);
+		logline("cuDevicePrimaryCtxRetain sticky=%d", st);
+		return st;
+	}
 	if (created_live) {
 		pthread_mutex_unlock(&mu);
 		return ERR_DEVICE_UNAVAILABLE;
@@ -343,22 +362,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 static void destroy_primary(void)
 {
 	primary_refs = 0;
-	if (!fault_persist)
-		sticky = 0;
 	for (int i = 0; i < MAX_PINNED; i++)
 		pinned[i].p = NULL; /* the memory leaks: a test's few buffers */
-}
-
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
-{
-	if (d != 0)
-		return ERR_INVALID_DEVICE;
-	pthread_mutex_lock(&mu);
-	destroy_primary();
-	int st = sticky;
-	pthread_mutex_unlock(&mu);
-	logline("cuDevicePrimaryCtxReset_v2 sticky=%d", st);
-	return OK;
 }
 
 /* cuCtxCreate_v2 as EXCLUSIVE_PROCESS allows it: while no other context
@@ -369,6 +374,12 @@ CUresult cuCtxCreate_v2(struct ctx **c, unsigned int flags, CUdevice d)
 	if (d != 0)
 		return ERR_INVALID_DEVICE;
 	pthread_mutex_lock(&mu);
+	if (sticky) {
+		int st = sticky;
+		pthread_mutex_unlock(&mu);
+		logline("cuCtxCreate_v2 sticky=%d", st);
+		return st;
+	}
 	if (created_live || primary_refs > 0) {
 		pthread_mutex_unlock(&mu);
 		logline("cuCtxCreate_v2 refused");
