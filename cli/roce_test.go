@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -353,4 +354,33 @@ func TestRoCEFrontEndFasterThanPipeline(t *testing.T) {
 		t.Errorf("%d frames recorded missing, %d overrun: every frame was written, so each missing one is an overrun", missing, overrun)
 	}
 	checkAgainstReplay(t, out, path, n, backlogPipeline()...)
+}
+
+// TestProfilesCheckRoCERingPerCores checks that a ring must be deeper than
+// the guard plus the frames the pipeline holds in flight on the machine
+// that checks it (one per core, two decodes' batches of the backend), on a
+// machine of 16 cores.
+func TestProfilesCheckRoCERingPerCores(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "16")
+	for _, tc := range []struct {
+		backend string
+		slots   int
+		ok      bool
+	}{
+		{"cpu", 20, false}, // 16 + 2*1 in flight, guard 2
+		{"cpu", 21, true},
+		{"cuda", 26, false}, // 16 + 2*4
+		{"cuda", 27, true},
+		{"auto", 26, false}, // the batch of the backend it may choose
+	} {
+		file := filepath.Join(t.TempDir(), "p.yaml")
+		yaml := fmt.Sprintf("backend: %s\nsource:\n  transport: roce\n  ring_slots: %d\n  write_guard: 2\n", tc.backend, tc.slots)
+		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runProcess(t, "profiles", "check", file)
+		if got := code == exitOK; got != tc.ok || !tc.ok && !strings.Contains(stdout+stderr, fmt.Sprintf("want ring_slots %d or more", tc.slots+1)) {
+			t.Errorf("backend %s, ring_slots %d on 16 cores: exit status %d, want ok %v\n%s%s", tc.backend, tc.slots, code, tc.ok, stdout, stderr)
+		}
+	}
 }

@@ -162,6 +162,10 @@ type Setup struct {
 	Modules []int
 	// Frames is the scan's planned frame count, per module; 0: no plan.
 	Frames int
+	// InFlight is how many of a module's frames the scan's pipeline may
+	// hold at once, handed out and not released (pipeline.Slots); 0 where
+	// not known.
+	InFlight int
 	// ParamsFile, where set, is where a source set up out of band writes
 	// its end of each module's link for the sender (roce: acquire's
 	// --rdma-params); PeerFile where it reads the sender's (--front-end).

@@ -80,7 +80,7 @@ func NewAcquisition(o AcquireOptions) (*Acquisition, error) {
 		return nil, Usage(err)
 	}
 	setup := receive.Setup{Source: src, Format: format, Addr: addr, Check: senderCheck(files, format), Log: o.Log,
-		Frames: o.Plan.Frames(), ParamsFile: o.ParamsFile, PeerFile: o.PeerFile}
+		Frames: o.Plan.Frames(), ParamsFile: o.ParamsFile, PeerFile: o.PeerFile, InFlight: inFlight(o.Stages, profile)}
 	for _, m := range files.Modules {
 		setup.Modules = append(setup.Modules, m.Module.ID)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/frame"
+	"h5ingest/pipeline"
 	"h5ingest/receive"
 	"h5ingest/registry"
 	"h5ingest/source/capture"
@@ -59,5 +60,27 @@ func CheckSource(stages *registry.Registry, p config.Profile) error {
 	if err != nil {
 		return err
 	}
-	return s.Check(receive.Setup{Source: p.Source, Format: format, Modules: p.Detector.ModuleIDs(), ProfileOnly: true})
+	return s.Check(receive.Setup{Source: p.Source, Format: format, Modules: p.Detector.ModuleIDs(), ProfileOnly: true,
+		InFlight: inFlight(stages, p)})
+}
+
+// inFlight returns how many of a module's frames the pipeline of a scan
+// of profile p may hold from its source at once, on this machine: one per
+// core and two decodes' batches of its backend (of the largest batch
+// registered, for a backend that chooses at run time).
+func inFlight(stages *registry.Registry, p config.Profile) int {
+	batch := 1
+	if stages == nil {
+		return pipeline.Slots(0, batch)
+	}
+	if b, ok := stages.Backend(p.Backend); ok && b.Batch > 0 {
+		batch = b.Batch
+	} else {
+		for _, name := range stages.Names().Backends {
+			if b, ok := stages.Backend(name); ok {
+				batch = max(batch, b.Batch)
+			}
+		}
+	}
+	return pipeline.Slots(0, batch)
 }

@@ -61,10 +61,12 @@ const (
 	HeaderNone  = "none"  // the payload alone
 )
 
-// pipelineDepth is how many frames the pipeline may hold between taking a
-// frame and its last read: a ring must be deeper than it plus the guard,
-// or every frame would be overrun as soon as the pipeline fills.
-const pipelineDepth = 4
+// minInFlight is how many frames a pipeline holds between taking a frame
+// and its last read where the setup does not say (receive.Setup.InFlight):
+// the least a pipeline holds, on two cores. A ring must be deeper than the
+// pipeline's frames in flight plus the guard, or every frame would be
+// overrun as soon as the pipeline fills.
+const minInFlight = 4
 
 // Config is how a receiver sets up its queue pairs.
 type Config struct {
@@ -114,6 +116,10 @@ func ConfigOf(s receive.Setup) (Config, error) {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
+	inFlight := s.InFlight
+	if inFlight <= 0 {
+		inFlight = minInFlight
+	}
 	switch strings.ToLower(src.QPType) {
 	case "rc":
 		c.QPType = verbs.RC
@@ -133,9 +139,9 @@ func ConfigOf(s receive.Setup) (Config, error) {
 		return c, errors.New("keys source.qp_type uc and source.frame_header none: over UC a write lost mid-message leaves its bytes and no completion, and without a header nothing could tell the frame was not whole; use rc, or frames with headers")
 	case c.MTU != 256 && c.MTU != 512 && c.MTU != 1024 && c.MTU != 2048 && c.MTU != 4096:
 		return c, fmt.Errorf("key source.mtu: %d, want 256, 512, 1024, 2048 or 4096", c.MTU)
-	case c.Slots <= c.WriteGuard+pipelineDepth:
-		return c, fmt.Errorf("keys source.ring_slots and source.write_guard: a ring of %d slots is not deeper than the guard (%d) plus the pipeline's depth (%d): every frame could be written over while it is read; want ring_slots %d or more",
-			c.Slots, c.WriteGuard, pipelineDepth, c.WriteGuard+pipelineDepth+1)
+	case c.Slots <= c.WriteGuard+inFlight:
+		return c, fmt.Errorf("keys source.ring_slots and source.write_guard: a ring of %d slots is not deeper than the guard (%d) plus the frames the pipeline holds in flight on this machine (%d: one per core and two decodes' batches): every frame could be written over while it is read; want ring_slots %d or more",
+			c.Slots, c.WriteGuard, inFlight, c.WriteGuard+inFlight+1)
 	case int64(c.Slots)*int64(c.SlotSize()) > int64(src.RingMaxBytes):
 		return c, fmt.Errorf("keys source.ring_slots and source.ring_max_bytes: a ring of %d slots of %d bytes takes %d bytes, more than the %d allowed",
 			c.Slots, c.SlotSize(), int64(c.Slots)*int64(c.SlotSize()), src.RingMaxBytes)
