@@ -192,85 +192,24 @@ func (a *Acquisition) waiting(addr string) {
 }
 
 // Run listens for the detector and writes the scan: one module, or every
-// module of the files at once. stop ends it early (Stopper). It returns
-// what the scan did, with the worst of its modules' results: nil when
-// every planned frame is good, ErrIncomplete when some are not (the
-// result's notes say why), a failure otherwise, with what was finished
-// before it.
+// module of the files at once, each sender into its module's file as it
+// connects (a session). stop ends it early (Stopper). It returns what the
+// scan did, with the worst of its modules' results: nil when every planned
+// frame is good, ErrIncomplete when some are not (the result's notes say
+// why), a failure otherwise, with what was finished before it. A module
+// that never connects gets a file with every frame missing; where none
+// connects, no file is written.
 func (a *Acquisition) Run(stop *Stopper) (Result, error) {
-	if len(a.o.Files.Modules) > 1 {
-		return a.modules(stop)
-	}
-	return a.One(stop)
-}
-
-// One receives the scan of one module, the only one of the files, and
-// returns what it did (no summary where no scan began) with its result.
-func (a *Acquisition) One(sig *Stopper) (Result, error) {
-	var res Result
-	o := &a.o
-	profile, plan, log := o.Profile, o.Plan, o.Log
-	src := profile.Source
-	out := o.Files.Modules[0].Path
-
 	l, err := a.listener()
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	defer l.Close()
-	sig.addListener(l)
-	log.Info("waiting for the detector", zap.String("address", l.Addr()), zap.String("provider", src.Provider))
-	a.waiting(l.Addr())
-	stream, err := acceptSender(sig, l, log, nil)
-	if err != nil {
-		if errors.Is(err, ErrIncomplete) {
-			err = Incomplete(fmt.Errorf("%w: no file written", err))
-		}
-		return res, err
+	all := make([]int, len(a.o.Files.Modules))
+	for i := range all {
+		all[i] = i
 	}
-	defer stream.Close()
-	sig.add(stream)
-	hello := stream.Module()
-	log.Info("detector connected", zap.Uint16("module", hello.ID), zap.String("mode", hello.Mode),
-		zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
-	if plan.Frames() > 0 && hello.Frames > 0 && hello.Frames != uint64(plan.Frames()) {
-		log.Warn("the detector's frame count is not the plan's", zap.Uint64("detector", hello.Frames), zap.Int("plan", plan.Frames()))
-	}
-
-	rec, closeRec, err := a.openRecord(stream.Module())
-	if err != nil {
-		return res, err
-	}
-	defer closeRec()
-	if rec != nil {
-		stream.Record(rec)
-	}
-
-	mo := o.Options
-	mo.Format, mo.Backend = hello.Format, nil
-	scan, err := Open(out, mo)
-	if err != nil {
-		return res, err
-	}
-	defer scan.Abort()
-	if o.OnScan != nil {
-		o.OnScan(scan)
-	}
-	if err := scan.Observe(o.Observer, o.ScanID, int(hello.ID)); err != nil {
-		return res, err
-	}
-	if err := scan.openLive(o.ScanID, int(hello.ID)); err != nil {
-		return res, err
-	}
-	srcErr := scan.Run(sig.run, stream)
-	st := stream.Stats()
-	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
-		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
-	res.Notes = rec.finish()
-	sum, err := scan.Finish(srcErr)
-	sum.Module = int(hello.ID)
-	res.Modules = []Summary{sum}
-	return res, err
+	s := &session{a: a, sig: stop, ls: []receive.Listener{l}, modules: [][]int{all}, masterFirst: true, shown: a.o.OnScan}
+	return s.run()
 }
 
 // recordClash refuses a --record capture named as one of the scan's
@@ -617,120 +556,6 @@ func acquireChecks(files Files, profile config.Profile, plan plan.Plan, provider
 	return pre
 }
 
-// acquireModules receives the modules of files at once, one connection
-// each on one listener, into a pipeline and a file per module, and writes
-// the master file (when files has one) once the first module says the
-// frame format. A module that never connects gets a file with every frame
-// missing.
-func (a *Acquisition) modules(sig *Stopper) (Result, error) {
-	var res Result
-	o := &a.o
-	profile, plan, files, log := o.Profile, o.Plan, o.Files, o.Log
-	ctx, cancel := context.WithCancel(sig.run)
-	defer cancel()
-	l, err := a.listen(a.setup)
-	if err != nil {
-		return res, err
-	}
-	defer l.Close()
-	sig.addListener(l)
-
-	// One backend decodes every module: on a GPU one context, whose
-	// streams the modules share, rather than contexts the GPU time-slices.
-	backend, err := openBackend(o.Stages, profile, log)
-	if err != nil {
-		return res, err
-	}
-	defer backend.Close()
-	mo := o.Options
-	mo.Backend = backend
-	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
-	defer m.abort()
-	log.Info("waiting for the detector's modules", zap.String("address", l.Addr()), zap.Int("modules", len(files.Modules)))
-	a.waiting(l.Addr())
-	format, _ := profile.Detector.Format() // acquire checked it; senders' hellos are held to it
-	var rec *lockedRecorder
-	late := &lateModules{}
-	for connected := 0; connected < len(files.Modules); {
-		stream, err := acceptSender(sig, l, log, late)
-		if err != nil && connected > 0 {
-			// The wait ended (a stop, the connect timeout): the modules
-			// whose handshakes were under way are taken (after a stop,
-			// stopped at once: their frames in the ring are written);
-			// any later one is refused at its hello.
-			l.Stop(stoppedReason)
-			if stream = late.pending(l, log); stream == nil {
-				log.Warn("not every module connected", zap.Int("connected", connected), zap.Int("modules", len(files.Modules)), zap.Error(err))
-				break
-			}
-			err = nil
-		}
-		if err != nil {
-			if errors.Is(err, ErrIncomplete) {
-				err = Incomplete(fmt.Errorf("%w: no file written", err))
-			}
-			return res, err
-		}
-		defer stream.Close()
-		sig.add(stream)
-		hello := stream.Module()
-		log.Info("module connected", zap.Uint16("module", hello.ID), zap.Stringer("format", hello.Format))
-		if connected == 0 {
-			if files.Master != "" && plan.Frames() > 0 {
-				if err := writeMaster(files, o.Stages, profile, plan, format, o.User, plan.Frames()); err != nil {
-					cancel()
-					return res, err
-				}
-			}
-			// The capture is made once a module connected: an acquire
-			// interrupted while it waits leaves no file.
-			var closeRec func()
-			if rec, closeRec, err = a.openRecord(hello); err != nil {
-				cancel()
-				return res, err
-			}
-			defer closeRec()
-		}
-		if rec != nil {
-			stream.Record(rec)
-		}
-		if err := m.start(ctx, files, int(hello.ID), hello.Format, stream); err != nil {
-			cancel()
-			return res, err
-		}
-		connected++
-	}
-	var absent []int
-	for i, fm := range files.Modules {
-		if m.scans[i] == nil {
-			absent = append(absent, fm.Module.ID)
-			if err := m.start(ctx, files, fm.Module.ID, format, emptySource{}); err != nil {
-				cancel()
-				return res, err
-			}
-		}
-	}
-	if len(absent) > 0 {
-		// Senders that connect while the others drain are refused at
-		// their hello, and named in the summary.
-		late.watch(l, log)
-	}
-	m.wg.Wait()
-	refused := late.end()
-	for _, id := range absent {
-		if refused[uint16(id)] {
-			path := files.Modules[slices.IndexFunc(files.Modules, func(f File) bool { return f.Module.ID == id })].Path
-			res.Notes = append(res.Notes, Note{Kind: Refused, Text: fmt.Sprintf("module %d connected after the stop and was refused: its frames are recorded missing in %s", id, path)})
-		} else {
-			res.Notes = append(res.Notes, Note{Kind: NeverConnected, Text: fmt.Sprintf("module %d never connected: its frames are recorded missing", id)})
-		}
-	}
-	res.Notes = append(res.Notes, rec.finish()...)
-	m.finished = true
-	err = finishModules(&res, files, mo, m.scans, m.errs)
-	return res, err
-}
-
 // lateModules takes the senders of a multi-module acquire that come after
 // its stop: those whose handshake was under way are taken, the later ones
 // refused (the listener's Stop) and remembered for the summary.
@@ -865,6 +690,11 @@ func (m *moduleRuns) start(ctx context.Context, files Files, id int, format fram
 	go func() {
 		defer m.wg.Done()
 		m.errs[i] = scan.Run(ctx, src)
+		if st, ok := src.(receive.Stream); ok {
+			stats := st.Stats()
+			o.Log.Info("stream ended", zap.Uint64("frames", stats.Frames), zap.Uint64("bytes", stats.Bytes),
+				zap.Duration("held_back", stats.HeldBack), zap.Duration("sender_held_back", stats.SenderHeldBack), zap.NamedError("reason", m.errs[i]))
+		}
 	}()
 	return nil
 }

@@ -7,12 +7,9 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.uber.org/zap"
 
 	"h5ingest/config"
 	"h5ingest/pipeline"
@@ -385,167 +382,30 @@ func (n *nodeRun) sum(by func(*Module) pipeline.Progress) pipeline.Progress {
 // receive takes a sender on each module's listener at once, each module
 // into its pipeline and file as it connects (shown is told of the first),
 // until every module has connected or the wait ends (the connect timeout,
-// a stop); a module that never connected then gets a file with every
-// frame missing. It writes the master, where the files have one, once
-// every module's file is closed. It returns the modules' scans (all nil
-// where none connected) and the worst of their results.
+// a stop): a session of a listener per module. It returns the modules'
+// scans (all nil where none connected) and the worst of their results.
 func (n *nodeRun) receive(sig *Stopper, ls []receive.Listener, shown func(*Module)) ([]*Module, error) {
-	a := n.a
-	o := &a.o
-	files, log := o.Files, o.Log
-	for _, l := range ls {
-		defer l.Close()
-		sig.addListener(l)
-	}
-	if len(ls) != len(files.Modules) {
+	if len(ls) != len(n.ids) {
+		for _, l := range ls {
+			l.Close()
+		}
 		return nil, errors.New("the scan's listeners were given back before it ran")
 	}
-	ctx, cancel := context.WithCancel(sig.run)
-	defer cancel()
-	// One backend decodes every module: on a GPU one context, whose
-	// streams the modules share.
-	backend, err := openBackend(o.Stages, o.Profile, log)
-	if err != nil {
-		return nil, err
+	places := make([][]int, len(ls))
+	for i := range ls {
+		places[i] = []int{i}
 	}
-	defer backend.Close()
-	mo := o.Options
-	mo.Backend = backend
-	m := &moduleRuns{o: mo, obs: o.Observer, scanID: o.ScanID, scans: make([]*Module, len(files.Modules)), errs: make([]error, len(files.Modules))}
-	defer m.abort()
-	var addrs []string
-	for _, l := range ls {
-		addrs = append(addrs, l.Addr())
+	var scans []*Module
+	s := &session{a: n.a, sig: sig, ls: ls, modules: places, hellos: n.late, shown: shown, started: func(m []*Module) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.scans, scans = m, m
+	}}
+	res, err := s.run()
+	n.result = res
+	logNotes(n.a.o.Log, res)
+	if scans == nil || s.failed != nil { // a module's scan that could not start fails them all
+		scans = make([]*Module, len(ls))
 	}
-	log.Info("waiting for the detector's modules", zap.Ints("modules", n.ids), zap.Strings("addresses", addrs))
-
-	var (
-		wg      sync.WaitGroup
-		streams = make([]receive.Stream, len(ls))
-		waits   = make([]error, len(ls)) // why a module never connected
-		failed  error                    // a module's scan that could not start
-		lates   = make([]lateModules, len(ls))
-	)
-	mlog := func(i int) *zap.Logger { return log.With(zap.Int("module", n.ids[i])) }
-	for i, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mlog := mlog(i)
-			stream, err := acceptSender(sig, l, mlog, &lates[i])
-			if err != nil && sig.signal() != nil {
-				// A stop: a sender whose handshake was under way is taken
-				// (and stopped at once: its frames in the ring are
-				// written); any later one is refused at its hello.
-				l.Stop(stoppedReason)
-				if s := lates[i].pending(l, mlog); s != nil {
-					stream, err = s, nil
-				}
-			}
-			if err != nil {
-				waits[i] = err
-				return
-			}
-			sig.add(stream)
-			hello := stream.Module()
-			mlog.Info("module connected", zap.Stringer("format", hello.Format), zap.Uint64("frames", hello.Frames))
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			if err := m.start(ctx, files, int(hello.ID), hello.Format, stream); err != nil {
-				stream.Close()
-				failed = errors.Join(failed, fmt.Errorf("module %d: %w", hello.ID, err))
-				cancel()
-				sig.Request(StopRequest{}) // the other modules wait no more
-				return
-			}
-			streams[i] = stream
-			n.scans = m.scans
-			if shown != nil && slices.IndexFunc(m.scans, func(s *Module) bool { return s != nil }) == i {
-				shown(m.scans[i])
-			}
-		}()
-	}
-	wg.Wait()
-	defer func() {
-		for _, st := range streams {
-			if st != nil {
-				st.Close()
-			}
-		}
-	}()
-	if failed != nil {
-		return nil, failed
-	}
-	if !slices.ContainsFunc(streams, func(s receive.Stream) bool { return s != nil }) {
-		err := waits[0]
-		if errors.Is(err, ErrIncomplete) {
-			err = Incomplete(fmt.Errorf("%w: no file written", err))
-		}
-		return nil, err
-	}
-	format := o.Format // the profile's; senders' hellos are held to it
-	var absent []int   // the places of the modules that never connected
-	n.mu.Lock()
-	for i, id := range n.ids {
-		if m.scans[i] != nil {
-			continue
-		}
-		absent = append(absent, i)
-		if err := m.start(ctx, files, id, format, emptySource{}); err != nil {
-			n.mu.Unlock()
-			cancel()
-			return nil, fmt.Errorf("module %d: %w", id, err)
-		}
-	}
-	n.scans = m.scans
-	n.mu.Unlock()
-	// The senders of those modules that connect while the others drain
-	// are refused at their hello (the stop's reason) and named in the
-	// result. Once the scan ends their ports are closed: a sender that
-	// comes later finds nothing listening.
-	for _, i := range absent {
-		ls[i].Stop(stoppedReason) // where the connect timeout, not a stop, ended its wait
-		n.late[i].stopped.Store(true)
-		lates[i].watch(ls[i], mlog(i))
-	}
-	if len(absent) > 0 && modulesDraining != nil {
-		modulesDraining()
-	}
-	m.wg.Wait()
-	var refused, never []string
-	for _, i := range absent {
-		lates[i].end()
-		if s := lates[i].pending(ls[i], mlog(i)); s != nil { // a handshake that beat the stop: too late all the same
-			s.Close()
-		}
-		id := n.ids[i]
-		if noted := lates[i].end()[uint16(id)]; noted || n.late[i].seen.Load() {
-			if !noted { // refused as the scan ended: the listener's word came too late
-				log.Warn("module connected after the stop and was refused", zap.Int("module", id))
-			}
-			refused = append(refused, strconv.Itoa(id))
-			n.result.Notes = append(n.result.Notes, Note{Kind: Refused, Text: fmt.Sprintf("module %d connected after the stop and was refused: its frames are recorded missing in %s", id, files.Modules[i].Path)})
-			continue
-		}
-		never = append(never, strconv.Itoa(id))
-		n.result.Notes = append(n.result.Notes, Note{Kind: NeverConnected, Text: fmt.Sprintf("module %d never connected: its frames are recorded missing", id)})
-	}
-	m.finished = true
-	err = finishModules(&n.result, files, mo, m.scans, m.errs)
-	logNotes(log, n.result)
-	if len(absent) > 0 && (err == nil || errors.Is(err, ErrIncomplete)) {
-		var why []string
-		if len(refused) > 0 {
-			why = append(why, fmt.Sprintf("module %s connected after the stop and was refused", strings.Join(refused, ", ")))
-		}
-		if len(never) > 0 {
-			why = append(why, fmt.Sprintf("module %s never connected", strings.Join(never, ", ")))
-		}
-		whose := "its file"
-		if len(absent) > 1 {
-			whose = "their files"
-		}
-		err = Incomplete(fmt.Errorf("%s: every frame of %s is recorded missing", strings.Join(why, "; "), whose))
-	}
-	return m.scans, err
+	return scans, err
 }

@@ -426,7 +426,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 			}
 		}()
 	}
-	done, err := s.a.One(sig)
+	done, err := s.a.Run(sig)
 	logNotes(s.a.o.Log, done)
 	// The service keeps an ended scan for its status: not its Module (its
 	// pipeline, stages and buffers), which the closure holds.
