@@ -150,7 +150,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return scan.Usage(errors.New("--rdma-params and --front-end go with --rdma-profile, which sets the queue pairs up"))
 	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
-		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links()})
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Levels: codecLevels(f.stages)})
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -205,4 +205,17 @@ func serveModules(module int, modules []int) ([]int, error) {
 		}
 	}
 	return modules, nil
+}
+
+// codecLevels returns the levels each registered codec takes, as its
+// registry entry says, by codec name: the API's bounds of output.level.
+func codecLevels(stages *registry.Registry) []service.CodecLevels {
+	n := stages.Names()
+	var out []service.CodecLevels
+	for _, c := range n.Codecs {
+		if i := n.CodecInfo[c]; i.MinLevel != 0 || i.MaxLevel != 0 {
+			out = append(out, service.CodecLevels{Codec: c, Min: i.MinLevel, Max: i.MaxLevel})
+		}
+	}
+	return out
 }

@@ -706,3 +706,42 @@ func TestServeHungProfile(t *testing.T) {
 		t.Errorf("serve did not stop on SIGTERM:\n%s", p.out.String())
 	}
 }
+
+// TestServeLevelsFromRegistry arms scans whose levels the codecs' registry
+// entries allow, beyond the API's old fixed 0 to 22 (bslz4's acceleration,
+// a negative level), and checks that the OpenAPI document bounds the
+// field by the registry and names each codec's range, while a level the
+// profile's codec does not take is refused naming its range.
+func TestServeLevelsFromRegistry(t *testing.T) {
+	smallDetector(t)
+	dir := t.TempDir()
+	operatorPort(t)
+	p := startServe(t, "", "--data-root", dir)
+	doc := p.get("/openapi.json")
+	if !strings.Contains(doc, "bslz4 -") || !strings.Contains(doc, "bszstd 1 to 22") {
+		t.Errorf("the OpenAPI document does not list each codec's levels")
+	}
+	for _, tc := range []struct {
+		compression string
+		level       int
+		want        int
+		says        string
+	}{
+		{"bslz4", -8, http.StatusCreated, ""},
+		{"deflate", -8, http.StatusUnprocessableEntity, "deflate"},
+		{"bszstd", 23, http.StatusUnprocessableEntity, ""},
+		{"bszstd", 22, http.StatusCreated, ""},
+	} {
+		id := fmt.Sprintf("l%s%d", tc.compression, tc.level+100)
+		req := armRequest(id, dir, 3)
+		req["overrides"] = map[string]any{"output": map[string]any{"directory": dir, "compression": tc.compression, "level": tc.level}}
+		code, st := p.call("POST", "/v1/scans", req)
+		if code != tc.want || !strings.Contains(fmt.Sprint(st), tc.says) {
+			t.Errorf("%s level %d: %d %v, want %d naming %q", tc.compression, tc.level, code, st, tc.want, tc.says)
+		}
+		if code == http.StatusCreated {
+			p.call("POST", "/v1/scans/"+id+"/cancel", nil)
+			p.call("GET", "/v1/scans/"+id+"/wait?timeout=30", nil)
+		}
+	}
+}

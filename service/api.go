@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -46,7 +48,7 @@ type OutputOverrides struct {
 	Template    *string `json:"template,omitempty" maxLength:"200" pattern:"^[A-Za-z0-9_{}-][A-Za-z0-9._{}-]*\\.h5$" patternDescription:"one path element ending in .h5, of letters, digits, '.', '_', '-' and {scan}, {date}, {module}" doc:"File name of the scan: {scan} is the scan id, {date} the date (YYYYMMDD), {module} the module id."`
 	Layout      *string `json:"layout,omitempty" maxLength:"64" doc:"File layout, e.g. nxtomo or cxi (h5ingest profiles names)."`
 	Compression *string `json:"compression,omitempty" maxLength:"64" doc:"Chunk compression, e.g. bslz4, bszstd, lz4, deflate or none."`
-	Level       *int    `json:"level,omitempty" minimum:"0" maximum:"22" doc:"Compression level for bszstd (1 to 22) and deflate (1 to 9); 0: the codec's default."`
+	Level       *int    `json:"level,omitempty" minimum:"0" maximum:"22" doc:"Compression level; 0: the codec's default."`
 }
 
 // StreamOverrides are the keys of a profile's live stream a request may
@@ -376,4 +378,29 @@ func (s *Service) registerEvents() {
 	}, eventTypes, func(ctx context.Context, in *eventsInput, send sse.Sender) {
 		s.events.follow(ctx, in, send)
 	})
+}
+
+// boundLevels makes the API's bounds of output.level those the codecs
+// take, as the registry says (levels), and its description list each
+// codec's: a level a codec's entry allows is never refused by the schema
+// first. The codec the profile names still judges the level (a 422
+// naming its range).
+func (s *Service) boundLevels(levels []CodecLevels) {
+	if len(levels) == 0 {
+		return
+	}
+	schema := s.api.OpenAPI().Components.Schemas.Map()["OutputOverrides"]
+	if schema == nil || schema.Properties["level"] == nil {
+		return
+	}
+	p := schema.Properties["level"]
+	lo, hi := 0.0, 0.0
+	var each []string
+	for _, l := range levels {
+		lo, hi = min(lo, float64(l.Min)), max(hi, float64(l.Max))
+		each = append(each, fmt.Sprintf("%s %d to %d", l.Codec, l.Min, l.Max))
+	}
+	p.Minimum, p.Maximum = &lo, &hi
+	p.Description = "Compression level: " + strings.Join(each, ", ") + "; 0: the codec's default. The profile's codec (output.compression) judges it."
+	p.PrecomputeMessages()
 }

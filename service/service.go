@@ -105,6 +105,16 @@ type Config struct {
 	// Links, where set, are the receiver's links serve set up at
 	// start-up: GET and PUT /v1/rdma.
 	Links Links
+	// Levels are the levels each codec takes, as the registry says: the
+	// bounds of a request's output.level. Nil: 0 to 22.
+	Levels []CodecLevels
+}
+
+// CodecLevels are the compression levels a codec takes besides 0, its
+// default.
+type CodecLevels struct {
+	Codec    string
+	Min, Max int
 }
 
 // maxBody bounds every request body: an arm request is small.
@@ -182,6 +192,7 @@ func New(r Runner, cfg Config) *Service {
 	hc.Formats = map[string]huma.Format{"application/json": jsonFormat, "json": jsonFormat}
 	s.api = humago.New(s.mux, hc)
 	s.register()
+	s.boundLevels(cfg.Levels)
 	s.documentGuard()
 	return s
 }
