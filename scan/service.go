@@ -206,9 +206,12 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 		set("plan.flats", "plan.flats", p.Flats)
 		set("plan.projections", "plan.projections", p.Projections)
 		set("plan.sequence", "plan.sequence", p.Sequence)
-		if p.AngleStart != 0 || p.AngleEnd != 0 {
-			set("plan.angle_start", "plan.angle_start", p.AngleStart)
-			set("plan.angle_end", "plan.angle_end", p.AngleEnd)
+		// An angle given, 0 included, is the request's.
+		if p.AngleStart != nil {
+			set("plan.angle_start", "plan.angle_start", *p.AngleStart)
+		}
+		if p.AngleEnd != nil {
+			set("plan.angle_end", "plan.angle_end", *p.AngleEnd)
 		}
 	}
 	for _, m := range []struct{ key, field, v string }{

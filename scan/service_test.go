@@ -138,9 +138,9 @@ func TestRunnerPrepareNamesStayInTheDirectory(t *testing.T) {
 // field.
 func TestRunnerPrepareRefusesOverflowingAngles(t *testing.T) {
 	r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: testStages(t)}
-	dot := "."
+	dot, lo, hi := ".", -1.7e308, 1.7e308
 	req := service.ArmRequest{Profile: "default", ScanID: "angles",
-		Plan:      &service.Plan{Projections: 3, AngleStart: -1.7e308, AngleEnd: 1.7e308},
+		Plan:      &service.Plan{Projections: 3, AngleStart: &lo, AngleEnd: &hi},
 		Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
 	sc, err := r.Prepare(context.Background(), req)
 	if err == nil {
@@ -150,6 +150,38 @@ func TestRunnerPrepareRefusesOverflowingAngles(t *testing.T) {
 	var refused *service.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "request plan.angle_start") || !strings.Contains(err.Error(), "plan.angle_end") {
 		t.Errorf("%v, want a refusal naming plan.angle_start and plan.angle_end", err)
+	}
+}
+
+// TestRunnerPrepareTakesTheRequestsAngles: angles a request gives, 0 and
+// 0 included, are the scan's; angles it leaves out are the profile's.
+func TestRunnerPrepareTakesTheRequestsAngles(t *testing.T) {
+	zero, ninety := 0.0, 90.0
+	for _, tc := range []struct {
+		name       string
+		start, end *float64
+		want       [2]float64
+	}{
+		{"0 and 0", &zero, &zero, [2]float64{0, 0}},
+		{"the end alone", nil, &ninety, [2]float64{0, 90}},
+		{"none", nil, nil, [2]float64{0, 180}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: testStages(t)}
+			dot := "."
+			req := service.ArmRequest{Profile: "default", ScanID: "angles",
+				Plan:      &service.Plan{Projections: 3, AngleStart: tc.start, AngleEnd: tc.end},
+				Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
+			sc, err := r.Prepare(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Release()
+			pl := sc.(*serveScan).a.o.Plan
+			if got := [2]float64{pl.AngleStart, pl.AngleEnd}; got != tc.want {
+				t.Errorf("angles %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

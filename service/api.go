@@ -93,12 +93,12 @@ type OverrideKey struct {
 // Plan is a scan plan: counts of darks, flats and projections in that
 // order, or a sequence.
 type Plan struct {
-	Darks       int     `json:"darks,omitempty" minimum:"0" maximum:"10000000"`
-	Flats       int     `json:"flats,omitempty" minimum:"0" maximum:"10000000"`
-	Projections int     `json:"projections,omitempty" minimum:"0" maximum:"10000000"`
-	Sequence    string  `json:"sequence,omitempty" maxLength:"4096" doc:"Frames in order as kind:count, e.g. flats:20,darks:10,projections:1800,flats:20; replaces the counts."`
-	AngleStart  float64 `json:"angle_start,omitempty" doc:"Rotation angle of the first projection, degrees."`
-	AngleEnd    float64 `json:"angle_end,omitempty" doc:"Rotation angle the projections stop short of, degrees."`
+	Darks       int      `json:"darks,omitempty" minimum:"0" maximum:"10000000"`
+	Flats       int      `json:"flats,omitempty" minimum:"0" maximum:"10000000"`
+	Projections int      `json:"projections,omitempty" minimum:"0" maximum:"10000000"`
+	Sequence    string   `json:"sequence,omitempty" maxLength:"4096" doc:"Frames in order as kind:count, e.g. flats:20,darks:10,projections:1800,flats:20; replaces the counts."`
+	AngleStart  *float64 `json:"angle_start,omitempty" minimum:"-36000" maximum:"36000" doc:"Rotation angle of the first projection, degrees; absent: the profile's."`
+	AngleEnd    *float64 `json:"angle_end,omitempty" minimum:"-36000" maximum:"36000" doc:"Rotation angle the projections stop short of, degrees; absent: the profile's."`
 }
 
 // Counts are a scan's frame counts so far. While a scan runs, every
