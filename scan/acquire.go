@@ -256,12 +256,14 @@ func (a *Acquisition) One(sig *Stopper) (Result, error) {
 	if err := scan.openLive(o.ScanID, int(hello.ID)); err != nil {
 		return res, err
 	}
+	rec.stamp(int(hello.ID), scan)
 	srcErr := scan.Run(sig.run, stream)
 	st := stream.Stats()
 	log.Info("stream ended", zap.Uint64("frames", st.Frames), zap.Uint64("bytes", st.Bytes),
 		zap.Duration("held_back", st.HeldBack), zap.Duration("sender_held_back", st.SenderHeldBack), zap.NamedError("reason", srcErr))
-	res.Notes = rec.finish()
 	sum, err := scan.Finish(srcErr)
+	rec.stamp(int(hello.ID), scan)
+	res.Notes = rec.finish()
 	sum.Module = int(hello.ID)
 	res.Modules = []Summary{sum}
 	return res, err
@@ -532,12 +534,30 @@ func (a *Acquisition) openRecord(first receive.Module) (*lockedRecorder, func(),
 		}
 		meta.Extra[headersKey] = json.RawMessage(headersWritten)
 	}
+	// Room for each module's start and end (capture.KeyScanTimes),
+	// written as its file is made and closed.
+	times := make([]capture.ScanTime, len(o.Files.Modules))
+	for i, m := range o.Files.Modules {
+		times[i] = capture.WidestScanTime(m.Module.ID)
+	}
+	if err := meta.Set(capture.KeyScanTimes, times); err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
 	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
 	}
-	return &lockedRecorder{w: w, path: o.Record, log: log}, func() { file.Close() }, nil
+	for i, m := range o.Files.Modules {
+		times[i] = capture.ScanTime{Module: m.Module.ID}
+	}
+	r := &lockedRecorder{w: w, path: o.Record, log: log, meta: meta, times: times}
+	if err := r.rewrite(); err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
+	return r, func() { file.Close() }, nil
 }
 
 // headersKey and headersWritten mark a capture whose frame headers the
@@ -556,6 +576,38 @@ type lockedRecorder struct {
 	path   string
 	log    *zap.Logger
 	failed error
+	meta   capture.Metadata
+	times  []capture.ScanTime // the modules' files' times, in meta
+}
+
+// stamp records in the capture's metadata the times that module id's
+// file records (Module.Times): its start once it is made, its end once
+// it is closed, so that a replay writes the same. It does nothing on a
+// nil recorder or one that failed; a failed rewrite stops the recording.
+func (r *lockedRecorder) stamp(id int, scan *Module) {
+	if r == nil || scan == nil {
+		return
+	}
+	start, end := scan.Times()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := slices.IndexFunc(r.times, func(t capture.ScanTime) bool { return t.Module == id })
+	if r.failed != nil || i < 0 {
+		return
+	}
+	r.times[i].Start, r.times[i].End = start.UTC(), end.UTC()
+	if err := r.rewrite(); err != nil {
+		r.fail(err)
+	}
+}
+
+// rewrite writes the metadata again, with the times as they stand, in
+// the room NewWriter left (openRecord).
+func (r *lockedRecorder) rewrite() error {
+	if err := r.meta.Set(capture.KeyScanTimes, r.times); err != nil {
+		return err
+	}
+	return r.w.RewriteMetadata(r.meta)
 }
 
 // WriteRecord appends one frame as it arrived.
@@ -684,6 +736,7 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 				return res, err
 			}
 			defer closeRec()
+			m.rec = rec
 		}
 		if rec != nil {
 			stream.Record(rec)
@@ -719,9 +772,12 @@ func (a *Acquisition) modules(sig *Stopper) (Result, error) {
 			res.Notes = append(res.Notes, Note{Kind: NeverConnected, Text: fmt.Sprintf("module %d never connected: its frames are recorded missing", id)})
 		}
 	}
-	res.Notes = append(res.Notes, rec.finish()...)
 	m.finished = true
 	err = finishModules(&res, files, mo, m.scans, m.errs)
+	for i, scan := range m.scans {
+		rec.stamp(files.Modules[i].Module.ID, scan)
+	}
+	res.Notes = append(res.Notes, rec.finish()...)
 	return res, err
 }
 
@@ -836,6 +892,7 @@ type moduleRuns struct {
 	scans    []*Module // by the module's place in the scan's files
 	errs     []error   // what stopped each scan's source
 	finished bool
+	rec      *lockedRecorder // the --record capture; nil for none
 }
 
 // start creates module id's scan and runs it from src in the background.
@@ -855,6 +912,7 @@ func (m *moduleRuns) start(ctx context.Context, files Files, id int, format fram
 	if err := scan.openLive(m.scanID, id); err != nil {
 		return err
 	}
+	m.rec.stamp(id, scan)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
