@@ -255,18 +255,39 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 		sources[k] = FromDefault
 	}
 	where := "built-in defaults"
+	var doc profileDoc // the profile file's, for the lines its keys stand on
+	// located names where the value behind err came from, with its line
+	// where that is the profile file.
+	located := func(err error) string {
+		s := errorSource(err, sources, where)
+		var ke *keyError
+		var ue *unknownKeyError
+		switch {
+		case s != where:
+		case errors.As(err, &ke):
+			return at(s, doc.line(ke.key))
+		case errors.As(err, &ue):
+			return at(s, doc.line(ue.key))
+		}
+		return s
+	}
 	if l.Profile != "" {
 		text, name, err := readProfile(l.Profile)
 		if err != nil {
 			return Profile{}, nil, err
 		}
 		where = "profile " + name
+		if doc, err = parseDoc(text); err != nil {
+			var se *syntaxError
+			errors.As(err, &se)
+			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", at(where, se.line), err)
+		}
 		file, err := parseYAML(text)
 		if err != nil {
 			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", where, err)
 		}
 		if err := mergeLayer(values, sources, file, where); err != nil {
-			return Profile{}, nil, fmt.Errorf("%s: %w", where, err)
+			return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 		}
 	}
 	if err := mergeEnv(values, sources); err != nil {
@@ -281,10 +302,10 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 	}
 	p, err := decode(values)
 	if err != nil {
-		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
+		return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 	}
 	if err := p.Validate(l.Names); err != nil {
-		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
+		return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 	}
 	return p, sources, nil
 }
@@ -329,7 +350,7 @@ func mergeLayer(values map[string]any, sources Sources, layer map[string]any, wh
 	slices.Sort(keys)
 	for _, k := range keys {
 		if findKey(k) == nil {
-			return fmt.Errorf("unknown key %q%s", k, suggest(k))
+			return &unknownKeyError{key: k}
 		}
 		values[k] = layer[k]
 		sources[k] = where
@@ -448,6 +469,13 @@ type keyError struct {
 }
 
 func (e *keyError) Error() string { return "key " + e.key + ": " + e.msg }
+
+// unknownKeyError is a key that no profile holds, set by a profile file.
+type unknownKeyError struct{ key string }
+
+func (e *unknownKeyError) Error() string {
+	return fmt.Sprintf("unknown key %q%s", e.key, suggest(e.key))
+}
 
 // errorSource names where the value behind err came from.
 func errorSource(err error, sources Sources, fallback string) string {
