@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -57,6 +58,46 @@ func TestYAMLRoundTrip(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, p) {
 			t.Errorf("%s: YAML loads as\n%+v\nwant\n%+v", name, got, p)
+		}
+	}
+}
+
+// TestFileAccess checks the keys of the files' mode and group: octal
+// text, or a YAML number written with its leading 0; a group by name or
+// id; anything else refused, naming the key.
+func TestFileAccess(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		mode os.FileMode
+		gid  int
+		want string // error; "" for none
+	}{
+		{"name: x\n", 0, -1, ""},
+		{"output:\n  file_mode: \"0640\"\n", 0o640, -1, ""},
+		{"output:\n  file_mode: 0644\n", 0o644, -1, ""},
+		{"output:\n  file_mode: \"0o640\"\n", 0, -1, "key output.file_mode: \"0o640\", want permission bits in octal"},
+		{"output:\n  file_mode: 640\n", 0, -1, "key output.file_mode: \"01200\""},
+		{"output:\n  file_mode: \"0999\"\n", 0, -1, "key output.file_mode"},
+		{"output:\n  file_mode: \"04755\"\n", 0, -1, "key output.file_mode"},
+		{"output:\n  file_mode: \"0\"\n", 0, -1, "key output.file_mode"},
+		{"output:\n  file_group: root\n", 0, 0, ""},
+		{"output:\n  file_group: \"0\"\n", 0, 0, ""},
+		{"output:\n  file_group: no-such-group-here\n", 0, -1, "key output.file_group: \"no-such-group-here\": no such group"},
+		{"output:\n  file_group: \"987654\"\n", 0, -1, "key output.file_group: \"987654\": no group of that id"},
+	} {
+		p, err := Load(writeProfile(t, tc.yaml), testNames)
+		if tc.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		if mode, gid, err := p.Output.Access(); mode != tc.mode || gid != tc.gid || err != nil {
+			t.Errorf("%q: Access() = %v, %d, %v; want %v, %d", tc.yaml, mode, gid, err, tc.mode, tc.gid)
 		}
 	}
 }

@@ -191,6 +191,10 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 		Version:       version.String(),
 		Configuration: profileYAML(profile),
 	}
+	// The profile was validated: its mode and group are good.
+	if mode, gid, err := profile.Output.Access(); err == nil && (mode != 0 || gid >= 0) {
+		opts.Access = &writer.Access{Mode: mode, GID: gid}
+	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
 		opts.RotationAngle = plan.Angles()

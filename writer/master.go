@@ -98,7 +98,11 @@ func CreateMaster(o MasterOptions) error {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	w.file = f
-	if err := w.build(); err != nil {
+	err = o.Access.apply(w.temp)
+	if err == nil {
+		err = w.build()
+	}
+	if err != nil {
 		w.closeAll()
 		os.Remove(w.temp)
 		lock.release()

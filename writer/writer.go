@@ -104,6 +104,9 @@ type Options struct {
 	// creation). A replay gives both from its capture, so that its file
 	// has the live scan's times.
 	EndTime time.Time
+	// Access, where not nil, is the mode and group the file gets as it
+	// is made; nil: as the process makes it.
+	Access *Access
 	// Extra are datasets beside the frame stack that a processor fills
 	// (WriteExtra); nil for none.
 	Extra []Extra
@@ -223,6 +226,33 @@ type Writer struct {
 // or the temporary file of a scan to it, exists and Overwrite is not set.
 var ErrExists = errors.New("exists")
 
+// Access is the permission bits and owner group of a file: what an
+// operator gives a service's files so that the beamline's users can read
+// them whatever the service's umask.
+type Access struct {
+	Mode os.FileMode // permission bits; 0 leaves them as made
+	GID  int         // owner group id; -1 leaves it as made
+}
+
+// apply gives the file at path a's mode and group, the group first (a
+// change of owner may clear bits the mode then sets again).
+func (a *Access) apply(path string) error {
+	if a == nil {
+		return nil
+	}
+	if a.GID >= 0 {
+		if err := os.Chown(path, -1, a.GID); err != nil {
+			return fmt.Errorf("give the file group %d: %w (the process must belong to the group, unless it runs as root)", a.GID, err)
+		}
+	}
+	if a.Mode != 0 {
+		if err := os.Chmod(path, a.Mode.Perm()); err != nil {
+			return fmt.Errorf("give the file mode %#o: %w", a.Mode.Perm(), err)
+		}
+	}
+	return nil
+}
+
 // TempName returns the name under which the file for path is written:
 // a hidden name beside it.
 func TempName(path string) string {
@@ -265,6 +295,9 @@ func Create(opts Options) (*Writer, error) {
 		return fail(err)
 	}
 	w.file = f
+	if err := opts.Access.apply(w.temp); err != nil {
+		return fail(err)
+	}
 	if err := w.build(); err != nil {
 		return fail(err)
 	}
