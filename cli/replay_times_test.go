@@ -170,3 +170,58 @@ func TestReplayOfKilledRecord(t *testing.T) {
 		t.Errorf("replay end_time %v, want the last frame's arrival %v, between the start %v and the kill %v", end, want, start, killed)
 	}
 }
+
+// TestReplayOfArrayRecordEqualsLive acquires the test array's four
+// modules with --record, one capture holding them all, and replays it:
+// each module's file and the master equal the live ones in every
+// dataset, each module's start_time and end_time its own.
+func TestReplayOfArrayRecordEqualsLive(t *testing.T) {
+	paths, _ := simulateModules(t)
+	profile := arrayProfile(t)
+	live, replayed := t.TempDir(), t.TempDir()
+	rec := filepath.Join(t.TempDir(), "array.pmcap")
+	addr := scantest.FreeAddr(t)
+	acq := startProcEnv(t, nil, append([]string{"acquire", "--profile", profile, "--listen", addr, "-o", filepath.Join(live, "scan.h5"),
+		"--record", rec, "--connect-timeout", "1m"}, arrayPlan...)...)
+	var sends []*proc
+	for i, p := range paths {
+		sends = append(sends, startProcEnv(t, nil, "send", p, "--module", strconv.Itoa(arrayModules[i].id), "--to", addr, "--timeout", "1m"))
+	}
+	for i, s := range sends {
+		if code := s.wait(t, 2*time.Minute); code != exitOK {
+			t.Fatalf("send of module %d: exit status %d\n%s", arrayModules[i].id, code, s.stderr.String())
+		}
+	}
+	if code := acq.wait(t, 2*time.Minute); code != exitOK {
+		t.Fatalf("acquire: exit status %d\n%s%s", code, acq.stdout.String(), acq.stderr.String())
+	}
+	if code, stdout, stderr := runProcess(t, "replay", rec, "--profile", profile, "-o", filepath.Join(replayed, "scan.h5")); code != exitOK {
+		t.Fatalf("replay: exit status %d\n%s%s", code, stdout, stderr)
+	}
+	files, err := filepath.Glob(filepath.Join(live, "*.h5"))
+	if err != nil || len(files) != len(arrayModules)+1 {
+		t.Fatalf("the live scan wrote %v (%v), want a file per module and the master", files, err)
+	}
+	starts := map[string]bool{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		want, got := datasets(t, f), datasets(t, filepath.Join(replayed, name))
+		if len(want) == 0 {
+			t.Fatalf("%s has no dataset", f)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s %s: live %q, replay %q", name, k, v, got[k])
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("%s: the replay has %s, the live file has not", name, k)
+			}
+		}
+		starts[want["entry/start_time"]] = true
+	}
+	if len(starts) < 2 {
+		t.Errorf("every file starts at %v: the modules' own times are not told apart", starts)
+	}
+}
