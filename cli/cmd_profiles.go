@@ -28,14 +28,7 @@ func newProfilesCmd(stages *registry.Registry) *cobra.Command {
 				return listProfiles(cmd.OutOrStdout(), stages)
 			},
 		},
-		&cobra.Command{
-			Use:   "show NAME|FILE",
-			Short: "Print a profile merged over the defaults and the environment, with where each value came from",
-			Args:  usageArgs(cobra.ExactArgs(1)),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return showProfile(cmd.OutOrStdout(), stages, args[0])
-			},
-		},
+		newProfilesShowCmd(stages),
 		&cobra.Command{
 			Use:   "names",
 			Short: "List the stages a profile may name: sources, backends, codecs, layouts and processors",
@@ -83,11 +76,41 @@ func listProfiles(out io.Writer, stages *registry.Registry) error {
 	return w.Flush()
 }
 
-// showProfile prints every key's merged value and its layer.
-func showProfile(out io.Writer, stages *registry.Registry, ref string) error {
+func newProfilesShowCmd(stages *registry.Registry) *cobra.Command {
+	var asYAML bool
+	cmd := &cobra.Command{
+		Use:   "show NAME|FILE",
+		Short: "Print a profile merged over the defaults and the environment, with where each value came from",
+		Long: `Print a profile merged over the defaults and the environment: every key, its value and
+where the value came from. With --yaml, print it as a profile file, each key under a line
+saying what it means: save it, edit it, check it with profiles check and give it to
+--profile.`,
+		Example: `  h5ingest profiles show pimega-135d-tomo --yaml > my-beamline.yaml
+  h5ingest profiles check my-beamline.yaml`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return showProfile(cmd.OutOrStdout(), stages, args[0], asYAML)
+		},
+	}
+	cmd.Flags().BoolVar(&asYAML, "yaml", false, "print the merged profile as a profile file (YAML) that loads as the same profile")
+	return cmd
+}
+
+// showProfile prints every key's merged value and its layer, as a table
+// or as a profile file.
+func showProfile(out io.Writer, stages *registry.Registry, ref string, asYAML bool) error {
 	p, sources, err := config.LoadLayers(config.Layers{Profile: ref, Names: stages.Names()})
 	if err != nil {
 		return scan.Usage(err)
+	}
+	if asYAML {
+		b, err := p.YAML(sources)
+		if err != nil {
+			return fmt.Errorf("profile %s as YAML: %w", ref, err)
+		}
+		fmt.Fprintf(out, "# h5ingest profile %s, merged over the defaults and the environment: after each\n# value, where it came from. Check it with: h5ingest profiles check FILE\n", ref)
+		_, err = out.Write(b)
+		return err
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, k := range scan.ProfileKeys(p, sources, stages.Names()) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -148,5 +149,82 @@ func TestReplayPositions(t *testing.T) {
 	scantest.CrossCheckWith(t, out, writer.LayoutCXI, truth, scantest.ExpectedStatus(truth), false, map[string]any{"translation": positions})
 	if code, _ := runCaptured(t, "replay", path, "-o", out, "--overwrite", "--layout", "cxi", "--positions", csv, "--projections", "3"); code != exitUsage {
 		t.Errorf("replay with 4 positions for 3 frames: exit status %d, want %d", code, exitUsage)
+	}
+}
+
+// TestProfilesShowYAMLRoundTrip saves profiles show --yaml of every
+// built-in profile, and of a file with the environment over it, to a
+// file: profiles check passes it, and it loads as the profile shown.
+func TestProfilesShowYAMLRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "mine.yaml")
+	if err := os.WriteFile(mine, []byte("name: mine\ndetector:\n  modules: [{id: 2, x: 0, y: 0}]\noutput:\n  compression: lz4\n  flush_interval: 1500ms\n  processors: [{name: flatfield, to: stream}]\nsource:\n  idle_timeout: 3s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range append(config.BuiltinNames(), mine) {
+		t.Run(filepath.Base(ref), func(t *testing.T) {
+			if ref == mine {
+				t.Setenv("H5INGEST_DETECTOR_DISTANCE_M", "0.25")
+			}
+			code, out := runCaptured(t, "profiles", "show", ref, "--yaml")
+			if code != exitOK {
+				t.Fatalf("profiles show --yaml: exit status %d\n%s", code, out)
+			}
+			saved := filepath.Join(dir, filepath.Base(ref)+".saved.yaml")
+			if err := os.WriteFile(saved, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code, out := runCaptured(t, "profiles", "check", saved); code != exitOK {
+				t.Fatalf("profiles check of what show --yaml printed: exit status %d\n%s", code, out)
+			}
+			want, err := config.Load(ref, stages.Names())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := config.Load(saved, stages.Names())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("show --yaml loads as\n%+v\nwant\n%+v\n%s", got, want, out)
+			}
+			if ref == mine && !strings.Contains(out, "distance_m: 0.25 # environment H5INGEST_DETECTOR_DISTANCE_M") {
+				t.Errorf("show --yaml does not say the environment set detector.distance_m:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestProfilesCheckNamesTheLine checks that profiles check of a broken
+// profile names the file and the line, as editors read it (FILE:LINE:),
+// and what is wrong there.
+func TestProfilesCheckNamesTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+		want       string
+	}{
+		{"indent", "output:\n  compression: lz4\n   level: 3\n", 3, "not valid YAML: mapping values are not allowed"},
+		{"tab", "output:\n\tcompression: lz4\n", 2, "not valid YAML: found character that cannot start any token"},
+		{"repeated key", "name: x\noutput:\n  level: 3\n  level: 4\n", 4, `mapping key "level" already defined at line 3`},
+		{"unclosed quote", "name: x\ndescription: \"open\nplan:\n  darks: 1\n", 2, "not valid YAML: found unexpected end of stream"},
+		{"unknown key", "name: x\noutput:\n  compresion: lz4\n", 3, `unknown key "output.compresion"`},
+		{"scalar for a section", "name: x\noutput: 5\n", 2, `unknown key "output"`},
+		{"wrong type", "name: x\noutput:\n  level: abc\n", 3, "key output.level: expected type 'int'"},
+		{"out of range", "name: x\ndetector:\n  distance_m: -1\n", 3, "key detector.distance_m: -1, want metres"},
+		{"unknown codec", "name: x\n\noutput:\n  layout: cxi\n  compression: nosuch\n", 5, `key output.compression: "nosuch", want one of`},
+		{"list entry", "name: x\ndetector:\n  modules:\n    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 0, y: 0, z: 3}\n", 5, "detector.modules"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "broken.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := runProcess(t, "profiles", "check", path)
+			prefix := fmt.Sprintf("profile %s:%d: ", path, tc.line)
+			if code != exitUsage || !strings.Contains(stderr, prefix) || !strings.Contains(stderr, tc.want) {
+				t.Errorf("profiles check: exit status %d, %q; want %d and %q ... %q", code, stderr, exitUsage, prefix, tc.want)
+			}
+		})
 	}
 }

@@ -236,7 +236,11 @@ func (fl *simulateFlags) format(changed func(string) bool) (frame.Format, error)
 // line.
 func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, overwrite bool) error {
 	start := time.Now()
+	// About what the capture will hold: every frame of every module once.
+	size := int64(cfg.NumFrames()) * int64(len(ids)) * (frame.HeaderSize + int64(cfg.Format.PayloadSize()))
+	stop := startReport(simulateLine(path, size, start))
 	st, err := sim.WriteFile(path, cfg, ids, overwrite, "h5ingest simulate "+version.String())
+	stop()
 	if errors.Is(err, os.ErrExist) {
 		return scan.Usage(fmt.Errorf("%s exists: give --overwrite to replace it", path))
 	}
@@ -251,4 +255,24 @@ func runSimulate(cmd *cobra.Command, cfg sim.Config, ids []uint16, path string, 
 	fmt.Fprintf(cmd.OutOrStdout(), "simulated %s: %d frames (%d records, %d overflowed) of %v, %d bytes in %.2f s (%.1f frames/s, %.0f MB/s) to %s\n",
 		scene, st.Frames, st.Records, st.Overflow, cfg.Format, st.Bytes, secs, float64(st.Frames)/secs, float64(st.Bytes)/secs/1e6, path)
 	return nil
+}
+
+// simulateLine returns, as a progress line, how much of the capture at
+// path, of about size bytes, a simulate begun at start has written.
+func simulateLine(path string, size int64, start time.Time) func(terminal bool) string {
+	return func(terminal bool) string {
+		var written int64
+		if info, err := os.Stat(path); err == nil {
+			written = info.Size()
+		}
+		var mbps float64
+		if secs := time.Since(start).Seconds(); secs > 0 {
+			mbps = float64(written) / secs / 1e6
+		}
+		s := fmt.Sprintf("%.0f/%.0f MB", float64(written)/1e6, float64(size)/1e6)
+		if terminal {
+			s = bar(int(min(written, size)/1024), int(size/1024), 20) + " " + s
+		}
+		return fmt.Sprintf("simulate: written %s  %.0f MB/s", s, mbps)
+	}
 }

@@ -35,7 +35,10 @@ bad, or the file could not be read.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return readInterruptibly(cmd, stall, func(ctx context.Context) error {
-				rep, err := scan.Verify(ctx, stages, args[0], stall)
+				var progress scan.VerifyProgress
+				stop := startReport(verifyLine(&progress, time.Now()))
+				rep, err := scan.VerifyCounting(ctx, stages, args[0], stall, &progress)
+				stop()
 				if rep != nil {
 					printVerify(cmd.OutOrStdout(), rep)
 				}
@@ -45,6 +48,19 @@ bad, or the file could not be read.`,
 	}
 	cmd.Flags().DurationVar(&stall, "stall-timeout", scan.DefaultVerifyStall, "give up when reading the file makes no progress for this long (a damaged file)")
 	return cmd
+}
+
+// verifyLine returns what progress says of a verify begun at start, as
+// a progress line.
+func verifyLine(progress *scan.VerifyProgress, start time.Time) func(terminal bool) string {
+	return func(terminal bool) string {
+		read, total := progress.Frames()
+		var fps float64
+		if secs := time.Since(start).Seconds(); secs > 0 {
+			fps = float64(read) / secs
+		}
+		return fmt.Sprintf("verify: frames %s read  %.0f frames/s", count(read, total, terminal), fps)
+	}
 }
 
 // readInterruptibly runs read, a reading of a file that gives up after

@@ -55,6 +55,8 @@ func (s *scanFlags) register(fs *pflag.FlagSet, stages *registry.Registry) {
 		config.Flag{Name: "overwrite", Key: "output.overwrite", Help: "replace an existing output file"},
 		config.Flag{Name: "backend-shuffle", Key: "output.backend_shuffle", Help: "do the codec's bit transpose on the decode backend (the GPU with cuda); the files do not change"},
 		config.Flag{Name: "flush", Key: "output.flush_interval", Help: "how often readers following the file see new frames"},
+		config.Flag{Name: "file-mode", Key: "output.file_mode", Help: `permission bits of the scan's files, in octal, e.g. "0640" (the group reads them) or "0644" (everyone)`},
+		config.Flag{Name: "file-group", Key: "output.file_group", Help: "owner group of the scan's files, a name or id (the process must belong to it)"},
 		config.Flag{Name: "darks", Key: "plan.darks", Help: "dark fields at the start of the scan"},
 		config.Flag{Name: "flats", Key: "plan.flats", Help: "flat fields after the darks"},
 		config.Flag{Name: "projections", Key: "plan.projections", Help: "projections after the flats (no plan at all: every frame is a projection)"},

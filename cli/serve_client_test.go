@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"h5ingest/scan/scantest"
 	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +39,12 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startServe(t, "0123456789abcdef", "--profiles", profiles)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(p.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	client := func(args ...string) *exec.Cmd {
-		all := append([]string{clientPy, args[0], "--url", p.base, "--token", p.token}, args[1:]...)
+		all := append([]string{clientPy, args[0], "--url", p.base, "--token-file", tokenFile}, args[1:]...)
 		return exec.Command(py, all...)
 	}
 	output := func(args ...string) string {
@@ -245,5 +251,66 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 	}
 	if code, v := p.call("GET", "/v1/version", nil); code != 200 || v["api"] != "v1" || v["version"] == "" {
 		t.Errorf("version: %d %v", code, v)
+	}
+}
+
+// TestClientToken checks where client.py takes a service's token from:
+// a file (its first line; a byte order mark and white space dropped, as
+// serve drops them) or the environment, the file first; a token that
+// cannot be read, or is wrong, is refused with a line saying why.
+func TestClientToken(t *testing.T) {
+	py := scantest.Python(t, "json")
+	p := startServe(t, "0123456789abcdef")
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := file("good", p.token+"\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string // H5INGEST_TOKEN; "" for unset
+		code int
+		want string // in standard error
+	}{
+		{"file", []string{"--token-file", good}, "", 0, ""},
+		{"file with a BOM, CRLF and a second line", []string{"--token-file", file("bom", "\ufeff "+p.token+" \r\nsecond line\n")}, "", 0, ""},
+		{"environment", nil, p.token, 0, ""},
+		{"the file over the environment", []string{"--token-file", good}, "wrong-token-wrong-token", 0, ""},
+		{"none", nil, "", 2, "refused (401)"},
+		{"wrong", []string{"--token-file", file("wrong", "wrong-token-wrong-token\n")}, "", 2, "refused (401)"},
+		{"empty file", []string{"--token-file", file("empty", "\n")}, p.token, 2, "holds no token"},
+		{"missing file", []string{"--token-file", filepath.Join(dir, "absent")}, "", 2, "absent"},
+		{"not text", []string{"--token-file", file("binary", "\xff\xfe\x00\x01")}, "", 2, "token file"},
+		{"a control character", []string{"--token-file", file("ctl", "0123\x0056789abcdef\n")}, "", 2, "control character"},
+		{"both on the command line", []string{"--token-file", good, "--token", p.token}, "", 2, "not both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(py, append([]string{clientPy, "status", "--url", p.base}, tc.args...)...)
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "H5INGEST_TOKEN=") })
+			if tc.env != "" {
+				cmd.Env = append(cmd.Env, "H5INGEST_TOKEN="+tc.env)
+			}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "Traceback") {
+				t.Errorf("client.py status %v: exit status %d, %q; want %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+			}
+			if code == 0 && !strings.Contains(stdout.String(), `"state"`) {
+				t.Errorf("status printed %q", stdout.String())
+			}
+		})
 	}
 }

@@ -308,9 +308,10 @@ func TestServePythonClient(t *testing.T) {
 	dir := t.TempDir()
 	port := operatorPort(t)
 	p := startServe(t, "0123456789abcdef", "--data-root", dir)
-	client := exec.Command(py, "../tools/serve/client.py", "--url", p.base, "--token", p.token,
+	client := exec.Command(py, "../tools/serve/client.py", "--url", p.base,
 		"--profile", "default", "--scan-id", "py1", "--projections", "12", "--title", "from python",
 		"--set", "output.directory="+dir, "--set", "output.compression=lz4", "--meta", "operator=ana")
+	client.Env = append(os.Environ(), "H5INGEST_TOKEN="+p.token) // as a control system's service hands it over
 	var out bytes.Buffer
 	client.Stdout, client.Stderr = &out, &out
 	if err := client.Start(); err != nil {

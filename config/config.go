@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/user"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -179,6 +181,69 @@ type Output struct {
 	// through, in order, before compression: each a name, or a name with
 	// the processor's options.
 	Processors []Processor `mapstructure:"processors"`
+	// FileMode and FileGroup are the permission bits and the owner group
+	// the scan's files (each module's and the master) get as they are
+	// made, so that the beamline's users can read what a service writes
+	// under a strict umask; empty: as the process makes them. The
+	// operator's, never a request's (see Access).
+	FileMode  FileMode `mapstructure:"file_mode"`
+	FileGroup string   `mapstructure:"file_group"`
+}
+
+// FileMode is a file's permission bits written in octal, as chmod takes
+// them: "0640". A YAML number written with a leading 0 (0640, which YAML
+// reads as octal) is taken too.
+type FileMode string
+
+// Access returns the permission bits and the group id o gives the scan's
+// files: mode 0 where o sets none, gid -1 where o sets no group. o must
+// be valid (Validate).
+func (o Output) Access() (mode os.FileMode, gid int, err error) {
+	gid = -1
+	if o.FileMode != "" {
+		m, err := strconv.ParseUint(string(o.FileMode), 8, 32)
+		if err != nil || m > 0o777 || m == 0 {
+			return 0, -1, bad("output.file_mode", "%q, want permission bits in octal such as \"0640\" (owner read-write, group read) or \"0644\" (everyone read)", o.FileMode)
+		}
+		mode = os.FileMode(m)
+	}
+	if o.FileGroup != "" {
+		g, err := lookupGroup(o.FileGroup)
+		if err != nil {
+			return 0, -1, bad("output.file_group", "%q: %v", o.FileGroup, err)
+		}
+		gid = g
+	}
+	return mode, gid, nil
+}
+
+// lookupGroup returns the id of the group named name, or numbered so.
+func lookupGroup(name string) (int, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		if _, numeric := strconv.Atoi(name); numeric != nil {
+			return 0, fmt.Errorf("no such group on this host")
+		}
+		if g, err = user.LookupGroupId(name); err != nil {
+			return 0, fmt.Errorf("no group of that id on this host")
+		}
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// octalModes takes a YAML number for a FileMode as its octal digits:
+// YAML reads 0640 as the number 416, which is mode 0640.
+func octalModes(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[FileMode]() {
+		return data, nil
+	}
+	switch v := reflect.ValueOf(data); from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return FileMode(fmt.Sprintf("%#o", v.Int())), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return FileMode(fmt.Sprintf("%#o", v.Uint())), nil
+	}
+	return data, nil
 }
 
 // PlanKeys are a profile's scan plan defaults.
@@ -255,18 +320,39 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 		sources[k] = FromDefault
 	}
 	where := "built-in defaults"
+	var doc profileDoc // the profile file's, for the lines its keys stand on
+	// located names where the value behind err came from, with its line
+	// where that is the profile file.
+	located := func(err error) string {
+		s := errorSource(err, sources, where)
+		var ke *keyError
+		var ue *unknownKeyError
+		switch {
+		case s != where:
+		case errors.As(err, &ke):
+			return at(s, doc.line(ke.key))
+		case errors.As(err, &ue):
+			return at(s, doc.line(ue.key))
+		}
+		return s
+	}
 	if l.Profile != "" {
 		text, name, err := readProfile(l.Profile)
 		if err != nil {
 			return Profile{}, nil, err
 		}
 		where = "profile " + name
+		if doc, err = parseDoc(text); err != nil {
+			var se *syntaxError
+			errors.As(err, &se)
+			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", at(where, se.line), err)
+		}
 		file, err := parseYAML(text)
 		if err != nil {
 			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", where, err)
 		}
 		if err := mergeLayer(values, sources, file, where); err != nil {
-			return Profile{}, nil, fmt.Errorf("%s: %w", where, err)
+			return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 		}
 	}
 	if err := mergeEnv(values, sources); err != nil {
@@ -281,10 +367,10 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 	}
 	p, err := decode(values)
 	if err != nil {
-		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
+		return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 	}
 	if err := p.Validate(l.Names); err != nil {
-		return Profile{}, nil, fmt.Errorf("%s: %w", errorSource(err, sources, where), err)
+		return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
 	}
 	return p, sources, nil
 }
@@ -329,7 +415,7 @@ func mergeLayer(values map[string]any, sources Sources, layer map[string]any, wh
 	slices.Sort(keys)
 	for _, k := range keys {
 		if findKey(k) == nil {
-			return fmt.Errorf("unknown key %q%s", k, suggest(k))
+			return &unknownKeyError{key: k}
 		}
 		values[k] = layer[k]
 		sources[k] = where
@@ -449,6 +535,13 @@ type keyError struct {
 
 func (e *keyError) Error() string { return "key " + e.key + ": " + e.msg }
 
+// unknownKeyError is a key that no profile holds, set by a profile file.
+type unknownKeyError struct{ key string }
+
+func (e *unknownKeyError) Error() string {
+	return fmt.Sprintf("unknown key %q%s", e.key, suggest(e.key))
+}
+
 // errorSource names where the value behind err came from.
 func errorSource(err error, sources Sources, fallback string) string {
 	var ke *keyError
@@ -470,7 +563,7 @@ func decode(values map[string]any) (Profile, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:      &p,
 		ErrorUnused: true,
-		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), durationUnits, wholeNumbers, decodeProcessor),
+		DecodeHook:  mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), durationUnits, wholeNumbers, octalModes, decodeProcessor),
 	})
 	if err != nil {
 		return p, err
@@ -605,6 +698,8 @@ func structMap(v reflect.Value) map[string]any {
 			} else {
 				out[tag] = f.Interface()
 			}
+		case reflect.String:
+			out[tag] = f.String() // a FileMode as the text it is
 		default:
 			out[tag] = f.Interface()
 		}

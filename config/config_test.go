@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -202,7 +203,9 @@ func TestErrors(t *testing.T) {
 			if from == "" {
 				from = "profile " + path
 			}
-			if !strings.HasPrefix(err.Error(), from+": ") || !strings.Contains(err.Error(), tt.want) {
+			// A profile file's errors name the line too, FILE:LINE: (see
+			// TestErrorLines).
+			if !regexp.MustCompile(`^`+regexp.QuoteMeta(from)+`(:\d+)?: `).MatchString(err.Error()) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q\nwant it to start with %q and contain %q", err, from, tt.want)
 			}
 		})

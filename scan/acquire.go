@@ -477,12 +477,30 @@ func (a *Acquisition) openRecord(first receive.Module) (*lockedRecorder, func(),
 		}
 		meta.Extra[headersKey] = json.RawMessage(headersWritten)
 	}
+	// Room for each module's start and end (capture.KeyScanTimes),
+	// written as its file is made and closed.
+	times := make([]capture.ScanTime, len(o.Files.Modules))
+	for i, m := range o.Files.Modules {
+		times[i] = capture.WidestScanTime(m.Module.ID)
+	}
+	if err := meta.Set(capture.KeyScanTimes, times); err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
 	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		file.Close()
 		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
 	}
-	return &lockedRecorder{w: w, path: o.Record, log: log}, func() { file.Close() }, nil
+	for i, m := range o.Files.Modules {
+		times[i] = capture.ScanTime{Module: m.Module.ID}
+	}
+	r := &lockedRecorder{w: w, path: o.Record, log: log, meta: meta, times: times}
+	if err := r.rewrite(); err != nil {
+		file.Close()
+		return nil, nil, fmt.Errorf("record %s: %w", o.Record, err)
+	}
+	return r, func() { file.Close() }, nil
 }
 
 // headersKey and headersWritten mark a capture whose frame headers the
@@ -501,6 +519,38 @@ type lockedRecorder struct {
 	path   string
 	log    *zap.Logger
 	failed error
+	meta   capture.Metadata
+	times  []capture.ScanTime // the modules' files' times, in meta
+}
+
+// stamp records in the capture's metadata the times that module id's
+// file records (Module.Times): its start once it is made, its end once
+// it is closed, so that a replay writes the same. It does nothing on a
+// nil recorder or one that failed; a failed rewrite stops the recording.
+func (r *lockedRecorder) stamp(id int, scan *Module) {
+	if r == nil || scan == nil {
+		return
+	}
+	start, end := scan.Times()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := slices.IndexFunc(r.times, func(t capture.ScanTime) bool { return t.Module == id })
+	if r.failed != nil || i < 0 {
+		return
+	}
+	r.times[i].Start, r.times[i].End = start.UTC(), end.UTC()
+	if err := r.rewrite(); err != nil {
+		r.fail(err)
+	}
+}
+
+// rewrite writes the metadata again, with the times as they stand, in
+// the room NewWriter left (openRecord).
+func (r *lockedRecorder) rewrite() error {
+	if err := r.meta.Set(capture.KeyScanTimes, r.times); err != nil {
+		return err
+	}
+	return r.w.RewriteMetadata(r.meta)
 }
 
 // WriteRecord appends one frame as it arrived.
@@ -667,6 +717,7 @@ type moduleRuns struct {
 	scans    []*Module // by the module's place in the scan's files
 	errs     []error   // what stopped each scan's source
 	finished bool
+	rec      *lockedRecorder // the --record capture; nil for none
 }
 
 // start creates module id's scan and runs it from src in the background.
@@ -686,6 +737,7 @@ func (m *moduleRuns) start(ctx context.Context, files Files, id int, format fram
 	if err := scan.openLive(m.scanID, id); err != nil {
 		return err
 	}
+	m.rec.stamp(id, scan)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

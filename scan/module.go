@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
@@ -48,6 +49,10 @@ type Options struct {
 	// the layout and the processors (stock registers
 	// h5ingest's own).
 	Stages *registry.Registry
+	// StartTime and EndTime, where not zero, are what the file records
+	// as the scan's start and end, rather than the clock's when it opens
+	// and closes: a replay's are the live scan's its capture kept.
+	StartTime, EndTime time.Time
 }
 
 // Module is the scan of one module being written: its pipeline and its
@@ -124,6 +129,7 @@ func Open(path string, o Options) (*Module, error) {
 	opts.Filters = codec.Filters()
 	opts.FlushInterval = out.FlushInterval
 	opts.Extra = procs.extras
+	opts.StartTime, opts.EndTime = o.StartTime, o.EndTime
 	file, err := writer.Create(opts)
 	if err != nil {
 		procs.close()
@@ -189,6 +195,10 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 		UserMetadata:  user,
 		Version:       version.String(),
 		Configuration: profileYAML(profile),
+	}
+	// The profile was validated: its mode and group are good.
+	if mode, gid, err := profile.Output.Access(); err == nil && (mode != 0 || gid >= 0) {
+		opts.Access = &writer.Access{Mode: mode, GID: gid}
 	}
 	if plan.Frames() > 0 {
 		opts.ImageKey = plan.ImageKeys()
@@ -320,6 +330,10 @@ func (r *Module) Finish(srcErr error) (Summary, error) {
 	return done(nil)
 }
 
+// Times returns what the module's file records as the scan's start and
+// end; the end is zero until Finish has closed the file.
+func (r *Module) Times() (start, end time.Time) { return r.file.Times() }
+
 // beyond says, for the line about frames beyond the scan, which they were
 // and where else they may be.
 func (r *Module) beyond() (which, where string) {
@@ -359,8 +373,8 @@ func (s fileSink) SetRecord(n int, r frame.Record) error {
 
 // openModules creates the scan of every module in files, each with its
 // own file and pipeline, all decoding with o.Backend; only the first
-// reports progress.
-func openModules(files Files, o Options) ([]*Module, error) {
+// reports progress. A module in times gets the start and end it holds.
+func openModules(files Files, o Options, times map[int]capture.ScanTime) ([]*Module, error) {
 	var scans []*Module
 	log := o.Log
 	if log == nil {
@@ -369,6 +383,9 @@ func openModules(files Files, o Options) ([]*Module, error) {
 	for i, m := range files.Modules {
 		mo := o
 		mo.Log, mo.Quiet = log.With(zap.Int("module", m.Module.ID)), o.Quiet || i > 0
+		if t, ok := times[m.Module.ID]; ok {
+			mo.StartTime, mo.EndTime = t.Start, t.End
+		}
 		scan, err := Open(m.Path, mo)
 		if err != nil {
 			for _, s := range scans {

@@ -50,12 +50,16 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	paths, plan := o.Captures, o.Plan
 	var format frame.Format
 	var srcs []*capture.Source
+	times := map[int]capture.ScanTime{}
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
 			return Result{}, err
 		}
 		defer r.Close()
+		if err := liveTimes(times, path, r.Metadata()); err != nil {
+			return Result{}, fmt.Errorf("capture %s: %w", path, err)
+		}
 		if i == 0 {
 			format = f
 		} else if f != format {
@@ -82,15 +86,42 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 		src = capture.NewSources(srcs)
 	}
 	o.Plan, o.Format = plan, format
-	rp := &replayRun{o: o, src: src}
+	rp := &replayRun{o: o, src: src, times: times}
 	return rp.run(ctx)
+}
+
+// liveTimes adds to times the start and end of each module's live scan
+// that the capture at path records (capture.KeyScanTimes), for a replay
+// to write the same. A module whose end it lacks (its acquire was
+// killed) ended when its last frame arrived: when the capture was last
+// written.
+func liveTimes(times map[int]capture.ScanTime, path string, meta capture.Metadata) error {
+	var recorded []capture.ScanTime
+	if _, err := meta.Get(capture.KeyScanTimes, &recorded); err != nil {
+		return err
+	}
+	for _, t := range recorded {
+		if t.Start.IsZero() {
+			continue
+		}
+		if t.End.IsZero() {
+			info, err := os.Stat(path)
+			if err != nil {
+				return err
+			}
+			t.End = info.ModTime()
+		}
+		times[t.Module] = t
+	}
+	return nil
 }
 
 // replayRun is one replay: a capture, and the profile and plan it is
 // written with.
 type replayRun struct {
-	o   ReplayOptions
-	src pipeline.Source // the captures' frames, each capture's in turn
+	o     ReplayOptions
+	src   pipeline.Source          // the captures' frames, each capture's in turn
+	times map[int]capture.ScanTime // the live scan's times, by module
 }
 
 // preScan returns the checks before a replay into files; frames are the
@@ -139,7 +170,7 @@ func (rp *replayRun) run(ctx context.Context) (Result, error) {
 	defer backend.Close()
 	mo := o.Options
 	mo.Backend = backend
-	scans, err := openModules(files, mo)
+	scans, err := openModules(files, mo, rp.times)
 	if err != nil {
 		return res, err
 	}

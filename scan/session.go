@@ -112,9 +112,12 @@ func (s *session) run() (res Result, err error) {
 	}
 	s.runs.wg.Wait()
 	refused, never := s.noteAbsent(&res, absent)
-	res.Notes = append(res.Notes, s.rec.finish()...)
 	s.runs.finished = true
 	err = finishModules(&res, o.Files, mo, s.runs.scans, s.runs.errs)
+	for i, scan := range s.runs.scans { // the capture keeps the files' start and end times
+		s.rec.stamp(o.Files.Modules[i].Module.ID, scan)
+	}
+	res.Notes = append(res.Notes, s.rec.finish()...)
 	return res, explain(err, refused, never)
 }
 
@@ -209,7 +212,7 @@ func (s *session) begin(stream receive.Stream, log *zap.Logger) error {
 		if err != nil {
 			return err
 		}
-		s.rec = rec
+		s.rec, s.runs.rec = rec, rec
 		s.closed = append(s.closed, closeRec)
 	}
 	if s.rec != nil {

@@ -108,7 +108,38 @@ type ModuleVerify struct {
 // a stuck goroutine is left behind, holding the library, and the caller
 // should call the library no more (a command exits).
 func Verify(ctx context.Context, stages *registry.Registry, path string, stall time.Duration) (*VerifyReport, error) {
-	return bounded(ctx, path, stall, func() (*VerifyReport, error) { return verify(stages, path) })
+	return VerifyCounting(ctx, stages, path, stall, nil)
+}
+
+// VerifyCounting is Verify that counts in progress, where not nil, the
+// frames it reads as it reads them, for a command to show.
+func VerifyCounting(ctx context.Context, stages *registry.Registry, path string, stall time.Duration, progress *VerifyProgress) (*VerifyReport, error) {
+	return bounded(ctx, path, stall, func() (*VerifyReport, error) { return verify(stages, path, progress, false) })
+}
+
+// VerifyProgress counts the frames Verify has read, of those it is to
+// read. Its methods may be called from any goroutine; a nil
+// *VerifyProgress counts nothing.
+type VerifyProgress struct{ read, total atomic.Int64 }
+
+// Frames returns the frames read so far and those to read (0 until the
+// file is open; of a master, of every module file).
+func (p *VerifyProgress) Frames() (read, total int) {
+	return int(p.read.Load()), int(p.total.Load())
+}
+
+// count adds n to the frames to read.
+func (p *VerifyProgress) count(n int) {
+	if p != nil {
+		p.total.Add(int64(n))
+	}
+}
+
+// readOne counts a frame read.
+func (p *VerifyProgress) readOne() {
+	if p != nil {
+		p.read.Add(1)
+	}
 }
 
 // bounded runs read, which reads the file at path, on a goroutine of its
@@ -147,7 +178,9 @@ func bounded[R any](ctx context.Context, path string, stall time.Duration, read 
 }
 
 // verify proves path as Verify does, with no bound on the time it takes.
-func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
+// counted says its frames are counted in progress already: a module file
+// of a master.
+func verify(stages *registry.Registry, path string, progress *VerifyProgress, counted bool) (*VerifyReport, error) {
 	if stages == nil {
 		return nil, errNoRegistry
 	}
@@ -162,9 +195,13 @@ func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
 	defer r.Close()
 	step()
 	if r.Modules != nil {
-		return verifyMaster(stages, path, r.Modules, r.Frames)
+		progress.count(r.Frames * len(r.Modules))
+		return verifyMaster(stages, path, r.Modules, r.Frames, progress)
 	}
-	rep, err := verifyFile(r, stages)
+	if !counted {
+		progress.count(r.Frames)
+	}
+	rep, err := verifyFile(r, stages, progress)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", path, err)
 	}
@@ -183,7 +220,7 @@ func verify(stages *registry.Registry, path string) (*VerifyReport, error) {
 // and returns the worst outcome: a module file that is missing or bad
 // fails the master, and one that holds fewer frames than the master makes
 // it incomplete (the master reads the frames past its end as missing).
-func verifyMaster(stages *registry.Registry, path string, modules []writer.MasterModule, frames int) (*VerifyReport, error) {
+func verifyMaster(stages *registry.Registry, path string, modules []writer.MasterModule, frames int, progress *VerifyProgress) (*VerifyReport, error) {
 	rep := &VerifyReport{Path: path, Modules: make([]ModuleVerify, 0, len(modules))}
 	var worst error
 	for _, m := range modules {
@@ -191,7 +228,7 @@ func verifyMaster(stages *registry.Registry, path string, modules []writer.Maste
 		if !filepath.IsAbs(file) {
 			file = filepath.Join(filepath.Dir(path), file)
 		}
-		mr, err := verify(stages, file)
+		mr, err := verify(stages, file, progress, true)
 		if err == nil && mr != nil && mr.Frames < frames {
 			err = fmt.Errorf("%s holds %d of the master's %d frames: %w", file, mr.Frames, frames, ErrIncomplete)
 		}
@@ -214,7 +251,7 @@ type chunkCheck struct {
 // verifyFile checks the layout, then every frame's record and chunk.
 // Chunks are read on this goroutine (the HDF5 library is not used
 // concurrently) and decompressed on one worker per core.
-func verifyFile(r *writer.Reader, stages *registry.Registry) (*VerifyReport, error) {
+func verifyFile(r *writer.Reader, stages *registry.Registry, progress *VerifyProgress) (*VerifyReport, error) {
 	res := &VerifyReport{Frames: r.Frames}
 	for _, p := range r.MissingPaths() {
 		res.Bad = append(res.Bad, Finding{-1, fmt.Sprintf("layout %s: %s is missing", r.Layout, p)})
@@ -244,6 +281,7 @@ func verifyFile(r *writer.Reader, stages *registry.Registry) (*VerifyReport, err
 		}
 		data, mask, err := r.ReadChunk(n, chk.buffer())
 		step()
+		progress.readOne()
 		written := frame.Written(rec.Status)
 		switch {
 		case errors.Is(err, writer.ErrNoChunk):

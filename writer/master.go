@@ -58,13 +58,12 @@ type MasterModule struct {
 // the element size and the metadata, as for a module's file; Filters and
 // FlushInterval do not apply. Frames must be above 0. StartTime is the
 // scan's start (the earliest module's, where the master is written after
-// them); the root's file_time is the master's own creation.
+// them), EndTime its end (the latest module's; zero: the master's
+// creation, as for a master written before its modules end); the root's
+// file_time is the master's own creation.
 type MasterOptions struct {
 	Options
 	Modules []MasterModule
-	// EndTime is the scan's end (the latest module's); zero means the
-	// master's creation, as for a master written before its modules end.
-	EndTime time.Time
 }
 
 // ErrMaster is returned by the Reader methods that read a module file's
@@ -80,7 +79,7 @@ func CreateMaster(o MasterOptions) error {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	w := &Writer{opts: o.Options, temp: TempName(o.Path), frames: o.Frames, master: o.Modules,
-		created: time.Now(), end: o.EndTime}
+		created: time.Now()}
 	lock, err := lockOutput(o.Path)
 	if err != nil {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
@@ -99,7 +98,11 @@ func CreateMaster(o MasterOptions) error {
 		return fmt.Errorf("create master %s: %w", o.Path, err)
 	}
 	w.file = f
-	if err := w.build(); err != nil {
+	err = o.Access.apply(w.temp)
+	if err == nil {
+		err = w.build()
+	}
+	if err != nil {
 		w.closeAll()
 		os.Remove(w.temp)
 		lock.release()

@@ -182,3 +182,54 @@ func TestParseMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestScanTimes checks that a file records the start and end it is given,
+// for both layouts, and its own clock's where none is given; and that
+// Times says what was recorded.
+func TestScanTimes(t *testing.T) {
+	start := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	end := start.Add(90*time.Second + 654321*time.Microsecond)
+	for _, layout := range []string{LayoutNXtomo, LayoutCXI} {
+		for _, tc := range []struct {
+			name string
+			end  time.Time
+		}{{"given", end}, {"at close", time.Time{}}} {
+			t.Run(layout+"/"+tc.name, func(t *testing.T) {
+				o := testOptions(t.TempDir(), layout, pipeNone)
+				o.StartTime, o.EndTime = start, tc.end
+				w, err := Create(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, e := w.Times(); !s.Equal(start) || !e.IsZero() {
+					t.Errorf("Times before Close = %v, %v; want %v and none", s, e, start)
+				}
+				before := time.Now()
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+				s, e := w.Times()
+				if tc.end.IsZero() {
+					if e.Before(before) || e.After(time.Now()) {
+						t.Errorf("end %v, want the clock's at Close (after %v)", e, before)
+					}
+				} else if !e.Equal(tc.end) {
+					t.Errorf("end %v, want %v", e, tc.end)
+				}
+				r, err := Open(o.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				m, err := r.Metadata()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The file keeps microseconds.
+				if !m.StartTime.Equal(s.Truncate(time.Microsecond)) || !m.EndTime.Equal(e.Truncate(time.Microsecond)) {
+					t.Errorf("file records %v to %v; Times says %v to %v", m.StartTime, m.EndTime, s, e)
+				}
+			})
+		}
+	}
+}

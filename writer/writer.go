@@ -98,7 +98,15 @@ type Options struct {
 	PixelSize     float64   // metres, both axes
 	Distance      float64   // sample to detector, metres
 	Energy        float64   // photon energy, joules (cxi: source_1/energy; nxtomo: instrument/monochromator/energy in keV)
-	StartTime     time.Time // zero means now
+	StartTime     time.Time // the scan's start, start_time; zero means now
+	// EndTime is the scan's end, end_time; zero means when Close writes
+	// it (for a master file written before its modules end, its
+	// creation). A replay gives both from its capture, so that its file
+	// has the live scan's times.
+	EndTime time.Time
+	// Access, where not nil, is the mode and group the file gets as it
+	// is made; nil: as the process makes it.
+	Access *Access
 	// Extra are datasets beside the frame stack that a processor fills
 	// (WriteExtra); nil for none.
 	Extra []Extra
@@ -184,10 +192,11 @@ type Writer struct {
 	frames               int            // current extent of the stack
 	master               []MasterModule // modules of a master file; nil for a module's own file
 	extras               []*extra       // Options.Extra, open
-	// created and end are a master file's creation time and the scan's
-	// end time (MasterOptions.EndTime); zero for a module's own file,
-	// which was created at its start and ends when closed.
-	created, end time.Time
+	// created is a master file's creation time; zero for a module's own
+	// file, which was created at its start.
+	created time.Time
+	// ended is what Close wrote as end_time; zero until then.
+	ended time.Time
 
 	// mu guards the Writer: its flush timer (see tick) runs on a
 	// goroutine of its own.
@@ -216,6 +225,33 @@ type Writer struct {
 // ErrExists is returned, wrapped, by Create and CreateMaster when the file,
 // or the temporary file of a scan to it, exists and Overwrite is not set.
 var ErrExists = errors.New("exists")
+
+// Access is the permission bits and owner group of a file: what an
+// operator gives a service's files so that the beamline's users can read
+// them whatever the service's umask.
+type Access struct {
+	Mode os.FileMode // permission bits; 0 leaves them as made
+	GID  int         // owner group id; -1 leaves it as made
+}
+
+// apply gives the file at path a's mode and group, the group first (a
+// change of owner may clear bits the mode then sets again).
+func (a *Access) apply(path string) error {
+	if a == nil {
+		return nil
+	}
+	if a.GID >= 0 {
+		if err := os.Chown(path, -1, a.GID); err != nil {
+			return fmt.Errorf("give the file group %d: %w (the process must belong to the group, unless it runs as root)", a.GID, err)
+		}
+	}
+	if a.Mode != 0 {
+		if err := os.Chmod(path, a.Mode.Perm()); err != nil {
+			return fmt.Errorf("give the file mode %#o: %w", a.Mode.Perm(), err)
+		}
+	}
+	return nil
+}
 
 // TempName returns the name under which the file for path is written:
 // a hidden name beside it.
@@ -259,6 +295,9 @@ func Create(opts Options) (*Writer, error) {
 		return fail(err)
 	}
 	w.file = f
+	if err := opts.Access.apply(w.temp); err != nil {
+		return fail(err)
+	}
 	if err := w.build(); err != nil {
 		return fail(err)
 	}
@@ -507,9 +546,12 @@ func (w *Writer) Close() error {
 		w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
 	}
 	if w.err == nil {
-		end := fixedString(cmp.Or(w.end, time.Now()).Format(timeFormat), timeSize)
+		ended := cmp.Or(w.opts.EndTime, time.Now())
+		end := fixedString(ended.Format(timeFormat), timeSize)
 		if err := writeAll(w.endTime, "end_time", 0, w.timeType, unsafe.Pointer(&end[0])); err != nil {
 			w.fail(fmt.Errorf("close %s: %w", w.opts.Path, err))
+		} else {
+			w.ended = ended
 		}
 	}
 	if err := w.closeAll(); err != nil {
@@ -525,6 +567,15 @@ func (w *Writer) Close() error {
 		w.err = err
 	}
 	return w.err
+}
+
+// Times returns what the file records as the scan's start and end: its
+// start_time, and the end_time that Close wrote (zero before Close, or
+// where Close could not write it).
+func (w *Writer) Times() (start, end time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.opts.StartTime, w.ended
 }
 
 // Discard closes the Writer and removes its file and lock, for a scan

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"h5ingest/frame"
@@ -762,5 +763,29 @@ func TestMappedCaptureShrinks(t *testing.T) {
 				t.Fatalf("after the cut: %v (truncated %v), want an error saying the file shrank", last, r.Truncated())
 			}
 		})
+	}
+}
+
+// TestWidestScanTime checks that the placeholder's JSON is at least as
+// long as any scan time recorded in UTC, so that the room it reserves
+// holds the real ones.
+func TestWidestScanTime(t *testing.T) {
+	widest, err := json.Marshal(WidestScanTime(12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []ScanTime{
+		{Module: 12},
+		{Module: 12, Start: time.Date(2026, 11, 28, 22, 8, 10, 123456789, time.UTC)},
+		{Module: 12, Start: time.Date(2026, 11, 28, 22, 8, 10, 1, time.UTC), End: time.Date(9999, 1, 1, 0, 0, 0, 999999999, time.UTC)},
+		{Module: 12, Start: time.Date(2026, 11, 28, 22, 8, 10, 0, time.UTC), End: time.Date(2026, 11, 28, 23, 0, 0, 100, time.UTC)},
+	} {
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > len(widest) {
+			t.Errorf("%s is longer than the placeholder %s", b, widest)
+		}
 	}
 }

@@ -1,6 +1,10 @@
 package capture
 
-import "h5ingest/frame"
+import (
+	"time"
+
+	"h5ingest/frame"
+)
 
 // Fields h5ingest records in a capture's metadata beside profile, created
 // and software, so that a replay writes the file the scan would have
@@ -19,7 +23,30 @@ const (
 	KeyProfileValues = "profile_values"
 	// KeyGeometry is the detector the frames came from (a Geometry).
 	KeyGeometry = "geometry"
+	// KeyScanTimes is when the scan of each module began and ended, as
+	// the scan's files record them (a list of ScanTime), so that a replay
+	// writes the live scan's start_time and end_time. acquire --record
+	// writes a module's start when it makes the module's file, and its
+	// end when it closes it: a capture whose acquire was killed has
+	// starts and no ends. Absent from other captures.
+	KeyScanTimes = "scan_times"
 )
+
+// ScanTime is when the scan of one module began and ended, as its file
+// records them; a zero time was not recorded.
+type ScanTime struct {
+	Module int       `json:"module"`
+	Start  time.Time `json:"start_time,omitzero"`
+	End    time.Time `json:"end_time,omitzero"`
+}
+
+// WidestScanTime is a ScanTime whose JSON is as long as any recorded one
+// (times are recorded in UTC): a placeholder that reserves the room of
+// times known only later (see Writer.RewriteMetadata).
+func WidestScanTime(module int) ScanTime {
+	t := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	return ScanTime{Module: module, Start: t, End: t}
+}
 
 // FormatInfo is a frame format as capture metadata spells it.
 type FormatInfo struct {

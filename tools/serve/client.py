@@ -28,16 +28,53 @@ Commands (arm is the default: the options alone arm):
 arm prints each file's path and exits 0 when every planned frame is good, 3
 when the scan ended with frames missing, corrupt or rejected, 1 when it
 failed, 2 when the service refused the request.
+
+The token of a service that has one comes from a file (--token-file PATH,
+its first line, as serve --token-file reads it) or from the environment
+(H5INGEST_TOKEN) rather than from the command line (--token), where other
+users of the host see it (ps, /proc/PID/cmdline, shell history).
+--token-file wins over the environment.
 """
 import argparse
 import http.client
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 
 ENDED = ("done", "incomplete", "cancelled", "failed")
+
+TOKEN_ENV = "H5INGEST_TOKEN"
+
+
+class TokenError(Exception):
+    """A token that cannot be read or used."""
+
+
+def read_token(path=None, environ=None):
+    """The service's token: the first line of the file at path, else the
+    H5INGEST_TOKEN environment variable, else None. Surrounding white space
+    and a UTF-8 byte order mark are dropped, as serve drops them."""
+    environ = os.environ if environ is None else environ
+    if path:
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                token = f.readline(4096)
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenError(f"token file {path}: {e}") from e
+        where = f"token file {path}"
+    elif environ.get(TOKEN_ENV):
+        token, where = environ[TOKEN_ENV].lstrip("\ufeff"), TOKEN_ENV
+    else:
+        return None
+    token = token.strip()
+    if not token:
+        raise TokenError(f"{where} holds no token")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise TokenError(f"{where}: the token holds a space or a control character")
+    return token
 
 
 class Service:
@@ -287,7 +324,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default="http://127.0.0.1:8642")
-    common.add_argument("--token", help="the service's token, when it has one")
+    common.add_argument("--token-file", metavar="PATH",
+                        help=f"file whose first line is the service's token, when it has one (else ${TOKEN_ENV})")
+    common.add_argument("--token", help="the token itself: seen by every user of the host (ps), so prefer --token-file or $" + TOKEN_ENV)
     sub = ap.add_subparsers(dest="command", required=True)
 
     arm = sub.add_parser("arm", parents=[common], help="arm a scan, wait for it, print its files")
@@ -323,8 +362,16 @@ def main(argv):
     prev.set_defaults(run=cmd_preview)
 
     args = ap.parse_args(argv)
+    if args.token and args.token_file:
+        print("give the token once: --token-file or --token, not both", file=sys.stderr)
+        return 2
     try:
-        return args.run(Service(args.url, args.token), args)
+        token = args.token or read_token(args.token_file)
+    except TokenError as e:
+        print(e, file=sys.stderr)
+        return 2
+    try:
+        return args.run(Service(args.url, token), args)
     except urllib.error.HTTPError as e:
         return refused(e)
     except (urllib.error.URLError, OSError) as e:
