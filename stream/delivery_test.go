@@ -452,7 +452,7 @@ func TestConsumerLeavesMidScan(t *testing.T) {
 		offer()
 	}
 	sock.Close() // the consumer goes; the stream sees it as it sends
-	for deadline := time.Now().Add(5 * time.Second); st.peers.Load() != 0; offer() {
+	for deadline := time.Now().Add(5 * time.Second); st.net.consumers() != 0; offer() {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream still counts the consumer 5 s after it left")
 		}
@@ -522,4 +522,88 @@ func TestMissingFramesCostNoImage(t *testing.T) {
 	if stats.Sent != uint64(len(want)) || stats.Dropped != 0 || stats.Gaps != frames/20 || !stats.EndDelivered {
 		t.Errorf("stats %+v, want %d sent, none dropped, %d image_ids skipped", stats, len(want), frames/20)
 	}
+}
+
+// endCounts returns the images_sent of an end message.
+func endCounts(t *testing.T, end []byte) uint64 {
+	t.Helper()
+	ud, _ := decode(t, end)["user_data"].(map[any]any)
+	n, ok := ud["images_sent"].(uint64)
+	if !ok {
+		t.Fatalf("end user_data %v: no images_sent", ud)
+	}
+	return n
+}
+
+// series receives one series from sock, start to end, and returns the
+// images it held and its end's images_sent.
+func series(t *testing.T, sock *zmq.Socket) (images int, sent uint64) {
+	t.Helper()
+	raw := receive(t, sock)
+	msgs := checkScan(t, raw)
+	return len(msgs) - 2, endCounts(t, raw[len(raw)-1])
+}
+
+// TestConsumerConnectedAcrossScans streams 30 scans, one after the
+// other, each to a consumer that reads every message: one consumer that
+// stays connected to the scans' address throughout, as beside a
+// detector's, or (with a port chosen at each bind) one per scan. Half the
+// scans offer each frame once a buffer is free, as a consumer that keeps
+// up allows; the others offer them all at once, faster than any consumer
+// takes them. In every scan the consumer gets the series from start to
+// end; the end says it was delivered, and its images_sent and the
+// stream's count of images sent are the images the consumer got; the
+// consumer that stays connected is connected as each stream opens, and no
+// image is counted as having had no consumer.
+func TestConsumerConnectedAcrossScans(t *testing.T) {
+	const scans, frames = 30, 40
+	codec, _ := compress.New("bslz4", 4, 0)
+	chunk, _ := codec.Encode(nil, testImage(1))
+	stays := "tcp://" + freePort(t)
+	var sock *zmq.Socket
+	for _, address := range []string{stays, anyPort} {
+		for scan := range scans {
+			st, err := Open(Config{Address: address, Queue: 4, SendTimeout: 5 * time.Second}, testSeries(frames), codec.Bound(testW*testH*4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case address == anyPort || scan == 0:
+				if sock != nil {
+					sock.Close()
+				}
+				sock = pull(t, st.Endpoint())
+				connected(t, st)
+			case st.net.consumers() == 0:
+				st.Close()
+				t.Fatalf("%s, scan %d: the consumer of the scan before is not connected as the stream opens", address, scan)
+			}
+			type result struct {
+				images int
+				sent   uint64
+			}
+			got := make(chan result, 1)
+			go func() {
+				images, sent := series(t, sock)
+				got <- result{images, sent}
+			}()
+			sink := st.Sink(discard{})
+			for n := range frames {
+				if scan%2 == 0 {
+					b := <-st.free // a buffer free: the consumer keeps up
+					st.free <- b
+				}
+				sink.WriteChunk(n, chunk)
+				sink.SetRecord(n, frame.Record{})
+			}
+			stats, err := st.Close()
+			r := <-got
+			if err != nil || !stats.EndDelivered || stats.NoConsumer != 0 || stats.Sent+stats.Dropped != frames ||
+				uint64(r.images) != stats.Sent || r.sent != stats.Sent || (scan%2 == 0 && stats.Sent != frames) {
+				t.Errorf("%s, scan %d: Close: %v, stats %+v; the consumer got %d images and an end saying %d sent",
+					address, scan, err, stats, r.images, r.sent)
+			}
+		}
+	}
+	sock.Close()
 }
