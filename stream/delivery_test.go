@@ -607,3 +607,84 @@ func TestConsumerConnectedAcrossScans(t *testing.T) {
 	}
 	sock.Close()
 }
+
+// TestUndeliveredEndCountsExact streams scans on one address to a
+// consumer that reads nothing while each scan runs and ends, so that the
+// end is not delivered within the linger, and that then reads what is
+// left up to the next scan's start. The stream says the end was not
+// delivered, and its count of images sent is what the consumer gets of
+// that scan: the images ZeroMQ took stay queued for the consumer, which
+// stays connected; an end that comes later says the same count.
+func TestUndeliveredEndCountsExact(t *testing.T) {
+	const scans, frames = 5, 30
+	const w, h = 1024, 512 // 2 MiB a message: the queue's four are more than the kernel holds
+	chunk := make([]byte, w*h*4)
+	address := "tcp://" + freePort(t)
+	sock, err := zmq.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	for _, set := range []error{sock.SetRcvhwm(1), sock.SetRcvbuf(16 << 10), sock.SetRcvtimeo(10 * time.Second), sock.SetLinger(0), sock.Connect(address)} {
+		if set != nil {
+			t.Fatal(set)
+		}
+	}
+	images := map[string]int{}  // by series_unique_id
+	ends := map[string]uint64{} // images_sent of the ends that came
+	sent := map[string]uint64{} // the stream's count
+	// readTo reads up to the start of the series id.
+	readTo := func(id string) {
+		for {
+			b, err := sock.RecvBytes(0)
+			if err != nil {
+				t.Fatalf("waiting for the start of %s: %v", id, err)
+			}
+			m, err := parseStream2(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m.Type {
+			case "start":
+				if m.SeriesUniqueID == id {
+					return
+				}
+			case "image":
+				images[m.SeriesUniqueID]++
+			case "end":
+				ends[m.SeriesUniqueID] = endCounts(t, b)
+			}
+		}
+	}
+	for scan := range scans + 1 {
+		s := testSeries(frames)
+		s.ScanID, s.Width, s.Height, s.Compression = fmt.Sprint("scan-", scan), w, h, ""
+		st, err := Open(Config{Address: address, Queue: 4, SendTimeout: 20 * time.Millisecond, Linger: 200 * time.Millisecond}, s, len(chunk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		connected(t, st)
+		readTo(st.UniqueID()) // the scans before, then this one's start
+		if scan == scans {
+			st.Close()
+			break
+		}
+		sink := st.Sink(discard{})
+		for n := range frames {
+			sink.WriteChunk(n, chunk)
+			sink.SetRecord(n, frame.Record{})
+		}
+		stats, err := st.Close()
+		if err == nil || stats.EndDelivered || !strings.Contains(err.Error(), "stays queued") || stats.Sent+stats.Dropped != frames {
+			t.Errorf("scan %d: Close: %v, stats %+v; want the end not delivered, queued for the consumer", scan, err, stats)
+		}
+		sent[st.UniqueID()] = stats.Sent
+	}
+	for id, n := range sent {
+		end, came := ends[id]
+		if uint64(images[id]) != n || (came && end != n) {
+			t.Errorf("series %s: the stream counted %d images sent; the consumer got %d, and an end (%v) saying %d", id, n, images[id], came, end)
+		}
+	}
+	t.Logf("%d scans: images sent %v; ends that came later %v", scans, sent, ends)
+}
