@@ -475,52 +475,68 @@ func TestConsumerLeavesMidScan(t *testing.T) {
 }
 
 // TestMissingFramesCostNoImage streams a scan in which every 20th frame
-// never comes (lost on its way, or dropped by a full pipeline, and so
-// recorded only at the scan's end), to a consumer that keeps up: each
-// frame is offered once a buffer is free, as it is where the consumer
-// takes images as fast as the detector makes them. The consumer gets
-// every other image, in order, and the end counts each missing frame as
-// a skipped image_id and no image as dropped.
+// is missing, to a consumer that keeps up: each frame is offered once a
+// buffer is free, as it is where the consumer takes images as fast as the
+// detector makes them. A missing frame either never comes (lost on its
+// way, or dropped by a full pipeline, and so recorded only at the scan's
+// end) or is recorded missing as it happens (a frame the pipeline could
+// not decode). Either way the consumer gets every other image, in order,
+// and no image is dropped; the end counts a frame that never came as a
+// skipped image_id.
 func TestMissingFramesCostNoImage(t *testing.T) {
 	const frames, queue = 200, 8
 	codec, _ := compress.New("bslz4", 4, 0)
-	st, err := Open(Config{Address: anyPort, Queue: queue, SendTimeout: 5 * time.Second}, testSeries(frames), codec.Bound(testW*testH*4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := pull(t, st.Endpoint())
-	defer sock.Close()
-	got := make(chan [][]byte, 1)
-	go func() { got <- receive(t, sock) }()
-	connected(t, st)
-	sink := st.Sink(discard{})
 	chunk, _ := codec.Encode(nil, testImage(1))
-	var want []uint64
-	for n := range frames {
-		if n%20 == 10 {
-			continue // never comes
-		}
-		select { // a consumer that keeps up frees a buffer
-		case b := <-st.free:
-			st.free <- b
-		case <-time.After(10 * time.Second):
-			t.Fatalf("frame %d: no buffer came free in 10 s: the window holds every one, waiting for a missing frame", n)
-		}
-		sink.WriteChunk(n, chunk)
-		sink.SetRecord(n, frame.Record{})
-		want = append(want, uint64(n))
-	}
-	stats, err := st.Close()
-	msgs := checkScan(t, <-got)
-	var ids []uint64
-	for _, m := range msgs[1 : len(msgs)-1] {
-		ids = append(ids, m.ImageID)
-	}
-	if err != nil || !slices.Equal(ids, want) {
-		t.Errorf("Close: %v; the consumer got images %v, want %v", err, ids, want)
-	}
-	if stats.Sent != uint64(len(want)) || stats.Dropped != 0 || stats.Gaps != frames/20 || !stats.EndDelivered {
-		t.Errorf("stats %+v, want %d sent, none dropped, %d image_ids skipped", stats, len(want), frames/20)
+	for _, tc := range []struct {
+		name     string
+		recorded bool // the scan records the frame missing in its turn
+		gaps     uint64
+	}{
+		{"never comes", false, frames / 20},
+		{"recorded missing", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Open(Config{Address: anyPort, Queue: queue, SendTimeout: 5 * time.Second}, testSeries(frames), codec.Bound(testW*testH*4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sock := pull(t, st.Endpoint())
+			defer sock.Close()
+			got := make(chan [][]byte, 1)
+			go func() { got <- receive(t, sock) }()
+			connected(t, st)
+			sink := st.Sink(discard{})
+			var want []uint64
+			for n := range frames {
+				if n%20 == 10 {
+					if tc.recorded {
+						sink.SetRecord(n, frame.Record{Status: frame.StatusMissing})
+					}
+					continue
+				}
+				select { // a consumer that keeps up frees a buffer
+				case b := <-st.free:
+					st.free <- b
+				case <-time.After(10 * time.Second):
+					t.Fatalf("frame %d: no buffer came free in 10 s: the window holds every one, waiting for a missing frame", n)
+				}
+				sink.WriteChunk(n, chunk)
+				sink.SetRecord(n, frame.Record{})
+				want = append(want, uint64(n))
+			}
+			stats, err := st.Close()
+			msgs := checkScan(t, <-got)
+			var ids []uint64
+			for _, m := range msgs[1 : len(msgs)-1] {
+				ids = append(ids, m.ImageID)
+			}
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("Close: %v; the consumer got images %v, want %v", err, ids, want)
+			}
+			if stats.Sent != uint64(len(want)) || stats.Dropped != 0 || stats.Gaps != tc.gaps || !stats.EndDelivered {
+				t.Errorf("stats %+v, want %d sent, none dropped, %d image_ids skipped", stats, len(want), tc.gaps)
+			}
+		})
 	}
 }
 

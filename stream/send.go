@@ -18,7 +18,7 @@ import (
 // the consumers' connections through the socket's monitor. Only the
 // sending goroutine of the stream that has it uses the socket.
 //
-// A socket bound to a port of the address's own stays bound when its
+// A socket bound to the port its address names stays bound when its
 // stream is closed, for the next stream of that address (the next
 // scan's), as a detector's stays bound from one series to the next: a
 // consumer connected to it stays connected, and gets the next series'
@@ -28,7 +28,6 @@ import (
 type sender struct {
 	ctx      *zmq.Context
 	sock     *zmq.Socket
-	address  string // as Open was given it
 	endpoint string
 	kept     bool      // bound until the process ends, for the address's next stream
 	busy     bool      // a stream has it; guarded by bound's mutex
@@ -101,7 +100,7 @@ func listen(address string) (*sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream: context: %w", err)
 	}
-	n := &sender{ctx: ctx, address: address, kept: keeps(address), opened: time.Now(), changed: make(chan struct{})}
+	n := &sender{ctx: ctx, kept: keeps(address), opened: time.Now(), changed: make(chan struct{})}
 	fail := func(what string, err error) (*sender, error) {
 		n.close(0)
 		return nil, fmt.Errorf("stream: %s: %w", what, err)
