@@ -514,12 +514,7 @@ func TestMissingFramesCostNoImage(t *testing.T) {
 					}
 					continue
 				}
-				select { // a consumer that keeps up frees a buffer
-				case b := <-st.free:
-					st.free <- b
-				case <-time.After(10 * time.Second):
-					t.Fatalf("frame %d: no buffer came free in 10 s: the window holds every one, waiting for a missing frame", n)
-				}
+				awaitBuffer(t, st) // a consumer that keeps up frees one
 				sink.WriteChunk(n, chunk)
 				sink.SetRecord(n, frame.Record{})
 				want = append(want, uint64(n))
@@ -537,6 +532,19 @@ func TestMissingFramesCostNoImage(t *testing.T) {
 				t.Errorf("stats %+v, want %d sent, none dropped, %d image_ids skipped", stats, len(want), tc.gaps)
 			}
 		})
+	}
+}
+
+// awaitBuffer waits until one of the stream's buffers is free, as one is
+// whenever an image comes where the consumer keeps up, failing the test
+// after 10 s.
+func awaitBuffer(t *testing.T, st *Stream) {
+	t.Helper()
+	select {
+	case b := <-st.free:
+		st.free <- b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no buffer came free in 10 s: the window or the sender holds every one")
 	}
 }
 
@@ -606,8 +614,7 @@ func TestConsumerConnectedAcrossScans(t *testing.T) {
 			sink := st.Sink(discard{})
 			for n := range frames {
 				if scan%2 == 0 {
-					b := <-st.free // a buffer free: the consumer keeps up
-					st.free <- b
+					awaitBuffer(t, st) // the consumer keeps up
 				}
 				sink.WriteChunk(n, chunk)
 				sink.SetRecord(n, frame.Record{})
