@@ -711,3 +711,33 @@ func TestUndeliveredEndCountsExact(t *testing.T) {
 	}
 	t.Logf("%d scans: images sent %v; ends that came later %v", scans, sent, ends)
 }
+
+// TestKeptPortYields: a port kept bound after its stream is taken by the
+// next stream of the same address, refused to a second stream while the
+// first has it, and yielded to a stream of another address of the same
+// port once no stream has it.
+func TestKeptPortYields(t *testing.T) {
+	port := freePort(t)
+	_, p, _ := net.SplitHostPort(port)
+	loopback, wildcard := "tcp://"+port, "tcp://*:"+p
+	a, err := Open(Config{Address: loopback}, testSeries(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Open(Config{Address: loopback}, testSeries(0), 64); err == nil {
+		b.Close()
+		t.Errorf("a second stream of %s opened while the first has it", loopback)
+	}
+	if b, err := Open(Config{Address: wildcard}, testSeries(0), 64); err == nil {
+		b.Close()
+		t.Errorf("a stream of %s opened while one of %s has the port", wildcard, loopback)
+	}
+	a.Close()
+	for _, address := range []string{loopback, wildcard, loopback} {
+		st, err := Open(Config{Address: address}, testSeries(0), 64)
+		if err != nil {
+			t.Fatalf("open %s after the stream before closed: %v", address, err)
+		}
+		st.Close()
+	}
+}

@@ -60,6 +60,9 @@ func take(address string) (*sender, error) {
 		return n, nil
 	}
 	n, err := listen(address)
+	if err != nil && yieldPort(address) {
+		n, err = listen(address)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +71,26 @@ func take(address string) (*sender, error) {
 		bound.m[address] = n
 	}
 	return n, nil
+}
+
+// yieldPort closes the sockets kept for other addresses of address's
+// port (tcp://*:31001 and tcp://0.0.0.0:31001, say) that no stream has,
+// so that address can bind it, and reports whether there were any.
+// bound's mutex is held.
+func yieldPort(address string) bool {
+	i := strings.LastIndexByte(address, ':')
+	if i < 0 {
+		return false
+	}
+	port, yielded := address[i:], false
+	for a, n := range bound.m {
+		if !n.busy && strings.HasSuffix(a, port) {
+			delete(bound.m, a)
+			n.close(0)
+			yielded = true
+		}
+	}
+	return yielded
 }
 
 // release ends a stream's use of n: a kept socket waits, bound, for the
