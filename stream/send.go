@@ -397,9 +397,7 @@ func (s *Stream) end(start []byte, started, lastImage bool) error {
 	if n.consumers() > 0 {
 		err = nil
 		if !started {
-			if err = n.put(start, deadline, true); err == nil {
-				lastImage = false
-			}
+			err = n.put(start, deadline, true)
 		}
 		if err == nil {
 			var end []byte
@@ -427,15 +425,17 @@ func (s *Stream) end(start []byte, started, lastImage bool) error {
 		s.undelivered.Add(1)
 	}
 	n.release(0)
-	return s.endError(err)
+	return s.endError(err, put && n.kept)
 }
 
-// endError says why the end of series was not delivered.
-func (s *Stream) endError(err error) error {
+// endError says why the end of series was not delivered; queued says
+// that it waits for the consumer in ZeroMQ's queue of a socket that stays
+// bound.
+func (s *Stream) endError(err error, queued bool) error {
 	if errors.Is(err, errNoConsumer) {
 		return fmt.Errorf("stream %s: no consumer connected: the end of series was not sent", s.endpoint)
 	}
-	if errors.Is(err, errTimeout) && s.net.kept {
+	if errors.Is(err, errTimeout) && queued {
 		return fmt.Errorf("stream %s: the consumer did not take the end of series within the linger (%v); it stays queued for it", s.endpoint, s.cfg.Linger)
 	}
 	if errors.Is(err, errTimeout) {
