@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -451,7 +452,7 @@ func TestConsumerLeavesMidScan(t *testing.T) {
 		offer()
 	}
 	sock.Close() // the consumer goes; the stream sees it as it sends
-	for deadline := time.Now().Add(5 * time.Second); st.peers.Load() != 0; offer() {
+	for deadline := time.Now().Add(5 * time.Second); st.net.consumers() != 0; offer() {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream still counts the consumer 5 s after it left")
 		}
@@ -470,5 +471,279 @@ func TestConsumerLeavesMidScan(t *testing.T) {
 	}
 	if took > time.Second {
 		t.Errorf("Close took %v with no consumer left (linger 5 s)", took)
+	}
+}
+
+// TestMissingFramesCostNoImage streams a scan in which every 20th frame
+// is missing, to a consumer that keeps up: each frame is offered once a
+// buffer is free, as it is where the consumer takes images as fast as the
+// detector makes them. A missing frame either never comes (lost on its
+// way, or dropped by a full pipeline, and so recorded only at the scan's
+// end) or is recorded missing as it happens (a frame the pipeline could
+// not decode). Either way the consumer gets every other image, in order,
+// and no image is dropped; the end counts a frame that never came as a
+// skipped image_id.
+func TestMissingFramesCostNoImage(t *testing.T) {
+	const frames, queue = 200, 8
+	codec, _ := compress.New("bslz4", 4, 0)
+	chunk, _ := codec.Encode(nil, testImage(1))
+	for _, tc := range []struct {
+		name     string
+		recorded bool // the scan records the frame missing in its turn
+		gaps     uint64
+	}{
+		{"never comes", false, frames / 20},
+		{"recorded missing", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Open(Config{Address: anyPort, Queue: queue, SendTimeout: 5 * time.Second}, testSeries(frames), codec.Bound(testW*testH*4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sock := pull(t, st.Endpoint())
+			defer sock.Close()
+			got := make(chan [][]byte, 1)
+			go func() { got <- receive(t, sock) }()
+			connected(t, st)
+			sink := st.Sink(discard{})
+			var want []uint64
+			for n := range frames {
+				if n%20 == 10 {
+					if tc.recorded {
+						sink.SetRecord(n, frame.Record{Status: frame.StatusMissing})
+					}
+					continue
+				}
+				awaitBuffer(t, st) // a consumer that keeps up frees one
+				sink.WriteChunk(n, chunk)
+				sink.SetRecord(n, frame.Record{})
+				want = append(want, uint64(n))
+			}
+			stats, err := st.Close()
+			msgs := checkScan(t, <-got)
+			var ids []uint64
+			for _, m := range msgs[1 : len(msgs)-1] {
+				ids = append(ids, m.ImageID)
+			}
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("Close: %v; the consumer got images %v, want %v", err, ids, want)
+			}
+			if stats.Sent != uint64(len(want)) || stats.Dropped != 0 || stats.Gaps != tc.gaps || !stats.EndDelivered {
+				t.Errorf("stats %+v, want %d sent, none dropped, %d image_ids skipped", stats, len(want), tc.gaps)
+			}
+		})
+	}
+}
+
+// awaitBuffer waits until one of the stream's buffers is free, as one is
+// whenever an image comes where the consumer keeps up, failing the test
+// after 10 s.
+func awaitBuffer(t *testing.T, st *Stream) {
+	t.Helper()
+	select {
+	case b := <-st.free:
+		st.free <- b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no buffer came free in 10 s: the window or the sender holds every one")
+	}
+}
+
+// endCounts returns the images_sent of an end message.
+func endCounts(t *testing.T, end []byte) uint64 {
+	t.Helper()
+	ud, _ := decode(t, end)["user_data"].(map[any]any)
+	n, ok := ud["images_sent"].(uint64)
+	if !ok {
+		t.Fatalf("end user_data %v: no images_sent", ud)
+	}
+	return n
+}
+
+// series receives one series from sock, start to end, and returns the
+// images it held and its end's images_sent.
+func series(t *testing.T, sock *zmq.Socket) (images int, sent uint64) {
+	t.Helper()
+	raw := receive(t, sock)
+	msgs := checkScan(t, raw)
+	return len(msgs) - 2, endCounts(t, raw[len(raw)-1])
+}
+
+// TestConsumerConnectedAcrossScans streams 30 scans, one after the
+// other, each to a consumer that reads every message: one consumer that
+// stays connected to the scans' address throughout, as beside a
+// detector's, or (with a port chosen at each bind) one per scan. Half the
+// scans offer each frame once a buffer is free, as a consumer that keeps
+// up allows; the others offer them all at once, faster than any consumer
+// takes them. In every scan the consumer gets the series from start to
+// end; the end says it was delivered, and its images_sent and the
+// stream's count of images sent are the images the consumer got; the
+// consumer that stays connected is connected as each stream opens, and no
+// image is counted as having had no consumer.
+func TestConsumerConnectedAcrossScans(t *testing.T) {
+	const scans, frames = 30, 40
+	codec, _ := compress.New("bslz4", 4, 0)
+	chunk, _ := codec.Encode(nil, testImage(1))
+	stays := "tcp://" + freePort(t)
+	var sock *zmq.Socket
+	for _, address := range []string{stays, anyPort} {
+		for scan := range scans {
+			st, err := Open(Config{Address: address, Queue: 4, SendTimeout: 5 * time.Second}, testSeries(frames), codec.Bound(testW*testH*4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case address == anyPort || scan == 0:
+				if sock != nil {
+					sock.Close()
+				}
+				sock = pull(t, st.Endpoint())
+				connected(t, st)
+			case st.net.consumers() == 0:
+				st.Close()
+				t.Fatalf("%s, scan %d: the consumer of the scan before is not connected as the stream opens", address, scan)
+			}
+			type result struct {
+				images int
+				sent   uint64
+			}
+			got := make(chan result, 1)
+			go func() {
+				images, sent := series(t, sock)
+				got <- result{images, sent}
+			}()
+			sink := st.Sink(discard{})
+			for n := range frames {
+				if scan%2 == 0 {
+					awaitBuffer(t, st) // the consumer keeps up
+				}
+				sink.WriteChunk(n, chunk)
+				sink.SetRecord(n, frame.Record{})
+			}
+			stats, err := st.Close()
+			r := <-got
+			if err != nil || !stats.EndDelivered || stats.NoConsumer != 0 || stats.Sent+stats.Dropped != frames ||
+				uint64(r.images) != stats.Sent || r.sent != stats.Sent || (scan%2 == 0 && stats.Sent != frames) {
+				t.Errorf("%s, scan %d: Close: %v, stats %+v; the consumer got %d images and an end saying %d sent",
+					address, scan, err, stats, r.images, r.sent)
+			}
+		}
+	}
+	sock.Close()
+}
+
+// TestUndeliveredEndCountsExact streams scans on one address to a
+// consumer that reads nothing while each scan runs and ends, so that the
+// end is not delivered within the linger, and that then reads what is
+// left up to the next scan's start. The stream says the end was not
+// delivered, and its count of images sent is what the consumer gets of
+// that scan: the images ZeroMQ took stay queued for the consumer, which
+// stays connected. The end comes later where Close said it stays queued,
+// and says the same count.
+func TestUndeliveredEndCountsExact(t *testing.T) {
+	const scans, frames = 5, 30
+	const w, h = 1024, 512 // 2 MiB a message: the queue's four are more than the kernel holds
+	chunk := make([]byte, w*h*4)
+	address := "tcp://" + freePort(t)
+	sock, err := zmq.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	for _, set := range []error{sock.SetRcvhwm(1), sock.SetRcvbuf(16 << 10), sock.SetRcvtimeo(10 * time.Second), sock.SetLinger(0), sock.Connect(address)} {
+		if set != nil {
+			t.Fatal(set)
+		}
+	}
+	images := map[string]int{}  // by series_unique_id
+	ends := map[string]uint64{} // images_sent of the ends that came
+	sent := map[string]uint64{} // the stream's count
+	queued := map[string]bool{} // whether Close said the end stays queued
+	// readTo reads up to the start of the series id.
+	readTo := func(id string) {
+		for {
+			b, err := sock.RecvBytes(0)
+			if err != nil {
+				t.Fatalf("waiting for the start of %s: %v", id, err)
+			}
+			m, err := parseStream2(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m.Type {
+			case "start":
+				if m.SeriesUniqueID == id {
+					return
+				}
+			case "image":
+				images[m.SeriesUniqueID]++
+			case "end":
+				ends[m.SeriesUniqueID] = endCounts(t, b)
+			}
+		}
+	}
+	for scan := range scans + 1 {
+		s := testSeries(frames)
+		s.ScanID, s.Width, s.Height, s.Compression = fmt.Sprint("scan-", scan), w, h, ""
+		st, err := Open(Config{Address: address, Queue: 4, SendTimeout: 20 * time.Millisecond, Linger: 200 * time.Millisecond}, s, len(chunk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		connected(t, st)
+		readTo(st.UniqueID()) // the scans before, then this one's start
+		if scan == scans {
+			st.Close()
+			break
+		}
+		sink := st.Sink(discard{})
+		for n := range frames {
+			sink.WriteChunk(n, chunk)
+			sink.SetRecord(n, frame.Record{})
+		}
+		stats, err := st.Close()
+		if err == nil || stats.EndDelivered || !strings.Contains(err.Error(), "did not take the end of series within the linger") || stats.Sent+stats.Dropped != frames {
+			t.Errorf("scan %d: Close: %v, stats %+v; want the end not delivered within the linger", scan, err, stats)
+		}
+		sent[st.UniqueID()] = stats.Sent
+		if err != nil {
+			queued[st.UniqueID()] = strings.Contains(err.Error(), "stays queued")
+		}
+	}
+	for id, n := range sent {
+		end, came := ends[id]
+		if uint64(images[id]) != n || (came && end != n) || came != queued[id] {
+			t.Errorf("series %s: the stream counted %d images sent and said the end stays queued: %v; the consumer got %d images, and an end (%v) saying %d",
+				id, n, queued[id], images[id], came, end)
+		}
+	}
+	t.Logf("%d scans: images sent %v; ends that came later %v", scans, sent, ends)
+}
+
+// TestKeptPortYields: a port kept bound after its stream is taken by the
+// next stream of the same address, refused to a second stream while the
+// first has it, and yielded to a stream of another address of the same
+// port once no stream has it.
+func TestKeptPortYields(t *testing.T) {
+	port := freePort(t)
+	_, p, _ := net.SplitHostPort(port)
+	loopback, wildcard := "tcp://"+port, "tcp://*:"+p
+	a, err := Open(Config{Address: loopback}, testSeries(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Open(Config{Address: loopback}, testSeries(0), 64); err == nil {
+		b.Close()
+		t.Errorf("a second stream of %s opened while the first has it", loopback)
+	}
+	if b, err := Open(Config{Address: wildcard}, testSeries(0), 64); err == nil {
+		b.Close()
+		t.Errorf("a stream of %s opened while one of %s has the port", wildcard, loopback)
+	}
+	a.Close()
+	for _, address := range []string{loopback, wildcard, loopback} {
+		st, err := Open(Config{Address: address}, testSeries(0), 64)
+		if err != nil {
+			t.Fatalf("open %s after the stream before closed: %v", address, err)
+		}
+		st.Close()
 	}
 }

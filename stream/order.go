@@ -16,10 +16,17 @@ import (
 // them is resolved. The window never waits for long: an id it cannot wait
 // for is skipped and counted, and an image that comes after its id was
 // skipped is left out of the stream, counted. It waits no longer than
+//   - the buffers: once an image has taken the last free buffer, the
+//     window passes over the gap before the first image it holds, so
+//     that its images go out and the next image finds a buffer where the
+//     consumer keeps up: a frame that never comes (lost on the way,
+//     dropped by a full pipeline) costs no other image;
 //   - the window's span: an id span beyond next passes over next;
-//   - the buffers: an image that finds none free passes over the gap, so
-//     that those the window holds go out;
 //   - maxWait without progress while it holds an image.
+//
+// A frame the pipeline records missing, rejected or unwritten while the
+// scan runs resolves its id at once (the sink's SetRecord), so that
+// nothing waits for it.
 //
 // Its methods run on the sink's goroutine; the counters may be read from
 // any.
@@ -32,7 +39,7 @@ type order struct {
 
 	gaps *atomic.Uint64 // ids passed over unresolved
 	late *atomic.Uint64 // images left out: their id was passed over
-	free chan<- *image  // where a late image's buffer goes back
+	free chan<- *image  // the buffers not in use, where a late image's goes back
 }
 
 // leftOut marks an id resolved with no image.
@@ -74,7 +81,7 @@ func (o *order) put(id int, img *image, now time.Time) {
 		o.held++
 	}
 	o.flush(now)
-	if o.held > 0 && now.Sub(o.since) > maxWait {
+	if o.held > 0 && (len(o.free) == 0 || now.Sub(o.since) > maxWait) {
 		o.skipGap(now)
 	}
 }

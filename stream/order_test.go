@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -10,37 +11,54 @@ import (
 
 // orderRun feeds ids to a window, an image for each id in images and none
 // for the others, and returns the ids it queued, in their order, with
-// its counts.
+// its counts. Images take their buffers from a pool of buffers, as a
+// stream's do, and a consumer that keeps up gives each queued image's
+// back at once; an image that finds none free is dropped, as a stream
+// drops it.
 type orderRun struct {
-	out             []int
-	gaps, late      uint64
-	freed, finished int
+	out                      []int
+	gaps, late               uint64
+	dropped, finished, freed int
 }
 
 func runOrder(ids []int, images map[int]bool, at func(i int) time.Time, buffers int) orderRun {
-	out := make(chan *image, buffers+orderSpan)
-	free := make(chan *image, buffers+orderSpan)
+	out := make(chan *image, buffers)
+	free := make(chan *image, buffers)
+	for range buffers {
+		free <- &image{}
+	}
 	var gaps, late atomic.Uint64
 	o := newOrder(out, free, &gaps, &late)
 	var r orderRun
-	drain := func() {
+	drain := func(back bool) {
 		for len(out) > 0 {
-			r.out = append(r.out, (<-out).n)
+			img := <-out
+			r.out = append(r.out, img.n)
+			if back {
+				free <- img
+			}
 		}
 	}
 	var now time.Time
 	for i, id := range ids {
 		now = at(i)
-		if images[id] {
-			o.put(id, &image{n: id}, now)
-		} else {
+		switch {
+		case !images[id]:
 			o.put(id, nil, now)
+		case len(free) == 0: // as Stream.offer does
+			o.skipGap(now)
+			r.dropped++
+			o.put(id, nil, now)
+		default:
+			img := <-free
+			img.n = id
+			o.put(id, img, now)
 		}
-		drain()
+		drain(true)
 	}
 	o.finish(now)
 	r.finished = len(out)
-	drain()
+	drain(true)
 	r.gaps, r.late, r.freed = gaps.Load(), late.Load(), len(free)
 	return r
 }
@@ -84,8 +102,8 @@ func TestOrder(t *testing.T) {
 			if !slices.Equal(r.out, tc.want) || r.gaps != tc.gaps || r.late != tc.late {
 				t.Errorf("queued %v, %d gaps, %d late; want %v, %d, %d", r.out, r.gaps, r.late, tc.want, tc.gaps, tc.late)
 			}
-			if r.freed != int(r.late) {
-				t.Errorf("%d buffers given back, %d late images", r.freed, r.late)
+			if r.freed != len(tc.ids) || r.dropped != 0 {
+				t.Errorf("%d buffers of %d given back, %d images dropped", r.freed, len(tc.ids), r.dropped)
 			}
 		})
 	}
@@ -118,6 +136,67 @@ func TestOrderRandom(t *testing.T) {
 		if !slices.Equal(r.out, want) || r.gaps != 0 || r.late != 0 || r.finished != 0 {
 			t.Fatalf("seed %d: %d queued of %d, in order %v, %d gaps, %d late, %d left at the end",
 				seed, len(r.out), len(want), slices.IsSorted(r.out), r.gaps, r.late, r.finished)
+		}
+	}
+}
+
+// TestOrderGapCostsNoImage: frames that never come (lost on the way,
+// dropped by a full pipeline), alone or in runs, between frames that come
+// in order or a little out of it: where the consumer keeps up, the window
+// waits for a missing frame no longer than its buffers allow and loses no
+// image for it, whatever the number of buffers.
+func TestOrderGapCostsNoImage(t *testing.T) {
+	const n = 200
+	every := func(k int) []int {
+		var m []int
+		for i := k / 2; i < n; i += k {
+			m = append(m, i)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		missing []int
+		swap    int // each frame is taken up to swap-1 places late
+	}{
+		{"one", []int{10}, 0},
+		{"two together", []int{10, 11}, 0},
+		{"a run of ten", []int{40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 0},
+		{"every 20th", every(20), 0},
+		{"every 3rd", every(3), 0},
+		{"the first", []int{0}, 0},
+		{"the last", []int{n - 1}, 0},
+		{"every 20th, out of order", every(20), 4},
+	} {
+		for _, buffers := range []int{1, 2, 8, 64} {
+			if tc.swap >= buffers {
+				continue // the window reorders less than its buffers
+			}
+			t.Run(fmt.Sprintf("%s/%d buffers", tc.name, buffers), func(t *testing.T) {
+				images := map[int]bool{}
+				var ids, want []int
+				for i := range n {
+					if !slices.Contains(tc.missing, i) {
+						images[i] = true
+						ids = append(ids, i)
+						want = append(want, i)
+					}
+				}
+				for i := 0; tc.swap > 1 && i+tc.swap <= len(ids); i += tc.swap {
+					slices.Reverse(ids[i : i+tc.swap])
+				}
+				gaps := 0 // the missing frames before the last image
+				for _, m := range tc.missing {
+					if m < want[len(want)-1] {
+						gaps++
+					}
+				}
+				r := runOrder(ids, images, steady, buffers)
+				if !slices.Equal(r.out, want) || r.dropped != 0 || r.late != 0 || r.gaps != uint64(gaps) {
+					t.Errorf("%d images queued of %d, %d dropped, %d late, %d gaps; want every image and %d gaps",
+						len(r.out), len(want), r.dropped, r.late, r.gaps, gaps)
+				}
+			})
 		}
 	}
 }

@@ -3,6 +3,8 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -10,34 +12,118 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
-// sender is a stream's ZeroMQ side: a context of its own, so that closing
-// it can wait for what is queued to be written out (and frees everything
-// the scan's stream used), the PUSH socket, and a monitor of the
-// consumers' connections. Only the sending goroutine uses it once Open
-// has returned.
+// sender is a stream's ZeroMQ side: the PUSH socket in a context of its
+// own, so that closing it can wait for what is queued to be written out
+// (and frees everything the socket used), and a goroutine that follows
+// the consumers' connections through the socket's monitor. Only the
+// sending goroutine of the stream that has it uses the socket.
+//
+// A socket bound to the port its address names stays bound when its
+// stream is closed, for the next stream of that address (the next
+// scan's), as a detector's stays bound from one series to the next: a
+// consumer connected to it stays connected, and gets the next series'
+// start and every image of it, rather than reconnecting while the first
+// images go out. One bound to a port ZeroMQ chose (tcp://host:*) is
+// closed with its stream: nobody could reconnect to it.
 type sender struct {
 	ctx      *zmq.Context
 	sock     *zmq.Socket
-	mon      *zmq.Socket // PAIR: the PUSH socket's connection events
 	endpoint string
+	kept     bool      // bound until the process ends, for the address's next stream
+	busy     bool      // a stream has it; guarded by bound's mutex
+	opened   time.Time // when it was bound
 
-	peers   int // consumers connected, as the monitor said
-	watched time.Time
-	opened  time.Time
+	peers    atomic.Int32  // consumers connected, as the monitor says
+	mu       sync.Mutex    // guards changed
+	changed  chan struct{} // closed, and replaced, when peers changes
+	watching chan struct{} // closed when the monitor's goroutine has ended
+
 	timeout time.Duration // the socket's send timeout as last set
+}
+
+// bound holds the sockets kept between streams, by address.
+var bound = struct {
+	sync.Mutex
+	m map[string]*sender
+}{m: map[string]*sender{}}
+
+// take returns the socket of a stream of address: the one an earlier
+// stream of address kept bound, or a new one.
+func take(address string) (*sender, error) {
+	bound.Lock()
+	defer bound.Unlock()
+	if n := bound.m[address]; n != nil {
+		if n.busy {
+			return nil, fmt.Errorf("stream: bind %s: the stream of another scan is bound there", address)
+		}
+		n.busy = true
+		return n, nil
+	}
+	n, err := listen(address)
+	if err != nil && yieldPort(address) {
+		n, err = listen(address)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n.busy = true
+	if n.kept {
+		bound.m[address] = n
+	}
+	return n, nil
+}
+
+// yieldPort closes the sockets kept for other addresses of address's
+// port (tcp://*:31001 and tcp://0.0.0.0:31001, say) that no stream has,
+// so that address can bind it, and reports whether there were any.
+// bound's mutex is held.
+func yieldPort(address string) bool {
+	i := strings.LastIndexByte(address, ':')
+	if i < 0 {
+		return false
+	}
+	port, yielded := address[i:], false
+	for a, n := range bound.m {
+		if !n.busy && strings.HasSuffix(a, port) {
+			delete(bound.m, a)
+			n.close(0)
+			yielded = true
+		}
+	}
+	return yielded
+}
+
+// release ends a stream's use of n: a kept socket waits, bound, for the
+// next stream of its address, with what ZeroMQ holds still queued for its
+// consumers; another is closed, with up to linger for ZeroMQ to write out
+// what it holds.
+func (n *sender) release(linger time.Duration) {
+	if !n.kept {
+		n.close(linger)
+		return
+	}
+	bound.Lock()
+	n.busy = false
+	bound.Unlock()
+}
+
+// keeps says whether a socket bound to address stays bound between
+// streams: unless ZeroMQ chooses its port (tcp://host:* or :0).
+func keeps(address string) bool {
+	return !strings.HasSuffix(address, ":*") && !strings.HasSuffix(address, ":0")
 }
 
 // monitors numbers the inproc endpoints of the monitors.
 var monitors atomic.Uint64
 
 // listen binds a PUSH socket to address in a context of its own, and
-// watches its consumers come and go.
+// follows its consumers as they come and go.
 func listen(address string) (*sender, error) {
 	ctx, err := zmq.NewContext()
 	if err != nil {
 		return nil, fmt.Errorf("stream: context: %w", err)
 	}
-	n := &sender{ctx: ctx, opened: time.Now()}
+	n := &sender{ctx: ctx, kept: keeps(address), opened: time.Now(), changed: make(chan struct{})}
 	fail := func(what string, err error) (*sender, error) {
 		n.close(0)
 		return nil, fmt.Errorf("stream: %s: %w", what, err)
@@ -54,48 +140,83 @@ func listen(address string) (*sender, error) {
 	if err := n.sock.SetLinger(0); err != nil {
 		return fail("socket options", err)
 	}
+	// The monitor first, so that no consumer connects unseen.
+	mon := fmt.Sprintf("inproc://h5ingest-stream-monitor-%d", monitors.Add(1))
+	if err := n.sock.Monitor(mon, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
+		return fail("monitor", err)
+	}
+	pair, err := ctx.NewSocket(zmq.PAIR)
+	if err != nil {
+		return fail("monitor", err)
+	}
+	if err := pair.Connect(mon); err != nil {
+		pair.Close()
+		return fail("monitor", err)
+	}
+	n.watching = make(chan struct{})
+	go n.watch(pair)
 	if err := n.sock.Bind(address); err != nil {
 		return fail("bind "+address, err)
 	}
 	if n.endpoint, err = n.sock.GetLastEndpoint(); err != nil {
 		n.endpoint = address
 	}
-	mon := fmt.Sprintf("inproc://h5ingest-stream-monitor-%d", monitors.Add(1))
-	if err := n.sock.Monitor(mon, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
-		return fail("monitor", err)
-	}
-	if n.mon, err = ctx.NewSocket(zmq.PAIR); err != nil {
-		return fail("monitor", err)
-	}
-	if err := n.mon.Connect(mon); err != nil {
-		return fail("monitor", err)
-	}
 	return n, nil
 }
 
-// consumers returns how many consumers are connected, reading the
-// monitor's events at most every watchEvery unless now is zero.
-func (n *sender) consumers(now time.Time) int {
-	if !now.IsZero() && now.Sub(n.watched) < watchEvery {
-		return n.peers
-	}
-	n.watched = now
+// watch counts the consumers connected as the monitor reports them, until
+// the context ends.
+func (n *sender) watch(mon *zmq.Socket) {
+	defer close(n.watching)
+	defer mon.Close()
 	for {
-		ev, _, _, err := n.mon.RecvEvent(zmq.DONTWAIT)
+		ev, _, _, err := mon.RecvEvent(0)
 		if err != nil {
-			return n.peers
+			return // the context is ending
 		}
+		d := int32(0)
 		switch ev {
 		case zmq.EVENT_ACCEPTED:
-			n.peers++
+			d = 1
 		case zmq.EVENT_DISCONNECTED:
-			n.peers = max(n.peers-1, 0)
+			d = -1
+		case zmq.EVENT_MONITOR_STOPPED:
+			return
 		}
+		n.mu.Lock()
+		n.peers.Store(max(n.peers.Load()+d, 0))
+		close(n.changed)
+		n.changed = make(chan struct{})
+		n.mu.Unlock()
 	}
 }
 
-// watchEvery is how often a sender that sends freely reads the monitor.
-const watchEvery = 100 * time.Millisecond
+// consumers returns how many consumers are connected.
+func (n *sender) consumers() int { return int(n.peers.Load()) }
+
+// change returns a channel closed when the consumers connected next change.
+func (n *sender) change() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
+}
+
+// awaitConsumer waits until a consumer is connected or until.
+func (n *sender) awaitConsumer(until time.Time) {
+	for {
+		ch := n.change()
+		wait := time.Until(until)
+		if n.consumers() > 0 || wait <= 0 {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
 
 // errNoConsumer is a message that found no consumer connected.
 var errNoConsumer = errors.New("no consumer connected")
@@ -114,12 +235,12 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 	}
 	for {
 		now := time.Now()
-		if quick && n.consumers(now) == 0 && now.Sub(n.opened) >= connectGrace {
+		if quick && n.consumers() == 0 && now.Sub(n.opened) >= connectGrace {
 			return errNoConsumer
 		}
 		wait := deadline.Sub(now)
 		if wait <= 0 {
-			if n.consumers(time.Time{}) == 0 {
+			if n.consumers() == 0 {
 				return errNoConsumer
 			}
 			return errTimeout
@@ -127,7 +248,7 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 		// Block in ZeroMQ, which wakes as soon as there is room, for a
 		// short while at a time to see consumers come and go. (Setting
 		// the timeout allocates: it is set only when it changes.)
-		if t := min(wait, putSlice).Round(time.Millisecond); t != n.timeout && t > 0 {
+		if t := max(min(wait, putSlice).Round(time.Millisecond), time.Millisecond); t != n.timeout {
 			if err := n.sock.SetSndtimeo(t); err != nil {
 				return err
 			}
@@ -135,6 +256,31 @@ func (n *sender) put(msg []byte, deadline time.Time, quick bool) error {
 		}
 		if _, err = n.sock.SendBytes(msg, 0); !again(err) {
 			return err
+		}
+	}
+}
+
+// handedOn waits until deadline for ZeroMQ's queue to pass on the last
+// message put: the socket takes another message once a connection has
+// taken the one it holds (it holds one, SetSndhwm), and a connection takes
+// a message once it has written what came before to the system.
+func (n *sender) handedOn(deadline time.Time) error {
+	p := zmq.NewPoller()
+	p.Add(n.sock, zmq.POLLOUT)
+	for {
+		if n.consumers() == 0 {
+			return errNoConsumer
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return errTimeout
+		}
+		polled, err := p.Poll(min(wait, putSlice))
+		if err != nil {
+			return err
+		}
+		if len(polled) > 0 {
+			return nil
 		}
 	}
 }
@@ -149,31 +295,28 @@ const putSlice = 50 * time.Millisecond
 // again says whether err is ZeroMQ's "try again": no room for now.
 func again(err error) bool { return err != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 
-// close closes the sockets and ends the context, letting ZeroMQ write out
-// what is queued for up to linger; it returns whether all of it was
-// written before then.
-func (n *sender) close(linger time.Duration) (flushed bool) {
+// close closes the socket and ends the context, letting ZeroMQ write out
+// what is queued for up to linger.
+func (n *sender) close(linger time.Duration) {
 	if n.sock != nil {
-		n.sock.Monitor("", 0)
 		n.sock.SetLinger(max(linger, 0))
 		n.sock.Close()
 	}
-	if n.mon != nil {
-		n.mon.Close()
+	n.ctx.Term() // returns once the queue is written out, or the linger has passed; the monitor's goroutine ends
+	if n.watching != nil {
+		<-n.watching
 	}
-	start := time.Now()
-	n.ctx.Term() // returns once the queue is written out, or the linger has passed
-	return time.Since(start) < linger
 }
 
 // send runs on its own goroutine, the only one that uses the socket once
 // Open has returned: it sends the start message once a consumer is
-// there, every queued image, and at the end the end message, then closes
-// the socket.
+// there, every queued image, and at the end the end message, then gives
+// the socket back.
 func (s *Stream) send(start []byte) {
 	defer close(s.done)
 	n := s.net
 	started := false
+	lastImage := false // the last message ZeroMQ took is an image
 	// Until the start message has gone out, try it every so often: a
 	// consumer that connects gets it before any image.
 	retry := time.NewTicker(startRetry)
@@ -184,8 +327,7 @@ func (s *Stream) send(start []byte) {
 		select {
 		case img, ok = <-s.queue:
 		case <-retry.C:
-			if !started {
-				s.peers.Store(int32(n.consumers(time.Time{})))
+			if !started && n.consumers() > 0 {
 				_, err := n.sock.SendBytes(start, zmq.DONTWAIT)
 				started = err == nil
 			}
@@ -198,7 +340,6 @@ func (s *Stream) send(start []byte) {
 			break
 		}
 		now := time.Now()
-		s.peers.Store(int32(n.consumers(now)))
 		deadline, quick := now.Add(s.cfg.SendTimeout), false
 		if d := s.deadline.Load(); d != 0 {
 			// The scan has ended: the images share the linger with the
@@ -220,6 +361,7 @@ func (s *Stream) send(start []byte) {
 		switch {
 		case err == nil:
 			s.sent.Add(1)
+			lastImage = true
 		case errors.Is(err, errNoConsumer):
 			s.noConsumer.Add(1)
 		case quick:
@@ -229,7 +371,7 @@ func (s *Stream) send(start []byte) {
 		}
 		s.free <- img
 	}
-	s.closeErr = s.end(start, started)
+	s.closeErr = s.end(start, started, lastImage)
 }
 
 // startRetry is how often the start message is tried until a consumer
@@ -237,16 +379,22 @@ func (s *Stream) send(start []byte) {
 const startRetry = 20 * time.Millisecond
 
 // end sends the end of the series with the counts, within what is left
-// of the linger, closes the socket and reports what was not delivered.
-func (s *Stream) end(start []byte, started bool) error {
+// of the linger, gives the socket back and reports what was not
+// delivered. The end is delivered once a connected consumer's connection
+// has taken it from ZeroMQ's queue: every image counted sent has then
+// gone the same way before it.
+func (s *Stream) end(start []byte, started, lastImage bool) error {
 	n := s.net
 	deadline := time.Unix(0, s.deadline.Load())
 	// A consumer waiting for the stream to bind has the time to connect.
-	for n.consumers(time.Time{}) == 0 && time.Since(n.opened) < connectGrace && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if grace := n.opened.Add(connectGrace); grace.Before(deadline) {
+		n.awaitConsumer(grace)
+	} else {
+		n.awaitConsumer(deadline)
 	}
 	err := errNoConsumer
-	if n.peers > 0 {
+	put := false // ZeroMQ took the end
+	if n.consumers() > 0 {
 		err = nil
 		if !started {
 			err = n.put(start, deadline, true)
@@ -254,36 +402,41 @@ func (s *Stream) end(start []byte, started bool) error {
 		if err == nil {
 			var end []byte
 			if end, err = endMessage(s.uniqueID, s.number, s.Stats()); err != nil {
-				n.close(0)
+				n.release(0)
 				return err
 			}
-			err = n.put(end, deadline, true)
+			if err = n.put(end, deadline, true); err == nil {
+				put = true
+				err = n.handedOn(deadline)
+			}
 		}
 	}
-	if err != nil {
-		n.close(0) // what ZeroMQ holds goes now: nobody takes it
-		if s.sent.Load() > 0 && !errors.Is(err, errNoConsumer) {
-			// The last image may have been in ZeroMQ's queue still.
-			s.sent.Add(^uint64(0))
-			s.undelivered.Add(1)
-		}
-		return s.endError(err)
+	if err == nil {
+		// The connection writes the end out as it took it: a socket that
+		// closes gives it the moment it needs.
+		n.release(max(time.Until(deadline), putSlice))
+		s.endDelivered.Store(true)
+		return nil
 	}
-	if !n.close(time.Until(deadline)) {
-		if s.sent.Load() > 0 {
-			s.sent.Add(^uint64(0))
-			s.undelivered.Add(1)
-		}
-		return s.endError(errTimeout)
+	if !n.kept && !put && lastImage && !errors.Is(err, errNoConsumer) {
+		// ZeroMQ's queue, full, held the last image: it goes with the
+		// socket, now.
+		s.sent.Add(^uint64(0))
+		s.undelivered.Add(1)
 	}
-	s.endDelivered.Store(true)
-	return nil
+	n.release(0)
+	return s.endError(err, put && n.kept)
 }
 
-// endError says why the end of series was not delivered.
-func (s *Stream) endError(err error) error {
+// endError says why the end of series was not delivered; queued says
+// that it waits for the consumer in ZeroMQ's queue of a socket that stays
+// bound.
+func (s *Stream) endError(err error, queued bool) error {
 	if errors.Is(err, errNoConsumer) {
 		return fmt.Errorf("stream %s: no consumer connected: the end of series was not sent", s.endpoint)
+	}
+	if errors.Is(err, errTimeout) && queued {
+		return fmt.Errorf("stream %s: the consumer did not take the end of series within the linger (%v); it stays queued for it", s.endpoint, s.cfg.Linger)
 	}
 	if errors.Is(err, errTimeout) {
 		return fmt.Errorf("stream %s: the consumer did not take the end of series within the linger (%v)", s.endpoint, s.cfg.Linger)

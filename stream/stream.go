@@ -29,6 +29,11 @@
 // the copy. At the end of the scan the stream waits up to Config.Linger
 // for a connected consumer to take what is queued and the end message,
 // and says what it could not deliver.
+//
+// A socket bound to a port of its own stays bound once its stream is
+// closed, for the next stream of the same address: a consumer stays
+// connected from one scan's series to the next, as to a detector, and
+// misses neither a series nor its first images.
 package stream
 
 import (
@@ -135,22 +140,26 @@ type Axis struct{ Start, Increment float64 }
 // Stats counts what a stream did with the images it was offered, and
 // whether its end message went out.
 type Stats struct {
-	// Sent are the images ZeroMQ took and kept for a consumer: those it
-	// discarded when the linger ran out are not counted.
+	// Sent are the images ZeroMQ took for a connected consumer: a
+	// consumer that stays connected and reads gets every one (several
+	// consumers share them, each image going to one). Where the socket
+	// closes with the stream (a port ZeroMQ chose) and the consumer had
+	// not taken the end, the image ZeroMQ still held is not counted.
 	Sent uint64
 	// Dropped are the images left out of the stream (never of the file),
 	// the sum of NoConsumer, Slow, OutOfOrder and Undelivered.
 	Dropped     uint64
 	NoConsumer  uint64 // no consumer was connected
-	Slow        uint64 // the consumer was slower than the scan: no buffer was free, or it did not take the image in time
+	Slow        uint64 // a consumer was connected but slower than the scan: no buffer was free, or it did not take the image in time
 	OutOfOrder  uint64 // it came after the window had passed its image_id
 	Undelivered uint64 // still queued when the linger after the scan ran out
 	Thinned     uint64 // left out by Every or MaxRate
 	// Gaps are the image_ids the order window passed without their
 	// frame having come: missing frames, or frames it could not wait for.
 	Gaps uint64
-	// EndDelivered says that the end message left for a connected
-	// consumer within the linger; Close's error says why it did not.
+	// EndDelivered says that a connected consumer's connection took the
+	// end message from ZeroMQ within the linger, after every image sent;
+	// Close's error says why it did not.
 	EndDelivered bool
 }
 
@@ -185,7 +194,6 @@ type Stream struct {
 	anchor   int64 // the detector clock at series_date, ns
 
 	sent, noConsumer, slow, late, undelivered, thinned, gaps atomic.Uint64
-	peers                                                    atomic.Int32 // consumers connected, as last seen
 	deadline                                                 atomic.Int64 // once Close is called: when the linger ends, Unix ns
 	endDelivered                                             atomic.Bool
 
@@ -267,7 +275,7 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 	if err := CheckBytes(cfg.Queue, maxChunk, cfg.MaxBytes); err != nil {
 		return nil, err
 	}
-	net, err := listen(cfg.Address)
+	net, err := take(cfg.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +294,7 @@ func Open(cfg Config, s Series, maxChunk int) (*Stream, error) {
 	st.uniqueID = uniqueID(s.ScanID, s.Armed, net.endpoint)
 	start, err := startMessage(&st.series, st.uniqueID, st.number)
 	if err != nil {
-		net.close(0)
+		net.release(0)
 		return nil, err
 	}
 	st.sizeHead(maxChunk)
@@ -508,7 +516,7 @@ func (s *Stream) Skip(n int) {
 
 // leftOut counts an image left out for want of a consumer to take it.
 func (s *Stream) leftOut() {
-	if s.peers.Load() == 0 {
+	if s.net.consumers() == 0 {
 		s.noConsumer.Add(1)
 	} else {
 		s.slow.Add(1)
@@ -517,8 +525,8 @@ func (s *Stream) leftOut() {
 
 // Close puts the images the window still holds in the queue, waits up
 // to the linger for a connected consumer to take them and the end
-// message (the rest is dropped and counted), closes the socket and gives
-// back every buffer. Its error says why the end message was not
+// message (the rest is dropped and counted), gives the socket back (kept
+// bound for the address's next stream, or closed) and every buffer. Its error says why the end message was not
 // delivered: no consumer, or one that did not take it in time.
 func (s *Stream) Close() (Stats, error) {
 	s.closeOnce.Do(func() {
@@ -539,7 +547,7 @@ func (s *Stream) Close() (Stats, error) {
 		for len(s.free) > 0 {
 			<-s.free
 		}
-		s.order, s.net = nil, nil
+		s.order = nil
 		s.series.ImageKeys, s.series.Angles, s.series.UserData = nil, nil, nil
 	})
 	return s.Stats(), s.closeErr

@@ -111,9 +111,23 @@ func pull(t *testing.T, endpoint string) *zmq.Socket {
 // consumer connected before a scan is.
 func connected(t *testing.T, st *Stream) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); st.peers.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no consumer connected in 5 s")
+	awaitConsumers(t, st, func(n int) bool { return n > 0 })
+}
+
+// awaitConsumers waits until the consumers the stream sees connected
+// satisfy ok, failing the test after 10 s.
+func awaitConsumers(t *testing.T, st *Stream, ok func(int) bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := st.net.change()
+		if ok(st.net.consumers()) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("%d consumers connected after 10 s", st.net.consumers())
 		}
 	}
 }
