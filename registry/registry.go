@@ -8,6 +8,8 @@
 // any profile is loaded; nothing registers itself at import. Profile
 // validation (config.Names), the command's flag help, "h5ingest profiles
 // names" and docs/profiles.md all read the names from a Registry.
+//
+// Package registry is part of h5ingest's facility API; see docs/extending.md.
 package registry
 
 import (
