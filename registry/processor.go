@@ -26,11 +26,12 @@ type Starter interface {
 // type O, set in its profile entry (output.processors: [{name: NAME, key:
 // value}]):
 //
-//   - defaults holds each option's value where the entry sets none; an
-//     entry's options are decoded over a copy of it by the fields'
-//     mapstructure tags, strictly: a key O has no field for, or a value
-//     of the wrong type, is refused naming the key and the options the
-//     processor knows;
+//   - defaults returns the options with each one's value where the entry
+//     sets none, a new value each call (so that no slice or map of it is
+//     shared between entries or scans); nil: O's zero value. An entry's
+//     options are decoded over it by the fields' mapstructure tags,
+//     strictly: a key O has no field for, or a value of the wrong type,
+//     is refused naming the key and the options the processor knows;
 //   - check, where not nil, refuses options no scan could run with (a
 //     gain of 0, a bin below 1), saying which option and why. It runs
 //     wherever a profile is checked, before any scan: "h5ingest profiles
@@ -40,15 +41,15 @@ type Starter interface {
 //     checked options; what only the scan can tell (the format, the
 //     plan) it checks itself.
 //
-// O must be a struct (not a pointer to one), so that each entry decodes
-// into its own copy; a struct of no fields takes no options.
-func Start[O any](defaults O, check func(O) error, start func(O, pipeline.Scan) (pipeline.Stage, error)) Starter {
+// O must be a struct, not a pointer to one; a struct of no fields takes no
+// options.
+func Start[O any](defaults func() O, check func(O) error, start func(O, pipeline.Scan) (pipeline.Stage, error)) Starter {
 	return typedStart[O]{defaults: defaults, check: check, begin: start}
 }
 
 // typedStart is the Starter of options of type O.
 type typedStart[O any] struct {
-	defaults O
+	defaults func() O
 	check    func(O) error
 	begin    func(O, pipeline.Scan) (pipeline.Stage, error)
 }
@@ -64,7 +65,10 @@ func (s typedStart[O]) valid() error {
 }
 
 func (s typedStart[O]) options(index int, entry config.Processor) (any, error) {
-	o := s.defaults
+	var o O
+	if s.defaults != nil {
+		o = s.defaults()
+	}
 	var dst any = &o
 	if reflect.TypeFor[O]().NumField() == 0 {
 		dst = nil // takes no options

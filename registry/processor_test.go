@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -47,9 +48,9 @@ func testProcessors(t *testing.T) *registry.Registry {
 	r := stockStages(t)
 	start := func(o gainOptions, s pipeline.Scan) (pipeline.Stage, error) { return &stage{o, s}, nil }
 	for _, p := range []registry.Processor{
-		{Name: "gain", Start: registry.Start(gainOptions{Gain: 1}, gainOptions.check, start)},
+		{Name: "gain", Start: registry.Start(func() gainOptions { return gainOptions{Gain: 1} }, gainOptions.check, start)},
 		{Name: "nop", New: func(frame.Format) (pipeline.Processor, error) { return nop{}, nil }},
-		{Name: "scanonly", Start: registry.Start(struct{}{}, nil, func(_ struct{}, s pipeline.Scan) (pipeline.Stage, error) {
+		{Name: "scanonly", Start: registry.Start(nil, nil, func(_ struct{}, s pipeline.Scan) (pipeline.Stage, error) {
 			return &stage{scan: s}, nil
 		})},
 	} {
@@ -146,13 +147,48 @@ func TestProcessorRefused(t *testing.T) {
 		want string
 	}{
 		{registry.Processor{Name: "x"}, "no New or Start"},
-		{registry.Processor{Name: "x", New: newNop, Start: registry.Start(gainOptions{}, nil, start)}, "sets one"},
-		{registry.Processor{Name: "x", Start: registry.Start(&gainOptions{}, nil,
+		{registry.Processor{Name: "x", New: newNop, Start: registry.Start(nil, nil, start)}, "sets one"},
+		{registry.Processor{Name: "x", Start: registry.Start(nil, nil,
 			func(*gainOptions, pipeline.Scan) (pipeline.Stage, error) { return nil, nil })}, "options of type *registry_test.gainOptions: want a struct"},
-		{registry.Processor{Name: "x", Start: registry.Start(gainOptions{}, gainOptions.check, nil)}, "no start function"},
+		{registry.Processor{Name: "x", Start: registry.Start(nil, gainOptions.check, nil)}, "no start function"},
 	} {
 		if err := r.AddProcessor(c.p); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v, want %q", err, c.want)
 		}
+	}
+}
+
+// levelOptions are options of a slice and a map, whose defaults a decoded
+// entry must leave as they were.
+type levelOptions struct {
+	Levels []int          `mapstructure:"levels"`
+	Names  map[string]int `mapstructure:"names"`
+}
+
+// TestProcessorDefaultsNotShared decodes entries of slice and map options
+// one after another: each starts from the defaults, not from what the
+// entry before it set.
+func TestProcessorDefaultsNotShared(t *testing.T) {
+	r := registry.New()
+	var got []levelOptions
+	defaults := func() levelOptions { return levelOptions{Levels: []int{1, 2, 3}, Names: map[string]int{"a": 1}} }
+	if err := r.AddProcessor(registry.Processor{Name: "levels", Start: registry.Start(defaults, nil,
+		func(o levelOptions, _ pipeline.Scan) (pipeline.Stage, error) {
+			got = append(got, o)
+			return &stage{}, nil
+		})}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []config.Processor{
+		{Name: "levels", Options: map[string]any{"levels": []any{7, 8, 9}, "names": map[string]any{"b": 2}}},
+		{Name: "levels"},
+	} {
+		if _, err := r.StartProcessor(0, e, pipeline.Scan{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []levelOptions{{[]int{7, 8, 9}, map[string]int{"a": 1, "b": 2}}, defaults()}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("started with %v, want %v", got, want)
 	}
 }

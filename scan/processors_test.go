@@ -76,7 +76,7 @@ func TestProcessorLifecycle(t *testing.T) {
 		var started []*tally
 		if err := stages.AddProcessor(registry.Processor{
 			Name: "tally",
-			Start: registry.Start(tallyOptions{}, nil, func(o tallyOptions, s pipeline.Scan) (pipeline.Stage, error) {
+			Start: registry.Start(nil, nil, func(o tallyOptions, s pipeline.Scan) (pipeline.Stage, error) {
 				st := &tally{scan: s, byKey: map[int8]int{}, fail: o.Fail}
 				started = append(started, st)
 				return st, nil
@@ -149,7 +149,7 @@ func TestProcessorStartRefused(t *testing.T) {
 		{"nostage", func(struct{}, pipeline.Scan) (pipeline.Stage, error) { return nil, nil }, "processor nostage: its Start returned no stage"},
 		{"noproc", func(struct{}, pipeline.Scan) (pipeline.Stage, error) { return nilStage{}, nil }, "processor noproc: its stage gave no processor"},
 	} {
-		if err := stages.AddProcessor(registry.Processor{Name: tt.name, Start: registry.Start(struct{}{}, nil, tt.start)}); err != nil {
+		if err := stages.AddProcessor(registry.Processor{Name: tt.name, Start: registry.Start(nil, nil, tt.start)}); err != nil {
 			t.Fatal(err)
 		}
 		p.Output.Processors = []config.Processor{{Name: tt.name}}

@@ -32,7 +32,7 @@ func Register(r *registry.Registry) error {
 	if err := r.AddProcessor(registry.Processor{
 		Name:  "threshold",
 		Doc:   fmt.Sprintf("pixels below min counts set to 0, as noise (option min, default %d)", DefaultThreshold),
-		Start: registry.Start(DefaultThresholdOptions(), ThresholdOptions.Check, StartThreshold),
+		Start: registry.Start(DefaultThresholdOptions, ThresholdOptions.Check, StartThreshold),
 	}); err != nil {
 		return err
 	}
