@@ -33,7 +33,7 @@ DEBS := gcc pkg-config libhdf5-dev hdf5-tools libfabric-dev libfabric-bin libibv
 	libzmq3-dev python3-zmq python3-cbor2 liblz4-dev \
 	openapi-specification python3-jsonschema systemd
 
-.PHONY: all build deps test vet fmt-check unit unit-rest race fuzz ptx-check demo bench-codecs clean
+.PHONY: all build deps test vet fmt-check unit unit-rest race fuzz ptx-check demo bench-codecs clean api
 
 all: build
 
@@ -75,6 +75,11 @@ fmt-check:
 unit:
 	$(GO) test -count=1 ./...
 	cd $(EXTEND) && $(GO) test -count=1 ./...
+
+# The facility API's listing (api/facility.txt), written anew once
+# CHANGELOG.md names each changed name; TestFacilityAPI compares it.
+api:
+	$(GO) run ./tools/apilist -w
 
 # The packages whose goroutines share state, under the race detector.
 RACE_PKGS := ./pipeline ./scan ./service ./source/fabric ./source/roce ./source/capture ./instrument ./status ./stream

@@ -11,6 +11,8 @@
 //	}
 //
 // Each subcommand lives in a file of its own, cmd_<name>.go.
+//
+// Package cli is part of h5ingest's facility API; see docs/extending.md.
 package cli
 
 import (

@@ -17,6 +17,8 @@
 //
 // A Codec is made for one element size and is used by one goroutine at a
 // time: the pipeline gives each compression worker its own.
+//
+// Package compress is part of h5ingest's facility API; see docs/extending.md.
 package compress
 
 import (

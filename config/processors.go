@@ -139,14 +139,14 @@ func optionNames(dst any) []string {
 	return out
 }
 
-// validateProcessors checks each entry's options against the processor's
-// option struct, where names says how to make one.
+// validateProcessors checks each entry against its processor, where names
+// says how.
 func (p *Profile) validateProcessors(names Names) error {
-	if names.ProcessorOptions == nil {
+	if names.CheckProcessor == nil {
 		return nil
 	}
 	for i, proc := range p.Output.Processors {
-		if err := proc.Decode(i, names.ProcessorOptions(proc.Name)); err != nil {
+		if err := names.CheckProcessor(i, proc); err != nil {
 			return err
 		}
 	}

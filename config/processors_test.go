@@ -23,11 +23,11 @@ type ffOptions struct {
 func procNames() Names {
 	n := testNames
 	n.Processors = []string{"mask", "flatfield"}
-	n.ProcessorOptions = func(name string) any {
-		if name == "flatfield" {
-			return &ffOptions{To: "dataset", Bin: 1, Max: 2}
+	n.CheckProcessor = func(index int, entry Processor) error {
+		if entry.Name == "flatfield" {
+			return entry.Decode(index, &ffOptions{To: "dataset", Bin: 1, Max: 2})
 		}
-		return nil
+		return entry.Decode(index, nil)
 	}
 	return n
 }

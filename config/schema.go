@@ -187,11 +187,11 @@ type Names struct {
 	Codecs     []string // output.compression
 	Layouts    []string // output.layout
 	Processors []string // output.processors
-	// ProcessorOptions returns, for a processor's name, a pointer to a
-	// new struct of its options holding their defaults, which Validate
-	// decodes an entry's options into; nil for a processor without
-	// options. Nil: options are not checked.
-	ProcessorOptions func(name string) any
+	// CheckProcessor checks entry index of output.processors against
+	// the processor it names: its options decode into the processor's
+	// option struct (Processor.Decode) and pass the processor's own
+	// check. Nil: options are not checked.
+	CheckProcessor func(index int, entry Processor) error
 
 	// CodecInfo says what each codec of Codecs allows, by name; a codec
 	// it leaves out takes no level, has no bit transpose and no Stream V2

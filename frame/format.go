@@ -4,6 +4,8 @@
 //
 // The package encodes payloads the way a detector does; decoding them into
 // images is the job of the decode backends in package gpu.
+//
+// Package frame is part of h5ingest's facility API; see docs/extending.md.
 package frame
 
 import (

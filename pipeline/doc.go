@@ -9,4 +9,8 @@
 // Demux splits a source of several modules by module. The decode stage is
 // a gpu.Backend, the compress stage a compress.Codec, and the frame format
 // itself is package frame.
+//
+// Of package pipeline, the processor stage's interfaces and the types they
+// pass (Processor, Stage, Scan, Dataset, FrameWriter, StreamSeries,
+// FrameStream) are part of h5ingest's facility API; see docs/extending.md.
 package pipeline

@@ -8,6 +8,8 @@
 // any profile is loaded; nothing registers itself at import. Profile
 // validation (config.Names), the command's flag help, "h5ingest profiles
 // names" and docs/profiles.md all read the names from a Registry.
+//
+// Package registry is part of h5ingest's facility API; see docs/extending.md.
 package registry
 
 import (
@@ -141,30 +143,21 @@ type Layout struct {
 }
 
 // Processor is a processor stage, named in output.processors. A
-// processor sets New, or Start (with Options where it takes options):
+// processor sets New or Start:
 //
 //   - New, for a processor without options or state of the scan: it makes
 //     the processor of each compression worker, for frames of format f;
 //   - Start, for a processor that takes options from the profile, sees the
 //     scan (its format and plan, each frame's image key) or shares state
-//     across its workers: it starts the processor's stage for one scan,
-//     which makes each worker's processor and is closed when the scan
-//     ends (pipeline.Stage). Registry.StartProcessor calls it.
+//     across its workers: made by the function Start from the processor's
+//     typed options, it starts the processor's stage for one scan, which
+//     makes each worker's processor and is closed when the scan ends
+//     (pipeline.Stage). Registry.StartProcessor calls it.
 type Processor struct {
-	Name string
-	Doc  string
-	New  func(f frame.Format) (pipeline.Processor, error)
-	// Options, where set, returns a pointer to a new struct of the
-	// processor's options holding their defaults; a profile entry's
-	// options (output.processors: [{name: NAME, key: value}]) are decoded
-	// into its fields by their mapstructure tags, and an option it has no
-	// field for is refused, naming the key. Nil: the processor takes no
-	// options.
-	Options func() any
-	// Start starts the processor's stage for one scan, given its options
-	// (Options's struct, decoded from the profile; nil without Options).
-	// The stage must be closed.
-	Start func(options any, scan pipeline.Scan) (pipeline.Stage, error)
+	Name  string
+	Doc   string
+	New   func(f frame.Format) (pipeline.Processor, error)
+	Start Starter // registry.Start(defaults, check, start)
 }
 
 // Registry is a set of named stages of each kind.
@@ -274,15 +267,19 @@ func (r *Registry) AddLayout(l Layout) error {
 	return add("layout", &r.layouts, l, func(l Layout) string { return l.Name })
 }
 
-// AddProcessor registers p; a name already taken is an error.
+// AddProcessor registers p; a name already taken is an error, and so is
+// an entry that sets neither New nor Start, or both, or whose Start could
+// not be used.
 func (r *Registry) AddProcessor(p Processor) error {
 	switch {
 	case p.New == nil && p.Start == nil:
 		return fmt.Errorf("register processor %q: no New or Start", p.Name)
 	case p.New != nil && p.Start != nil:
 		return fmt.Errorf("register processor %q: New and Start both set; a processor sets one", p.Name)
-	case p.Options != nil && p.Start == nil:
-		return fmt.Errorf("register processor %q: Options without Start, which takes them", p.Name)
+	case p.Start != nil:
+		if err := p.Start.valid(); err != nil {
+			return fmt.Errorf("register processor %q: %w", p.Name, err)
+		}
 	}
 	return add("processor", &r.processors, p, func(p Processor) string { return p.Name })
 }
@@ -395,14 +392,14 @@ func (r *Registry) Processor(name string) (Processor, bool) {
 // validation and help.
 func (r *Registry) Names() config.Names {
 	return config.Names{
-		Transports:       names(r.sources, func(s Source) string { return s.Name }),
-		Backends:         names(r.backends, func(b Backend) string { return b.Name }),
-		Codecs:           names(r.codecs, func(c Codec) string { return c.Name }),
-		Layouts:          names(r.layouts, func(l Layout) string { return l.Name }),
-		Processors:       names(r.processors, func(p Processor) string { return p.Name }),
-		ProcessorOptions: r.processorOptions,
-		CodecInfo:        codecInfo(r.codecs),
-		Transposers:      transposers(r.backends),
+		Transports:     names(r.sources, func(s Source) string { return s.Name }),
+		Backends:       names(r.backends, func(b Backend) string { return b.Name }),
+		Codecs:         names(r.codecs, func(c Codec) string { return c.Name }),
+		Layouts:        names(r.layouts, func(l Layout) string { return l.Name }),
+		Processors:     names(r.processors, func(p Processor) string { return p.Name }),
+		CheckProcessor: r.CheckProcessor,
+		CodecInfo:      codecInfo(r.codecs),
+		Transposers:    transposers(r.backends),
 	}
 }
 

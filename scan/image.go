@@ -117,9 +117,13 @@ func moduleImage(notes *[]ImageNote, stages *registry.Registry, r *writer.Reader
 	if err != nil {
 		return nil, err
 	}
-	img, err := codec.Decode(nil, data)
-	if err != nil {
+	size := r.Height * r.Width * r.ElemSize
+	img, err := codec.Decode(make([]byte, 0, size), data)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("frame %d of %s: %w", n, path, err)
+	case len(img) != size:
+		return nil, fmt.Errorf("frame %d of %s: chunk decompresses to %d bytes, a frame is %d", n, path, len(img), size)
 	}
 	return img, nil
 }

@@ -75,13 +75,12 @@ func TestProcessorLifecycle(t *testing.T) {
 		stages := testStages(t)
 		var started []*tally
 		if err := stages.AddProcessor(registry.Processor{
-			Name:    "tally",
-			Options: func() any { return &tallyOptions{} },
-			Start: func(o any, s pipeline.Scan) (pipeline.Stage, error) {
-				st := &tally{scan: s, byKey: map[int8]int{}, fail: o.(*tallyOptions).Fail}
+			Name: "tally",
+			Start: registry.Start(nil, nil, func(o tallyOptions, s pipeline.Scan) (pipeline.Stage, error) {
+				st := &tally{scan: s, byKey: map[int8]int{}, fail: o.Fail}
 				started = append(started, st)
 				return st, nil
-			},
+			}),
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -144,13 +143,13 @@ func TestProcessorStartRefused(t *testing.T) {
 	// refused by name, not a crash.
 	for _, tt := range []struct {
 		name  string
-		start func(any, pipeline.Scan) (pipeline.Stage, error)
+		start func(struct{}, pipeline.Scan) (pipeline.Stage, error)
 		want  string
 	}{
-		{"nostage", func(any, pipeline.Scan) (pipeline.Stage, error) { return nil, nil }, "processor nostage: its Start returned no stage"},
-		{"noproc", func(any, pipeline.Scan) (pipeline.Stage, error) { return nilStage{}, nil }, "processor noproc: its stage gave no processor"},
+		{"nostage", func(struct{}, pipeline.Scan) (pipeline.Stage, error) { return nil, nil }, "processor nostage: its Start returned no stage"},
+		{"noproc", func(struct{}, pipeline.Scan) (pipeline.Stage, error) { return nilStage{}, nil }, "processor noproc: its stage gave no processor"},
 	} {
-		if err := stages.AddProcessor(registry.Processor{Name: tt.name, Start: tt.start}); err != nil {
+		if err := stages.AddProcessor(registry.Processor{Name: tt.name, Start: registry.Start(nil, nil, tt.start)}); err != nil {
 			t.Fatal(err)
 		}
 		p.Output.Processors = []config.Processor{{Name: tt.name}}

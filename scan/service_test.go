@@ -264,3 +264,24 @@ func TestRunnerLogsReadersWarning(t *testing.T) {
 		t.Errorf("logged %v, want the bszstd readers' warning", logs.All())
 	}
 }
+
+// TestRunnerPrepareChecksProcessorOptions: an arm request whose profile
+// sets a processor option the processor's check refuses (flatfield's
+// bin: 0) is refused before any scan is armed, naming the entry and the
+// option, as "h5ingest profiles check" refuses the profile.
+func TestRunnerPrepareChecksProcessorOptions(t *testing.T) {
+	profiles := profileFiles(t, "ff.yaml", "name: ff\noutput:\n  processors: [{name: flatfield, bin: 0}]\n")
+	r := &Runner{DataRoot: t.TempDir(), Profiles: profiles, Log: zap.NewNop(), Stages: testStages(t)}
+	dot := "."
+	req := service.ArmRequest{Profile: "ff", ScanID: "ff", Plan: &service.Plan{Darks: 1, Flats: 1, Projections: 3},
+		Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
+	sc, err := r.Prepare(context.Background(), req)
+	if err == nil {
+		sc.Release()
+		t.Fatal("prepared a scan whose flatfield bins by 0")
+	}
+	var refused *service.RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "key output.processors[0]: processor flatfield: bin: 0, want 1 or more") {
+		t.Errorf("%v, want a refusal naming output.processors[0] and bin: 0", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"h5ingest/compress"
+	"h5ingest/registry"
 	"h5ingest/scan/scantest"
+	"h5ingest/stock"
 	"h5ingest/writer"
 )
 
@@ -142,3 +146,54 @@ func TestRecoverLeavesUnreadableFile(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodedSizeChecked reads a file back through a codec whose Decode
+// returns more or fewer bytes than a frame (a facility's codec gone
+// wrong, a chunk lying about its size): verify reports every chunk, and
+// the image reader (inspect --png, the service's preview) refuses the
+// frame with an error rather than an image of the wrong size.
+func TestDecodedSizeChecked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "scan.h5")
+	scantest.WriteFrames(t, path, 4, nil) // 2 x 2 pixels of 2 bytes, unfiltered
+	for _, delta := range []int{-2, -8, 2, 1 << 20} {
+		stages := registry.New()
+		if err := stages.AddCodec(registry.Codec{Name: "liar", Doc: "decodes to the wrong size",
+			New: func(int, int) (compress.Codec, error) { return liar(delta), nil }}); err != nil {
+			t.Fatal(err)
+		}
+		if err := stock.Register(stages); err != nil { // its codec of no filter comes second
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("chunk decompresses to %d bytes, a frame is 8", 8+delta)
+		rep, err := Verify(context.Background(), stages, path, DefaultVerifyStall)
+		if err == nil || rep == nil || len(rep.Bad) != 4 {
+			t.Fatalf("delta %d: verify: %v, %+v; want 4 chunks reported", delta, err, rep)
+		}
+		for _, f := range rep.Bad {
+			if f.Detail != want {
+				t.Errorf("delta %d: verify found %q, want %q", delta, f, want)
+			}
+		}
+		if im, err := ReadImage(stages, path, 1); err == nil || !strings.Contains(err.Error(), "frame 1 of "+path+": "+want) {
+			size := -1
+			if im != nil {
+				size = len(im.Data)
+			}
+			t.Errorf("delta %d: ReadImage: an image of %d bytes, %v; want an error saying %q", delta, size, err, want)
+		}
+	}
+}
+
+// liar is a codec of no filter whose Decode returns the chunk with
+// int(l) bytes more (or fewer, below 0).
+type liar int
+
+func (l liar) Encode(dst, src []byte) ([]byte, error) { return append(dst, src...), nil }
+func (l liar) Decode(dst, src []byte) ([]byte, error) {
+	if l < 0 {
+		return append(dst, src[:len(src)+int(l)]...), nil
+	}
+	return append(append(dst, src...), make([]byte, l)...), nil
+}
+func (l liar) Filters() []compress.Filter { return nil }
+func (l liar) Bound(n int) int            { return n }

@@ -11,7 +11,6 @@ func addProcessors(r *registry.Registry) error {
 		Name: "flatfield",
 		Doc: "corrects each projection with the scan's own darks and flats, (proj - dark)/(flat - dark), " +
 			"into a float32 preview beside the raw frames (options: to, dataset, bin, every, min, max, wait)",
-		Options: func() any { return flatfield.DefaultOptions() },
-		Start:   flatfield.Start,
+		Start: registry.Start(flatfield.DefaultOptions, flatfield.Options.Check, flatfield.Start),
 	})
 }

@@ -1,6 +1,8 @@
 // Package stock registers h5ingest's own stages, in one function that a
 // program calls once (as restic's internal/backend/all does), rather than
 // through init functions with side effects at import.
+//
+// Package stock is part of h5ingest's facility API; see docs/extending.md.
 package stock
 
 import (

@@ -14,6 +14,10 @@
 // files it creates keep a superblock older than SWMR needs (version 3), and
 // it lacks direct chunk writes, filters by id, extents and virtual datasets,
 // which are most of what this package does.
+//
+// Of package writer, a layout's interface and what builds it (Layout,
+// Builder, Node, Options, PerFrame and its Column values, NXtomo, CXI)
+// are part of h5ingest's facility API; see docs/extending.md.
 package writer
 
 import (

@@ -7,6 +7,9 @@
 // reader is how h5ingest reads a file's filter pipeline back: a
 // registry's ReadCodec, which finds any registered codec by its filter,
 // or compress.FromFilters for h5ingest's own codecs alone.
+//
+// Package compresstest is part of h5ingest's facility API; see
+// docs/extending.md.
 package compresstest
 
 import (

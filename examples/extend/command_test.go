@@ -114,6 +114,10 @@ func TestCommand(t *testing.T) {
 	if out := h5ingest(t, 2, "profiles", "check", misspelt); !strings.Contains(out, "output.processors[0].mins: unknown option of processor threshold (it knows min)") {
 		t.Errorf("profiles check of a misspelt option says:\n%s", out)
 	}
+	zero := write("zero.yaml", strings.Replace(beamlineProfile, "min: 1500", "min: 0", 1))
+	if out := h5ingest(t, 2, "profiles", "check", zero); !strings.Contains(out, "key output.processors[0]: processor threshold: min: 0, want 1 or more") {
+		t.Errorf("profiles check of a threshold of 0 says:\n%s", out)
+	}
 
 	h5ingest(t, 0, "simulate", "--scene", "tomo", "--chips", "3x2", "--chip-size", "32x16",
 		"--darks", "2", "--flats", "2", "--projections", "8", "--seed", "11", "-o", "scan.pmcap")

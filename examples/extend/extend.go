@@ -30,10 +30,9 @@ import (
 // Register adds the stages of this package to r, each under its own name.
 func Register(r *registry.Registry) error {
 	if err := r.AddProcessor(registry.Processor{
-		Name:    "threshold",
-		Doc:     fmt.Sprintf("pixels below min counts set to 0, as noise (option min, default %d)", DefaultThreshold),
-		Options: func() any { return DefaultThresholdOptions() },
-		Start:   StartThreshold,
+		Name:  "threshold",
+		Doc:   fmt.Sprintf("pixels below min counts set to 0, as noise (option min, default %d)", DefaultThreshold),
+		Start: registry.Start(DefaultThresholdOptions, ThresholdOptions.Check, StartThreshold),
 	}); err != nil {
 		return err
 	}
@@ -63,22 +62,27 @@ type ThresholdOptions struct {
 	Min int64 `mapstructure:"min"`
 }
 
-// DefaultThresholdOptions returns the options with their defaults (the
-// registry entry's Options).
-func DefaultThresholdOptions() *ThresholdOptions {
-	return &ThresholdOptions{Min: DefaultThreshold}
+// DefaultThresholdOptions returns the options with their defaults, over
+// which the registry decodes a profile entry's options.
+func DefaultThresholdOptions() ThresholdOptions {
+	return ThresholdOptions{Min: DefaultThreshold}
+}
+
+// Check refuses a threshold below 1, which would leave every pixel as it
+// is: the registry entry's check, which "profiles check" runs.
+func (o ThresholdOptions) Check() error {
+	if o.Min < 1 {
+		return fmt.Errorf("min: %d, want 1 or more", o.Min)
+	}
+	return nil
 }
 
 // StartThreshold starts the threshold stage of one scan from its options,
-// a *ThresholdOptions (the registry entry's Start). A threshold outside
-// the counts a pixel of the scan's format holds is refused, before any
-// file is made.
-func StartThreshold(options any, s pipeline.Scan) (pipeline.Stage, error) {
-	o, ok := options.(*ThresholdOptions)
-	if !ok || o == nil {
-		return nil, fmt.Errorf("options %T, want *extend.ThresholdOptions", options)
-	}
-	if top := int64(s.Format.MaxCount()); o.Min < 1 || o.Min > top {
+// decoded and checked (the registry entry's start). A threshold above the
+// counts a pixel of the scan's format holds is refused, before any file
+// is made.
+func StartThreshold(o ThresholdOptions, s pipeline.Scan) (pipeline.Stage, error) {
+	if top := int64(s.Format.MaxCount()); o.Min > top {
 		return nil, fmt.Errorf("min: %d, want 1 to %d, the counts of a %d-bit pixel", o.Min, top, s.Format.BitDepth)
 	}
 	if _, err := NewThreshold(s.Format, uint32(o.Min)); err != nil {

@@ -148,7 +148,8 @@ func TestConformance(t *testing.T) {
 
 // TestThresholdOptions checks the threshold processor's option from the
 // profile to the pixels: the entry's min decoded by the registry, the
-// default where it sets none, and a threshold the scan's pixels cannot
+// default where it sets none, a threshold below 1 or not a number
+// refused where the profile is checked, and one the scan's pixels cannot
 // reach refused when the stage starts.
 func TestThresholdOptions(t *testing.T) {
 	bits24 := frame.Format{Geometry: frame.Geometry{ChipsX: 1, ChipsY: 1, ChipWidth: 4, ChipHeight: 1}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
@@ -161,15 +162,16 @@ func TestThresholdOptions(t *testing.T) {
 		pixels  []uint32 // the image, processed
 		want    []uint32
 		wantErr string
+		atStart bool // the error comes when the stage starts, not when the profile is checked
 	}{
-		{"min set", "{name: threshold, min: 1500}", bits24, []uint32{0, 1499, 1500, 70000}, []uint32{0, 0, 1500, 70000}, ""},
-		{"the default", "threshold", bits24, []uint32{99, 100, 1499, 7}, []uint32{0, 100, 1499, 0}, ""},
-		{"16-bit pixels", "{name: threshold, min: 4095}", bits12, []uint32{4094, 4095, 1, 0}, []uint32{0, 4095, 0, 0}, ""},
-		{"zero", "{name: threshold, min: 0}", bits24, nil, nil, "processor threshold: min: 0, want 1 to 16777215, the counts of a 24-bit pixel"},
-		{"negative", "{name: threshold, min: -3}", bits24, nil, nil, "min: -3, want 1 to 16777215"},
-		{"above the counter", "{name: threshold, min: 4096}", bits12, nil, nil, "min: 4096, want 1 to 4095, the counts of a 12-bit pixel"},
-		{"not a number", "{name: threshold, min: high}", bits24, nil, nil, "output.processors[0].min"},
-		{"unknown option", "{name: threshold, max: 3}", bits24, nil, nil, "output.processors[0].max: unknown option of processor threshold (it knows min)"},
+		{"min set", "{name: threshold, min: 1500}", bits24, []uint32{0, 1499, 1500, 70000}, []uint32{0, 0, 1500, 70000}, "", false},
+		{"the default", "threshold", bits24, []uint32{99, 100, 1499, 7}, []uint32{0, 100, 1499, 0}, "", false},
+		{"16-bit pixels", "{name: threshold, min: 4095}", bits12, []uint32{4094, 4095, 1, 0}, []uint32{0, 4095, 0, 0}, "", false},
+		{"zero", "{name: threshold, min: 0}", bits24, nil, nil, "key output.processors[0]: processor threshold: min: 0, want 1 or more", false},
+		{"negative", "{name: threshold, min: -3}", bits24, nil, nil, "key output.processors[0]: processor threshold: min: -3, want 1 or more", false},
+		{"above the counter", "{name: threshold, min: 4096}", bits12, nil, nil, "processor threshold: min: 4096, want 1 to 4095, the counts of a 12-bit pixel", true},
+		{"not a number", "{name: threshold, min: high}", bits24, nil, nil, "output.processors[0].min", false},
+		{"unknown option", "{name: threshold, max: 3}", bits24, nil, nil, "output.processors[0].max: unknown option of processor threshold (it knows min)", false},
 	}
 	stages := extendStages(t)
 	for _, tt := range tests {
@@ -179,10 +181,16 @@ func TestThresholdOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := config.Load(path, stages.Names())
-			var st pipeline.Stage
-			if err == nil {
-				st, err = stages.StartProcessor(0, p.Output.Processors[0], pipeline.Scan{Format: tt.format})
+			if tt.wantErr != "" && !tt.atStart {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("profile check: %v, want an error saying %q", err, tt.wantErr)
+				}
+				return
 			}
+			if err != nil {
+				t.Fatalf("profile check: %v", err)
+			}
+			st, err := stages.StartProcessor(0, p.Output.Processors[0], pipeline.Scan{Format: tt.format})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)

@@ -8,6 +8,9 @@
 // and it checks what the pipeline counts on: for processors, one per
 // compression worker; for sources, frames in order and buffers held until
 // released; for sinks, chunks and records stored as given, in any order.
+//
+// Of package pipelinetest, the processor suite (Processor) is part of
+// h5ingest's facility API; see docs/extending.md.
 package pipelinetest
 
 import (

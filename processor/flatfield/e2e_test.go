@@ -389,3 +389,29 @@ func TestStreamRouteFaults(t *testing.T) {
 		}
 	})
 }
+
+// TestProfileCheckRefuses checks that options no scan could run with are
+// refused where a profile is checked, with h5ingest's registry (as
+// "h5ingest profiles check" and the scan service's arm request check
+// it), naming the processor's entry and the option, before any scan.
+func TestProfileCheckRefuses(t *testing.T) {
+	for _, c := range []struct{ entry, want string }{
+		{"{name: flatfield, bin: 0}", "key output.processors[0]: processor flatfield: bin: 0, want 1 or more"},
+		{"{name: flatfield, every: -1}", "key output.processors[0]: processor flatfield: every: -1, want 1 or more"},
+		{"{name: flatfield, to: file}", `key output.processors[0]: processor flatfield: to: "file", want dataset or stream`},
+		{"{name: flatfield, min: 3}", "key output.processors[0]: processor flatfield: min 3, max 2: want min below max"},
+		{"{name: flatfield, wait: -1s}", "key output.processors[0]: processor flatfield: wait: -1s is negative"},
+		{"{name: flatfield, to: stream, address: 'host:1'}", `key output.processors[0]: processor flatfield: address: "host:1", want tcp://HOST:PORT`},
+		{"{name: flatfield, bins: 2}", "key output.processors[0].bins: unknown option of processor flatfield"},
+	} {
+		t.Run(c.entry, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ff.yaml")
+			if err := os.WriteFile(path, []byte("output:\n  processors: ["+c.entry+"]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := config.Load(path, stages(t).Names()); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("profile check: %v, want %q", err, c.want)
+			}
+		})
+	}
+}

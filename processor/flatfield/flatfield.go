@@ -90,8 +90,29 @@ type Options struct {
 }
 
 // DefaultOptions returns the options with their defaults.
-func DefaultOptions() *Options {
-	return &Options{To: ToDataset, Dataset: "/flatfield/preview", Bin: 1, Every: 1, Min: 0, Max: 2, Wait: 500 * time.Millisecond}
+func DefaultOptions() Options {
+	return Options{To: ToDataset, Dataset: "/flatfield/preview", Bin: 1, Every: 1, Min: 0, Max: 2, Wait: 500 * time.Millisecond}
+}
+
+// Check refuses options no scan could run with, naming the option: the
+// check of flatfield's registry entry, which a profile's check runs
+// before any scan (registry.Start).
+func (o Options) Check() error {
+	switch {
+	case o.To != ToDataset && o.To != ToStream:
+		return fmt.Errorf("to: %q, want dataset or stream", o.To)
+	case o.Bin < 1:
+		return fmt.Errorf("bin: %d, want 1 or more", o.Bin)
+	case o.Every < 1:
+		return fmt.Errorf("every: %d, want 1 or more", o.Every)
+	case math.IsNaN(o.Min) || math.IsNaN(o.Max) || o.Min >= o.Max:
+		return fmt.Errorf("min %v, max %v: want min below max", o.Min, o.Max)
+	case o.Wait < 0:
+		return fmt.Errorf("wait: %v is negative", o.Wait)
+	case o.To == ToStream && o.Address != "" && !strings.HasPrefix(o.Address, "tcp://"):
+		return fmt.Errorf("address: %q, want tcp://HOST:PORT", o.Address)
+	}
+	return nil
 }
 
 // Stage is the flatfield stage of one scan (pipeline.Stage).
@@ -127,37 +148,25 @@ type Stage struct {
 	firstErr error
 }
 
-// Start starts flatfield's stage for a scan (registry.Processor.Start);
-// options is an *Options.
-func Start(options any, s pipeline.Scan) (pipeline.Stage, error) {
-	opts, ok := options.(*Options)
-	if !ok || opts == nil {
-		return nil, fmt.Errorf("options %T, want *flatfield.Options", options)
-	}
-	return New(*opts, s)
+// Start starts flatfield's stage for a scan: New, as the start of its
+// registry entry (registry.Start).
+func Start(o Options, s pipeline.Scan) (pipeline.Stage, error) {
+	return New(o, s)
 }
 
-// New returns the stage for scan s with options o.
+// New returns the stage for scan s with options o, refusing options
+// Check refuses and a scan the stage cannot work with.
 func New(o Options, s pipeline.Scan) (*Stage, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
 	switch {
-	case o.To != ToDataset && o.To != ToStream:
-		return nil, fmt.Errorf("to: %q, want dataset or stream", o.To)
-	case o.Bin < 1:
-		return nil, fmt.Errorf("bin: %d, want 1 or more", o.Bin)
-	case o.Every < 1:
-		return nil, fmt.Errorf("every: %d, want 1 or more", o.Every)
-	case math.IsNaN(o.Min) || math.IsNaN(o.Max) || o.Min >= o.Max:
-		return nil, fmt.Errorf("min %v, max %v: want min below max", o.Min, o.Max)
-	case o.Wait < 0:
-		return nil, fmt.Errorf("wait: %v is negative", o.Wait)
 	case s.Frames == 0 || len(s.ImageKeys) == 0:
 		return nil, errors.New("needs the scan's plan (its darks, flats and projections); this scan has none")
 	case o.To == ToDataset && s.AddDataset == nil:
 		return nil, errors.New("to: dataset: this scan writes no file of its own to add the previews to")
 	case o.To == ToStream && s.AddStream == nil:
 		return nil, errors.New("to: stream: this scan has no live stream (the profile sets no stream.address)")
-	case o.To == ToStream && o.Address != "" && !strings.HasPrefix(o.Address, "tcp://"):
-		return nil, fmt.Errorf("address: %q, want tcp://HOST:PORT", o.Address)
 	}
 	st := &Stage{opts: o, format: s.Format, keys: s.ImageKeys, ready: make(chan struct{}), madeCh: make(chan struct{}), first: -1}
 	for i, k := range s.ImageKeys {

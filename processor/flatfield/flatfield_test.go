@@ -166,7 +166,7 @@ func TestCorrect(t *testing.T) {
 		bin  int
 	}{{"u16", format16, 1}, {"u16/bin2", format16, 2}, {"u32/bin3", format32, 3}} {
 		t.Run(c.name, func(t *testing.T) {
-			o := *DefaultOptions()
+			o := DefaultOptions()
 			o.Bin = c.bin
 			st, out := start(t, c.f, o, keys)
 			images := scene(c.f, keys)
@@ -212,7 +212,7 @@ func TestCorrect(t *testing.T) {
 // first projection, and no other.
 func TestEvery(t *testing.T) {
 	keys := tomo.ImageKeys()
-	o := *DefaultOptions()
+	o := DefaultOptions()
 	o.Every = 3
 	st, out := start(t, format16, o, keys)
 	p, _ := st.Processor()
@@ -236,7 +236,7 @@ func TestEvery(t *testing.T) {
 func TestSharedAcrossWorkers(t *testing.T) {
 	keys := plan.Tomo(8, 8, 40, 0, 180).ImageKeys()
 	images := scene(format16, keys)
-	o := *DefaultOptions()
+	o := DefaultOptions()
 	o.Wait = time.Minute // every reference frame comes: no wait runs out
 	one, outOne := start(t, format16, o, keys)
 	p, _ := one.Processor()
@@ -284,7 +284,7 @@ func TestSharedAcrossWorkers(t *testing.T) {
 func TestEveryWorkerWaiting(t *testing.T) {
 	keys := tomo.ImageKeys()
 	images := scene(format16, keys)
-	o := *DefaultOptions()
+	o := DefaultOptions()
 	o.Wait = time.Minute
 	st, out := start(t, format16, o, keys)
 	p0, _ := st.Processor()
@@ -313,7 +313,7 @@ func TestEveryWorkerWaiting(t *testing.T) {
 func TestNoAllocation(t *testing.T) {
 	keys := tomo.ImageKeys()
 	images := scene(format16, keys)
-	st, out := start(t, format16, *DefaultOptions(), keys)
+	st, out := start(t, format16, DefaultOptions(), keys)
 	out.discard = true
 	p, _ := st.Processor()
 	for n, img := range images {
@@ -325,7 +325,7 @@ func TestNoAllocation(t *testing.T) {
 		}
 	}
 	// A reference frame before the reference is made.
-	st, _ = start(t, format16, *DefaultOptions(), plan.Tomo(1000, 1, 1, 0, 180).ImageKeys())
+	st, _ = start(t, format16, DefaultOptions(), plan.Tomo(1000, 1, 1, 0, 180).ImageKeys())
 	p, _ = st.Processor()
 	if a := testing.AllocsPerRun(50, func() { p.Process(0, format16, images[0]) }); a != 0 {
 		t.Errorf("dark: %v allocations, want 0", a)
@@ -336,7 +336,7 @@ func TestNoAllocation(t *testing.T) {
 // processors (a scan of projections whose reference is made).
 func TestConformance(t *testing.T) {
 	keys := plan.Tomo(1, 1, 64, 0, 180).ImageKeys()
-	st, _ := start(t, format16, *DefaultOptions(), keys)
+	st, _ := start(t, format16, DefaultOptions(), keys)
 	images := scene(format16, keys)
 	p, _ := st.Processor()
 	p.Process(0, format16, images[0])
@@ -349,7 +349,7 @@ func TestConformance(t *testing.T) {
 func TestCloseReports(t *testing.T) {
 	keys := tomo.ImageKeys()
 	images := scene(format16, keys)
-	o := *DefaultOptions()
+	o := DefaultOptions()
 	o.Wait = time.Millisecond
 	for _, c := range []struct {
 		name  string
@@ -428,7 +428,7 @@ func TestStartRefuses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := DefaultOptions()
 			if c.opt != nil {
-				c.opt(o)
+				c.opt(&o)
 			}
 			_, err := Start(o, c.scan)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -447,7 +447,7 @@ func TestStartRefuses(t *testing.T) {
 func TestStream(t *testing.T) {
 	keys := plan.Tomo(2, 3, 9, 0, 180).ImageKeys() // projections 5-13
 	images := scene(format16, keys)
-	o := *DefaultOptions()
+	o := DefaultOptions()
 	o.To, o.Bin, o.Every, o.Address = ToStream, 2, 2, "tcp://127.0.0.1:31999"
 	out := &previews{}
 	st, err := New(o, pipeline.Scan{Format: format16, Frames: len(keys), ImageKeys: keys, AddStream: out.addStream})

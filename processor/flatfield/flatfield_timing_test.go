@@ -18,7 +18,7 @@ func BenchmarkProjection(b *testing.B) {
 		images := scene(f, keys)
 		for _, bin := range []int{1, 4} {
 			b.Run(fmt.Sprintf("%dbit/bin%d", depth, bin), func(b *testing.B) {
-				o := *DefaultOptions()
+				o := DefaultOptions()
 				o.Bin = bin
 				st, out := start(b, f, o, keys)
 				out.discard = true

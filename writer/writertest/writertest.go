@@ -4,6 +4,9 @@
 //	writertest.Layout(t, layout)
 //
 // and it checks that scans written with the layout read back as written.
+//
+// Package writertest is part of h5ingest's facility API; see
+// docs/extending.md.
 package writertest
 
 import (
