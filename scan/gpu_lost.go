@@ -8,6 +8,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
+	"h5ingest/registry"
 )
 
 // OnGPULost is what serve does once a sticky CUDA error (an illegal
@@ -53,14 +54,17 @@ func NewGPUGuard(action OnGPULost, log *zap.Logger) *GPUGuard {
 	return &GPUGuard{action: action, log: log, lost: gpu.Lost, lostC: gpu.LostChan()}
 }
 
-// onGPU reports whether a scan of backend decodes on the GPU: the stock
-// backends that open it.
-func onGPU(backend string) bool { return backend == "cuda" || backend == "auto" }
+// onGPU reports whether a scan of backend decodes on the GPU: a backend
+// whose registry entry opens a device when a command starts (Preload).
+func onGPU(stages *registry.Registry, backend string) bool {
+	b, ok := stages.Backend(backend)
+	return ok && b.Preload != nil
+}
 
 // profile returns profile as scan id runs it: once the GPU is lost, with
 // GPULostCPU on the CPU where it names a backend on the GPU (logged), and
 // with GPULostExit refused.
-func (g *GPUGuard) profile(id string, profile config.Profile) (config.Profile, error) {
+func (g *GPUGuard) profile(id string, profile config.Profile, stages *registry.Registry) (config.Profile, error) {
 	if g == nil {
 		return profile, nil
 	}
@@ -69,10 +73,10 @@ func (g *GPUGuard) profile(id string, profile config.Profile) (config.Profile, e
 	case lost == nil:
 	case g.action == GPULostExit:
 		return profile, fmt.Errorf("%w: serve exits to be restarted (--on-gpu-lost exit), and takes no more scans", lost)
-	case onGPU(profile.Backend):
+	case onGPU(stages, profile.Backend) && stages.ReferenceBackend() != "":
 		g.log.Warn("scan decodes on the CPU: the GPU was lost; restart h5ingest serve to use it again",
 			zap.String("scan", id), zap.String("profile_backend", profile.Backend), zap.Error(lost))
-		profile.Backend = "cpu"
+		profile.Backend = stages.ReferenceBackend()
 	}
 	return profile, nil
 }

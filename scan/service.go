@@ -76,7 +76,7 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	}
 	profile, pl, err := r.load(req)
 	if err == nil { // the backend: once the GPU is lost, as serve --on-gpu-lost says
-		profile, err = r.GPU.profile(req.ScanID, profile)
+		profile, err = r.GPU.profile(req.ScanID, profile, r.Stages)
 	}
 	if err != nil {
 		return nil, refuse(err)
