@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/danielgtaylor/huma/v2/sse"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
 )
 
 // ArmRequest is what a control system sends to arm a scan. A scan id and
@@ -367,11 +367,15 @@ func (s *Service) registerChanges() {
 
 // registerEvents registers the server-sent events of every scan.
 func (s *Service) registerEvents() {
-	sse.Register(s.api, huma.Operation{
+	huma.Register(s.api, huma.Operation{
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events",
 		Summary:     "Server-sent events of every scan",
-		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed, each with an id. A client that falls behind is disconnected and reconnects; with Last-Event-ID it gets the events it missed, of the last 256.",
-	}, eventTypes, func(ctx context.Context, in *eventsInput, send sse.Sender) {
-		s.events.follow(ctx, in, send)
+		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed, each with an id unique across restarts of the service. The head comes at once, and a comment every 15 s while no event does. A client that falls behind is disconnected and reconnects; with Last-Event-ID it gets the events it missed, of the last 256.",
+		Responses:   s.eventsResponse(),
+	}, func(ctx context.Context, in *eventsInput) (*huma.StreamResponse, error) {
+		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			_, w := humago.Unwrap(hc)
+			s.events.follow(hc.Context(), in.LastEventID, w)
+		}}, nil
 	})
 }

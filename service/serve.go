@@ -37,7 +37,7 @@ func ReadToken(path string) (string, error) {
 // is closed. Neither the whole request nor the response has a timeout,
 // which would end the long polls of wait (up to ten minutes) and the
 // event stream; but each event of /v1/events must be written within
-// huma's sse.WriteTimeout (5 s), so that a client that stops reading is
+// eventWriteTimeout (5 s), so that a client that stops reading is
 // dropped, and the connections are capped, a new one taking the place of
 // the oldest that serves no control request (see limitListener).
 const (
