@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -211,25 +212,33 @@ type idInput struct {
 	ID string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
 }
 
-// waitInput is a wait for a scan. Its timeout is decimal seconds as
-// written (30, 2.5): no exponent, sign, NaN or infinity.
+// waitInput is a wait for a scan. Its timeout is read as text, so that
+// what is no number (NaN, Inf, 0x10) is refused naming the parameter;
+// waitTimeout documents it as the number it is.
 type waitInput struct {
 	ID      string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
-	Timeout string `query:"timeout" default:"30" maxLength:"12" pattern:"^[0-9]{1,3}(\\.[0-9]{1,6})?$" patternDescription:"seconds from 0 to 600, e.g. 30 or 2.5" doc:"Seconds to wait for the scan to end, 0 to 600."`
+	Timeout string `query:"timeout" default:"30" maxLength:"32"`
 }
+
+// waitTimeout is the wait's timeout as the OpenAPI document gives it.
+var waitTimeout = &huma.Param{Name: "timeout", In: "query",
+	Description: "Seconds to wait for the scan to end, 0 to 600, a JSON number (30, 2.5, 1e-3).",
+	Schema:      &huma.Schema{Type: huma.TypeNumber, Minimum: new(0.0), Maximum: new(maxWait.Seconds()), Default: 30}}
 
 // maxWait bounds a wait's timeout.
 const maxWait = 600 * time.Second
 
+// jsonNumber is the grammar of a JSON number (RFC 8259).
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
 // seconds returns the wait's timeout.
 func (in *waitInput) seconds() (time.Duration, error) {
 	f, err := strconv.ParseFloat(in.Timeout, 64)
-	d := time.Duration(f * float64(time.Second))
-	if err != nil || d < 0 || d > maxWait {
+	if !jsonNumber.MatchString(in.Timeout) || err != nil || f < 0 || f > maxWait.Seconds() {
 		return 0, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{
-			Location: "query.timeout", Message: "want seconds from 0 to 600", Value: in.Timeout})
+			Location: "query.timeout", Message: "want a number of seconds from 0 to 600", Value: in.Timeout})
 	}
-	return d, nil
+	return time.Duration(f * float64(time.Second)), nil
 }
 
 type statusOutput struct{ Body Status }
@@ -315,7 +324,7 @@ func (s *Service) registerReads() {
 		OperationID: "wait-scan", Method: http.MethodGet, Path: "/v1/scans/{id}/wait",
 		Summary:     "Wait for a scan to end",
 		Description: "Returns when the scan has ended or the timeout has passed, whichever is first: look at its state.",
-		Errors:      scanErrors,
+		Errors:      scanErrors, Parameters: []*huma.Param{waitTimeout},
 	}, func(ctx context.Context, in *waitInput) (*statusOutput, error) {
 		timeout, err := in.seconds()
 		if err != nil {

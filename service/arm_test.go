@@ -216,17 +216,19 @@ func TestRequestsReachOnlyTheAllowedKeys(t *testing.T) {
 	}
 }
 
-// TestWaitTimeouts: a wait's timeout is seconds from 0 to 600 as
-// written; NaN, infinities, exponents and negative values are refused
-// with an answer that is JSON, naming the parameter.
+// TestWaitTimeouts: a wait's timeout is a JSON number of seconds from 0
+// to 600; NaN, infinities, hexadecimal, what JSON does not write and
+// negative values are refused with an answer that is JSON, naming the
+// parameter.
 func TestWaitTimeouts(t *testing.T) {
 	r := &fakeRunner{planned: 1000, tick: 10 * time.Millisecond}
 	_, c := newTestService(t, r, Config{})
 	c.do("POST", "/v1/scans", arm("w"))
 	defer c.do("POST", "/v1/scans/w/cancel", nil)
 	for q, want := range map[string]int{
-		"NaN": 422, "nan": 422, "Inf": 422, "+Inf": 422, "-Inf": 422, "1e999": 422, "1e2": 422, "-1": 422,
-		"600.5": 422, "601": 422, "0x10": 422, " 1": 422, "0": 200, "0.05": 200, "600": 200,
+		"NaN": 422, "nan": 422, "Inf": 422, "+Inf": 422, "-Inf": 422, "infinity": 422, "1e999": 422, "6.1e2": 422, "-1": 422,
+		"600.5": 422, "601": 422, "0x10": 422, "0x1p-2": 422, " 1": 422, "+1": 422, "1.": 422, ".5": 422, "01": 422, "1_0": 422,
+		"0": 200, "0.05": 200, "5e-2": 200, "1E-3": 200, "600": 200,
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		u := c.base + "/v1/scans/w/wait?timeout=" + url.QueryEscape(q)

@@ -173,6 +173,7 @@ func New(r Runner, cfg Config) *Service {
 	hc.CreateHooks = nil // no $schema links to schemas it does not serve
 	// registerDocuments serves the 3.1 document, and a 3.0 one that 3.0 tools read.
 	hc.OpenAPIPath = ""
+	hc.Servers = []*huma.Server{{URL: "/", Description: "This service: the scheme, host and port the document was read from."}}
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback): every request under /v1/ carries it. /openapi.json, the status page and /metrics need none."},
 	}
