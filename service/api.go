@@ -90,14 +90,18 @@ type OverrideKey struct {
 }
 
 // Plan is a scan plan: counts of darks, flats and projections in that
-// order, or a sequence.
+// order, or a sequence, and the rotation's angles.
 type Plan struct {
 	Darks       int     `json:"darks,omitempty" minimum:"0" maximum:"10000000"`
 	Flats       int     `json:"flats,omitempty" minimum:"0" maximum:"10000000"`
 	Projections int     `json:"projections,omitempty" minimum:"0" maximum:"10000000"`
 	Sequence    string  `json:"sequence,omitempty" maxLength:"4096" doc:"Frames in order as kind:count, e.g. flats:20,darks:10,projections:1800,flats:20; replaces the counts."`
-	AngleStart  float64 `json:"angle_start,omitempty" doc:"Rotation angle of the first projection, degrees."`
-	AngleEnd    float64 `json:"angle_end,omitempty" doc:"Rotation angle the projections stop short of, degrees."`
+	AngleStart  float64 `json:"angle_start,omitempty" minimum:"-360000" maximum:"360000" doc:"Rotation angle of the first projection, degrees (a thousand turns either way at most); without it, the profile's."`
+	AngleEnd    float64 `json:"angle_end,omitempty" minimum:"-360000" maximum:"360000" doc:"Rotation angle the projections stop short of, degrees (a thousand turns either way at most); without it, the profile's."`
+
+	// written: which angles the request wrote, so that an angle written 0
+	// is told from one left out (see Keys).
+	written struct{ start, end bool }
 }
 
 // Counts are a scan's frame counts so far. While a scan runs, every

@@ -241,6 +241,9 @@ func (j *job) snapshot() Status {
 // Config.PrepareTimeout; a scan whose client went away, or whose checks
 // came back too late, is released, not armed.
 func (s *Service) arm(ctx context.Context, req ArmRequest) (Status, error) {
+	if err := checkText(req); err != nil {
+		return Status{}, err
+	}
 	s.mu.Lock()
 	err := s.armable(req.ScanID)
 	if err == nil {
