@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,17 @@ const maxBody = 64 << 10
 
 // CheckAddr refuses to serve addr (host:port) off loopback without a
 // token: anything that changes state from another machine must carry one.
+// A host name is resolved, and is loopback only where every address it
+// resolves to is (localhost may be made to name another).
 func CheckAddr(addr, token string) error {
+	return checkAddr(addr, token, net.DefaultResolver.LookupNetIP)
+}
+
+// lookupTimeout bounds the resolution of a listen address's host name.
+const lookupTimeout = 10 * time.Second
+
+// checkAddr is CheckAddr resolving host names with lookup.
+func checkAddr(addr, token string, lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("serve address %s: %w", addr, err)
@@ -117,13 +128,31 @@ func CheckAddr(addr, token string) error {
 	if token != "" {
 		return nil
 	}
-	if host == "localhost" {
+	offLoopback := fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
+	if host == "" {
+		return offLoopback // every interface
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if !ip.Unmap().IsLoopback() {
+			return offLoopback
+		}
 		return nil
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	ips, err := lookup(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("serve address %s: %w", addr, err)
 	}
-	return fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
+	for _, ip := range ips {
+		if !ip.Unmap().IsLoopback() {
+			return fmt.Errorf("serve address %s: %s resolves to %v, not only loopback: give a token file (--token-file), which every request under /v1/ must then carry, or listen on 127.0.0.1", addr, host, ips)
+		}
+	}
+	if len(ips) == 0 {
+		return fmt.Errorf("serve address %s: %s resolves to no address", addr, host)
+	}
+	return nil
 }
 
 // Service is the scan service: its state and its HTTP API.
