@@ -156,6 +156,11 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := service.CheckAddr(ln.Addr().String(), token); err != nil {
+		// The name resolved to another address when listened on.
+		ln.Close()
+		return scan.Usage(err)
+	}
 	fmt.Fprintf(os.Stdout, "h5ingest %s serving scans on http://%s (OpenAPI at /openapi.json)\n", version.String(), ln.Addr())
 	log.Info("serving", zap.Stringer("address", ln.Addr()), zap.Bool("token", token != ""))
 	sigs := make(chan os.Signal, 1)

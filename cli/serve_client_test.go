@@ -200,22 +200,23 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("follow did not end with the scan:\n%s", events.String())
 	}
-	var names []string
-	lastID, rated := 0, 0
+	var names, ids []string
+	rated := 0
 	sc := bufio.NewScanner(&events)
 	for sc.Scan() {
 		var ev struct {
-			ID    int
+			ID    string // EPOCH-N
 			Event string
 			Data  map[string]any
 		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("follow printed %q", sc.Text())
 		}
-		if lastID != 0 && ev.ID != lastID+1 {
-			t.Errorf("event %d after %d", ev.ID, lastID)
+		epoch, _, _ := strings.Cut(ev.ID, "-")
+		if want := fmt.Sprintf("%s-%d", epoch, len(ids)+1); ev.ID != want || len(ids) > 0 && !strings.HasPrefix(ids[0], epoch+"-") {
+			t.Errorf("event %s after %v, want %s", ev.ID, ids, want)
 		}
-		lastID = ev.ID
+		ids = append(ids, ev.ID)
 		if len(names) == 0 || names[len(names)-1] != ev.Event {
 			names = append(names, ev.Event)
 		}
@@ -228,9 +229,12 @@ func TestServeClientStatusProfilesFollow(t *testing.T) {
 	}
 	// A client that comes back after the scan, with the id of an event it
 	// saw, gets those after it.
-	again := output("follow", "--last-event-id", "1", "--count", "1")
-	if !strings.HasPrefix(again, `{"id": 2, "event": "first_frame"`) {
-		t.Errorf("follow from event 1: %s", again)
+	if len(ids) < 2 {
+		t.Fatalf("event ids %v", ids)
+	}
+	again := output("follow", "--last-event-id", ids[0], "--count", "1")
+	if !strings.HasPrefix(again, `{"id": "`+ids[1]+`", "event": "first_frame"`) {
+		t.Errorf("follow from event %s: %s", ids[0], again)
 	}
 
 	st = status()

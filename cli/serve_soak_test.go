@@ -107,9 +107,8 @@ type sseCounter struct {
 	done   chan struct{} // closed when the stream ends
 }
 
-// followEvents starts a client of base's /v1/events, which follows it
-// until the test ends. The service sends its headers with the first
-// event, so the client connects in the background.
+// followEvents starts a client of base's /v1/events, which follows it,
+// in the background, until the test ends.
 func followEvents(t *testing.T, base string) *sseCounter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/danielgtaylor/huma/v2/sse"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
 )
 
 // ArmRequest is what a control system sends to arm a scan. A scan id and
@@ -91,14 +92,14 @@ type OverrideKey struct {
 }
 
 // Plan is a scan plan: counts of darks, flats and projections in that
-// order, or a sequence.
+// order, or a sequence, and the rotation's angles.
 type Plan struct {
 	Darks       int      `json:"darks,omitempty" minimum:"0" maximum:"10000000"`
 	Flats       int      `json:"flats,omitempty" minimum:"0" maximum:"10000000"`
 	Projections int      `json:"projections,omitempty" minimum:"0" maximum:"10000000"`
 	Sequence    string   `json:"sequence,omitempty" maxLength:"4096" doc:"Frames in order as kind:count, e.g. flats:20,darks:10,projections:1800,flats:20; replaces the counts."`
-	AngleStart  *float64 `json:"angle_start,omitempty" minimum:"-36000" maximum:"36000" doc:"Rotation angle of the first projection, degrees; absent: the profile's."`
-	AngleEnd    *float64 `json:"angle_end,omitempty" minimum:"-36000" maximum:"36000" doc:"Rotation angle the projections stop short of, degrees; absent: the profile's."`
+	AngleStart  *float64 `json:"angle_start,omitempty" minimum:"-360000" maximum:"360000" doc:"Rotation angle of the first projection, degrees (a thousand turns either way at most); absent, the profile's."`
+	AngleEnd    *float64 `json:"angle_end,omitempty" minimum:"-360000" maximum:"360000" doc:"Rotation angle the projections stop short of, degrees (a thousand turns either way at most); absent, the profile's."`
 }
 
 // Counts are a scan's frame counts so far. While a scan runs, every
@@ -214,25 +215,33 @@ type idInput struct {
 	ID string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
 }
 
-// waitInput is a wait for a scan. Its timeout is decimal seconds as
-// written (30, 2.5): no exponent, sign, NaN or infinity.
+// waitInput is a wait for a scan. Its timeout is read as text, so that
+// what is no number (NaN, Inf, 0x10) is refused naming the parameter;
+// waitTimeout documents it as the number it is.
 type waitInput struct {
 	ID      string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"`
-	Timeout string `query:"timeout" default:"30" maxLength:"12" pattern:"^[0-9]{1,3}(\\.[0-9]{1,6})?$" patternDescription:"seconds from 0 to 600, e.g. 30 or 2.5" doc:"Seconds to wait for the scan to end, 0 to 600."`
+	Timeout string `query:"timeout" default:"30" maxLength:"32"`
 }
+
+// waitTimeout is the wait's timeout as the OpenAPI document gives it.
+var waitTimeout = &huma.Param{Name: "timeout", In: "query",
+	Description: "Seconds to wait for the scan to end, 0 to 600, a JSON number (30, 2.5, 1e-3).",
+	Schema:      &huma.Schema{Type: huma.TypeNumber, Minimum: new(0.0), Maximum: new(maxWait.Seconds()), Default: 30}}
 
 // maxWait bounds a wait's timeout.
 const maxWait = 600 * time.Second
 
+// jsonNumber is the grammar of a JSON number (RFC 8259).
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
 // seconds returns the wait's timeout.
 func (in *waitInput) seconds() (time.Duration, error) {
 	f, err := strconv.ParseFloat(in.Timeout, 64)
-	d := time.Duration(f * float64(time.Second))
-	if err != nil || d < 0 || d > maxWait {
+	if !jsonNumber.MatchString(in.Timeout) || err != nil || f < 0 || f > maxWait.Seconds() {
 		return 0, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{
-			Location: "query.timeout", Message: "want seconds from 0 to 600", Value: in.Timeout})
+			Location: "query.timeout", Message: "want a number of seconds from 0 to 600", Value: in.Timeout})
 	}
-	return d, nil
+	return time.Duration(f * float64(time.Second)), nil
 }
 
 type statusOutput struct{ Body Status }
@@ -319,7 +328,7 @@ func (s *Service) registerReads() {
 		OperationID: "wait-scan", Method: http.MethodGet, Path: "/v1/scans/{id}/wait",
 		Summary:     "Wait for a scan to end",
 		Description: "Returns when the scan has ended or the timeout has passed, whichever is first: look at its state.",
-		Errors:      scanErrors,
+		Errors:      scanErrors, Parameters: []*huma.Param{waitTimeout},
 	}, func(ctx context.Context, in *waitInput) (*statusOutput, error) {
 		timeout, err := in.seconds()
 		if err != nil {
@@ -371,12 +380,16 @@ func (s *Service) registerChanges() {
 
 // registerEvents registers the server-sent events of every scan.
 func (s *Service) registerEvents() {
-	sse.Register(s.api, huma.Operation{
+	huma.Register(s.api, huma.Operation{
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events",
 		Summary:     "Server-sent events of every scan",
-		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed, each with an id. A client that falls behind is disconnected and reconnects; with Last-Event-ID it gets the events it missed, of the last 256.",
-	}, eventTypes, func(ctx context.Context, in *eventsInput, send sse.Sender) {
-		s.events.follow(ctx, in, send)
+		Description: "armed, first_frame, progress (a few a second at most), file_finalised, done and failed, each with an id unique across restarts of the service. The head comes at once, and a comment every 15 s while no event does. A client that falls behind is disconnected and reconnects; with Last-Event-ID it gets the events it missed, of the last 256.",
+		Responses:   s.eventsResponse(),
+	}, func(ctx context.Context, in *eventsInput) (*huma.StreamResponse, error) {
+		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			_, w := humago.Unwrap(hc)
+			s.events.follow(hc.Context(), in.LastEventID, w)
+		}}, nil
 	})
 }
 

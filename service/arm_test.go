@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -169,6 +171,15 @@ func TestRequestsReachOnlyTheAllowedKeys(t *testing.T) {
 		{"scan_id, then SCAN_ID", `{"scan_id":"c3","SCAN_ID":"../outside/c3"}`, 422, []string{"body.SCAN_ID", "unexpected property"}},
 		{"nested DIRECTORY", `{"overrides":{"output":{"directory":"p1","DIRECTORY":"/etc"}}}`, 422, []string{"body.overrides.output.DIRECTORY"}},
 		{"plan in capitals", `{"PLAN":{"projections":3}}`, 422, []string{"body.PLAN"}},
+		// A key written twice: the typed reading would merge the two
+		// objects, so that the first's max_rate passed the schema unseen.
+		{"overrides twice", `{"overrides":{"stream":{"max_rate":1e300}},"overrides":{"stream":{"every":2}}}`, 400, []string{"overrides: the key is written twice"}},
+		{"max_rate twice", `{"overrides":{"stream":{"max_rate":1,"max_rate":1e300}}}`, 400, []string{"overrides.stream.max_rate: the key is written twice"}},
+		{"scan_id twice", `{"profile":"default","scan_id":"k","scan_id":"k2"}`, 400, []string{"scan_id: the key is written twice"}},
+		{"metadata key twice", `{"user_metadata":{"a":{"b.c":1,"b.c":2}}}`, 400, []string{`user_metadata.a.\"b.c\": the key is written twice`}},
+		{"max_rate 1e300", `{"overrides":{"stream":{"max_rate":1e300}}}`, 422, []string{"body.overrides.stream.max_rate", "<= 1e+06"}},
+		{"angle 1e300", `{"plan":{"angle_start":1e300,"angle_end":-1e300}}`, 422, []string{"body.plan.angle_start", "body.plan.angle_end", "360000"}},
+		{"nested too deep", `{"user_metadata":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, 400, []string{"nested deeper than 100 levels"}},
 	} {
 		body := tc.body
 		if !strings.Contains(body, "scan_id") {
@@ -216,17 +227,19 @@ func TestRequestsReachOnlyTheAllowedKeys(t *testing.T) {
 	}
 }
 
-// TestWaitTimeouts: a wait's timeout is seconds from 0 to 600 as
-// written; NaN, infinities, exponents and negative values are refused
-// with an answer that is JSON, naming the parameter.
+// TestWaitTimeouts: a wait's timeout is a JSON number of seconds from 0
+// to 600; NaN, infinities, hexadecimal, what JSON does not write and
+// negative values are refused with an answer that is JSON, naming the
+// parameter.
 func TestWaitTimeouts(t *testing.T) {
 	r := &fakeRunner{planned: 1000, tick: 10 * time.Millisecond}
 	_, c := newTestService(t, r, Config{})
 	c.do("POST", "/v1/scans", arm("w"))
 	defer c.do("POST", "/v1/scans/w/cancel", nil)
 	for q, want := range map[string]int{
-		"NaN": 422, "nan": 422, "Inf": 422, "+Inf": 422, "-Inf": 422, "1e999": 422, "1e2": 422, "-1": 422,
-		"600.5": 422, "601": 422, "0x10": 422, " 1": 422, "0": 200, "0.05": 200, "600": 200,
+		"NaN": 422, "nan": 422, "Inf": 422, "+Inf": 422, "-Inf": 422, "infinity": 422, "1e999": 422, "6.1e2": 422, "-1": 422,
+		"600.5": 422, "601": 422, "0x10": 422, "0x1p-2": 422, " 1": 422, "+1": 422, "1.": 422, ".5": 422, "01": 422, "1_0": 422,
+		"0": 200, "0.05": 200, "5e-2": 200, "1E-3": 200, "600": 200,
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		u := c.base + "/v1/scans/w/wait?timeout=" + url.QueryEscape(q)
@@ -344,5 +357,81 @@ func TestCancelWhileAStopEnds(t *testing.T) {
 	}
 	if counts, _ := st["counts"].(map[string]any); counts["ok"] != float64(4) || counts["missing"] != float64(6) {
 		t.Errorf("counts %v, want the scan's own: 4 ok, 6 missing", st["counts"])
+	}
+}
+
+// TestArmRefusesNUL: a NUL in any text of an arm (a user_metadata key or
+// value at any depth, the title, the sample, a directory) is refused
+// before the runner sees the request, 422 naming every field that holds
+// one; the writer would make HDF5 names and strings of them, cut there.
+func TestArmRefusesNUL(t *testing.T) {
+	r := &fakeRunner{planned: 1, tick: time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	for _, tc := range []struct {
+		name, body string
+		fields     []string
+	}{
+		{"metadata key", `{"user_metadata":{"a\u0000b":1}}`, []string{`body.user_metadata.\"a\\x00b\"`}},
+		{"nested metadata key", `{"user_metadata":{"a":{"\u0000":1}}}`, []string{`body.user_metadata.a.\"\\x00\"`}},
+		{"metadata value", `{"user_metadata":{"op":"an\u0000a"}}`, []string{`body.user_metadata.op"`}},
+		{"metadata in a list", `{"user_metadata":{"l":[1,"x\u0000"]}}`, []string{`body.user_metadata.l[1]"`}},
+		{"title", `{"title":"gold\u0000foam"}`, []string{`body.title"`}},
+		{"sample", `{"sample":"\u0000"}`, []string{`body.sample"`}},
+		{"experiment", `{"experiment_identifier":"2026\u00001234"}`, []string{`body.experiment_identifier"`}},
+		{"directory", `{"overrides":{"output":{"directory":"p42\u0000/x"}}}`, []string{`body.overrides.output.directory"`}},
+		{"all at once", `{"title":"\u0000","sample":"\u0000","user_metadata":{"\u0000":"\u0000"}}`,
+			[]string{`body.title"`, `body.sample"`, `body.user_metadata.\"\\x00\""`, "key holds a NUL"}},
+	} {
+		body := `{"profile":"default","scan_id":"n",` + strings.TrimPrefix(tc.body, "{")
+		code, got := c.post("/v1/scans", body)
+		if code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d %s, want 422", tc.name, code, got)
+		}
+		for _, f := range tc.fields {
+			if !strings.Contains(got, f) || !strings.Contains(got, "NUL") {
+				t.Errorf("%s: the answer does not name %s: %s", tc.name, f, got)
+			}
+		}
+	}
+	if len(r.prepared) != 0 {
+		t.Fatalf("a request with a NUL reached the runner: %+v", r.prepared)
+	}
+	if code, got := c.post("/v1/scans", `{"profile":"default","scan_id":"n","title":"a\\u0000 as text","user_metadata":{"k":"\\"}}`); code != http.StatusCreated {
+		t.Errorf("a request without a NUL: %d %s", code, got)
+	}
+}
+
+// TestPlanAnglesAsWritten: a request's angles reach the runner as
+// written, 0 included; an angle left out is absent (the profile's stands).
+func TestPlanAnglesAsWritten(t *testing.T) {
+	r := &fakeRunner{planned: 1, tick: time.Millisecond}
+	_, c := newTestService(t, r, Config{})
+	for i, tc := range []struct {
+		plan string
+		want map[string]float64 // the angles given
+	}{
+		{`{"projections":3,"angle_start":0,"angle_end":0}`, map[string]float64{"start": 0, "end": 0}},
+		{`{"projections":3,"angle_end":0}`, map[string]float64{"end": 0}},
+		{`{"projections":3,"angle_start":-90,"angle_end":90}`, map[string]float64{"start": -90, "end": 90}},
+		{`{"projections":3}`, map[string]float64{}},
+	} {
+		id := fmt.Sprintf("a%d", i)
+		if code, got := c.post("/v1/scans", `{"profile":"default","scan_id":"`+id+`","plan":`+tc.plan+`}`); code != http.StatusCreated {
+			t.Fatalf("%s: %d %s", tc.plan, code, got)
+		}
+		c.do("GET", "/v1/scans/"+id+"/wait?timeout=10", nil)
+		r.mu.Lock()
+		p := r.prepared[i].Plan
+		r.mu.Unlock()
+		got := map[string]float64{}
+		if p.AngleStart != nil {
+			got["start"] = *p.AngleStart
+		}
+		if p.AngleEnd != nil {
+			got["end"] = *p.AngleEnd
+		}
+		if !maps.Equal(got, tc.want) || p.Projections != 3 {
+			t.Errorf("%s: angles %v, projections %d, want %v and 3", tc.plan, got, p.Projections, tc.want)
+		}
 	}
 }

@@ -185,11 +185,11 @@ func TestPythonFollowerResumes(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("follow did not end with the scan:\n%s", out.String())
 	}
-	var ids []int
+	var ids []string
 	var names []string
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var ev struct {
-			ID    int
+			ID    string
 			Event string
 		}
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
@@ -201,7 +201,7 @@ func TestPythonFollowerResumes(t *testing.T) {
 		}
 	}
 	for i, id := range ids {
-		if id != i+1 {
+		if id != svc.events.eventID(uint64(i+1)) {
 			t.Fatalf("event ids %v: a gap or a repeat at %d", ids, i)
 		}
 	}
@@ -216,7 +216,7 @@ func TestPythonFollowerResumes(t *testing.T) {
 		}
 	}
 	proxy.mu.Unlock()
-	if len(heads) != 2 || strings.Contains(strings.ToLower(heads[0]), "last-event-id") || !strings.Contains(strings.ToLower(heads[1]), "last-event-id: 3\r\n") {
+	if len(heads) != 2 || strings.Contains(strings.ToLower(heads[0]), "last-event-id") || !strings.Contains(strings.ToLower(heads[1]), "last-event-id: "+svc.events.eventID(3)+"\r\n") {
 		t.Errorf("the follower's requests: %q", heads)
 	}
 

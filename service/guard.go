@@ -25,10 +25,16 @@ import (
 //   - an Origin other than the service's own: a request a web page sent,
 //     403;
 //   - a request under /v1/ without the token, when the service has one,
-//     401 (/openapi.json and the status page and /metrics stay open);
-//   - a request other than GET and HEAD whose body is not declared
-//     application/json, which is the only kind a page can send across
-//     origins without asking first, 415.
+//     401, and the same for the status page's image (/preview.png) from
+//     a client off loopback (/openapi.json, the status page and /metrics
+//     stay open);
+//   - a request other than GET and HEAD with a body not declared
+//     application/json (a page can send text/plain and forms across
+//     origins without asking first), 415. A request with no body and no
+//     Content-Type at all (curl -X POST, Python's requests.post(url),
+//     what SIMPLON's clients send to stop) carries nothing to declare:
+//     a page can send one too, but the Origin and Host checks above
+//     refuse it.
 //
 // So no web page can arm, stop or cancel a scan, with or without the
 // token.
@@ -42,12 +48,12 @@ func (s *Service) guard(next http.Handler) http.Handler {
 			refuse(w, http.StatusForbidden, fmt.Sprintf("Origin %q: this service takes no request a web page of another origin sends", o))
 			return
 		}
-		if s.cfg.Token != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.tokenGiven(r.Header.Get("Authorization")) {
+		if s.cfg.Token != "" && s.needsToken(r) && !s.tokenGiven(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="h5ingest"`)
 			refuse(w, http.StatusUnauthorized, "this request needs the service's token: Authorization: Bearer TOKEN")
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !noBody(r) {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 				refuse(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: a %s request needs Content-Type: application/json", r.Header.Get("Content-Type"), r.Method))
 				return
@@ -55,6 +61,40 @@ func (s *Service) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// needsToken reports whether a request needs the token, where the
+// service has one: every request under /v1/, and the status page's image
+// from a client off loopback. The page itself stays open, so that an
+// operator sees the state anywhere; its image, like every image of a
+// scan, is the scan's data.
+func (s *Service) needsToken(r *http.Request) bool {
+	switch {
+	case r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/"):
+		return true
+	case r.URL.Path == "/preview.png":
+		return !fromLoopback(r)
+	}
+	return false
+}
+
+// fromLoopback reports whether a request came from this machine's
+// loopback.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// noBody reports whether a request carries no body and names no
+// Content-Type: no Content-Length or a zero one, not chunked, and no
+// Content-Type header at all, not even an empty one.
+func noBody(r *http.Request) bool {
+	_, typed := r.Header["Content-Type"]
+	return !typed && r.ContentLength == 0 && len(r.TransferEncoding) == 0
 }
 
 // documentGuard states in the OpenAPI document what the guard does to

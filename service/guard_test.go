@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -55,6 +56,12 @@ func browserPost(host, path, origin, body string) string {
 		"\r\n" + body
 }
 
+// noCORS makes a browserPost the request of a no-cors fetch with no
+// body: no Content-Type, Content-Length 0.
+func noCORS(req string) string {
+	return strings.Replace(req, "Content-Type: text/plain;charset=UTF-8\r\n", "", 1)
+}
+
 // TestWebPageCannotChangeAnything sends what a web page can make a
 // browser send, to a service with and without a token: a no-cors fetch
 // from a foreign origin, the same from a page whose name was rebound to
@@ -88,7 +95,9 @@ func TestWebPageCannotChangeAnything(t *testing.T) {
 					{"rebound name", withAuth(browserPost("evil.example:"+port, path, "http://evil.example:"+port, body)), http.StatusForbidden},
 					{"rebound name, no port", withAuth(browserPost("evil.example", path, "http://evil.example", body)), http.StatusForbidden},
 					{"own origin, text/plain", withAuth(browserPost(addr, path, "http://"+addr, body)), http.StatusUnsupportedMediaType},
-					{"no content type", withAuth("POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"), http.StatusUnsupportedMediaType},
+					{"no body, foreign origin", withAuth(noCORS(browserPost(addr, path, "http://evil.example", ""))), http.StatusForbidden},
+					{"no body, rebound name", withAuth(noCORS(browserPost("evil.example:"+port, path, "http://evil.example:"+port, ""))), http.StatusForbidden},
+					{"own origin, empty text/plain", withAuth(browserPost(addr, path, "http://"+addr, "")), http.StatusUnsupportedMediaType},
 					{"form", withAuth(strings.Replace(browserPost(addr, path, "http://"+addr, "a=b"), "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", 1)), http.StatusUnsupportedMediaType},
 					{"another port of loopback", withAuth(browserPost("127.0.0.1:1", path, "http://127.0.0.1:1", body)), http.StatusForbidden},
 				}
@@ -309,4 +318,111 @@ func TestEventClientThatStopsReading(t *testing.T) {
 		t.Fatal("the client that reads nothing still holds its connection after 30 s")
 	}
 	t.Logf("dropped after %v", dropped.Round(time.Millisecond))
+}
+
+// TestBodylessCommands: stop and cancel sent as curl -X POST URL and
+// Python's requests.post(url) send them (no body, and no Content-Type;
+// curl no Content-Length either, requests Content-Length: 0) are taken,
+// with and without a token; a body-less request that names a
+// Content-Type other than JSON, even an empty one, or whose body is
+// chunked, is still refused.
+func TestBodylessCommands(t *testing.T) {
+	// The requests as curl 7.88 and requests 2.34 send them.
+	curl := func(host, path string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n"
+	}
+	requests := func(host, path string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: python-requests/2.34.2\r\n" +
+			"Accept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+	}
+	with := func(header string, req func(host, path string) string) func(host, path string) string {
+		return func(host, path string) string {
+			return strings.Replace(req(host, path), "\r\n", "\r\n"+header+"\r\n", 1)
+		}
+	}
+	for _, token := range []string{"", "0123456789abcdef"} {
+		auth := func(req func(host, path string) string) func(host, path string) string {
+			if token == "" {
+				return req
+			}
+			return with("Authorization: Bearer "+token, req)
+		}
+		for _, tc := range []struct {
+			name string
+			req  func(host, path string) string
+			want int
+		}{
+			{"curl", auth(curl), http.StatusAccepted},
+			{"requests", auth(requests), http.StatusAccepted},
+			{"requests, empty Content-Type", auth(with("Content-Type:", requests)), http.StatusUnsupportedMediaType},
+			{"requests, text/plain", auth(with("Content-Type: text/plain", requests)), http.StatusUnsupportedMediaType},
+			{"curl, chunked", auth(with("Transfer-Encoding: chunked", func(host, path string) string { return curl(host, path) + "0\r\n\r\n" })), http.StatusUnsupportedMediaType},
+			{"curl, foreign Origin", auth(with("Origin: http://evil.example", curl)), http.StatusForbidden},
+		} {
+			for _, op := range []string{"stop", "cancel"} {
+				t.Run(fmt.Sprintf("token=%v/%s/%s", token != "", tc.name, op), func(t *testing.T) {
+					r := &fakeRunner{planned: 1000, tick: 10 * time.Millisecond}
+					_, c := newTestService(t, r, Config{Token: token})
+					if code, st := c.do("POST", "/v1/scans", arm("b")); code != http.StatusCreated {
+						t.Fatalf("arm: %d %v", code, st)
+					}
+					defer c.do("POST", "/v1/scans/b/cancel", nil)
+					addr := strings.TrimPrefix(c.base, "http://")
+					code, body := rawRequest(t, addr, tc.req(addr, "/v1/scans/b/"+op))
+					if code != tc.want {
+						t.Fatalf("%d %s, want %d", code, body, tc.want)
+					}
+					if tc.want != http.StatusAccepted {
+						if _, st := c.do("GET", "/v1/scans/b", nil); r.scans[0].stopped.Load() || (st["state"] != "armed" && st["state"] != "running") {
+							t.Errorf("a refused %s reached the scan: %v", op, st["state"])
+						}
+						return
+					}
+					_, st := c.do("GET", "/v1/scans/b/wait?timeout=10", nil)
+					if want := map[string]string{"stop": "incomplete", "cancel": "cancelled"}[op]; st["state"] != want {
+						t.Errorf("after the %s: %v, want %s", op, st["state"], want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestStatusImageNeedsTheTokenOffLoopback: the status page's image
+// (/preview.png, beside the API) is a scan's data as every image under
+// /v1/ is: with a token, a client off loopback must carry it; on
+// loopback, where the page shows it, it needs none. The page itself
+// stays open.
+func TestStatusImageNeedsTheTokenOffLoopback(t *testing.T) {
+	const token = "0123456789abcdef"
+	s := New(&fakeRunner{}, Config{Token: token})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") })
+	s.Handle("/preview.png", ok)
+	s.Handle("/{$}", ok)
+	for _, tc := range []struct {
+		local, remote, path, auth string
+		want                      int
+	}{
+		{"127.0.0.1", "127.0.0.1", "/preview.png", "", http.StatusOK},
+		{"127.0.0.1", "127.0.0.2", "/preview.png?module=1", "", http.StatusOK},
+		{"::1", "::1", "/preview.png", "", http.StatusOK},
+		{"192.0.2.5", "192.0.2.9", "/preview.png", "", http.StatusUnauthorized},
+		{"192.0.2.5", "192.0.2.9", "/preview.png?module=0", "Bearer 0123456789abcdeX", http.StatusUnauthorized},
+		{"192.0.2.5", "192.0.2.9", "/preview.png", "Bearer " + token, http.StatusOK},
+		{"2001:db8::5", "2001:db8::9", "/preview.png", "", http.StatusUnauthorized},
+		{"192.0.2.5", "192.0.2.9", "/", "", http.StatusOK},
+	} {
+		local := &net.TCPAddr{IP: net.ParseIP(tc.local), Port: 8642}
+		req := httptest.NewRequest("GET", "http://"+local.String()+tc.path, nil)
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
+		req.RemoteAddr = net.JoinHostPort(tc.remote, "50000")
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		if w.Code != tc.want {
+			t.Errorf("GET %s from %s to %s with %q: %d %s, want %d", tc.path, tc.remote, tc.local, tc.auth, w.Code, w.Body, tc.want)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -17,7 +18,9 @@ import (
 // an untyped value (what the API checks against its schema) with its
 // numbers as written, so that a number no key could take is refused with
 // the text the request gave and where it gave it, not rounded to another
-// value first (see checkNumbers).
+// value first; and it refuses a key written twice in one object, at any
+// depth, which the typed reading would otherwise merge past the schema
+// ({"stream":{"max_rate":1e300}} then {"stream":{}} under one key).
 var jsonFormat = huma.Format{
 	Marshal:   huma.DefaultJSONFormat.Marshal,
 	Unmarshal: unmarshalJSON,
@@ -35,60 +38,100 @@ func unmarshalJSON(data []byte, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var x any
-	if err := dec.Decode(&x); err != nil {
+	x, err := readValue(dec, "", 0)
+	if err != nil {
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("the body holds more than one JSON value")
 	}
-	x, err := checkNumbers(x, "")
-	if err != nil {
-		return err
-	}
 	*into = x
 	return nil
 }
 
-// checkNumbers returns v with its numbers as float64, or an error naming
-// the first number (at path, as a request names its fields) that is out
-// of a double's range (1e999) or a whole number beyond maxExact.
-func checkNumbers(v any, path string) (any, error) {
-	switch x := v.(type) {
+// maxDepth bounds how deep a request's objects and arrays nest.
+const maxDepth = 100
+
+// readValue reads the next JSON value of dec, at path (as a request names
+// its fields) and depth, with its numbers as float64. It refuses a number
+// out of a double's range (1e999), a whole number beyond maxExact, a key
+// written twice in one object and nesting deeper than maxDepth, naming
+// where.
+func readValue(dec *json.Decoder, path string, depth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && depth == maxDepth {
+		return nil, fmt.Errorf("%s: nested deeper than %d levels", fieldName(path), maxDepth)
+	}
+	switch t := tok.(type) {
 	case json.Number:
-		f, err := strconv.ParseFloat(string(x), 64)
-		switch {
-		case err != nil || math.IsInf(f, 0):
-			return nil, fmt.Errorf("%s: %s is not a number any field takes (out of range)", fieldName(path), x)
-		case !strings.ContainsAny(string(x), ".eE") && math.Abs(f) > maxExact:
-			return nil, fmt.Errorf("%s: %s is too large: whole numbers of a request go up to %d", fieldName(path), x, int64(maxExact))
-		}
-		return f, nil
-	case map[string]any:
-		for k, e := range x {
-			name := k
-			if strings.ContainsAny(k, `." `) || k == "" {
-				name = strconv.Quote(k)
+		return number(t, path)
+	case json.Delim:
+		switch t {
+		case '{':
+			m := map[string]any{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				key, ok := k.(string)
+				if !ok {
+					return nil, fmt.Errorf("%s: a key that is not a string", fieldName(path))
+				}
+				name := fieldPath(path, key)
+				if _, seen := m[key]; seen {
+					return nil, fmt.Errorf("%s: the key is written twice: write each key once", name)
+				}
+				if m[key], err = readValue(dec, name, depth+1); err != nil {
+					return nil, err
+				}
 			}
-			if path != "" {
-				name = path + "." + name
+			_, err := dec.Token() // }
+			return m, err
+		case '[':
+			a := []any{}
+			for i := 0; dec.More(); i++ {
+				e, err := readValue(dec, fmt.Sprintf("%s[%d]", path, i), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, e)
 			}
-			c, err := checkNumbers(e, name)
-			if err != nil {
-				return nil, err
-			}
-			x[k] = c
-		}
-	case []any:
-		for i, e := range x {
-			c, err := checkNumbers(e, fmt.Sprintf("%s[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			x[i] = c
+			_, err := dec.Token() // ]
+			return a, err
 		}
 	}
-	return v, nil
+	return tok, nil // a string, a boolean or null
+}
+
+// number returns x as a float64, or an error naming it (at path) where it
+// is out of a double's range (1e999) or a whole number beyond maxExact.
+func number(x json.Number, path string) (float64, error) {
+	f, err := strconv.ParseFloat(string(x), 64)
+	switch {
+	case err != nil || math.IsInf(f, 0):
+		return 0, fmt.Errorf("%s: %s is not a number any field takes (out of range)", fieldName(path), x)
+	case !strings.ContainsAny(string(x), ".eE") && math.Abs(f) > maxExact:
+		return 0, fmt.Errorf("%s: %s is too large: whole numbers of a request go up to %d", fieldName(path), x, int64(maxExact))
+	}
+	return f, nil
+}
+
+// fieldPath names the field key of the object at path, as a request names
+// its fields: dotted, a key that holds '.', '"', a space or a character
+// that does not print, or that is empty, quoted.
+func fieldPath(path, key string) string {
+	name := key
+	if key == "" || strings.ContainsAny(key, `." `) || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		name = strconv.Quote(key)
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 // fieldName names a field at path for a message; the body itself is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -73,6 +74,67 @@ func keywords(v any, into map[string]int) {
 	}
 }
 
+// refSiblings counts the objects of a JSON document with a $ref and
+// another key.
+func refSiblings(v any) int {
+	n := 0
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x["$ref"]; ok && len(x) > 1 {
+			n++
+		}
+		for _, sub := range x {
+			n += refSiblings(sub)
+		}
+	case []any:
+		for _, sub := range x {
+			n += refSiblings(sub)
+		}
+	}
+	return n
+}
+
+// TestOpenAPILint lints the four documents as served with redocly's lint
+// (npm @redocly/cli), which many of the API's users run: no error in any.
+// It runs where redocly is installed (on PATH, or in npx's cache), never
+// fetching it.
+func TestOpenAPILint(t *testing.T) {
+	lint := []string{"redocly", "lint"}
+	if _, err := exec.LookPath("redocly"); err != nil {
+		lint = []string{"npx", "--no-install", "@redocly/cli", "lint"}
+		if _, err := exec.LookPath("npx"); err != nil {
+			t.Skip("redocly is not installed (npm install -g @redocly/cli): the documents are not linted")
+		}
+	}
+	_, c := newTestService(t, &fakeRunner{}, Config{Token: "0123456789abcdef"})
+	dir := t.TempDir()
+	var files []string
+	for _, p := range []string{"/openapi.json", "/openapi.yaml", "/openapi-3.0.json", "/openapi-3.0.yaml"} {
+		f := filepath.Join(dir, strings.TrimPrefix(p, "/"))
+		if err := os.WriteFile(f, fetchDocument(t, c.base, p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, lint[0], append(lint[1:], files...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "REDOCLY_TELEMETRY=off", "REDOCLY_SUPPRESS_UPDATE_NOTICE=true", "npm_config_offline=true")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		t.Logf("%s", out)
+	case lint[0] == "npx" && !bytes.Contains(out, []byte("validating")):
+		t.Skipf("redocly is not installed (npm install -g @redocly/cli), npx has none: %s", bytes.TrimSpace(out))
+	case errors.As(err, &exit):
+		t.Errorf("redocly lint finds errors in the documents:\n%s", out)
+	default:
+		t.Fatalf("redocly lint: %v\n%s", err, out)
+	}
+}
+
 // responses returns each operation's response codes: "GET /v1/status" ->
 // ["200", ...].
 func responses(t *testing.T, spec []byte) map[string][]string {
@@ -126,8 +188,9 @@ func TestOpenAPIDocuments(t *testing.T) {
 		t.Errorf("kin-openapi: %v", err)
 	}
 
-	var doc30 map[string]any
+	var doc30, doc31 map[string]any
 	json.Unmarshal(spec30, &doc30)
+	json.Unmarshal(spec31, &doc31)
 	if doc30["openapi"] != "3.0.3" {
 		t.Errorf("/openapi-3.0.json is OpenAPI %v", doc30["openapi"])
 	}
@@ -137,6 +200,36 @@ func TestOpenAPIDocuments(t *testing.T) {
 		if kw[k] > 0 {
 			t.Errorf("the 3.0 document has %q %d times", k, kw[k])
 		}
+	}
+	if n := refSiblings(doc30); n > 0 {
+		t.Errorf("the 3.0 document has %d $ref with keywords beside it, which 3.0 ignores", n)
+	}
+	// What redocly's lint refuses in either version (TestOpenAPILint runs
+	// it where it is installed): no servers, a keyword of neither version.
+	kw31 := map[string]int{}
+	keywords(doc31, kw31)
+	for name, doc := range map[string]map[string]any{"3.0": doc30, "3.1": doc31} {
+		if servers, _ := doc["servers"].([]any); len(servers) == 0 {
+			t.Errorf("the %s document names no servers", name)
+		}
+		var wait struct {
+			Paths map[string]map[string]struct {
+				Parameters []struct {
+					Name   string
+					Schema map[string]any
+				}
+			}
+		}
+		b, _ := json.Marshal(doc)
+		json.Unmarshal(b, &wait)
+		for _, p := range wait.Paths["/v1/scans/{id}/wait"]["get"].Parameters {
+			if p.Name == "timeout" && (p.Schema["type"] != "number" || p.Schema["minimum"] != 0.0 || p.Schema["maximum"] != 600.0) {
+				t.Errorf("the %s document's wait timeout: %v, want a number from 0 to 600", name, p.Schema)
+			}
+		}
+	}
+	if kw31["patternDescription"] > 0 || kw31["x-pattern-description"] == 0 {
+		t.Errorf("the 3.1 document has patternDescription %d times, x-pattern-description %d", kw31["patternDescription"], kw31["x-pattern-description"])
 	}
 
 	// The official schema of OpenAPI 3.0 documents, with Python's

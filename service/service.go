@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,7 +123,17 @@ const maxBody = 64 << 10
 
 // CheckAddr refuses to serve addr (host:port) off loopback without a
 // token: anything that changes state from another machine must carry one.
+// A host name is resolved, and is loopback only where every address it
+// resolves to is (localhost may be made to name another).
 func CheckAddr(addr, token string) error {
+	return checkAddr(addr, token, net.DefaultResolver.LookupNetIP)
+}
+
+// lookupTimeout bounds the resolution of a listen address's host name.
+const lookupTimeout = 10 * time.Second
+
+// checkAddr is CheckAddr resolving host names with lookup.
+func checkAddr(addr, token string, lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("serve address %s: %w", addr, err)
@@ -130,13 +141,31 @@ func CheckAddr(addr, token string) error {
 	if token != "" {
 		return nil
 	}
-	if host == "localhost" {
+	offLoopback := fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
+	if host == "" {
+		return offLoopback // every interface
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if !ip.Unmap().IsLoopback() {
+			return offLoopback
+		}
 		return nil
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	ips, err := lookup(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("serve address %s: %w", addr, err)
 	}
-	return fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
+	for _, ip := range ips {
+		if !ip.Unmap().IsLoopback() {
+			return fmt.Errorf("serve address %s: %s resolves to %v, not only loopback: give a token file (--token-file), which every request under /v1/ must then carry, or listen on 127.0.0.1", addr, host, ips)
+		}
+	}
+	if len(ips) == 0 {
+		return fmt.Errorf("serve address %s: %s resolves to no address", addr, host)
+	}
+	return nil
 }
 
 // Service is the scan service: its state and its HTTP API.
@@ -186,6 +215,7 @@ func New(r Runner, cfg Config) *Service {
 	hc.CreateHooks = nil // no $schema links to schemas it does not serve
 	// registerDocuments serves the 3.1 document, and a 3.0 one that 3.0 tools read.
 	hc.OpenAPIPath = ""
+	hc.Servers = []*huma.Server{{URL: "/", Description: "This service: the scheme, host and port the document was read from."}}
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", Description: "The service's token, when it has one (always, off loopback): every request under /v1/ carries it. /openapi.json, the status page and /metrics need none."},
 	}
@@ -254,6 +284,9 @@ func (j *job) snapshot() Status {
 // Config.PrepareTimeout; a scan whose client went away, or whose checks
 // came back too late, is released, not armed.
 func (s *Service) arm(ctx context.Context, req ArmRequest) (Status, error) {
+	if err := checkText(req); err != nil {
+		return Status{}, err
+	}
 	s.mu.Lock()
 	err := s.armable(req.ScanID)
 	if err == nil {

@@ -189,7 +189,7 @@ func TestRatesInStatusAndEvents(t *testing.T) {
 	s.mu.Lock()
 	j := s.current
 	s.mu.Unlock()
-	sub, _ := s.events.subscribe(0, false)
+	sub, _, _ := s.events.subscribe("")
 	defer s.events.unsubscribe(sub)
 	rep := &reporter{s: s, j: j}
 	var rr RateReporter = rep

@@ -152,11 +152,15 @@ class Service:
     def events(self, last_event_id=None, read_timeout=60, max_failures=10):
         """Yield (id, name, data) for each server-sent event, for ever.
 
-        A dropped connection is made again after the delay the service asks
-        (retry:), with the id of the last event seen as Last-Event-ID, so
-        that the events in between come first: none is lost while the
-        service keeps it. Gives up after max_failures connections in a row
-        that fail."""
+        An id is text, EPOCH-N: the run of the service and the event's
+        number in it. A dropped connection is made again after the delay the
+        service asks (retry:), with the id of the last event seen as
+        Last-Event-ID, so that the events in between come first: none is
+        lost while the service keeps it. A service restarted since sends
+        every event it keeps, after a comment saying so, which goes to
+        stderr. The service sends a comment every 15 s while no event comes,
+        so read_timeout (s) is a dead connection's. Gives up after
+        max_failures connections in a row that fail."""
         retry, failures = 1.0, 0
         while True:
             req = self.request("GET", "/v1/events", accept="text/event-stream")
@@ -171,11 +175,14 @@ class Service:
                         if not line:
                             if "data" in fields:
                                 if "id" in fields:
-                                    last_event_id = int(fields["id"])
+                                    last_event_id = fields["id"]
                                 yield last_event_id, fields.get("event", "message"), json.loads(fields["data"])
                             fields = {}
                             continue
                         if line.startswith(":"):
+                            comment = line[1:].strip()
+                            if comment and comment != "keep-alive":
+                                print(f"service: {comment}", file=sys.stderr)
                             continue
                         name, _, value = line.partition(":")
                         value = value[1:] if value.startswith(" ") else value
@@ -352,7 +359,7 @@ def main(argv):
     prof.set_defaults(run=cmd_profiles)
     follow = sub.add_parser("follow", parents=[common], help="print the events, one JSON line each")
     follow.add_argument("--scan-id", help="stop when this scan ends (exit 0 done, 3 otherwise)")
-    follow.add_argument("--last-event-id", type=int, help="start after this event: the service replays those it keeps")
+    follow.add_argument("--last-event-id", help="start after this event id (EPOCH-N; 0: before the first): the service replays those it keeps")
     follow.add_argument("--count", type=int, default=0, help="stop after this many events")
     follow.set_defaults(run=cmd_follow)
     prev = sub.add_parser("preview", parents=[common], help="save the scan's latest image as PNG")
