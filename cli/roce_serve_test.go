@@ -44,6 +44,9 @@ func TestServeOverRoCE(t *testing.T) {
 			t.Fatalf("%s armed: GET /v1/rdma %v: want a new nonce, QPN %v kept, not ready", id, now, qpn)
 		}
 		nonces[now["nonce"]] = true
+		if file := readParams(t, params); file["nonce"] != now["nonce"] {
+			t.Errorf("%s armed: --rdma-params has nonce %v, GET /v1/rdma %v: want the same", id, file["nonce"], now["nonce"])
+		}
 		s := startProcEnv(t, nil, "send", capPath, "--transport", "roce", "--rdma-params", params, "--front-end", fe, "--timeout", "30s")
 		if code := s.wait(t, time.Minute); code != exitOK {
 			t.Fatalf("send %s: exit status %d\n%s%s\nserve:\n%s", id, code, s.stdout.String(), s.stderr.String(), p.out.String())

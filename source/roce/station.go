@@ -96,6 +96,15 @@ func (st *station) beginScan(modules []int, frames uint64) ([]*Stream, error) {
 		}
 	}
 	for _, s := range streams {
+		if st.frontEnds == nil {
+			// The front end's ends come from its file, answering this
+			// scan's nonce: until they do, the queue pair takes nothing,
+			// so that a front end of an earlier scan still writing (one
+			// never waits) lands nothing in this scan's ring.
+			if err := s.unlink(); err != nil {
+				return nil, err
+			}
+		}
 		s.beginScan(frames)
 	}
 	return streams, nil

@@ -186,26 +186,8 @@ func (s *Stream) connect(fe FrontEndPort) error {
 		return nil
 	}
 	if linked {
-		if s.pollStarted.Load() {
-			close(s.pollQuit)
-			<-s.pollDone
-			s.pollStarted.Store(false)
-			s.pollQuit, s.pollDone = make(chan struct{}), make(chan struct{})
-		}
-		if err := s.qp.Reset(); err != nil {
-			return fmt.Errorf("module %d: %w", s.module, err)
-		}
-		s.cqMu.Lock()
-		for {
-			n, err := s.cq.Poll(s.wc[:])
-			if n == 0 || err != nil {
-				break
-			}
-		}
-		s.linked, s.cqErr = false, nil
-		s.cqMu.Unlock()
-		if err := s.initQP(); err != nil {
-			return fmt.Errorf("module %d: %w", s.module, err)
+		if err := s.unlink(); err != nil {
+			return err
 		}
 		s.cfg.Log.Info("queue pair reset for another front end's end", zap.Int("module", s.module), zap.Uint32("qpn", s.qp.Num()),
 			zap.String("front_end_gid", fe.GID), zap.Uint32("front_end_qpn", fe.QPN))
@@ -220,6 +202,41 @@ func (s *Stream) connect(fe FrontEndPort) error {
 	s.cqMu.Unlock()
 	s.pollStarted.Store(true)
 	go s.poll()
+	return nil
+}
+
+// unlink resets a linked queue pair (keeping its number) and brings it back
+// to INIT with its receives posted, its completions left from before
+// dropped: nothing lands in the ring until it is brought up toward a
+// front end again. A queue pair not linked is left as it is.
+func (s *Stream) unlink() error {
+	s.cqMu.Lock()
+	linked := s.linked
+	s.cqMu.Unlock()
+	if !linked {
+		return nil
+	}
+	if s.pollStarted.Load() {
+		close(s.pollQuit)
+		<-s.pollDone
+		s.pollStarted.Store(false)
+		s.pollQuit, s.pollDone = make(chan struct{}), make(chan struct{})
+	}
+	if err := s.qp.Reset(); err != nil {
+		return fmt.Errorf("module %d: %w", s.module, err)
+	}
+	s.cqMu.Lock()
+	for {
+		n, err := s.cq.Poll(s.wc[:])
+		if n == 0 || err != nil {
+			break
+		}
+	}
+	s.linked, s.cqErr = false, nil
+	s.cqMu.Unlock()
+	if err := s.initQP(); err != nil {
+		return fmt.Errorf("module %d: %w", s.module, err)
+	}
 	return nil
 }
 
