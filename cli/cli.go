@@ -24,6 +24,7 @@ import (
 
 	"h5ingest/registry"
 	"h5ingest/scan"
+	"h5ingest/stream"
 	"h5ingest/version"
 	"h5ingest/writer"
 )
@@ -93,6 +94,10 @@ func newRootCmd(stages *registry.Registry) *cobra.Command {
 func Run(stages *registry.Registry, args []string) int {
 	root := newRootCmd(stages)
 	root.SetArgs(args)
+	// The live stream's sockets kept bound between scans are closed
+	// before the process ends, with the end of their last series written
+	// out to its consumer.
+	defer stream.CloseKept(stream.DefaultLinger)
 	err := root.Execute()
 	if err == nil {
 		return exitOK

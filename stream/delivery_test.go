@@ -747,3 +747,34 @@ func TestKeptPortYields(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestCloseKept checks that CloseKept closes the sockets kept bound
+// between streams, so that the port is free again, and leaves alone a
+// socket a stream has.
+func TestCloseKept(t *testing.T) {
+	idlePort, busyPort := freePort(t), freePort(t)
+	idle, err := Open(Config{Address: "tcp://" + idlePort}, testSeries(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle.Close()
+	busy, err := Open(Config{Address: "tcp://" + busyPort}, testSeries(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	if l, err := net.Listen("tcp", idlePort); err == nil {
+		l.Close()
+		t.Fatalf("%s free before CloseKept: the socket was not kept", idlePort)
+	}
+	CloseKept(time.Second)
+	l, err := net.Listen("tcp", idlePort)
+	if err != nil {
+		t.Fatalf("%s still bound after CloseKept: %v", idlePort, err)
+	}
+	l.Close()
+	if l, err := net.Listen("tcp", busyPort); err == nil {
+		l.Close()
+		t.Errorf("CloseKept closed the socket of a stream still open (%s)", busyPort)
+	}
+}

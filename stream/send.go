@@ -73,6 +73,26 @@ func take(address string) (*sender, error) {
 	return n, nil
 }
 
+// CloseKept closes the sockets kept bound between streams that no stream
+// has, each with up to linger for ZeroMQ to write out what it still holds
+// for its consumers (a series' end message): a command calls it before
+// its process exits, so that the end of its last series is not lost with
+// the process. A stream that has its socket keeps it.
+func CloseKept(linger time.Duration) {
+	bound.Lock()
+	var idle []*sender
+	for a, n := range bound.m {
+		if !n.busy {
+			delete(bound.m, a)
+			idle = append(idle, n)
+		}
+	}
+	bound.Unlock()
+	for _, n := range idle {
+		n.close(linger)
+	}
+}
+
 // yieldPort closes the sockets kept for other addresses of address's
 // port (tcp://*:31001 and tcp://0.0.0.0:31001, say) that no stream has,
 // so that address can bind it, and reports whether there were any.
