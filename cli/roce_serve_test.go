@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"h5ingest/scan/scantest"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -136,5 +137,49 @@ func checkLink(t *testing.T, st map[string]any, frames int) {
 	link, _ := mods[0].(map[string]any)["link"].(map[string]any)
 	if link["received"] != float64(frames) || link["overrun"] != float64(0) || link["gaps"] != float64(0) || link["ring_slots"] != float64(64) || link["ring_fill"] != float64(0) {
 		t.Errorf("%s: link counts %v: want %d received, none overrun nor skipped, a ring of 64 left empty", st["scan_id"], link, frames)
+	}
+}
+
+// TestServeModulesOverRoCE runs the 2 x 2 array as one node of four
+// modules over roce: serve sets a queue pair up per module at start-up,
+// and two scans each take a front end's emulator per module, started
+// afresh (each its own queue pair, sharing the front end's file): every
+// module's file is whole, and the master verifies.
+func TestServeModulesOverRoCE(t *testing.T) {
+	paths, _ := simulateModules(t)
+	meet := t.TempDir()
+	profiles, dir := arrayServeSetup(t, scantest.FreePorts(t, len(arrayModules)), "30s")
+	for _, kv := range []string{"H5INGEST_TEST_FAKE_VERBS=" + meet, "H5INGEST_SOURCE_TRANSPORT=roce", "H5INGEST_SOURCE_RING_SLOTS=64"} {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	params, fe := filepath.Join(meet, "rdma.json"), filepath.Join(meet, "front-end.json")
+	p := startServe(t, "", "--profiles", profiles, "--modules", "0,1,2,3", "--rdma-profile", "array", "--rdma-params", params, "--front-end", fe)
+	for _, id := range []string{"m1", "m2"} {
+		armArray(t, p, id)
+		var sends []*proc
+		for i, m := range arrayModules {
+			sends = append(sends, startProcEnv(t, nil, "send", paths[i], "--transport", "roce", "--module", fmt.Sprint(m.id),
+				"--rdma-params", params, "--front-end", fe, "--timeout", "30s"))
+		}
+		for i, s := range sends {
+			if code := s.wait(t, time.Minute); code != exitOK {
+				t.Fatalf("%s: send of module %d: exit status %d\n%s%s\nserve:\n%s", id, arrayModules[i].id, code, s.stdout.String(), s.stderr.String(), p.out.String())
+			}
+		}
+		_, st := p.call("GET", "/v1/scans/"+id+"/wait?timeout=60", nil)
+		counts, _ := st["counts"].(map[string]any)
+		if st["state"] != "done" || counts["ok"] != float64(20) {
+			t.Fatalf("%s: %v\n%s", id, st, p.out.String())
+		}
+		for _, m := range st["modules"].([]any) {
+			link, _ := m.(map[string]any)["link"].(map[string]any)
+			if link["received"] != float64(5) || link["overrun"] != float64(0) {
+				t.Errorf("%s: module %v link counts %v, want 5 received, none overrun", id, m.(map[string]any)["module"], link)
+			}
+		}
+		if code, out := runCaptured(t, "verify", filepath.Join(dir, id+"_master.h5")); code != exitOK {
+			t.Errorf("verify %s's master: %d\n%s", id, code, out)
+		}
 	}
 }
