@@ -190,6 +190,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 		flags["stream.address"] = config.FlagValue{Value: r.Stream, From: "the scan service's live stream"}
 	}
 	set := func(key, field string, v any) { flags[key] = config.FlagValue{Value: v, From: "request " + field} }
+	requestDir := false
 	for _, k := range req.Overrides.Keys() {
 		v := k.Value
 		if k.Key == "output.directory" {
@@ -197,7 +198,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 			if err != nil {
 				return config.Profile{}, plan.Plan{}, fmt.Errorf("%s: %w", k.Field, err)
 			}
-			v = dir
+			v, requestDir = dir, true
 		}
 		set(k.Key, k.Field, v)
 	}
@@ -222,6 +223,15 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 	p, _, err := config.LoadLayers(config.Layers{Profile: ref, Flags: flags, Names: r.Stages.Names()})
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, err
+	}
+	// With a data root, a profile's relative directory (every built-in
+	// profile's is ".") lies under it, not in serve's working directory.
+	if r.DataRoot != "" && !requestDir && !filepath.IsAbs(p.Output.Directory) {
+		dir, err := r.outputDir(p.Output.Directory)
+		if err != nil {
+			return config.Profile{}, plan.Plan{}, fmt.Errorf("output.directory %q of profile %s: %w", p.Output.Directory, req.Profile, err)
+		}
+		p.Output.Directory = dir
 	}
 	pl, err := p.Plan.Plan()
 	return p, pl, err

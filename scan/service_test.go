@@ -232,3 +232,37 @@ func TestRunnerLogsReadersWarning(t *testing.T) {
 		t.Errorf("logged %v, want the bszstd readers' warning", logs.All())
 	}
 }
+
+// TestRunnerPrepareProfileDirectoryUnderDataRoot: with a data root, a
+// request that names no directory writes where its profile's relative
+// directory (every built-in profile's is ".") lies under the data root,
+// not in serve's working directory; a request that names one writes
+// there.
+func TestRunnerPrepareProfileDirectoryUnderDataRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "p42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: testStages(t)}
+	sub := "p42"
+	for _, tc := range []struct {
+		name      string
+		overrides *service.Overrides
+		want      string
+	}{
+		{"no directory", nil, filepath.Join(root, "nodir.h5")},
+		{"a directory", &service.Overrides{Output: &service.OutputOverrides{Directory: &sub}}, filepath.Join(root, "p42", "adir.h5")},
+	} {
+		id := strings.TrimSuffix(filepath.Base(tc.want), ".h5")
+		sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "default", ScanID: id,
+			Plan: &service.Plan{Projections: 3}, Overrides: tc.overrides})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := sc.(*serveScan).files.Modules[0].Path
+		sc.Release()
+		if got != tc.want {
+			t.Errorf("%s: the scan writes %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
