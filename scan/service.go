@@ -369,6 +369,7 @@ func (s *serveScan) Stop() {
 		return
 	}
 	s.stopped = true
+	s.a.o.Log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
 	if s.sig != nil {
 		s.sig.Request(StopRequest{})
 	}
@@ -389,6 +390,7 @@ func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
 	first := !s.stopped
 	s.stopped = true
 	s.mu.Unlock()
+	s.a.o.Log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
 	if first {
 		sig.Request(CancelRequest{})
 	}

@@ -105,6 +105,9 @@ type Config struct {
 	// Links, where set, are the receiver's links serve set up at
 	// start-up: GET and PUT /v1/rdma.
 	Links Links
+	// Ended, where set, is called with each scan's final status once it
+	// has ended and its event is published (serve logs it).
+	Ended func(Status)
 }
 
 // maxBody bounds every request body: an arm request is small.
@@ -378,6 +381,9 @@ func (s *Service) run(ctx context.Context, j *job) {
 	} else {
 		s.events.publish(DoneEvent(st))
 	}
+	if s.cfg.Ended != nil {
+		s.cfg.Ended(st)
+	}
 }
 
 // reporter passes what a running scan says into its status and events.
@@ -495,10 +501,12 @@ func (s *Service) list() []Status {
 	return out
 }
 
-// Drain stops the current scan, if there is one, as a stop request would,
-// and waits for it to end; after timeout it cancels it, waits for that,
-// and returns an error wrapping ErrDrainTimeout. From then on, the service
-// arms no scan. Call it before the process exits.
+// Drain ends the service's work before the process exits (SIGTERM): from
+// now on it arms no scan; the current scan, armed or running, goes on
+// until it ends by itself (its plan reached, its sender done, a stop or
+// cancel request) for up to timeout, then it is cancelled, writing the
+// frames that arrived, and Drain returns an error wrapping
+// ErrDrainTimeout once it has ended.
 func (s *Service) Drain(timeout time.Duration) error {
 	s.mu.Lock()
 	s.closing = true
@@ -507,14 +515,28 @@ func (s *Service) Drain(timeout time.Duration) error {
 	if j == nil {
 		return nil
 	}
-	s.stop(j.id, false)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
 	case <-j.done:
 		return nil
-	case <-time.After(timeout):
-		j.cancel()
+	case <-t.C:
+		s.stop(j.id, true)
 		<-j.done
 		return fmt.Errorf("scan %s: %w %v: it was cancelled, and ended %s", j.id, ErrDrainTimeout, timeout, j.snapshot().State)
+	}
+}
+
+// Interrupt makes the service arm no more scans and stops the current
+// one, if any, as a stop request does: what an interrupt (Ctrl-C) asks,
+// where SIGTERM lets the scan end by itself (Drain).
+func (s *Service) Interrupt() {
+	s.mu.Lock()
+	s.closing = true
+	j := s.current
+	s.mu.Unlock()
+	if j != nil {
+		s.stop(j.id, false)
 	}
 }
 
