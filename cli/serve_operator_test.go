@@ -232,4 +232,3 @@ func TestServeLogsScanEnds(t *testing.T) {
 		t.Errorf("the log's error %q is not the API's %q", end["error"], st["error"])
 	}
 }
-
