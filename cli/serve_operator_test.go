@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -225,10 +226,58 @@ func TestServeLogsScanEnds(t *testing.T) {
 		t.Fatalf("arm f1: %d %v", code, st)
 	}
 	end = p.expectLog(t, "scan ended", map[string]any{"scan": "f1"})
-	if e, _ := end["error"].(string); end["level"] != "error" || end["state"] != "failed" || e == "" {
-		t.Errorf("f1's end: %v, want failed at error level, with its error", end)
+	if e, _ := end["error"].(string); end["level"] != "error" || end["state"] != "failed" || !strings.HasPrefix(e, "detector silent: ") || !strings.Contains(e, "; no sender connected within source.connect_timeout") {
+		t.Errorf("f1's end: %v, want failed at error level, the detector silent and what to check", end)
 	}
 	if _, st := p.call("GET", "/v1/scans/f1", nil); st["error"] != end["error"] {
 		t.Errorf("the log's error %q is not the API's %q", end["error"], st["error"])
+	}
+}
+
+// TestServeFullDiskSaysWhatToDo fills the file system of serve's data
+// root (a small tmpfs, where this process may mount one) once a scan is
+// armed: the scan fails, and its error is one line naming the cause and
+// the remedy, the same in the API (with error_kind and remedy apart), in
+// /v1/health and in the log's line of its end, at error level; HDF5's
+// stack stays out of all three.
+func TestServeFullDiskSaysWhatToDo(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "30")
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=8m"); err != nil {
+		t.Skipf("cannot mount a small tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	port := operatorPort(t)
+	p := startLoggedServe(t, "--data-root", dir)
+	if code, st := p.call("POST", "/v1/scans", armRequest("full1", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for block := make([]byte, 64<<10); err == nil; _, err = filler.Write(block) {
+	}
+	filler.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the disk: %v", err)
+	}
+	run([]string{"send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--timeout", "20s"})
+
+	end := p.expectLog(t, "scan ended", map[string]any{"scan": "full1"})
+	msg, _ := end["error"].(string)
+	if end["level"] != "error" || end["state"] != "failed" || !strings.HasPrefix(msg, "disk full: ") ||
+		!strings.Contains(msg, "no space left on device; free space") || strings.ContainsAny(msg, "\n") || strings.Contains(msg, "H5") {
+		t.Errorf("the scan's end: %v, want failed at error level, its error one line: disk full, the cause, the remedy", end)
+	}
+	t.Logf("the scan's error: %s", msg)
+	_, st := p.call("GET", "/v1/scans/full1", nil)
+	if st["error"] != msg || st["error_kind"] != "disk full" || !strings.HasPrefix(fmt.Sprint(st["remedy"]), "free space") {
+		t.Errorf("the scan's status: error %q, kind %q, remedy %q; want the log's error, disk full and its remedy", st["error"], st["error_kind"], st["remedy"])
+	}
+	_, health := p.call("GET", "/v1/health", nil)
+	if problems := fmt.Sprint(health["problems"]); !strings.Contains(problems, msg) {
+		t.Errorf("health's problems %s do not give the scan's error %q", problems, msg)
 	}
 }

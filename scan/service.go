@@ -164,7 +164,7 @@ func requestReason(err error) string {
 	case errors.As(err, &exists):
 		return fmt.Sprintf("%s %s exists, and no request replaces a file: give the scan another scan_id or output", exists.What, exists.Path)
 	}
-	return err.Error()
+	return Explain(err).Error()
 }
 
 // load returns the profile a request asks for: a built-in profile or a
@@ -446,6 +446,10 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	close(progressDone)
 	progressWG.Wait()
 
+	if d := writer.Detail(err); d != "" {
+		s.a.o.Log.Debug("hdf5 error stack", zap.String("stack", d))
+	}
+	err = explainAt(err, filepath.Dir(s.files.Modules[0].Path))
 	res := result(ctx.Err() != nil, scan != nil, err)
 	res.Notes = serviceNotes(done)
 	if scan == nil { // no detector connected: no file
@@ -485,7 +489,11 @@ func result(cancelled, connected bool, err error) service.Result {
 	failed := err != nil && !errors.Is(err, ErrIncomplete)
 	switch {
 	case failed:
-		return service.Result{State: service.Failed, Error: err.Error()}
+		res := service.Result{State: service.Failed, Error: err.Error()}
+		if oe := (*OperatorError)(nil); errors.As(err, &oe) {
+			res.ErrorKind, res.Remedy = oe.Kind, oe.Remedy
+		}
+		return res
 	case cancelled:
 		return service.Result{State: service.Cancelled}
 	case !connected && err != nil: // stopped while waiting for the detector

@@ -352,7 +352,7 @@ func (s *Service) run(ctx context.Context, j *job) {
 		j.status.State = Failed
 	}
 	j.status.Counts = res.Counts
-	j.status.Error = res.Error
+	j.status.Error, j.status.ErrorKind, j.status.Remedy = res.Error, res.ErrorKind, res.Remedy
 	if res.State == Incomplete && j.cancelled.Load() {
 		// A cancel answered "cancelling" while the scan was already ending
 		// (a stop's drain done): its file is what the cancel would have

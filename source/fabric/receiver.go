@@ -256,9 +256,9 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, receive.ErrNoSender)
 		case <-timer.C:
-			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, receive.ErrNoSender)
 		}
 	}
 }
