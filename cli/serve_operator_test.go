@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -279,5 +280,50 @@ func TestServeFullDiskSaysWhatToDo(t *testing.T) {
 	_, health := p.call("GET", "/v1/health", nil)
 	if problems := fmt.Sprint(health["problems"]); !strings.Contains(problems, msg) {
 		t.Errorf("health's problems %s do not give the scan's error %q", problems, msg)
+	}
+}
+
+// TestServeDetectorPortLeaksNoDescriptor holds 30 TCP connections open
+// on the detector's port through a scan (a scanner, a client that never
+// speaks): once the scan has ended and they close, serve holds no more
+// descriptors than before it was armed (the tcp provider would leak one
+// for each).
+func TestServeDetectorPortLeaksNoDescriptor(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "30")
+	dir := t.TempDir()
+	port := operatorPort(t)
+	p := startLoggedServe(t, "--data-root", dir)
+	fds := func() int {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	p.call("GET", "/v1/status", nil) // the client's connection, kept alive, counted in both
+	before := fds()
+	if code, st := p.call("POST", "/v1/scans", armRequest("leak1", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	var held []net.Conn
+	for range 30 {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	if code := run([]string{"send", capPath, "--to", fmt.Sprintf("127.0.0.1:%d", port), "--timeout", "20s"}); code != exitOK {
+		t.Fatalf("send: exit status %d", code)
+	}
+	if _, st := p.call("GET", "/v1/scans/leak1/wait?timeout=30", nil); st["state"] != "done" {
+		t.Fatalf("the scan: %v", st)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	if after := fds(); after > before+2 {
+		t.Errorf("serve holds %d descriptors after the scan, %d before it: the held connections leaked", after, before)
 	}
 }
