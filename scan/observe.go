@@ -250,7 +250,7 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 		{"not_frame", func(p pipeline.Progress) int { return p.NotFrame }},
 		{"pipeline_full", func(p pipeline.Progress) int { return p.Overflow }},
 	} {
-		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable, or out of range: beyond the scan), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
+		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable: recorded rejected), out of range (beyond the scan: not written), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
 			prog(pr.f), "problem", pr.name)
 	}
 	dir := filepath.Dir(scan.Output)

@@ -546,12 +546,16 @@ func serviceNotes(res Result) []service.Note {
 	return notes
 }
 
-// serviceCounts returns a pipeline's progress as the service counts it.
+// serviceCounts returns a pipeline's progress as the service counts it:
+// rejected as the file records it (a frame of the plan that could not be
+// decoded), so that ok, crc_mismatch, rejected and missing add up to the
+// plan, as the file's records, the summary and /metrics have them;
+// frames beyond the plan are dropped with the duplicates.
 func serviceCounts(p pipeline.Progress) service.Counts {
 	return service.Counts{
 		Planned: p.Planned, Received: p.Received, Written: p.Written, OK: p.OK,
 		Pending: p.Pending, Missing: p.Missing,
-		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected + p.OutOfRange,
-		Dropped: p.Duplicate + p.Overflow, Discarded: p.Discarded,
+		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected,
+		Dropped: p.Duplicate + p.Overflow + p.OutOfRange, Discarded: p.Discarded,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/pipeline"
 	"h5ingest/service"
 
 	"go.uber.org/zap"
@@ -264,5 +265,21 @@ func TestRunnerPrepareProfileDirectoryUnderDataRoot(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: the scan writes %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestServiceCountsAddUpToThePlan: the service counts rejected as the
+// file records it, so that ok, crc_mismatch, rejected and missing add up
+// to the plan, and rejected is what /metrics' rejected problem says;
+// frames beyond the plan are dropped, with the duplicates.
+func TestServiceCountsAddUpToThePlan(t *testing.T) {
+	p := pipeline.Progress{Counts: pipeline.Counts{Planned: 20, Received: 26, OK: 14, CRCMismatch: 1, Rejected: 2,
+		Missing: 3, Duplicate: 2, OutOfRange: 4}}
+	c := serviceCounts(p)
+	if sum := c.OK + c.CRCMismatch + c.Rejected + c.Missing; sum != c.Planned {
+		t.Errorf("ok %d + crc_mismatch %d + rejected %d + missing %d = %d, want the plan's %d", c.OK, c.CRCMismatch, c.Rejected, c.Missing, sum, c.Planned)
+	}
+	if c.Rejected != p.Rejected || c.Dropped != p.Duplicate+p.OutOfRange {
+		t.Errorf("rejected %d, dropped %d; want %d (as /metrics and the file say) and %d (duplicates and frames beyond the plan)", c.Rejected, c.Dropped, p.Rejected, p.Duplicate+p.OutOfRange)
 	}
 }

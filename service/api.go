@@ -111,8 +111,8 @@ type Counts struct {
 	Pending     int `json:"pending" doc:"Planned frames not received yet and not yet due: no later frame has passed them by the gap (docs/frames.md). 0 once the scan ends."`
 	Missing     int `json:"missing" doc:"Frames not received that a later frame has passed by the gap, and once the scan ends every frame not received."`
 	CRCMismatch int `json:"crc_mismatch"`
-	Rejected    int `json:"rejected"`
-	Dropped     int `json:"dropped" doc:"Duplicates, frames out of range, frames dropped because the pipeline was full."`
+	Rejected    int `json:"rejected" doc:"Frames of the plan that could not be decoded, recorded rejected: ok, crc_mismatch, rejected and missing add up to planned."`
+	Dropped     int `json:"dropped" doc:"Duplicates, frames beyond the plan (out of range), frames dropped because the pipeline was full."`
 	Discarded   int `json:"discarded" doc:"Frames that arrived but could not be written before the file closed (a cancel or drain that could not finish): the log says why."`
 }
 
