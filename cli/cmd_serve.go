@@ -154,7 +154,8 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return scan.Usage(errors.New("--rdma-params and --front-end go with --rdma-profile, which sets the queue pairs up"))
 	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
-		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Ended: scanEnded(log)})
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Ended: scanEnded(log, watch)})
+	watch.ShowService(svc)
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -229,9 +230,10 @@ func serveModules(module int, modules []int) ([]int, error) {
 
 // scanEnded returns what logs a scan's end in one line: info when it is
 // done, a warning when incomplete or cancelled, an error when it failed;
-// with its counts, files and error.
-func scanEnded(log *zap.Logger) func(service.Status) {
+// with its counts, files and error; and counts it on watch's /metrics.
+func scanEnded(log *zap.Logger, watch *scan.Observer) func(service.Status) {
 	return func(st service.Status) {
+		watch.ScanEnded(st.State)
 		c := st.Counts
 		files := make([]string, len(st.Files))
 		for i, f := range st.Files {

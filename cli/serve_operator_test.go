@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,7 +30,12 @@ type loggedServe struct {
 // port with args and waits until it answers.
 func startLoggedServe(t *testing.T, args ...string) *loggedServe {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", scantest.FreePort(t))
+	return startLoggedServeAt(t, fmt.Sprintf("127.0.0.1:%d", scantest.FreePort(t)), args...)
+}
+
+// startLoggedServeAt is startLoggedServe listening on addr.
+func startLoggedServeAt(t *testing.T, addr string, args ...string) *loggedServe {
+	t.Helper()
 	cmd := command(append([]string{"serve", "--listen", addr, "--log-level", "info"}, args...)...)
 	rd, wr, err := os.Pipe()
 	if err != nil {
@@ -325,5 +331,233 @@ func TestServeDetectorPortLeaksNoDescriptor(t *testing.T) {
 	}
 	if after := fds(); after > before+2 {
 		t.Errorf("serve holds %d descriptors after the scan, %d before it: the held connections leaked", after, before)
+	}
+}
+
+// pageStatus is what /status.json says, decoded.
+type pageStatus struct {
+	Scans []struct {
+		Scan struct {
+			ID        string `json:"id"`
+			Output    string `json:"output"`
+			RingSlots int    `json:"ring_slots"`
+		} `json:"scan"`
+		Written    int    `json:"written"`
+		PreviewSeq uint64 `json:"preview_seq"`
+	} `json:"scans"`
+	Service struct {
+		State    string         `json:"state"`
+		Scan     *pageScan      `json:"scan"`
+		LastScan *pageScan      `json:"last_scan"`
+		Storage  map[string]any `json:"storage"`
+	} `json:"service"`
+	PreviewAllowed bool `json:"preview_allowed"`
+}
+
+type pageScan struct {
+	ScanID    string `json:"scan_id"`
+	State     string `json:"state"`
+	Error     string `json:"error"`
+	ErrorKind string `json:"error_kind"`
+	Remedy    string `json:"remedy"`
+	Files     []any  `json:"files"`
+}
+
+// page returns serve's /status.json at base, asked with token where not
+// empty.
+func page(t *testing.T, base, token string) pageStatus {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/status.json", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st pageStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestServeStatusPageShowsTheService follows serve's page data and
+// metrics through a scan done, one armed after it, one cancelled and one
+// failed: the service's state and the scans' states as the API names
+// them, the running scan's image and ring, a newly armed scan replacing
+// the last on the page and in /metrics at once, a failure's kind and
+// remedy, and the service's series from the start.
+func TestServeStatusPageShowsTheService(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "30")
+	dir, profiles := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(profiles, "silent.yaml"), []byte("source:\n  connect_timeout: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := scantest.FreePort(t)
+	t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(port))
+	p := startLoggedServe(t, "--data-root", dir, "--profiles", profiles)
+
+	if st := page(t, p.base, ""); st.Service.State != "idle" || len(st.Scans) != 0 || !st.PreviewAllowed {
+		t.Errorf("before any scan: %+v, want the service idle, no scan, the preview allowed on loopback", st)
+	}
+	metrics := p.get("/metrics")
+	for _, want := range []string{`h5ingest_build_info{go="go`, `h5ingest_service_state{state="idle"} 1`, `h5ingest_service_state{state="running"} 0`,
+		`h5ingest_scans_total{outcome="done"} 0`, `h5ingest_scans_total{outcome="failed"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics at start-up lacks %s", want)
+		}
+	}
+
+	if code, st := p.call("POST", "/v1/scans", armRequest("s1", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm s1: %d %v", code, st)
+	}
+	sender := startHeldSender(t, capPath, fmt.Sprintf("127.0.0.1:%d", port))
+	sender.send(t, 10)
+	var st pageStatus
+	waitFor(t, time.Minute, "s1 running on the page with an image", func() bool {
+		st = page(t, p.base, "") // a look at the page keeps images coming for the preview
+		return len(st.Scans) == 1 && st.Scans[0].Written == 10 && st.Scans[0].PreviewSeq > 0 && st.Service.State == "running"
+	})
+	if st.Service.Scan == nil || st.Service.Scan.ScanID != "s1" || st.Scans[0].Scan.RingSlots == 0 {
+		t.Errorf("s1 running: %+v", st)
+	}
+	if !strings.Contains(p.get("/metrics"), `h5ingest_service_state{state="running"} 1`) {
+		t.Error("/metrics does not say the service runs a scan")
+	}
+	resp, err := http.Get(p.base + "/preview.png?module=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("the running scan's preview: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	sender.finish(t)
+	p.call("GET", "/v1/scans/s1/wait?timeout=30", nil)
+	if st = page(t, p.base, ""); st.Service.State != "idle" || st.Service.LastScan == nil || st.Service.LastScan.State != "done" || len(st.Scans) != 1 {
+		t.Errorf("after s1: %+v, want the service idle, s1 done and still shown", st)
+	}
+	_, browser := os.Stat(chromium)
+	if browser == nil { // the page as a browser shows it: s1 done, not a grey "finished"
+		dom := dumpDOM(t, p.base+"/", 1500*time.Millisecond, "--dump-dom")
+		if !regexp.MustCompile(`id="m0-state"[^>]*>done<`).MatchString(dom) || !regexp.MustCompile(`id="service-state"[^>]*>idle<`).MatchString(dom) {
+			t.Errorf("the page after s1 does not show it done and the service idle:\n%.3000s", dom)
+		}
+	}
+
+	if code, st := p.call("POST", "/v1/scans", armRequest("s2", dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm s2: %d %v", code, st)
+	}
+	waitFor(t, time.Minute, "s2 armed in the service's status", func() bool {
+		st = page(t, p.base, "")
+		return st.Service.Scan != nil && st.Service.Scan.ScanID == "s2"
+	})
+	if len(st.Scans) != 0 || st.Service.State != "armed" {
+		t.Errorf("s2 armed: the page shows %+v, want s1 gone and the service armed", st)
+	}
+	if m := p.get("/metrics"); strings.Contains(m, `scan="s1"`) {
+		t.Error("/metrics still shows s1 once s2 is armed")
+	}
+	p.call("POST", "/v1/scans/s2/cancel", nil)
+	p.call("GET", "/v1/scans/s2/wait?timeout=30", nil)
+	if st = page(t, p.base, ""); st.Service.LastScan == nil || st.Service.LastScan.State != "cancelled" {
+		t.Errorf("after the cancel: %+v", st.Service.LastScan)
+	}
+
+	req := armRequest("f1", dir, 5)
+	req["profile"] = "silent"
+	if code, st := p.call("POST", "/v1/scans", req); code != http.StatusCreated {
+		t.Fatalf("arm f1: %d %v", code, st)
+	}
+	p.call("GET", "/v1/scans/f1/wait?timeout=30", nil)
+	st = page(t, p.base, "")
+	if l := st.Service.LastScan; st.Service.State != "error" || l == nil || l.State != "failed" || l.ErrorKind != "detector silent" || l.Remedy == "" || l.Error == "" {
+		t.Errorf("after f1 failed: service %s, last scan %+v; want error, f1 failed with its kind, remedy and error", st.Service.State, l)
+	}
+	if browser == nil {
+		dom := dumpDOM(t, p.base+"/", 1500*time.Millisecond, "--dump-dom")
+		if !regexp.MustCompile(`id="service-state"[^>]*>error: the last scan failed<`).MatchString(dom) ||
+			!regexp.MustCompile(`id="service-error"[^>]*>detector silent: `).MatchString(dom) {
+			t.Errorf("the page after f1 failed does not say so, with its cause:\n%.3000s", dom)
+		}
+	}
+	metrics = p.get("/metrics")
+	for _, want := range []string{`h5ingest_scans_total{outcome="done"} 1`, `h5ingest_scans_total{outcome="cancelled"} 1`,
+		`h5ingest_scans_total{outcome="failed"} 1`, `h5ingest_service_state{state="error"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics after the scans lacks %s", want)
+		}
+	}
+}
+
+// TestServeStatusPageOffLoopback reads serve's page data from another
+// address than loopback: without the token, /status.json holds no path
+// and no error's text (its kind and remedy only) and says the preview
+// needs the token, and /preview.png is a 401; with the token, both are
+// whole.
+func TestServeStatusPageOffLoopback(t *testing.T) {
+	var ip net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Skip("this machine has no address off loopback")
+	}
+	smallDetector(t)
+	dir, profiles := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(profiles, "silent.yaml"), []byte("source:\n  connect_timeout: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("H5INGEST_SOURCE_PORT", fmt.Sprint(scantest.FreePort(t)))
+	const token = "0123456789abcdef0123"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(ip.String(), fmt.Sprint(scantest.FreePort(t)))
+	p := startLoggedServeAt(t, addr, "--data-root", dir, "--profiles", profiles, "--token-file", tokenFile)
+	p.token = token
+	req := armRequest("f1", dir, 5)
+	req["profile"] = "silent"
+	if code, st := p.call("POST", "/v1/scans", req); code != http.StatusCreated {
+		t.Fatalf("arm f1: %d %v", code, st)
+	}
+	p.call("GET", "/v1/scans/f1/wait?timeout=30", nil)
+
+	open := page(t, p.base, "")
+	l := open.Service.LastScan
+	if open.PreviewAllowed || l == nil || l.Error != "detector silent; "+l.Remedy || l.Remedy == "" || len(l.Files) != 0 {
+		t.Errorf("without the token: preview allowed %v, last scan %+v; want no preview, the error's kind and remedy alone", open.PreviewAllowed, l)
+	}
+	if d, _ := open.Service.Storage["directory"].(string); d != "" {
+		t.Errorf("without the token, the page names the directory %s", d)
+	}
+	whole := page(t, p.base, token)
+	if l := whole.Service.LastScan; !whole.PreviewAllowed || l == nil || !strings.Contains(l.Error, "wait for a sender on") {
+		t.Errorf("with the token: preview allowed %v, last scan %+v; want the preview and the whole error", whole.PreviewAllowed, l)
+	}
+	for _, tc := range []struct {
+		token string
+		want  bool // a 401
+	}{{"", true}, {token, false}} {
+		r, _ := http.NewRequest("GET", p.base+"/preview.png", nil)
+		if tc.token != "" {
+			r.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.StatusCode == http.StatusUnauthorized; got != tc.want {
+			t.Errorf("/preview.png with token %q: %s", tc.token, resp.Status)
+		}
 	}
 }

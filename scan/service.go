@@ -137,6 +137,7 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err != nil {
 		return nil, refuse(err)
 	}
+	r.Observer.Armed(req.ScanID) // the page and /metrics show this scan, not the last, from its arming
 	if len(files.Modules) > 1 {
 		return r.armNode(a, profile, files, release)
 	}

@@ -146,6 +146,9 @@ type Service struct {
 	closing   bool            // Drain was called: no more arms
 	jobs      map[string]*job // by scan id: the current and the last ended
 	ended     []string        // scan ids of ended jobs, oldest first
+
+	started time.Time     // when New made it
+	storage *storageProbe // asks a Storer for the free space
 }
 
 // A body's keys are judged as written: encoding/json would take "OUTPUT"
@@ -171,7 +174,8 @@ func New(r Runner, cfg Config) *Service {
 	if cfg.MaxConnsPerClient <= 0 {
 		cfg.MaxConnsPerClient = 16
 	}
-	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{}}
+	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{},
+		started: time.Now().UTC(), storage: &storageProbe{}}
 	hc := huma.DefaultConfig("h5ingest scan service", cfg.Version)
 	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
 	hc.DocsPath = "" // no page that loads scripts from elsewhere

@@ -137,8 +137,7 @@ const storageWait = 2 * time.Second
 // the profiles an arm may name, a scan's latest image, and the OpenAPI
 // documents.
 func (s *Service) registerStatus() {
-	started := time.Now().UTC()
-	storage := &storageProbe{}
+	started, storage := s.started, s.storage
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-status", Method: http.MethodGet, Path: "/v1/status",
 		Summary:     "The service's state, version, current scan with its rates, last error and free space",
@@ -190,6 +189,21 @@ func (s *Service) registerStatus() {
 	s.registerDocuments()
 }
 
+// serviceState returns the service's state from its current scan and
+// its last ended one (either nil where there is none), and whether it
+// drains.
+func serviceState(cur, last *Status, closing bool) State {
+	switch {
+	case closing:
+		return Draining
+	case cur != nil && !cur.State.ended():
+		return cur.State
+	case cur == nil && last != nil && last.State == Failed:
+		return ErrorState
+	}
+	return Idle // or a scan between Run's return and the service's bookkeeping
+}
+
 // serviceStatus returns the service's status.
 func (s *Service) serviceStatus(started time.Time, storage *storageProbe) ServiceStatus {
 	s.mu.Lock()
@@ -215,21 +229,13 @@ func (s *Service) serviceStatus(started time.Time, storage *storageProbe) Servic
 	}
 	if cur != nil {
 		c := cur.snapshot()
-		st.Scan, st.State = &c, c.State
-		if c.State.ended() { // between Run's return and the service's bookkeeping
-			st.State = Idle
-		}
+		st.Scan = &c
 	}
 	if last != nil {
 		l := last.snapshot()
 		st.LastScan = &l
-		if cur == nil && l.State == Failed {
-			st.State = ErrorState
-		}
 	}
-	if closing {
-		st.State = Draining
-	}
+	st.State = serviceState(st.Scan, st.LastScan, closing)
 	for _, j := range ended {
 		if e := j.snapshot(); e.Error != "" {
 			st.LastError = &LastError{ScanID: e.ScanID, Error: e.Error, At: e.EndedAt}
