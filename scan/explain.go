@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"h5ingest/receive"
+	"h5ingest/writer"
 )
 
 // An OperatorError is a failure an operator can meet and mend (a full
@@ -57,11 +58,11 @@ func Explain(err error) error {
 	return err
 }
 
-// explainAt is Explain for a failure of a scan writing in dir: where the
-// error names no system error (HDF5's stack may not), the file system of
-// dir says what is wrong with it, if anything: gone, read-only or full.
+// explainAt is Explain for a failure of a scan writing in dir: where an
+// HDF5 failure names no system error (its stack may not), the file system
+// of dir says what is wrong with it, if anything: gone, read-only or full.
 func explainAt(err error, dir string) error {
-	if x := Explain(err); x != err || err == nil || dir == "" {
+	if x := Explain(err); x != err || err == nil || dir == "" || writer.Detail(err) == "" {
 		return x
 	}
 	var st syscall.Statfs_t

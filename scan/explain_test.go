@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"h5ingest/receive"
+	"h5ingest/writer"
 )
 
 // TestExplain: each failure an operator can meet is one line naming the
@@ -51,15 +52,26 @@ func TestExplain(t *testing.T) {
 	if Explain(plain) != plain || Explain(nil) != nil {
 		t.Error("an error no operator mends was changed")
 	}
-	// No system error named (an HDF5 stack without one): the output
-	// directory's state says it.
+	// An HDF5 failure whose stack names no system error: the output
+	// directory's state says what is wrong, where anything is; any other
+	// failure is left as it is.
+	garbage := filepath.Join(t.TempDir(), "not.h5")
+	if err := os.WriteFile(garbage, []byte("not an HDF5 file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, hdf5 := writer.OpenPlain(garbage)
+	if hdf5 == nil || writer.Detail(hdf5) == "" || Explain(hdf5) != hdf5 {
+		t.Fatalf("opening a file that is not HDF5: %v, want an HDF5 failure naming no system error", hdf5)
+	}
 	gone := filepath.Join(t.TempDir(), "gone")
-	hdf5 := errors.New("flush /data/s1.h5: H5Fflush(): unable to flush")
 	var oe *OperatorError
 	if got := explainAt(hdf5, gone); !errors.As(got, &oe) || oe.Kind != "directory gone" || !errors.Is(got, hdf5) {
-		t.Errorf("a failure in a directory that is gone: %v, want directory gone", got)
+		t.Errorf("an HDF5 failure in a directory that is gone: %v, want directory gone", got)
 	}
 	if got := explainAt(hdf5, t.TempDir()); got != hdf5 {
-		t.Errorf("a failure in a sound directory: %v, want it as it is", got)
+		t.Errorf("an HDF5 failure in a sound directory: %v, want it as it is", got)
+	}
+	if got := explainAt(plain, gone); got != plain {
+		t.Errorf("a failure not of the file in a directory that is gone: %v, want it as it is", got)
 	}
 }
