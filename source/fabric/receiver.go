@@ -427,15 +427,17 @@ func (l *Listener) Close() error {
 	if l.pep != nil {
 		errs = append(errs, l.pep.Close())
 	}
-	// The sockets the provider accepted and forgot (see orphans), found
-	// while the port is still this listener's and closed once the
-	// provider's poll set, with the event queue, is gone.
-	l.mu.Lock()
-	left := orphans(l.addr, l.peers)
-	l.mu.Unlock()
 	if l.eq != nil {
 		errs = append(errs, l.eq.Close())
 	}
+	// The sockets the provider accepted and forgot (see orphans), once
+	// its poll set, with the event queue, is gone: nothing closes them
+	// any more, so their descriptors cannot be reused meanwhile. (No
+	// listener of the process opens on the same port before Close
+	// returns: its sockets would look the same.)
+	l.mu.Lock()
+	left := orphans(l.addr, l.peers)
+	l.mu.Unlock()
 	closeOrphans(left)
 	if l.fab != nil {
 		// Streams hold their own domains on this fabric; the last closer
