@@ -116,6 +116,6 @@ func Run(stages *registry.Registry, args []string) int {
 		fmt.Fprintf(os.Stderr, "h5ingest: %v (give --overwrite to replace it)\n", err)
 		return code
 	}
-	fmt.Fprintf(os.Stderr, "h5ingest: %v\n", err)
+	fmt.Fprintf(os.Stderr, "h5ingest: %v\n", scan.Explain(err))
 	return code
 }

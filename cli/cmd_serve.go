@@ -46,6 +46,10 @@ type serveFlags struct {
 	stages *registry.Registry // the stages a profile may name
 }
 
+// DrainTimeout is serve's --drain-timeout by default: how long, after
+// SIGTERM, the running scan may go on before it is cancelled.
+const DrainTimeout = time.Minute
+
 func newServeCmd(stages *registry.Registry) *cobra.Command {
 	f := serveFlags{stages: stages}
 	cmd := &cobra.Command{
@@ -82,7 +86,7 @@ name, or a POST that is not application/json, is refused.`,
 	fs.StringArrayVar(&f.hosts, "allow-host", nil, "a name clients reach the service by (its host name, a proxy's), besides its listen address; repeatable")
 	fs.IntVar(&f.maxConns, "max-connections", 64, "most HTTP connections open at once; more are answered 503")
 	fs.IntVar(&f.perClient, "max-client-connections", 16, "most HTTP connections open at once from one client address")
-	fs.DurationVar(&f.drain, "drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long the running scan may take to drain before it is cancelled (a warning, and serve exits 1)")
+	fs.DurationVar(&f.drain, "drain-timeout", DrainTimeout, "on SIGINT or SIGTERM, how long the running scan may go on to its end (its plan, its sender's end, a stop) before it is cancelled with the frames that arrived written (a warning, and serve exits 1); no scan is armed meanwhile")
 	fs.BoolVar(&f.gpu, "preload-gpu", true, "open the GPU and compile its kernels at start-up, for every scan to share (false: each scan that decodes on it opens it)")
 	fs.StringVar(&f.rdma, "rdma-profile", "", "set up the static RoCE queue pairs and rings of this profile's modules (source.transport roce) once, at start-up, for every scan: GET /v1/rdma shows the receiver's end of them")
 	fs.StringVar(&f.params, "rdma-params", "", "with --rdma-profile: write the receiver's end of each queue pair to this JSON file too, for the front end, rewritten with a new nonce at each scan")
@@ -150,7 +154,8 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return scan.Usage(errors.New("--rdma-params and --front-end go with --rdma-profile, which sets the queue pairs up"))
 	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
-		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Levels: codecLevels(f.stages)})
+		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Levels: codecLevels(f.stages), Ended: scanEnded(log, watch)})
+	watch.ShowService(svc)
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -166,14 +171,30 @@ func serve(ctx context.Context, f *serveFlags) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// SIGHUP (a closed terminal, a reload asked of the unit) ends no scan.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "h5ingest: %v: draining the running scan, then stopping\n", s)
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case s := <-sigs:
+				if s == os.Interrupt { // Ctrl-C: stop the scan now, as acquire's first does
+					fmt.Fprintf(os.Stderr, "h5ingest: %v: stopping the running scan (its frames in flight written), then exiting\n", s)
+					svc.Interrupt()
+				} else {
+					fmt.Fprintf(os.Stderr, "h5ingest: %v: taking no new scan; the running scan may end by itself for up to %v (--drain-timeout), then it is cancelled\n", s, f.drain)
+				}
+				log.Info("draining", zap.Stringer("signal", s), zap.Duration("drain_timeout", f.drain))
+				cancel()
+				return
+			case s := <-hups:
+				log.Info("signal ignored: serve and its scan go on (restart serve to read its settings again)", zap.Stringer("signal", s))
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	// A lost GPU ends serve as a signal does, where --on-gpu-lost says so.
@@ -223,4 +244,37 @@ func codecLevels(stages *registry.Registry) []service.CodecLevels {
 		}
 	}
 	return out
+}
+
+// scanEnded returns what logs a scan's end in one line: info when it is
+// done, a warning when incomplete or cancelled, an error when it failed;
+// with its counts, files and error; and counts it on watch's /metrics.
+func scanEnded(log *zap.Logger, watch *scan.Observer) func(service.Status) {
+	return func(st service.Status) {
+		watch.ScanEnded(st.State)
+		c := st.Counts
+		files := make([]string, len(st.Files))
+		for i, f := range st.Files {
+			files[i] = f.Path
+			if f.Error != "" {
+				files[i] += " (" + f.Error + ")"
+			}
+		}
+		fields := []zap.Field{zap.String("scan", st.ScanID), zap.String("state", string(st.State)),
+			zap.Int("planned", c.Planned), zap.Int("received", c.Received), zap.Int("written", c.Written),
+			zap.Int("ok", c.OK), zap.Int("missing", c.Missing), zap.Int("crc_mismatch", c.CRCMismatch),
+			zap.Int("rejected", c.Rejected), zap.Int("dropped", c.Dropped), zap.Int("discarded", c.Discarded),
+			zap.Strings("files", files), zap.Int("notes", len(st.Notes))}
+		if st.Error != "" {
+			fields = append(fields, zap.String("error", st.Error))
+		}
+		switch st.State {
+		case service.Done:
+			log.Info("scan ended", fields...)
+		case service.Failed:
+			log.Error("scan ended", fields...)
+		default:
+			log.Warn("scan ended", fields...)
+		}
+	}
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // TestAcquirePreScanFails checks that acquire stops before listening
-// when a check fails: exit status 1, each failure on a line of its own.
+// when a check fails: exit status 1, each failure on a line of its own,
+// a port taken named as such with what to do.
 func TestAcquirePreScanFails(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -35,7 +36,8 @@ func TestAcquirePreScanFails(t *testing.T) {
 		t.Fatalf("exit status %d, want %d\n%s", code, exitFailure, stderr)
 	}
 	for _, want := range []string{"pre-scan check: output directory " + filepath.Dir(out) + " does not exist\n",
-		"pre-scan check: listen address " + busy.Addr().String() + " is not free"} {
+		"pre-scan check: port taken: listen address " + busy.Addr().String() + " is not free",
+		"; another process listens on the detector's port: stop it (ss -ltnp names it), or give another (source.port)\n"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}

@@ -156,7 +156,7 @@ func checksFailed(w io.Writer, err error) error {
 		return err
 	}
 	for _, f := range failed.Failures {
-		fmt.Fprintf(w, "h5ingest: pre-scan check: %v\n", f)
+		fmt.Fprintf(w, "h5ingest: pre-scan check: %v\n", scan.Explain(f))
 	}
 	return scan.ErrChecks
 }

@@ -6,6 +6,7 @@ package deploy
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"h5ingest/cli"
+	"h5ingest/scan"
 )
 
 // verify runs systemd-analyze verify on unit and returns what it said;
@@ -201,5 +206,27 @@ func TestMakeInstall(t *testing.T) {
 		if out := verify(t, copy); out != "" {
 			t.Errorf("systemd-analyze verify of the installed unit:\n%s", out)
 		}
+	}
+}
+
+// TestUnitOutlastsTheDrain: systemd waits for serve's drain on stop
+// (TimeoutStopSec beyond --drain-timeout, the cancel's write and the
+// server's shutdown) rather than kill it mid-scan.
+func TestUnitOutlastsTheDrain(t *testing.T) {
+	b, err := os.ReadFile("h5ingest-serve.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)s$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the unit sets no TimeoutStopSec in seconds")
+	}
+	if start := regexp.MustCompile(`(?m)^ExecStart=.*$`).Find(b); bytes.Contains(start, []byte("--drain-timeout")) {
+		t.Fatal("the unit's serve has its own --drain-timeout: check TimeoutStopSec against it")
+	}
+	stop, _ := time.ParseDuration(string(m[1]) + "s")
+	const shutdown = 5 * time.Second // service.Serve's for its HTTP server
+	if need := cli.DrainTimeout + scan.CancelWrite + shutdown; stop <= need {
+		t.Errorf("TimeoutStopSec=%v, want more than the drain (%v), the cancel's write (%v) and the shutdown (%v)", stop, cli.DrainTimeout, scan.CancelWrite, shutdown)
 	}
 }

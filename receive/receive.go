@@ -33,6 +33,16 @@ var ErrRefused = errors.New("sender refused")
 // or send in time.
 var ErrTimeout = errors.New("timed out")
 
+// ErrNoSender is wrapped by the error of a wait for a sender that none
+// answered within the connect timeout: the detector is silent. It is an
+// ErrTimeout too, and says the same.
+var ErrNoSender error = noSenderError{}
+
+type noSenderError struct{}
+
+func (noSenderError) Error() string        { return ErrTimeout.Error() }
+func (noSenderError) Is(target error) bool { return target == ErrTimeout }
+
 // Module is what a stream knows of the module whose frames it delivers.
 type Module struct {
 	ID     uint16       // the module's id (0-based)

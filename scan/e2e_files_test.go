@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 // leave the output directory. docs/reliability.md lists each.
 
 // TestReplayDiskFull replays a scan onto an 8 MiB tmpfs that holds about
-// half of it: a failure with the system's "No space left on device", and
+// half of it: a failure wrapping the system's ENOSPC ("no space left on device"), and
 // the file, under its final name, holds every frame written before the
 // disk filled, verified, the rest recorded missing.
 func TestReplayDiskFull(t *testing.T) {
@@ -36,7 +37,7 @@ func TestReplayDiskFull(t *testing.T) {
 	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "none"})
 	out := filepath.Join(dir, "full.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 12, 0, 180), out, path)
-	if !failed(r.err) || !strings.Contains(r.err.Error(), "No space left on device") {
+	if !failed(r.err) || !errors.Is(r.err, syscall.ENOSPC) || !strings.Contains(r.err.Error(), "no space left on device") {
 		t.Fatalf("replay: %v, want a failure saying the disk is full:\n%s%s", r.err, r.out, r.errs)
 	}
 	status, ok := scantest.CheckTruth(t, out, truth)
@@ -79,7 +80,7 @@ func TestReplayDiskFullNoPlan(t *testing.T) {
 				out := filepath.Join(dir, "full.h5")
 				p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": tt.compression})
 				r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, captures[which])
-				if !failed(r.err) || !strings.Contains(r.err.Error(), "No space left on device") {
+				if !failed(r.err) || !errors.Is(r.err, syscall.ENOSPC) || !strings.Contains(r.err.Error(), "no space left on device") {
 					t.Fatalf("replay: %v, want a failure saying the disk is full:\n%s%s", r.err, r.out, r.errs)
 				}
 				b, err := exec.Command(py, "-c", `import sys, h5py

@@ -161,6 +161,7 @@ func Open(path string, o Options) (*Module, error) {
 		return nil, err
 	}
 	watch.describe(p, path, plan, format, backend.Name(), out.Compression)
+	watch.scan.RingSlots = profile.Source.RingSlots
 	log.Info("scan started", zap.String("output", path), zap.Stringer("format", format),
 		zap.Stringer("plan", plan), zap.String("backend", backend.Name()), zap.String("compression", out.Compression),
 		zap.Bool("backend_shuffle", out.BackendShuffle))

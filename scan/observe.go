@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +27,9 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/receive"
+	"h5ingest/service"
 	"h5ingest/status"
+	"h5ingest/version"
 )
 
 // Observer is what a command shows of its scans while they run (Metrics:
@@ -46,11 +49,81 @@ type Observer struct {
 // scan (h5ingest serve): each scan's metrics and page replace the last
 // one's on its Handler, and no scan's end stops it or writes a report.
 func NewServingObserver(log *zap.Logger) *Observer {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	o := &Observer{}
 	o.obs = &observer{flags: o, log: log, reg: reg, srv: status.NewServer(reg), started: time.Now(), persistent: true}
 	return o
+}
+
+// newRegistry returns a metrics registry with the process's own series:
+// the Go runtime's, the process's, and h5ingest_build_info.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "h5ingest_build_info", Help: "Always 1: its labels are h5ingest's version and the Go release it was built with.",
+			ConstLabels: prometheus.Labels{"version": version.String(), "go": runtime.Version()}}, func() float64 { return 1 }))
+	return reg
+}
+
+// serviceStates are the states h5ingest_service_state has a series for,
+// as GET /v1/status names them.
+var serviceStates = []service.State{service.Idle, service.Armed, service.Running, service.Stopping,
+	service.Cancelling, service.Draining, service.ErrorState}
+
+// scanOutcomes are the ends h5ingest_scans_total counts.
+var scanOutcomes = []service.State{service.Done, service.Incomplete, service.Cancelled, service.Failed}
+
+// ShowService makes a serving observer show the scan service svc: its
+// state and its scans' ends in /metrics (h5ingest_service_state,
+// h5ingest_scans_total, each series there from the start), and its
+// status on the page and in /status.json, without paths, errors' text
+// or images for a reader svc does not trust (off loopback, without the
+// token). Call it once, before serving; ScanEnded counts the ends.
+func (o *Observer) ShowService(svc *service.Service) {
+	obs := o.obs
+	for _, st := range serviceStates {
+		obs.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "h5ingest_service_state",
+			Help:        "1 for the state the scan service is in (idle, armed, running, stopping, cancelling, draining, error), 0 for the others.",
+			ConstLabels: prometheus.Labels{"state": string(st)}}, func() float64 {
+			if svc.State() == st {
+				return 1
+			}
+			return 0
+		}))
+	}
+	obs.scans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h5ingest_scans_total",
+		Help: "Scans the service ran to their end, by outcome: done, incomplete, cancelled, failed."}, []string{"outcome"})
+	for _, st := range scanOutcomes {
+		obs.scans.WithLabelValues(string(st))
+	}
+	obs.reg.MustRegister(obs.scans)
+	obs.srv.ShowService(func(trusted bool) any { return svc.Status(trusted) }, svc.Trusted)
+}
+
+// ScanEnded counts the end of a scan of the service in
+// h5ingest_scans_total, by its final state.
+func (o *Observer) ScanEnded(st service.State) {
+	if o.obs != nil && o.obs.scans != nil {
+		o.obs.scans.WithLabelValues(string(st)).Inc()
+	}
+}
+
+// Armed makes a serving observer show scan id from now on: the last
+// scan's series leave /metrics and its modules the page at once, not
+// when the new scan's detector connects.
+func (o *Observer) Armed(id string) {
+	if o == nil || o.obs == nil || !o.obs.persistent {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if id == o.obs.lastID {
+		return
+	}
+	for _, last := range o.obs.last {
+		o.obs.unshow(last)
+	}
+	o.obs.last, o.obs.lastID = nil, id
 }
 
 // Handler returns the status pages and metrics of a serving observer
@@ -92,8 +165,9 @@ type observer struct {
 	// (serve): each scan's metrics and page replace the last one's, and
 	// no scan's end stops the server or writes a report.
 	persistent bool
-	last       []*scanWatch // persistent: the modules of the scan shown now
-	lastID     string       // and its scan id
+	last       []*scanWatch           // persistent: the modules of the scan shown now
+	lastID     string                 // and its scan id
+	scans      *prometheus.CounterVec // the service's scans by outcome (ShowService); nil for a command's
 }
 
 // Start starts the observer's server, if it has an address and has not
@@ -119,8 +193,7 @@ func (o *Observer) start(log *zap.Logger) (*observer, error) {
 			return nil, Usage(fmt.Errorf("--report %s: no such directory", o.Report))
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	obs := &observer{flags: o, log: log, reg: reg, started: time.Now()}
 	if o.Metrics != "" {
 		addr, err := listenAddr(o.Metrics)
@@ -250,7 +323,7 @@ func (r *Module) Observe(o *Observer, scanID string, module int) error {
 		{"not_frame", func(p pipeline.Progress) int { return p.NotFrame }},
 		{"pipeline_full", func(p pipeline.Progress) int { return p.Overflow }},
 	} {
-		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable, or out of range: beyond the scan), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
+		reg.counter("h5ingest_frame_problems_total", "Frames with a problem, by kind: written with a CRC mismatch, rejected (undecodable: recorded rejected), out of range (beyond the scan: not written), dropped as a duplicate or because the pipeline was full, bytes that were not a frame.",
 			prog(pr.f), "problem", pr.name)
 	}
 	dir := filepath.Dir(scan.Output)
@@ -305,6 +378,13 @@ func (w *scanWatch) start(src pipeline.Source, sink pipeline.Sink) (pipeline.Sou
 				return float64(r.RingUsed) / float64(r.RingSlots)
 			})
 			reg.gauge("h5ingest_source_ring_slots", "Slots in the ring.", func() float64 { return float64(st.Stats().RingSlots) })
+		} else if slots := w.scan.RingSlots; slots > 0 {
+			// The ring the sender writes into, one frame a slot: its
+			// capacity beside the frames it holds.
+			reg.gauge("h5ingest_source_ring_slots", "Slots in the ring.", func() float64 { return float64(slots) })
+			reg.gauge("h5ingest_source_ring_fill", "Fraction of the ring's slots holding frames not yet read.", func() float64 {
+				return instrument.Value(w.stages.SourceInFlight) / float64(slots)
+			})
 		}
 	}
 	w.monitor.Start()

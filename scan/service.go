@@ -137,6 +137,7 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err != nil {
 		return nil, refuse(err)
 	}
+	r.Observer.Armed(req.ScanID) // the page and /metrics show this scan, not the last, from its arming
 	if len(files.Modules) > 1 {
 		return r.armNode(a, profile, files, release)
 	}
@@ -164,7 +165,7 @@ func requestReason(err error) string {
 	case errors.As(err, &exists):
 		return fmt.Sprintf("%s %s exists, and no request replaces a file: give the scan another scan_id or output", exists.What, exists.Path)
 	}
-	return err.Error()
+	return Explain(err).Error()
 }
 
 // load returns the profile a request asks for: a built-in profile or a
@@ -190,6 +191,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 		flags["stream.address"] = config.FlagValue{Value: r.Stream, From: "the scan service's live stream"}
 	}
 	set := func(key, field string, v any) { flags[key] = config.FlagValue{Value: v, From: "request " + field} }
+	requestDir := false
 	for _, k := range req.Overrides.Keys() {
 		v := k.Value
 		if k.Key == "output.directory" {
@@ -197,7 +199,7 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 			if err != nil {
 				return config.Profile{}, plan.Plan{}, fmt.Errorf("%s: %w", k.Field, err)
 			}
-			v = dir
+			v, requestDir = dir, true
 		}
 		set(k.Key, k.Field, v)
 	}
@@ -225,6 +227,15 @@ func (r *Runner) load(req service.ArmRequest) (config.Profile, plan.Plan, error)
 	p, _, err := config.LoadLayers(config.Layers{Profile: ref, Flags: flags, Names: r.Stages.Names()})
 	if err != nil {
 		return config.Profile{}, plan.Plan{}, err
+	}
+	// With a data root, a profile's relative directory (every built-in
+	// profile's is ".") lies under it, not in serve's working directory.
+	if r.DataRoot != "" && !requestDir && !filepath.IsAbs(p.Output.Directory) {
+		dir, err := r.outputDir(p.Output.Directory)
+		if err != nil {
+			return config.Profile{}, plan.Plan{}, fmt.Errorf("output.directory %q of profile %s: %w", p.Output.Directory, req.Profile, err)
+		}
+		p.Output.Directory = dir
 	}
 	pl, err := p.Plan.Plan()
 	return p, pl, err
@@ -362,6 +373,7 @@ func (s *serveScan) Stop() {
 		return
 	}
 	s.stopped = true
+	s.a.o.Log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
 	if s.sig != nil {
 		s.sig.Request(StopRequest{})
 	}
@@ -382,6 +394,7 @@ func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
 	first := !s.stopped
 	s.stopped = true
 	s.mu.Unlock()
+	s.a.o.Log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
 	if first {
 		sig.Request(CancelRequest{})
 	}
@@ -437,6 +450,10 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	close(progressDone)
 	progressWG.Wait()
 
+	if d := writer.Detail(err); d != "" {
+		s.a.o.Log.Debug("hdf5 error stack", zap.String("stack", d))
+	}
+	err = explainAt(err, filepath.Dir(s.files.Modules[0].Path))
 	res := result(ctx.Err() != nil, scan != nil, err)
 	res.Notes = serviceNotes(done)
 	if scan == nil { // no detector connected: no file
@@ -476,7 +493,11 @@ func result(cancelled, connected bool, err error) service.Result {
 	failed := err != nil && !errors.Is(err, ErrIncomplete)
 	switch {
 	case failed:
-		return service.Result{State: service.Failed, Error: err.Error()}
+		res := service.Result{State: service.Failed, Error: err.Error()}
+		if oe := (*OperatorError)(nil); errors.As(err, &oe) {
+			res.ErrorKind, res.Remedy = oe.Kind, oe.Remedy
+		}
+		return res
 	case cancelled:
 		return service.Result{State: service.Cancelled}
 	case !connected && err != nil: // stopped while waiting for the detector
@@ -529,12 +550,16 @@ func serviceNotes(res Result) []service.Note {
 	return notes
 }
 
-// serviceCounts returns a pipeline's progress as the service counts it.
+// serviceCounts returns a pipeline's progress as the service counts it:
+// rejected as the file records it (a frame of the plan that could not be
+// decoded), so that ok, crc_mismatch, rejected and missing add up to the
+// plan, as the file's records, the summary and /metrics have them;
+// frames beyond the plan are dropped with the duplicates.
 func serviceCounts(p pipeline.Progress) service.Counts {
 	return service.Counts{
 		Planned: p.Planned, Received: p.Received, Written: p.Written, OK: p.OK,
 		Pending: p.Pending, Missing: p.Missing,
-		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected + p.OutOfRange,
-		Dropped: p.Duplicate + p.Overflow, Discarded: p.Discarded,
+		CRCMismatch: p.CRCMismatch, Rejected: p.Rejected,
+		Dropped: p.Duplicate + p.Overflow + p.OutOfRange, Discarded: p.Discarded,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"h5ingest/pipeline"
 	"h5ingest/service"
 
 	"go.uber.org/zap"
@@ -283,5 +284,55 @@ func TestRunnerPrepareChecksProcessorOptions(t *testing.T) {
 	var refused *service.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "key output.processors[0]: processor flatfield: bin: 0, want 1 or more") {
 		t.Errorf("%v, want a refusal naming output.processors[0] and bin: 0", err)
+	}
+}
+
+// TestRunnerPrepareProfileDirectoryUnderDataRoot: with a data root, a
+// request that names no directory writes where its profile's relative
+// directory (every built-in profile's is ".") lies under the data root,
+// not in serve's working directory; a request that names one writes
+// there.
+func TestRunnerPrepareProfileDirectoryUnderDataRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "p42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: testStages(t)}
+	sub := "p42"
+	for _, tc := range []struct {
+		name      string
+		overrides *service.Overrides
+		want      string
+	}{
+		{"no directory", nil, filepath.Join(root, "nodir.h5")},
+		{"a directory", &service.Overrides{Output: &service.OutputOverrides{Directory: &sub}}, filepath.Join(root, "p42", "adir.h5")},
+	} {
+		id := strings.TrimSuffix(filepath.Base(tc.want), ".h5")
+		sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "default", ScanID: id,
+			Plan: &service.Plan{Projections: 3}, Overrides: tc.overrides})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := sc.(*serveScan).files.Modules[0].Path
+		sc.Release()
+		if got != tc.want {
+			t.Errorf("%s: the scan writes %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestServiceCountsAddUpToThePlan: the service counts rejected as the
+// file records it, so that ok, crc_mismatch, rejected and missing add up
+// to the plan, and rejected is what /metrics' rejected problem says;
+// frames beyond the plan are dropped, with the duplicates.
+func TestServiceCountsAddUpToThePlan(t *testing.T) {
+	p := pipeline.Progress{Counts: pipeline.Counts{Planned: 20, Received: 26, OK: 14, CRCMismatch: 1, Rejected: 2,
+		Missing: 3, Duplicate: 2, OutOfRange: 4}}
+	c := serviceCounts(p)
+	if sum := c.OK + c.CRCMismatch + c.Rejected + c.Missing; sum != c.Planned {
+		t.Errorf("ok %d + crc_mismatch %d + rejected %d + missing %d = %d, want the plan's %d", c.OK, c.CRCMismatch, c.Rejected, c.Missing, sum, c.Planned)
+	}
+	if c.Rejected != p.Rejected || c.Dropped != p.Duplicate+p.OutOfRange {
+		t.Errorf("rejected %d, dropped %d; want %d (as /metrics and the file say) and %d (duplicates and frames beyond the plan)", c.Rejected, c.Dropped, p.Rejected, p.Duplicate+p.OutOfRange)
 	}
 }

@@ -114,8 +114,8 @@ type Counts struct {
 	Pending     int `json:"pending" doc:"Planned frames not received yet and not yet due: no later frame has passed them by the gap (docs/frames.md). 0 once the scan ends."`
 	Missing     int `json:"missing" doc:"Frames not received that a later frame has passed by the gap, and once the scan ends every frame not received."`
 	CRCMismatch int `json:"crc_mismatch"`
-	Rejected    int `json:"rejected"`
-	Dropped     int `json:"dropped" doc:"Duplicates, frames out of range, frames dropped because the pipeline was full."`
+	Rejected    int `json:"rejected" doc:"Frames of the plan that could not be decoded, recorded rejected: ok, crc_mismatch, rejected and missing add up to planned."`
+	Dropped     int `json:"dropped" doc:"Duplicates, frames beyond the plan (out of range), frames dropped because the pipeline was full."`
 	Discarded   int `json:"discarded" doc:"Frames that arrived but could not be written before the file closed (a cancel or drain that could not finish): the log says why."`
 }
 
@@ -150,7 +150,10 @@ type Result struct {
 	Counts Counts
 	Files  []File
 	Error  string
-	Notes  []Note
+	// ErrorKind and Remedy, where the Scan knows them, are the cause of
+	// Error an operator can mend and what to do (Status.ErrorKind).
+	ErrorKind, Remedy string
+	Notes             []Note
 }
 
 // Note is a sentence a scan has for its user beside its counts: a
@@ -169,6 +172,8 @@ type Status struct {
 	Rates     Rates     `json:"rates" doc:"How fast the scan goes: over about the last second while it runs, over the whole scan once it has ended."`
 	Files     []File    `json:"files" nullable:"false"`
 	Error     string    `json:"error,omitempty"`
+	ErrorKind string    `json:"error_kind,omitempty" doc:"Of a failed scan whose cause an operator can mend, that cause in a few words: disk full, disk quota exceeded, file too large, read-only file system, permission denied, directory gone, input/output error, port taken, detector silent."`
+	Remedy    string    `json:"remedy,omitempty" doc:"What to do about error_kind."`
 	Notes     []Note    `json:"notes,omitempty" doc:"Once the scan has ended: its warnings and what became of some of its frames (a module that never connected, a live stream that did not end cleanly), as the command prints them beside its summary."`
 	ArmedAt   time.Time `json:"armed_at"`
 	StartedAt time.Time `json:"started_at,omitzero" doc:"When the first frame arrived."`

@@ -120,11 +120,12 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
-// TestServeDrainsAtTheEnd serves a scan, then ends the context: the
-// running scan is drained (stopped, its frames in flight written), not
-// cancelled, and the server stops listening.
+// TestServeDrainsAtTheEnd serves a scan, then ends the context (as
+// SIGTERM does): the service arms no more, the running scan goes on to
+// its plan, neither stopped nor cancelled, and the server stops
+// listening once it has ended.
 func TestServeDrainsAtTheEnd(t *testing.T) {
-	r := &fakeRunner{planned: 1000, tick: 5 * time.Millisecond}
+	r := &fakeRunner{planned: 40, tick: 5 * time.Millisecond}
 	s := New(r, Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,23 +134,31 @@ func TestServeDrainsAtTheEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, 10*time.Second) }()
+	go func() { served <- s.Serve(ctx, ln, time.Minute) }()
 	c := client{t: t, base: "http://" + ln.Addr().String()}
 	if code, st := c.do("POST", "/v1/scans", arm("x")); code != http.StatusCreated {
 		t.Fatalf("arm: %d %v", code, st)
 	}
-	time.Sleep(50 * time.Millisecond)
+	for {
+		if _, st := c.do("GET", "/v1/scans/x", nil); st["state"] == "running" {
+			break
+		}
+	}
 	cancel()
 	select {
 	case err := <-served:
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Serve did not return after its context ended")
 	}
-	if !r.scans[0].stopped.Load() {
-		t.Error("the running scan was not stopped (drained)")
+	if r.scans[0].stopped.Load() {
+		t.Error("the running scan was stopped, not left to reach its plan")
+	}
+	j, _ := s.find("x")
+	if st := j.snapshot(); st.State != Done || st.Counts.OK != 40 {
+		t.Errorf("the scan ended %s with %d ok, want done with 40", st.State, st.Counts.OK)
 	}
 	if _, err := http.Get(c.base + "/v1/scans"); err == nil {
 		t.Error("the server still answers after Serve returned")

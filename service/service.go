@@ -109,6 +109,9 @@ type Config struct {
 	// Levels are the levels each codec takes, as the registry says: the
 	// bounds of a request's output.level. Nil: 0 to 22.
 	Levels []CodecLevels
+	// Ended, where set, is called with each scan's final status once it
+	// has ended and its event is published (serve logs it).
+	Ended func(Status)
 }
 
 // CodecLevels are the compression levels a codec takes besides 0, its
@@ -182,6 +185,9 @@ type Service struct {
 	closing   bool            // Drain was called: no more arms
 	jobs      map[string]*job // by scan id: the current and the last ended
 	ended     []string        // scan ids of ended jobs, oldest first
+
+	started time.Time     // when New made it
+	storage *storageProbe // asks a Storer for the free space
 }
 
 // A body's keys are judged as written: encoding/json would take "OUTPUT"
@@ -207,7 +213,8 @@ func New(r Runner, cfg Config) *Service {
 	if cfg.MaxConnsPerClient <= 0 {
 		cfg.MaxConnsPerClient = 16
 	}
-	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{}}
+	s := &Service{runner: r, cfg: cfg, mux: http.NewServeMux(), events: newBroker(), jobs: map[string]*job{},
+		started: time.Now().UTC(), storage: &storageProbe{}}
 	hc := huma.DefaultConfig("h5ingest scan service", cfg.Version)
 	hc.Info.Description = "Arm, wait for, stop and cancel h5ingest scans; follow them as server-sent events."
 	hc.DocsPath = "" // no page that loads scripts from elsewhere
@@ -393,7 +400,7 @@ func (s *Service) run(ctx context.Context, j *job) {
 		j.status.State = Failed
 	}
 	j.status.Counts = res.Counts
-	j.status.Error = res.Error
+	j.status.Error, j.status.ErrorKind, j.status.Remedy = res.Error, res.ErrorKind, res.Remedy
 	if res.State == Incomplete && j.cancelled.Load() {
 		// A cancel answered "cancelling" while the scan was already ending
 		// (a stop's drain done): its file is what the cancel would have
@@ -421,6 +428,9 @@ func (s *Service) run(ctx context.Context, j *job) {
 		s.events.publish(FailedEvent(st))
 	} else {
 		s.events.publish(DoneEvent(st))
+	}
+	if s.cfg.Ended != nil {
+		s.cfg.Ended(st)
 	}
 }
 
@@ -539,10 +549,12 @@ func (s *Service) list() []Status {
 	return out
 }
 
-// Drain stops the current scan, if there is one, as a stop request would,
-// and waits for it to end; after timeout it cancels it, waits for that,
-// and returns an error wrapping ErrDrainTimeout. From then on, the service
-// arms no scan. Call it before the process exits.
+// Drain ends the service's work before the process exits (SIGTERM): from
+// now on it arms no scan; the current scan, armed or running, goes on
+// until it ends by itself (its plan reached, its sender done, a stop or
+// cancel request) for up to timeout, then it is cancelled, writing the
+// frames that arrived, and Drain returns an error wrapping
+// ErrDrainTimeout once it has ended.
 func (s *Service) Drain(timeout time.Duration) error {
 	s.mu.Lock()
 	s.closing = true
@@ -551,14 +563,28 @@ func (s *Service) Drain(timeout time.Duration) error {
 	if j == nil {
 		return nil
 	}
-	s.stop(j.id, false)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
 	case <-j.done:
 		return nil
-	case <-time.After(timeout):
-		j.cancel()
+	case <-t.C:
+		s.stop(j.id, true)
 		<-j.done
 		return fmt.Errorf("scan %s: %w %v: it was cancelled, and ended %s", j.id, ErrDrainTimeout, timeout, j.snapshot().State)
+	}
+}
+
+// Interrupt makes the service arm no more scans and stops the current
+// one, if any, as a stop request does: what an interrupt (Ctrl-C) asks,
+// where SIGTERM lets the scan end by itself (Drain).
+func (s *Service) Interrupt() {
+	s.mu.Lock()
+	s.closing = true
+	j := s.current
+	s.mu.Unlock()
+	if j != nil {
+		s.stop(j.id, false)
 	}
 }
 

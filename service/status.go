@@ -17,8 +17,9 @@ import (
 // The states of the service, as GET /v1/status names them: a scan's while
 // one is armed, running or stopping (Armed, Running, Stopping), else these.
 const (
-	Idle       State = "idle"  // no scan armed or running; the last, if any, did not fail
-	ErrorState State = "error" // the last scan failed, and none has been armed since
+	Idle       State = "idle"     // no scan armed or running; the last, if any, did not fail
+	ErrorState State = "error"    // the last scan failed, and none has been armed since
+	Draining   State = "draining" // the process ends (SIGTERM): no scan is armed; the running one may end first
 )
 
 // APIVersion is the version of the API: its paths start with /v1.
@@ -91,7 +92,7 @@ type LastError struct {
 // ServiceStatus is the state of the service as a whole, in the manner of
 // a detector's status (SIMPLON's status/state).
 type ServiceStatus struct {
-	State         State      `json:"state" enum:"idle,armed,running,stopping,error" doc:"idle: no scan armed or running; armed, running, stopping: the current scan's state; error: the last scan failed and none was armed since."`
+	State         State      `json:"state" enum:"idle,armed,running,stopping,error,draining" doc:"idle: no scan armed or running; armed, running, stopping: the current scan's state; error: the last scan failed and none was armed since; draining: the service is ending (SIGTERM) and arms no scan, while the running one, if any, may end first."`
 	Version       string     `json:"version" doc:"h5ingest's version."`
 	StartedAt     time.Time  `json:"started_at" doc:"When the service started."`
 	UptimeSeconds float64    `json:"uptime_seconds"`
@@ -107,7 +108,7 @@ type ServiceStatus struct {
 // take a scan, and if not, why.
 type Health struct {
 	Healthy  bool     `json:"healthy"`
-	State    State    `json:"state" enum:"idle,armed,running,stopping,error"`
+	State    State    `json:"state" enum:"idle,armed,running,stopping,error,draining"`
 	Problems []string `json:"problems" nullable:"false" doc:"What makes it unhealthy: the last scan failed, the free space where scans are written is not known or nil, its GPU is lost and it exits."`
 	Warnings []string `json:"warnings" nullable:"false" doc:"What it should be told of that leaves it healthy: its GPU is lost, and scans decode on the CPU until it restarts."`
 }
@@ -136,8 +137,7 @@ const storageWait = 2 * time.Second
 // the profiles an arm may name, a scan's latest image, and the OpenAPI
 // documents.
 func (s *Service) registerStatus() {
-	started := time.Now().UTC()
-	storage := &storageProbe{}
+	started, storage := s.started, s.storage
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-status", Method: http.MethodGet, Path: "/v1/status",
 		Summary:     "The service's state, version, current scan with its rates, last error and free space",
@@ -189,10 +189,25 @@ func (s *Service) registerStatus() {
 	s.registerDocuments()
 }
 
+// serviceState returns the service's state from its current scan and
+// its last ended one (either nil where there is none), and whether it
+// drains.
+func serviceState(cur, last *Status, closing bool) State {
+	switch {
+	case closing:
+		return Draining
+	case cur != nil && !cur.State.ended():
+		return cur.State
+	case cur == nil && last != nil && last.State == Failed:
+		return ErrorState
+	}
+	return Idle // or a scan between Run's return and the service's bookkeeping
+}
+
 // serviceStatus returns the service's status.
 func (s *Service) serviceStatus(started time.Time, storage *storageProbe) ServiceStatus {
 	s.mu.Lock()
-	cur := s.current
+	cur, closing := s.current, s.closing
 	var last *job
 	ended := make([]*job, 0, len(s.ended))
 	for i := len(s.ended) - 1; i >= 0; i-- {
@@ -214,18 +229,13 @@ func (s *Service) serviceStatus(started time.Time, storage *storageProbe) Servic
 	}
 	if cur != nil {
 		c := cur.snapshot()
-		st.Scan, st.State = &c, c.State
-		if c.State.ended() { // between Run's return and the service's bookkeeping
-			st.State = Idle
-		}
+		st.Scan = &c
 	}
 	if last != nil {
 		l := last.snapshot()
 		st.LastScan = &l
-		if cur == nil && l.State == Failed {
-			st.State = ErrorState
-		}
 	}
+	st.State = serviceState(st.Scan, st.LastScan, closing)
 	for _, j := range ended {
 		if e := j.snapshot(); e.Error != "" {
 			st.LastError = &LastError{ScanID: e.ScanID, Error: e.Error, At: e.EndedAt}

@@ -30,6 +30,7 @@ type Scan struct {
 	Format      string `json:"format"`
 	Backend     string `json:"backend"`
 	Compression string `json:"compression"`
+	RingSlots   int    `json:"ring_slots"` // slots of the receive ring; 0: none (a replay)
 }
 
 // Sample is a scan's state at one moment.

@@ -37,7 +37,8 @@ const previewWanted = 5 * time.Second
 // Server serves the status of running scans over HTTP:
 //
 //	/             the status page (HTML, updating itself)
-//	/status.json  {"scans": [Status, ...]}, one per module
+//	/status.json  {"scans": [Status, ...]}, one per module, and the
+//	              service's status where it shows one (ShowService)
 //	/preview.png  the latest frame kept for the preview (?module=N; default the first)
 //	/metrics      the registry in the Prometheus text format
 //
@@ -52,6 +53,8 @@ type Server struct {
 	mu       sync.Mutex
 	monitors []*Monitor
 	previews map[*Monitor]*renderedPreview
+	service  func(trusted bool) any   // the service's status, for /status.json; nil for none
+	trust    func(*http.Request) bool // who may see the images and the service's paths; nil: everyone
 }
 
 // renderedPreview is a monitor's last rendered preview.
@@ -87,6 +90,26 @@ func NewServer(reg prometheus.Gatherer) *Server {
 	s.mux.HandleFunc("GET /preview.png", s.servePreview)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	return s
+}
+
+// ShowService makes /status.json carry, as "service", what status
+// returns for a request trust trusts or not, and /preview.png answer only
+// a request trust trusts (401 otherwise, and /status.json says so in
+// "preview_allowed"): the scan service's status beside its scans' (h5ingest
+// serve), which off loopback shows paths and images only with its
+// token. Call it before serving.
+func (s *Server) ShowService(status func(trusted bool) any, trust func(*http.Request) bool) {
+	s.mu.Lock()
+	s.service, s.trust = status, trust
+	s.mu.Unlock()
+}
+
+// trusted reports whether r may see images and paths.
+func (s *Server) trusted(r *http.Request) bool {
+	s.mu.Lock()
+	trust := s.trust
+	s.mu.Unlock()
+	return trust == nil || trust(r)
 }
 
 // Handler returns the server's handler.
@@ -146,14 +169,27 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	var out struct {
-		Scans []Status `json:"scans"`
+		Scans          []Status `json:"scans"`
+		Service        any      `json:"service,omitempty"` // the scan service's status (ShowService)
+		PreviewAllowed bool     `json:"preview_allowed"`   // /preview.png answers this reader
 	}
-	out.Scans = []Status{}
+	trusted := s.trusted(r)
+	out.Scans, out.PreviewAllowed = []Status{}, trusted
 	for _, m := range s.list() {
-		out.Scans = append(out.Scans, m.Status())
-		if m.stages != nil {
+		st := m.Status()
+		if !trusted {
+			st.Scan.Output = ""
+		}
+		out.Scans = append(out.Scans, st)
+		if m.stages != nil && trusted {
 			m.stages.Preview.WantUntil(time.Now().Add(previewWanted))
 		}
+	}
+	s.mu.Lock()
+	service := s.service
+	s.mu.Unlock()
+	if service != nil {
+		out.Service = service(trusted)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -161,6 +197,11 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
+	if !s.trusted(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="h5ingest"`)
+		http.Error(w, "off loopback, a scan's image needs the service's token: Authorization: Bearer TOKEN", http.StatusUnauthorized)
+		return
+	}
 	ms := s.list()
 	var m *Monitor
 	if q := r.URL.Query().Get("module"); q != "" {

@@ -13,11 +13,13 @@ package writer
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"h5ingest/compress"
@@ -51,18 +53,45 @@ const (
 	maxCdValues  = 32     // cd_values read back per filter, more than any filter we use
 )
 
-// h5Error is a failed HDF5 call: the operation, with names, and the
-// library's error stack.
+// h5Error is a failed HDF5 call: the operation, with names, the system
+// error HDF5's stack names, if any, and the stack itself.
 type h5Error struct {
 	op    string
-	stack string
+	stack string        // the API call's entry and the innermost
+	full  string        // every entry, for a debug log
+	errno syscall.Errno // 0: the stack names none
 }
 
+// Error says what failed and, where the stack names one, the system's
+// error in its words ("no space left on device"); else the stack's two
+// ends.
 func (e *h5Error) Error() string {
-	if e.stack == "" {
+	switch {
+	case e.errno != 0:
+		return e.op + ": " + e.errno.Error()
+	case e.stack == "":
 		return e.op + ": hdf5 call failed"
 	}
 	return e.op + ": " + e.stack
+}
+
+// Unwrap returns the system error behind the failure (errors.Is(err,
+// syscall.ENOSPC)), nil where the stack names none.
+func (e *h5Error) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
+}
+
+// Detail returns HDF5's whole error stack behind err, for a debug log; ""
+// where err wraps no HDF5 failure.
+func Detail(err error) string {
+	var e *h5Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	return e.full
 }
 
 // lock pins the goroutine to its thread and silences the thread's automatic
@@ -77,9 +106,9 @@ func unlock() { runtime.UnlockOSThread() }
 // lastError returns the thread's HDF5 error stack as an error for op and
 // clears the stack. It must run on the thread of the failed call.
 func lastError(op string) error {
-	buf := make([]C.char, 1024)
-	C.h5i_error(&buf[0], C.size_t(len(buf)))
-	return &h5Error{op: op, stack: C.GoString(&buf[0])}
+	buf, full := make([]C.char, 1024), make([]C.char, 4096)
+	errno := C.h5i_error(&buf[0], C.size_t(len(buf)), &full[0], C.size_t(len(full)))
+	return &h5Error{op: op, stack: C.GoString(&buf[0]), full: C.GoString(&full[0]), errno: syscall.Errno(errno)}
 }
 
 func hsizes(v []uint64) []C.hsize_t {

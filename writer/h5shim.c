@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "h5shim.h"
@@ -8,22 +9,40 @@ void h5i_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 struct errbuf {
 	char inner[256], outer[256];
 	unsigned n;
+	int errnum;        // the first errno an entry names
+	char *full;        // every entry, "; " between them
+	size_t fulln, fullused;
 };
 
 // h5i_error_walk keeps the innermost entry of the stack (where the error
-// was found) and the outermost (the API call).
+// was found) and the outermost (the API call), the first errno an entry
+// names, and every entry in full.
 static herr_t h5i_error_walk(unsigned pos, const H5E_error2_t *e, void *data) {
 	struct errbuf *b = data;
 	char *dst = pos == 0 ? b->inner : b->outer;
-	snprintf(dst, sizeof b->inner, "%s(): %s", e->func_name ? e->func_name : "?", e->desc ? e->desc : "?");
+	const char *fn = e->func_name ? e->func_name : "?", *desc = e->desc ? e->desc : "?";
+	snprintf(dst, sizeof b->inner, "%s(): %s", fn, desc);
 	b->n = pos + 1;
+	const char *p = strstr(desc, "errno = ");
+	if (p != NULL && b->errnum == 0) {
+		b->errnum = atoi(p + strlen("errno = "));
+	}
+	if (b->full != NULL && b->fullused + 1 < b->fulln) {
+		int w = snprintf(b->full + b->fullused, b->fulln - b->fullused, "%s%s(): %s", pos == 0 ? "" : "; ", fn, desc);
+		if (w > 0) {
+			b->fullused += (size_t)w;
+		}
+	}
 	return 0;
 }
 
-void h5i_error(char *buf, size_t n) {
-	struct errbuf b = {{0}, {0}, 0};
+int h5i_error(char *buf, size_t n, char *full, size_t fulln) {
+	struct errbuf b = {{0}, {0}, 0, 0, full, fulln, 0};
 	if (n == 0) {
-		return;
+		return 0;
+	}
+	if (full != NULL && fulln > 0) {
+		full[0] = 0;
 	}
 	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5i_error_walk, &b);
 	H5Eclear2(H5E_DEFAULT);
@@ -32,6 +51,7 @@ void h5i_error(char *buf, size_t n) {
 	} else {
 		snprintf(buf, n, "%s", b.inner);
 	}
+	return b.errnum;
 }
 
 hid_t h5i_type(int kind) {

@@ -27,8 +27,11 @@ enum {
 void h5i_quiet(void);
 
 // h5i_error writes the outermost (API) and innermost entries of the calling
-// thread's error stack into buf as one line and clears the stack.
-void h5i_error(char *buf, size_t n);
+// thread's error stack into buf (at most n bytes), every entry into full
+// (at most fulln bytes, for a debug log), clears the stack and returns the
+// system errno an entry names ("errno = 28", as the sec2 driver's do), 0
+// where none does.
+int h5i_error(char *buf, size_t n, char *full, size_t fulln);
 
 // h5i_type returns the library's predefined native type of a kind (not to be
 // closed), or -1 for an unknown kind.

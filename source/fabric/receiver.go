@@ -102,11 +102,12 @@ type Listener struct {
 	addr netip.AddrPort
 
 	mu         sync.Mutex
-	modules    map[uint16]bool // modules connected so far
-	streams    int             // streams open on fab
-	fabClosing bool            // Close ran: the last stream closes fab
-	stopped    string          // Stop's reason: every hello from now on is refused with it
-	done       []handshake     // finished handshakes Accept has not returned
+	modules    map[uint16]bool        // modules connected so far
+	streams    int                    // streams open on fab
+	peers      map[netip.AddrPort]int // the peers of the streams open, by address (see orphans)
+	fabClosing bool                   // Close ran: the last stream closes fab
+	stopped    string                 // Stop's reason: every hello from now on is refused with it
+	done       []handshake            // finished handshakes Accept has not returned
 	closed     bool
 
 	ready      chan struct{} // a handshake finished
@@ -256,9 +257,9 @@ func (l *Listener) Accept(ctx context.Context) (*Stream, error) {
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, receive.ErrNoSender)
 		case <-timer.C:
-			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, ErrTimeout)
+			return nil, fmt.Errorf("wait for a sender on %s: none in %v: %w", l.addr, l.cfg.ConnectTimeout, receive.ErrNoSender)
 		}
 	}
 }
@@ -309,10 +310,15 @@ func (l *Listener) handshake(req *fi.Info, admitted *bool) (*Stream, error) {
 	c.quit = l.quit
 	c.sendErr = l.cfg.sendErr
 	deadline := time.Now().Add(l.cfg.handshakeTimeout())
+	peer := req.DestAddr()
+	s := &Stream{c: c, l: l, cfg: l.cfg, peer: netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())}
 	l.mu.Lock()
 	l.streams++
+	if l.peers == nil {
+		l.peers = map[netip.AddrPort]int{}
+	}
+	l.peers[s.peer]++
 	l.mu.Unlock()
-	s := &Stream{c: c, l: l, cfg: l.cfg}
 	ok := false
 	defer func() {
 		if !ok {
@@ -424,6 +430,15 @@ func (l *Listener) Close() error {
 	if l.eq != nil {
 		errs = append(errs, l.eq.Close())
 	}
+	// The sockets the provider accepted and forgot (see orphans), once
+	// its poll set, with the event queue, is gone: nothing closes them
+	// any more, so their descriptors cannot be reused meanwhile. (No
+	// listener of the process opens on the same port before Close
+	// returns: its sockets would look the same.)
+	l.mu.Lock()
+	left := orphans(l.addr, l.peers)
+	l.mu.Unlock()
+	closeOrphans(left)
 	if l.fab != nil {
 		// Streams hold their own domains on this fabric; the last closer
 		// closes it (see Stream.Close).

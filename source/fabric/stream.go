@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type Stream struct {
 	l     *Listener
 	cfg   Config
 	hello Hello
+	peer  netip.AddrPort // the sender's address, as its listener keeps it (Listener.peers)
 
 	ringMem  *fi.Memory
 	ringMR   *fi.MemoryRegion
@@ -581,6 +583,9 @@ func (s *Stream) Close() error {
 		delete(l.modules, s.hello.Module)
 	}
 	l.streams--
+	if l.peers[s.peer]--; l.peers[s.peer] <= 0 {
+		delete(l.peers, s.peer)
+	}
 	closeFab := l.fabClosing && l.streams == 0
 	l.mu.Unlock()
 	if closeFab {
