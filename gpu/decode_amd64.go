@@ -26,14 +26,17 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
-// codes24GFNI is codes24AVX2 with AVX-512: blocks*256 pixels, from a chip
-// row whose planes are a multiple of 32 bytes. For each 64 pixels it
-// permutes the 8 planes' bytes of each code byte into one vector, so that
-// each qword holds 8 pixels' bits of 8 planes, and transposes those 8x8
-// bit matrices with VGF2P8AFFINEQB.
+// codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of
+// blocks*256 pixels each, and the LFSR look-up too where table is not nil
+// (lfsr12 widened to 32 bits). For each 64 pixels of a row it permutes the
+// 8 planes' bytes of each code byte into one vector, so that each qword
+// holds 8 pixels' bits of 8 planes, and transposes those 8x8 bit matrices
+// with VGF2P8AFFINEQB; each 256 codes are then looked up while they are in
+// the first-level cache, as lfsr24AVX512 does. A row's codes go dstStride
+// bytes after the last row's, read rowStride bytes after it.
 //
 //go:noescape
-func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks int)
+func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
 
 // codes24AVX2 gathers the 24-bit codes of groups*32 pixels from a chip row
 // of 24 planes, planeBytes apart, most significant first, into dst in
@@ -82,13 +85,41 @@ func lfsr24Fast(codes []uint32) {
 }
 
 // codes24 gathers the codes of a chip row of 24 planes of s bytes, s a
-// multiple of 4, into dst, with the widest gather the CPU has.
-func codes24(dst []uint32, row []byte, s int) {
+// multiple of 4, into dst, with the widest gather the CPU has, and turns
+// LFSR codes into counts.
+func codes24(dst []uint32, row []byte, s int, lfsr bool) {
 	if useGFNI && s%32 == 0 {
-		codes24GFNI(&dst[0], &row[0], s, s/32)
+		var table *[4096]uint32
+		if lfsr {
+			table = &lfsr12x32
+		}
+		codes24GFNI(&dst[0], &row[0], s, s/32, 1, 0, 0, table)
 		return
 	}
 	codes24AVX2(&dst[0], &row[0], s, s/4)
+	if lfsr {
+		lfsr24Fast(dst)
+	}
+}
+
+// bitplane24Rows decodes readout rows [r0, r1) of a chip at 0 degrees, w
+// pixels wide, into image rows stride bytes apart from the start of dst,
+// in one call, and reports whether it could: it needs the AVX-512 gather
+// and a chip width that is a multiple of 256.
+func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool {
+	if !useGFNI || w%256 != 0 || r1 <= r0 || stride < 4*w {
+		return false
+	}
+	rowBytes := 3 * w
+	_ = chip[r1*rowBytes-1]
+	_ = dst[(r1-r0-1)*stride+4*w-1]
+	var table *[4096]uint32
+	if lfsr {
+		table = &lfsr12x32
+	}
+	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
+	codes24GFNI((*uint32)(unsafe.Pointer(&dst[0])), &chip[r0*rowBytes], w/8, w/256, r1-r0, stride, rowBytes, table)
+	return true
 }
 
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
@@ -105,17 +136,11 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
 	out := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n)
 	if !rotated {
-		codes24(out, row, s)
-		if lfsr {
-			lfsr24Fast(out)
-		}
+		codes24(out, row, s, lfsr)
 		return true
 	}
 	codes := scratch[:n]
-	codes24(codes, row, s)
-	if lfsr {
-		lfsr24Fast(codes)
-	}
+	codes24(codes, row, s, lfsr)
 	for i, c := range codes {
 		out[n-1-i] = c
 	}

@@ -55,6 +55,59 @@ func testBitplane24Fast(t *testing.T) {
 	}
 }
 
+// TestBitplane24RowsMatchesPortable cross-checks the AVX-512 decode of a
+// band of chip rows in one call with the portable decoder, row by row, for
+// both codings, chip widths of one to three 256-pixel blocks, bands that
+// start past the chip's first row, and image rows wider than the chip
+// (the bytes between its pieces must stay as they were); it must decline
+// widths that are not a multiple of 256.
+func TestBitplane24RowsMatchesPortable(t *testing.T) {
+	if !useGFNI {
+		t.Skip("CPU has no AVX-512 VBMI and GFNI: the band decode never runs here")
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, w := range []int{256, 512, 768} {
+		const chipRows = 6
+		chip := make([]byte, chipRows*3*w)
+		for i := range chip {
+			chip[i] = byte(rng.Uint32())
+		}
+		// Rows whose high code halves are all 0 (counts under 4096), so
+		// that the look-up that skips them is checked too.
+		for i := 3 * 3 * w; i < 4*3*w; i++ {
+			if (i-3*3*w)/(w/8) < 12 {
+				chip[i] = 0
+			}
+		}
+		for _, lfsr := range []bool{false, true} {
+			for _, band := range [][2]int{{0, 1}, {0, chipRows}, {2, 5}, {5, 6}} {
+				r0, r1 := band[0], band[1]
+				stride := 4*w + 68
+				got := bytes.Repeat([]byte{0xA5}, (r1-r0)*stride)
+				if !bitplane24Rows(got, stride, chip, r0, r1, w, lfsr) {
+					t.Fatalf("width %d: band decode declined", w)
+				}
+				for r := r0; r < r1; r++ {
+					want := make([]byte, 4*w)
+					bitplane24(want, chip[r*3*w:(r+1)*3*w], lfsr, false)
+					line := got[(r-r0)*stride : (r-r0+1)*stride]
+					if !bytes.Equal(line[:4*w], want) {
+						t.Fatalf("width %d lfsr %v rows [%d, %d): row %d differs from the portable decoder", w, lfsr, r0, r1, r)
+					}
+					if !bytes.Equal(line[4*w:], bytes.Repeat([]byte{0xA5}, 68)) {
+						t.Fatalf("width %d lfsr %v rows [%d, %d): bytes between rows written", w, lfsr, r0, r1)
+					}
+				}
+			}
+		}
+	}
+	for _, w := range []int{8, 32, 224, 288} {
+		if bitplane24Rows(make([]byte, 4*w), 4*w, make([]byte, 3*w), 0, 1, w, true) {
+			t.Errorf("width %d: band decode ran, want it to decline", w)
+		}
+	}
+}
+
 // TestLFSR24AVX2MatchesPortable cross-checks the gathers, AVX-512 where the
 // CPU has it and AVX2, with the portable look-up at lengths around the 16-
 // and 8-code groups, on codes of any count and on codes of counts under
