@@ -31,9 +31,10 @@ func cpuInstructions() string {
 // (lfsr12 widened to 32 bits). For each 64 pixels of a row it permutes the
 // 8 planes' bytes of each code byte into one vector, so that each qword
 // holds 8 pixels' bits of 8 planes, and transposes those 8x8 bit matrices
-// with VGF2P8AFFINEQB; each 256 codes are then looked up while they are in
-// the first-level cache, as lfsr24AVX512 does. A row's codes go dstStride
-// bytes after the last row's, read rowStride bytes after it.
+// with VGF2P8AFFINEQB; with a table, each 16 codes are then looked up with
+// a gather before they are stored, the high halves only for runs of 128
+// pixels with a code of 4096 or more. A row's codes go dstStride bytes
+// after the last row's, read rowStride bytes after it.
 //
 //go:noescape
 func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)

@@ -241,12 +241,63 @@ GLOBL gfniBits<>(SB), RODATA|NOPTR, $8
 	VPERMI2B.Z H, Z17, K1, Z18; \
 	VMOVDQU64 Z18, OFF+192(DI)
 
+// LOOKUPLO turns the 16 codes in Z18, all under 4096, into counts through
+// the table at R13 (lfsr12 widened to 32 bits) and stores them at OFF(DI).
+#define LOOKUPLO(OFF) \
+	KXNORW K0, K0, K2; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z18*4), K2, Z19; \
+	VMOVDQU64 Z19, OFF(DI)
+
+// LOOKUP is LOOKUPLO for codes of any count: both halves looked up.
+#define LOOKUP(OFF) \
+	VPANDD Z14, Z18, Z19; \
+	VPSRLD $12, Z18, Z22; \
+	KXNORW K0, K0, K2; \
+	VPXORD Z18, Z18, Z18; \
+	VPGATHERDD (R13)(Z19*4), K2, Z18; \
+	KXNORW K0, K0, K3; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z22*4), K3, Z19; \
+	VPSLLD $12, Z19, Z19; \
+	VPORD Z19, Z18, Z18; \
+	VMOVDQU64 Z18, OFF(DI)
+
+// COUNTS64 is CODES64 with the LFSR look-up LK (LOOKUP or LOOKUPLO).
+#define COUNTS64(LK, H, M, L, OFF) \
+	VMOVDQU64 Z26, Z16; \
+	VPERMI2B M, L, Z16; \
+	VMOVDQU64 Z27, Z17; \
+	VPERMI2B M, L, Z17; \
+	VMOVDQU64 Z28, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	LK(OFF); \
+	VMOVDQU64 Z29, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	LK(OFF+64); \
+	VMOVDQU64 Z30, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	LK(OFF+128); \
+	VMOVDQU64 Z31, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	LK(OFF+192)
+
+// HIGHZERO sets the flags to ZF where every code of the 128 pixels whose
+// code bytes are in H0, H1 (high) and M0, M1 (middle) is under 4096.
+#define HIGHZERO(H0, H1, M0, M1) \
+	VPORQ H1, H0, Z6; \
+	VPORQ M1, M0, Z7; \
+	VPTERNLOGQ $0xF8, Z13, Z7, Z6; \
+	VPTESTMQ Z6, Z6, K3; \
+	KORTESTB K3, K3
+
 // func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
 //
 // rows chip rows, each of blocks*256 pixels: the codes of a row go to dst,
 // the next row's dstStride bytes on, read from row, the next rowStride
-// bytes on. With a table, each run of 256 codes is looked up while it is
-// in the first-level cache, sixteen at a time, as lfsr24AVX512 does.
+// bytes on. With a table, each 16 codes are looked up as they are made,
+// before they are stored; the high halves only for runs of 128 pixels
+// where some code is 4096 or more (at short exposures, none is).
 TEXT ·codes24GFNI(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ row+8(FP), SI
@@ -274,8 +325,13 @@ TEXT ·codes24GFNI(SB), NOSPLIT, $0-64
 	VMOVDQU64 gfniE3<>(SB), Z31
 	VPTERNLOGD $0xFF, Z14, Z14, Z14
 	VPSRLD $20, Z14, Z14 // 0xFFF in each dword
+	MOVQ $0xF0F0F0F0F0F0F0F0, AX
+	VPBROADCASTQ AX, Z13 // a middle code byte's part of the high half
 	MOVQ $0x7777777777777777, AX
 	KMOVQ AX, K1
+
+	TESTQ R13, R13
+	JNZ  gfnilfsr
 
 gfniloop:
 	MOVQ SI, R8
@@ -294,36 +350,6 @@ gfniloop:
 	BYTES16(Z4, Z5)
 	CODES64(Z0, Z2, Z4, 512)
 	CODES64(Z1, Z3, Z5, 768)
-	TESTQ R13, R13
-	JZ   gfninext
-
-	// The LFSR look-up of the 256 codes just stored.
-	MOVQ DI, R8
-	MOVQ $16, AX
-
-gfnilfsr:
-	VMOVDQU32 (R8), Z0
-	VPANDD Z14, Z0, Z1
-	VPSRLD $12, Z0, Z2
-	KXNORW K0, K0, K2
-	VPXORD Z4, Z4, Z4
-	VPGATHERDD (R13)(Z1*4), K2, Z4
-	VPTESTMD Z2, Z2, K3
-	KORTESTW K3, K3
-	JZ gfnilfsrstore
-	KXNORW K0, K0, K4
-	VPXORD Z6, Z6, Z6
-	VPGATHERDD (R13)(Z2*4), K4, Z6
-	VPSLLD $12, Z6, Z6
-	VPORD Z6, Z4, Z4
-
-gfnilfsrstore:
-	VMOVDQU32 Z4, (R8)
-	ADDQ $64, R8
-	DECQ AX
-	JNZ gfnilfsr
-
-gfninext:
 	ADDQ $32, SI
 	ADDQ $1024, DI
 	DECQ CX
@@ -342,6 +368,60 @@ gfninext:
 	SUBQ AX, SI
 	ADDQ rowStride+48(FP), SI
 	JMP  gfniloop
+
+gfnilfsr:
+	MOVQ SI, R8
+	BYTES16(Z0, Z1)
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)
+	HIGHZERO(Z0, Z1, Z2, Z3)
+	JNZ  gfnihigh0
+	COUNTS64(LOOKUPLO, Z0, Z2, Z4, 0)
+	COUNTS64(LOOKUPLO, Z1, Z3, Z5, 256)
+	JMP  gfnihalf
+
+gfnihigh0:
+	COUNTS64(LOOKUP, Z0, Z2, Z4, 0)
+	COUNTS64(LOOKUP, Z1, Z3, Z5, 256)
+
+gfnihalf:
+	LEAQ 16(SI), R8
+	BYTES16(Z0, Z1)
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)
+	HIGHZERO(Z0, Z1, Z2, Z3)
+	JNZ  gfnihigh1
+	COUNTS64(LOOKUPLO, Z0, Z2, Z4, 512)
+	COUNTS64(LOOKUPLO, Z1, Z3, Z5, 768)
+	JMP  gfnilfsrnext
+
+gfnihigh1:
+	COUNTS64(LOOKUP, Z0, Z2, Z4, 512)
+	COUNTS64(LOOKUP, Z1, Z3, Z5, 768)
+
+gfnilfsrnext:
+	ADDQ $32, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNZ  gfnilfsr
+
+	// The next row: back to the row's start, then on by the strides.
+	DECQ BX
+	JZ   gfniend
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $10, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  gfnilfsr
 
 gfniend:
 	VZEROUPPER
