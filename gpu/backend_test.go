@@ -532,3 +532,23 @@ func testDecodeAllocs(t *testing.T, name string) {
 		t.Errorf("Decode of a batch of %d frames: %v allocations, want 0", len(batch), allocs)
 	}
 }
+
+// TestCPUDecodePathsNameEveryEncoding checks that the decode paths the
+// cpu backend names, for bench and its log, cover every encoding.
+func TestCPUDecodePathsNameEveryEncoding(t *testing.T) {
+	paths := CPUDecodePaths()
+	for _, e := range frame.Encodings {
+		named := false
+		for _, d := range paths {
+			named = named || strings.Contains(d.Encodings, e.String())
+		}
+		if !named {
+			t.Errorf("encoding %v is in none of the named decode paths %v", e, paths)
+		}
+	}
+	for _, d := range paths {
+		if d.Instructions == "" {
+			t.Errorf("%q: no instructions named", d.Encodings)
+		}
+	}
+}

@@ -26,6 +26,20 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
+// cpuDecodePaths names what each encoding's decode uses here: the 24-bit
+// bitplane gather above (for chips whose width is a multiple of 32 pixels;
+// the AVX-512 one for multiples of 256); the others in portable Go, but
+// for unrotated little-endian chips, which are copied (the runtime's
+// memmove, itself vector moves).
+func cpuDecodePaths() []DecodePath {
+	return []DecodePath{
+		{"bitplane 24-bit", cpuInstructions()},
+		{"bitplane 12-, 6- and 1-bit", "portable Go"},
+		{"packed12, packed24", "portable Go"},
+		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
+	}
+}
+
 // codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of
 // blocks*256 pixels each, and the LFSR look-up too where table is not nil
 // (lfsr12 widened to 32 bits). For each 64 pixels of a row it permutes the

@@ -218,5 +218,8 @@ func TestCPUInstructionsNamesChoice(t *testing.T) {
 		if want := fmt.Sprintf(`"instructions":%q`, c.want); !strings.Contains(logged.String(), want) {
 			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
 		}
+		if want := "bitplane 24-bit: " + c.want; !strings.Contains(logged.String(), want) {
+			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
+		}
 	}
 }

@@ -13,3 +13,12 @@ func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr boo
 
 // cpuInstructions names the decode path: the portable one.
 func cpuInstructions() string { return "portable Go" }
+
+// cpuDecodePaths names the decode of each encoding: all portable here.
+func cpuDecodePaths() []DecodePath {
+	return []DecodePath{
+		{"bitplane 24-, 12-, 6- and 1-bit", "portable Go"},
+		{"packed12, packed24", "portable Go"},
+		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
+	}
+}
