@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	cpuid "golang.org/x/sys/cpu"
@@ -34,10 +35,20 @@ func cpuInstructions() string {
 func cpuDecodePaths() []DecodePath {
 	return []DecodePath{
 		{"bitplane 24-bit", cpuInstructions()},
-		{"bitplane 12-, 6- and 1-bit", "portable Go"},
+		{"bitplane 12-bit", bitplane12Instructions()},
+		{"bitplane 6- and 1-bit", "portable Go"},
 		{"packed12, packed24", "portable Go"},
 		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
 	}
+}
+
+// bitplane12Instructions names the 12-bit bitplane decode: the AVX-512
+// gather for chips a multiple of 256 pixels wide, or portable Go.
+func bitplane12Instructions() string {
+	if useGFNI {
+		return "AVX-512 VBMI+GFNI"
+	}
+	return "portable Go"
 }
 
 // codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of
@@ -52,6 +63,14 @@ func cpuDecodePaths() []DecodePath {
 //
 //go:noescape
 func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
+
+// codes12GFNI is codes24GFNI for chip rows of 12 planes into 16-bit
+// pixels: the high code bytes (planes 0-7) and the low nibbles (planes
+// 8-11) are transposed as codes24GFNI transposes each code byte, and
+// interleaved into words; LFSR codes are looked up 16 at a time.
+//
+//go:noescape
+func codes12GFNI(dst *uint16, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
 
 // codes24AVX2 gathers the 24-bit codes of groups*32 pixels from a chip row
 // of 24 planes, planeBytes apart, most significant first, into dst in
@@ -134,6 +153,48 @@ func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr boo
 	}
 	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
 	codes24GFNI((*uint32)(unsafe.Pointer(&dst[0])), &chip[r0*rowBytes], w/8, w/256, r1-r0, stride, rowBytes, table)
+	return true
+}
+
+// bitplane12Rows is bitplane24Rows for 12-bit chips: readout rows
+// [r0, r1) of a chip at 0 degrees, w pixels wide, into image rows of
+// 16-bit pixels stride bytes apart from the start of dst. It needs the
+// AVX-512 gather and a chip width that is a multiple of 256.
+func bitplane12Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool {
+	if !useGFNI || w%256 != 0 || r1 <= r0 || stride < 2*w {
+		return false
+	}
+	rowBytes := 3 * w / 2
+	_ = chip[r1*rowBytes-1]
+	_ = dst[(r1-r0-1)*stride+2*w-1]
+	var table *[4096]uint32
+	if lfsr {
+		table = &lfsr12x32
+	}
+	codes12GFNI((*uint16)(unsafe.Pointer(&dst[0])), &chip[r0*rowBytes], w/8, w/256, r1-r0, stride, rowBytes, table)
+	return true
+}
+
+// bitplane12Fast decodes like bitplane12 with the AVX-512 gather and
+// reports whether it could, as bitplane12Rows; a rotated chip's row is
+// gathered into scratch (at least ChipWidth/2 words), then reversed into
+// dst.
+func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool {
+	w := 8 * len(row) / 12
+	if !rotated {
+		return bitplane12Rows(dst, 2*w, row, 0, 1, w, lfsr)
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(scratch))), 4*len(scratch))
+	if len(buf) < 2*w || !bitplane12Rows(buf, 2*w, row, 0, 1, w, lfsr) {
+		return false
+	}
+	// Four pixels at a time: w is a multiple of 256.
+	out := dst[:2*w]
+	for i := 0; i < 2*w; i += 8 {
+		x := binary.LittleEndian.Uint64(buf[i:])
+		x = x>>48 | x>>16&0xFFFF0000 | x<<16&0xFFFF00000000 | x<<48
+		binary.LittleEndian.PutUint64(out[2*w-8-i:], x)
+	}
 	return true
 }
 

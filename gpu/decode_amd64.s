@@ -468,3 +468,156 @@ lfsr512store:
 
 lfsr512done:
 	RET
+
+// The AVX-512 gather of 12-bit codes (codes12GFNI), 256 pixels a turn:
+// BYTES16 makes the high code bytes (planes 0-7, bits 11-4) and BYTES4 the
+// low nibbles (planes 8-11, as bits 7-4 of a byte) of 128 pixels each;
+// the gfniW permutes interleave them into words, which a shift right by 4
+// makes the codes.
+
+// BYTES4 is BYTES16 for the 4 planes at R8, Z22 (zero) standing for the
+// other 4: the code nibbles land in bits 7-4 of the bytes in P0 and P1.
+#define BYTES4(P0, P1) \
+	VMOVDQU64 (R8), X20; \
+	VINSERTI32X4 $1, (R8)(DX*1), Z20, Z20; \
+	VINSERTI32X4 $2, (R8)(DX*2), Z20, Z20; \
+	VINSERTI32X4 $3, (R8)(R10*1), Z20, Z20; \
+	VMOVDQU64 Z24, P0; \
+	VPERMI2B Z22, Z20, P0; \
+	VGF2P8AFFINEQB $0, P0, Z23, P0; \
+	VMOVDQU64 Z25, P1; \
+	VPERMI2B Z22, Z20, P1; \
+	VGF2P8AFFINEQB $0, P1, Z23, P1
+
+// WORDS64 leaves in Z16 and Z17 the 12-bit codes of 64 pixels, pixels
+// 0-31 and 32-63, whose high bytes are in A and low nibbles (bits 7-4)
+// in B.
+#define WORDS64(A, B) \
+	VMOVDQU64 Z26, Z16; \
+	VPERMI2B A, B, Z16; \
+	VMOVDQU64 Z27, Z17; \
+	VPERMI2B A, B, Z17; \
+	VPSRLW $4, Z16, Z16; \
+	VPSRLW $4, Z17, Z17
+
+// STORE32 stores the 32 codes in W (Y its low half) at OFF(DI).
+#define STORE32(W, Y, OFF) \
+	VMOVDQU64 W, OFF(DI)
+
+// COUNT32 looks up the 32 codes in W (Y its low half) in the table at R13
+// (lfsr12 widened to 32 bits), sixteen at a time, and stores the counts at
+// OFF(DI).
+#define COUNT32(W, Y, OFF) \
+	VPMOVZXWD Y, Z18; \
+	KXNORW K0, K0, K2; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z18*4), K2, Z19; \
+	VEXTRACTI64X4 $1, W, Y18; \
+	VPMOVZXWD Y18, Z18; \
+	KXNORW K0, K0, K3; \
+	VPXORD Z15, Z15, Z15; \
+	VPGATHERDD (R13)(Z18*4), K3, Z15; \
+	VPMOVDW Z19, Y19; \
+	VPMOVDW Z15, Y15; \
+	VINSERTI64X4 $1, Y15, Z19, Z19; \
+	VMOVDQU64 Z19, OFF(DI)
+
+// BLOCK12 decodes the 256 pixels of one block at SI into OFF(DI), each 32
+// codes through OUT (STORE32 or COUNT32).
+#define BLOCK12(OUT) \
+	MOVQ SI, R8; \
+	BYTES16(Z0, Z1); \
+	ADDQ R9, R8; \
+	BYTES4(Z2, Z3); \
+	LEAQ 16(SI), R8; \
+	BYTES16(Z4, Z5); \
+	ADDQ R9, R8; \
+	BYTES4(Z6, Z7); \
+	WORDS64(Z0, Z2); \
+	OUT(Z16, Y16, 0); \
+	OUT(Z17, Y17, 64); \
+	WORDS64(Z1, Z3); \
+	OUT(Z16, Y16, 128); \
+	OUT(Z17, Y17, 192); \
+	WORDS64(Z4, Z6); \
+	OUT(Z16, Y16, 256); \
+	OUT(Z17, Y17, 320); \
+	WORDS64(Z5, Z7); \
+	OUT(Z16, Y16, 384); \
+	OUT(Z17, Y17, 448)
+
+// func codes12GFNI(dst *uint16, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
+//
+// codes24GFNI for 12 planes and 16-bit pixels: rows chip rows of
+// blocks*256 pixels, looked up in table where it is not nil.
+TEXT ·codes12GFNI(SB), NOSPLIT, $0-64
+	MOVQ dst+0(FP), DI
+	MOVQ row+8(FP), SI
+	MOVQ planeBytes+16(FP), DX
+	MOVQ blocks+24(FP), CX
+	MOVQ rows+32(FP), BX
+	MOVQ table+56(FP), R13
+	TESTQ CX, CX
+	JZ   g12done
+	TESTQ BX, BX
+	JZ   g12done
+	LEAQ (DX)(DX*2), R10
+	LEAQ (DX)(DX*4), R11
+	LEAQ (R10)(DX*4), R12
+	MOVQ DX, R9
+	SHLQ $3, R9 // 8 planes
+	VPBROADCASTQ gfniBits<>(SB), Z23
+	VMOVDQU64 gfniG0<>(SB), Z24
+	VMOVDQU64 gfniG1<>(SB), Z25
+	VMOVDQU64 gfniW0<>(SB), Z26
+	VMOVDQU64 gfniW1<>(SB), Z27
+	VPXORQ Z22, Z22, Z22
+	TESTQ R13, R13
+	JNZ  g12lfsr
+
+g12loop:
+	BLOCK12(STORE32)
+	ADDQ $32, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  g12loop
+
+	// The next row: back to the row's start, then on by the strides.
+	DECQ BX
+	JZ   g12end
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $9, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  g12loop
+
+g12lfsr:
+	BLOCK12(COUNT32)
+	ADDQ $32, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  g12lfsr
+
+	DECQ BX
+	JZ   g12end
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $9, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  g12lfsr
+
+g12end:
+	VZEROUPPER
+
+g12done:
+	RET

@@ -55,55 +55,71 @@ func testBitplane24Fast(t *testing.T) {
 	}
 }
 
-// TestBitplane24RowsMatchesPortable cross-checks the AVX-512 decode of a
-// band of chip rows in one call with the portable decoder, row by row, for
-// both codings, chip widths of one to three 256-pixel blocks, bands that
-// start past the chip's first row, and image rows wider than the chip
-// (the bytes between its pieces must stay as they were); it must decline
-// widths that are not a multiple of 256.
-func TestBitplane24RowsMatchesPortable(t *testing.T) {
+// TestBitplaneRowsMatchesPortable cross-checks the AVX-512 decode of a
+// band of 24- and 12-bit chip rows in one call with the portable decoder,
+// row by row, for both codings, chip widths of one to three 256-pixel
+// blocks, bands that start past the chip's first row, and image rows wider
+// than the chip (the bytes between its pieces must stay as they were); and
+// the 12-bit decode of one row of a rotated chip. They must decline widths
+// that are not a multiple of 256.
+func TestBitplaneRowsMatchesPortable(t *testing.T) {
 	if !useGFNI {
 		t.Skip("CPU has no AVX-512 VBMI and GFNI: the band decode never runs here")
 	}
-	rng := rand.New(rand.NewPCG(11, 12))
-	for _, w := range []int{256, 512, 768} {
-		const chipRows = 6
-		chip := make([]byte, chipRows*3*w)
-		for i := range chip {
-			chip[i] = byte(rng.Uint32())
-		}
-		// Rows whose high code halves are all 0 (counts under 4096), so
-		// that the look-up that skips them is checked too.
-		for i := 3 * 3 * w; i < 4*3*w; i++ {
-			if (i-3*3*w)/(w/8) < 12 {
-				chip[i] = 0
+	for _, c := range []struct {
+		depth, pix int
+		rows       func(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool
+		portable   func(dst, row []byte, lfsr, rotated bool)
+	}{
+		{24, 4, bitplane24Rows, bitplane24},
+		{12, 2, bitplane12Rows, bitplane12},
+	} {
+		rng := rand.New(rand.NewPCG(11, uint64(c.depth)))
+		for _, w := range []int{256, 512, 768} {
+			const chipRows = 6
+			rowBytes := c.depth * w / 8
+			chip := make([]byte, chipRows*rowBytes)
+			for i := range chip {
+				chip[i] = byte(rng.Uint32())
+			}
+			// A row whose high planes are all 0 (24-bit counts under 4096,
+			// whose high look-up is skipped).
+			clear(chip[3*rowBytes : 3*rowBytes+12*w/8])
+			for _, lfsr := range []bool{false, true} {
+				for _, band := range [][2]int{{0, 1}, {0, chipRows}, {2, 5}, {5, 6}} {
+					r0, r1 := band[0], band[1]
+					stride := c.pix*w + 68
+					got := bytes.Repeat([]byte{0xA5}, (r1-r0)*stride)
+					if !c.rows(got, stride, chip, r0, r1, w, lfsr) {
+						t.Fatalf("%d-bit width %d: band decode declined", c.depth, w)
+					}
+					for r := r0; r < r1; r++ {
+						want := make([]byte, c.pix*w)
+						c.portable(want, chip[r*rowBytes:(r+1)*rowBytes], lfsr, false)
+						line := got[(r-r0)*stride : (r-r0+1)*stride]
+						if !bytes.Equal(line[:c.pix*w], want) {
+							t.Fatalf("%d-bit width %d lfsr %v rows [%d, %d): row %d differs from the portable decoder", c.depth, w, lfsr, r0, r1, r)
+						}
+						if !bytes.Equal(line[c.pix*w:], bytes.Repeat([]byte{0xA5}, 68)) {
+							t.Fatalf("%d-bit width %d lfsr %v rows [%d, %d): bytes between rows written", c.depth, w, lfsr, r0, r1)
+						}
+					}
+				}
+				if c.depth == 12 {
+					row := chip[:rowBytes]
+					want := make([]byte, 2*w)
+					bitplane12(want, row, lfsr, true)
+					got := make([]byte, 2*w)
+					if !bitplane12Fast(got, row, lfsr, true, make([]uint32, w)) || !bytes.Equal(got, want) {
+						t.Fatalf("12-bit width %d lfsr %v: rotated row differs from the portable decoder", w, lfsr)
+					}
+				}
 			}
 		}
-		for _, lfsr := range []bool{false, true} {
-			for _, band := range [][2]int{{0, 1}, {0, chipRows}, {2, 5}, {5, 6}} {
-				r0, r1 := band[0], band[1]
-				stride := 4*w + 68
-				got := bytes.Repeat([]byte{0xA5}, (r1-r0)*stride)
-				if !bitplane24Rows(got, stride, chip, r0, r1, w, lfsr) {
-					t.Fatalf("width %d: band decode declined", w)
-				}
-				for r := r0; r < r1; r++ {
-					want := make([]byte, 4*w)
-					bitplane24(want, chip[r*3*w:(r+1)*3*w], lfsr, false)
-					line := got[(r-r0)*stride : (r-r0+1)*stride]
-					if !bytes.Equal(line[:4*w], want) {
-						t.Fatalf("width %d lfsr %v rows [%d, %d): row %d differs from the portable decoder", w, lfsr, r0, r1, r)
-					}
-					if !bytes.Equal(line[4*w:], bytes.Repeat([]byte{0xA5}, 68)) {
-						t.Fatalf("width %d lfsr %v rows [%d, %d): bytes between rows written", w, lfsr, r0, r1)
-					}
-				}
+		for _, w := range []int{8, 32, 224, 288} {
+			if c.rows(make([]byte, c.pix*w), c.pix*w, make([]byte, c.depth*w/8), 0, 1, w, true) {
+				t.Errorf("%d-bit width %d: band decode ran, want it to decline", c.depth, w)
 			}
-		}
-	}
-	for _, w := range []int{8, 32, 224, 288} {
-		if bitplane24Rows(make([]byte, 4*w), 4*w, make([]byte, 3*w), 0, 1, w, true) {
-			t.Errorf("width %d: band decode ran, want it to decline", w)
 		}
 	}
 }
@@ -218,8 +234,11 @@ func TestCPUInstructionsNamesChoice(t *testing.T) {
 		if want := fmt.Sprintf(`"instructions":%q`, c.want); !strings.Contains(logged.String(), want) {
 			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
 		}
-		if want := "bitplane 24-bit: " + c.want; !strings.Contains(logged.String(), want) {
-			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
+		want12 := map[bool]string{false: "portable Go", true: "AVX-512 VBMI+GFNI"}[c.gfni]
+		for _, want := range []string{"bitplane 24-bit: " + c.want, "bitplane 12-bit: " + want12} {
+			if !strings.Contains(logged.String(), want) {
+				t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
+			}
 		}
 	}
 }

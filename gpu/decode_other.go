@@ -11,6 +11,12 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 // bitplane24Rows reports that there is no assembly gather here.
 func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool { return false }
 
+// bitplane12Rows reports that there is no assembly gather here.
+func bitplane12Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool { return false }
+
+// bitplane12Fast reports that there is no assembly gather here.
+func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool { return false }
+
 // cpuInstructions names the decode path: the portable one.
 func cpuInstructions() string { return "portable Go" }
 

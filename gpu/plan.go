@@ -167,10 +167,12 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 		chip := j.Payload[k*p.chipBytes : (k+1)*p.chipBytes]
 		r0, r1 := p.readoutRange(b, rotated)
 		crcs[p.crcs+p.rawPiece(k, b)] = frame.Checksum(chip[p.payloadOffset(r0):p.payloadOffset(r1)])
-		if !rotated && f.Encoding == frame.Bitplane && f.BitDepth == 24 {
+		if !rotated && f.Encoding == frame.Bitplane {
 			// The band's rows of a chip at 0 degrees in one call.
 			off := ((cy*f.ChipHeight+y0)*width + cx*w) * p.pix
-			if bitplane24Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, f.Coding == frame.LFSR) {
+			lfsr := f.Coding == frame.LFSR
+			if f.BitDepth == 24 && bitplane24Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
+				f.BitDepth == 12 && bitplane12Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) {
 				continue
 			}
 		}
@@ -204,7 +206,9 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 				bitplane24(dst, row, lfsr, rotated)
 			}
 		case 12:
-			bitplane12(dst, row, lfsr, rotated)
+			if !bitplane12Fast(dst, row, lfsr, rotated, counts) {
+				bitplane12(dst, row, lfsr, rotated)
+			}
 		case 6:
 			bitplane6(dst, row, lfsr, rotated)
 		default:
