@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	cpuid "golang.org/x/sys/cpu"
@@ -188,15 +187,17 @@ func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	if len(buf) < 2*w || !bitplane12Rows(buf, 2*w, row, 0, 1, w, lfsr) {
 		return false
 	}
-	// Four pixels at a time: w is a multiple of 256.
-	out := dst[:2*w]
-	for i := 0; i < 2*w; i += 8 {
-		x := binary.LittleEndian.Uint64(buf[i:])
-		x = x>>48 | x>>16&0xFFFF0000 | x<<16&0xFFFF00000000 | x<<48
-		binary.LittleEndian.PutUint64(out[2*w-8-i:], x)
-	}
+	_ = dst[2*w-1]
+	reverseAVX512(&dst[0], &buf[0], 2*w/64, true) // w is a multiple of 256
 	return true
 }
+
+// reverseAVX512 writes the vectors*64 bytes at src to dst with their
+// 32-bit elements, or with words their 16-bit elements, in reverse order:
+// a rotated chip's row. It needs AVX-512 BW.
+//
+//go:noescape
+func reverseAVX512(dst, src *byte, vectors int, words bool)
 
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
 // whether it could: it needs AVX2 and a chip width that is a multiple of
@@ -217,6 +218,10 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	}
 	codes := scratch[:n]
 	codes24(codes, row, s, lfsr)
+	if useGFNI && n%16 == 0 {
+		reverseAVX512(&dst[0], (*byte)(unsafe.Pointer(&codes[0])), n/16, false)
+		return true
+	}
 	for i, c := range codes {
 		out[n-1-i] = c
 	}

@@ -621,3 +621,67 @@ g12end:
 
 g12done:
 	RET
+
+// Lane indices in reverse order: dwords 15 to 0, words 31 to 0.
+DATA rev32<>+0x00(SB)/8, $0x0000000e0000000f
+DATA rev32<>+0x08(SB)/8, $0x0000000c0000000d
+DATA rev32<>+0x10(SB)/8, $0x0000000a0000000b
+DATA rev32<>+0x18(SB)/8, $0x0000000800000009
+DATA rev32<>+0x20(SB)/8, $0x0000000600000007
+DATA rev32<>+0x28(SB)/8, $0x0000000400000005
+DATA rev32<>+0x30(SB)/8, $0x0000000200000003
+DATA rev32<>+0x38(SB)/8, $0x0000000000000001
+GLOBL rev32<>(SB), RODATA|NOPTR, $64
+
+DATA rev16<>+0x00(SB)/8, $0x001c001d001e001f
+DATA rev16<>+0x08(SB)/8, $0x00180019001a001b
+DATA rev16<>+0x10(SB)/8, $0x0014001500160017
+DATA rev16<>+0x18(SB)/8, $0x0010001100120013
+DATA rev16<>+0x20(SB)/8, $0x000c000d000e000f
+DATA rev16<>+0x28(SB)/8, $0x00080009000a000b
+DATA rev16<>+0x30(SB)/8, $0x0004000500060007
+DATA rev16<>+0x38(SB)/8, $0x0000000100020003
+GLOBL rev16<>(SB), RODATA|NOPTR, $64
+
+// func reverseAVX512(dst, src *byte, vectors int, words bool)
+//
+// Writes the vectors*64 bytes at src to dst with their 32-bit (or, with
+// words, 16-bit) elements in reverse order.
+TEXT ·reverseAVX512(SB), NOSPLIT, $0-25
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ vectors+16(FP), CX
+	MOVBQZX words+24(FP), AX
+	TESTQ CX, CX
+	JZ   revdone
+	MOVQ CX, DX
+	SHLQ $6, DX
+	LEAQ -64(DI)(DX*1), DI // the last vector of dst
+	TESTQ AX, AX
+	JNZ  revwords
+	VMOVDQU64 rev32<>(SB), Z1
+
+rev32loop:
+	VPERMD (SI), Z1, Z0
+	VMOVDQU64 Z0, (DI)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	DECQ CX
+	JNZ  rev32loop
+	VZEROUPPER
+	RET
+
+revwords:
+	VMOVDQU64 rev16<>(SB), Z1
+
+rev16loop:
+	VPERMW (SI), Z1, Z0
+	VMOVDQU64 Z0, (DI)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	DECQ CX
+	JNZ  rev16loop
+	VZEROUPPER
+
+revdone:
+	RET
