@@ -145,12 +145,13 @@ func (c *cpu) Decode(jobs []Job) error {
 	return nil
 }
 
-// shuffle bit-transposes the decoded images whose jobs ask for it, in place
-// block by block, on the workers. The image CRCs are already taken.
+// shuffle bit-transposes the decoded images whose jobs ask for it and whose
+// bands the decode tasks have not transposed already, in place block by
+// block, on the workers. The image CRCs are already taken.
 func (c *cpu) shuffle(b *batch) {
 	for j := range b.jobs {
 		job := &b.jobs[j]
-		if !b.ok[j] || job.ShuffleBlock == 0 {
+		if !b.ok[j] || job.ShuffleBlock == 0 || b.plans[j].bandShuffle {
 			continue
 		}
 		blocks := shuffleBlocks(&b.plans[j].f, job.ShuffleBlock)
@@ -261,7 +262,7 @@ func (c *cpu) work() {
 			scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), scratch)
 		} else {
 			counts = grow(counts, p.f.ChipWidth)
-			p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs)
+			scratch = p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs, scratch)
 		}
 		t.b.wg.Done()
 	}
