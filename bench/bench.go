@@ -560,7 +560,11 @@ func printBench(out io.Writer, fl *Config, format frame.Format, rows []row) {
 		format.Height(), format.Width(), format.PixelSize(), fl.Dir, describeFS(fl.Dir), runtime.NumCPU(), fl.Backend, fl.Rounds, fl.Python)
 	// The replay rows run this binary on this machine: they choose as
 	// this process does.
-	fmt.Fprintf(out, "CPU decode instructions: %s (where the cpu backend decodes)\n\n", gpu.CPUInstructions())
+	fmt.Fprintf(out, "CPU decode instructions: %s (where the cpu backend decodes)\n", gpu.CPUInstructions())
+	for _, d := range gpu.CPUDecodePaths() {
+		fmt.Fprintf(out, "  %s\n", d)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "row\tbest frames/s\tmedian frames/s\tspread\tmedian GB/s\tratio\tpeak RSS MiB\t")
 	for i := range rows {

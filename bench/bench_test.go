@@ -187,6 +187,7 @@ func TestPrintBenchNamesDecodeInstructions(t *testing.T) {
 	printBench(&out, fl, format, rows)
 	for _, want := range []string{
 		"CPU decode instructions: " + gpu.CPUInstructions(),
+		"\n  " + gpu.CPUDecodePaths()[0].String() + "\n",
 		"ours / reference (defaults)          median 2.00  best 2.00",
 		"ours / ceiling                       median 0.50  best 0.50",
 	} {

@@ -532,3 +532,68 @@ func testDecodeAllocs(t *testing.T, name string) {
 		t.Errorf("Decode of a batch of %d frames: %v allocations, want 0", len(batch), allocs)
 	}
 }
+
+// TestCPUDecodePathsNameEveryEncoding checks that the decode paths the
+// cpu backend names, for bench and its log, cover every encoding.
+func TestCPUDecodePathsNameEveryEncoding(t *testing.T) {
+	paths := CPUDecodePaths()
+	for _, e := range frame.Encodings {
+		named := false
+		for _, d := range paths {
+			named = named || strings.Contains(d.Encodings, e.String())
+		}
+		if !named {
+			t.Errorf("encoding %v is in none of the named decode paths %v", e, paths)
+		}
+	}
+	for _, d := range paths {
+		if d.Instructions == "" {
+			t.Errorf("%q: no instructions named", d.Encodings)
+		}
+	}
+}
+
+// TestCPUBandShuffle checks the cpu backend's two ways to the bit
+// transpose: in each decode task, as soon as its band's CRC is taken, where
+// every band holds whole blocks (a Pi-mega frame at the default block
+// size), and once the batch is decoded where bands cut blocks; both must
+// give the reference image transposed, with DataCRC the plain image's.
+func TestCPUBandShuffle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(70, 71))
+	for _, c := range []struct {
+		f       frame.Format
+		block   int
+		workers int
+		inBands bool
+	}{
+		{frame.Format{Geometry: frame.PiMega, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}, 2048, 2, true},
+		{frame.Format{Geometry: frame.PiMega, Encoding: frame.Bitplane, BitDepth: 12, Coding: frame.LFSR}, 4096, 2, true},
+		{frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 24, ChipHeight: 5}, Encoding: frame.Bitplane, BitDepth: 24}, 40, 3, false},
+	} {
+		j := newJob(c.f, 0, randomBytes(rng, c.f.PayloadSize()))
+		j.ShuffleBlock = c.block
+		p, err := makePlan(&j, nil, c.workers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.bandShuffle != c.inBands {
+			t.Fatalf("%v, block %d: transposed in the decode tasks %v, want %v", c.f, c.block, p.bandShuffle, c.inBands)
+		}
+		be := newBackend(t, "cpu", Options{Workers: c.workers})
+		batch := []Job{j}
+		if err := be.Decode(batch); err != nil {
+			t.Fatal(err)
+		}
+		plain := refDecode(c.f, j.Payload, nil)
+		want, err := bitshuffle.AppendShuffle(nil, plain, c.f.PixelSize(), c.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := batch[0].Image[:c.f.ImageSize()]; !bytes.Equal(got, want) {
+			t.Errorf("%v, block %d: transposed image differs from the reference's", c.f, c.block)
+		}
+		if batch[0].DataCRC != frame.Checksum(plain) {
+			t.Errorf("%v, block %d: DataCRC %08x, want the plain image's %08x", c.f, c.block, batch[0].DataCRC, frame.Checksum(plain))
+		}
+	}
+}

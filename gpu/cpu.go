@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
 
 	"h5ingest/compress/bitshuffle"
@@ -50,8 +51,36 @@ type batch struct {
 // CPUInstructions names the widest instructions the cpu backend decodes
 // 24-bit bitplane frames with on this machine, chosen once at start from
 // the CPU's features: "AVX-512 VBMI+GFNI", "AVX2" or "portable Go". Every
-// path gives the same pixels; the other encodings decode in portable Go.
+// path gives the same pixels. CPUDecodePaths names those of every
+// encoding.
 func CPUInstructions() string { return cpuInstructions() }
+
+// DecodePath is how the cpu backend decodes the frames of some encodings
+// on this machine.
+type DecodePath struct {
+	Encodings    string // the encodings and bit depths, as frame.Format names them
+	Instructions string // the widest instructions their decode uses
+}
+
+// CPUDecodePaths lists, for every encoding, the widest instructions the
+// cpu backend decodes it with on this machine, chosen once at start from
+// the CPU's features.
+func CPUDecodePaths() []DecodePath { return cpuDecodePaths() }
+
+// String says "ENCODINGS: INSTRUCTIONS".
+func (d DecodePath) String() string { return d.Encodings + ": " + d.Instructions }
+
+// decodePathsString joins the paths, "; " between them, for a log line.
+func decodePathsString() string {
+	var b strings.Builder
+	for i, d := range CPUDecodePaths() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(d.String())
+	}
+	return b.String()
+}
 
 func newCPU(opts Options) *cpu {
 	c := &cpu{
@@ -62,7 +91,7 @@ func newCPU(opts Options) *cpu {
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Debug("cpu decode", "instructions", CPUInstructions(), "workers", c.workers)
+	log.Debug("cpu decode", "instructions", CPUInstructions(), "by_encoding", decodePathsString(), "workers", c.workers)
 	c.tasks = make(chan task, 64*c.workers)
 	c.done.Add(c.workers)
 	for range c.workers {
@@ -116,12 +145,13 @@ func (c *cpu) Decode(jobs []Job) error {
 	return nil
 }
 
-// shuffle bit-transposes the decoded images whose jobs ask for it, in place
-// block by block, on the workers. The image CRCs are already taken.
+// shuffle bit-transposes the decoded images whose jobs ask for it and whose
+// bands the decode tasks have not transposed already, in place block by
+// block, on the workers. The image CRCs are already taken.
 func (c *cpu) shuffle(b *batch) {
 	for j := range b.jobs {
 		job := &b.jobs[j]
-		if !b.ok[j] || job.ShuffleBlock == 0 {
+		if !b.ok[j] || job.ShuffleBlock == 0 || b.plans[j].bandShuffle {
 			continue
 		}
 		blocks := shuffleBlocks(&b.plans[j].f, job.ShuffleBlock)
@@ -232,7 +262,7 @@ func (c *cpu) work() {
 			scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), scratch)
 		} else {
 			counts = grow(counts, p.f.ChipWidth)
-			p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs)
+			scratch = p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs, scratch)
 		}
 		t.b.wg.Done()
 	}

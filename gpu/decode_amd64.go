@@ -26,14 +26,50 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
-// codes24GFNI is codes24AVX2 with AVX-512: blocks*256 pixels, from a chip
-// row whose planes are a multiple of 32 bytes. For each 64 pixels it
-// permutes the 8 planes' bytes of each code byte into one vector, so that
-// each qword holds 8 pixels' bits of 8 planes, and transposes those 8x8
-// bit matrices with VGF2P8AFFINEQB.
+// cpuDecodePaths names what each encoding's decode uses here: the 24-bit
+// bitplane gather above (for chips whose width is a multiple of 32 pixels;
+// the AVX-512 one for multiples of 256); the others in portable Go, but
+// for unrotated little-endian chips, which are copied (the runtime's
+// memmove, itself vector moves).
+func cpuDecodePaths() []DecodePath {
+	return []DecodePath{
+		{"bitplane 24-bit", cpuInstructions()},
+		{"bitplane 12-bit", bitplane12Instructions()},
+		{"bitplane 6- and 1-bit", "portable Go"},
+		{"packed12, packed24", "portable Go"},
+		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
+	}
+}
+
+// bitplane12Instructions names the 12-bit bitplane decode: the AVX-512
+// gather for chips a multiple of 256 pixels wide, or portable Go.
+func bitplane12Instructions() string {
+	if useGFNI {
+		return "AVX-512 VBMI+GFNI"
+	}
+	return "portable Go"
+}
+
+// codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of
+// blocks*256 pixels each, and the LFSR look-up too where table is not nil
+// (lfsr12 widened to 32 bits). For each 64 pixels of a row it permutes the
+// 8 planes' bytes of each code byte into one vector, so that each qword
+// holds 8 pixels' bits of 8 planes, and transposes those 8x8 bit matrices
+// with VGF2P8AFFINEQB; with a table, each 16 codes are then looked up with
+// a gather before they are stored, the high halves only for runs of 128
+// pixels with a code of 4096 or more. A row's codes go dstStride bytes
+// after the last row's, read rowStride bytes after it.
 //
 //go:noescape
-func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks int)
+func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
+
+// codes12GFNI is codes24GFNI for chip rows of 12 planes into 16-bit
+// pixels: the high code bytes (planes 0-7) and the low nibbles (planes
+// 8-11) are transposed as codes24GFNI transposes each code byte, and
+// interleaved into words; LFSR codes are looked up 16 at a time.
+//
+//go:noescape
+func codes12GFNI(dst *uint16, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
 
 // codes24AVX2 gathers the 24-bit codes of groups*32 pixels from a chip row
 // of 24 planes, planeBytes apart, most significant first, into dst in
@@ -82,14 +118,86 @@ func lfsr24Fast(codes []uint32) {
 }
 
 // codes24 gathers the codes of a chip row of 24 planes of s bytes, s a
-// multiple of 4, into dst, with the widest gather the CPU has.
-func codes24(dst []uint32, row []byte, s int) {
+// multiple of 4, into dst, with the widest gather the CPU has, and turns
+// LFSR codes into counts.
+func codes24(dst []uint32, row []byte, s int, lfsr bool) {
 	if useGFNI && s%32 == 0 {
-		codes24GFNI(&dst[0], &row[0], s, s/32)
+		var table *[4096]uint32
+		if lfsr {
+			table = &lfsr12x32
+		}
+		codes24GFNI(&dst[0], &row[0], s, s/32, 1, 0, 0, table)
 		return
 	}
 	codes24AVX2(&dst[0], &row[0], s, s/4)
+	if lfsr {
+		lfsr24Fast(dst)
+	}
 }
+
+// bitplane24Rows decodes readout rows [r0, r1) of a chip at 0 degrees, w
+// pixels wide, into image rows stride bytes apart from the start of dst,
+// in one call, and reports whether it could: it needs the AVX-512 gather
+// and a chip width that is a multiple of 256.
+func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool {
+	if !useGFNI || w%256 != 0 || r1 <= r0 || stride < 4*w {
+		return false
+	}
+	rowBytes := 3 * w
+	_ = chip[r1*rowBytes-1]
+	_ = dst[(r1-r0-1)*stride+4*w-1]
+	var table *[4096]uint32
+	if lfsr {
+		table = &lfsr12x32
+	}
+	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
+	codes24GFNI((*uint32)(unsafe.Pointer(&dst[0])), &chip[r0*rowBytes], w/8, w/256, r1-r0, stride, rowBytes, table)
+	return true
+}
+
+// bitplane12Rows is bitplane24Rows for 12-bit chips: readout rows
+// [r0, r1) of a chip at 0 degrees, w pixels wide, into image rows of
+// 16-bit pixels stride bytes apart from the start of dst. It needs the
+// AVX-512 gather and a chip width that is a multiple of 256.
+func bitplane12Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool {
+	if !useGFNI || w%256 != 0 || r1 <= r0 || stride < 2*w {
+		return false
+	}
+	rowBytes := 3 * w / 2
+	_ = chip[r1*rowBytes-1]
+	_ = dst[(r1-r0-1)*stride+2*w-1]
+	var table *[4096]uint32
+	if lfsr {
+		table = &lfsr12x32
+	}
+	codes12GFNI((*uint16)(unsafe.Pointer(&dst[0])), &chip[r0*rowBytes], w/8, w/256, r1-r0, stride, rowBytes, table)
+	return true
+}
+
+// bitplane12Fast decodes like bitplane12 with the AVX-512 gather and
+// reports whether it could, as bitplane12Rows; a rotated chip's row is
+// gathered into scratch (at least ChipWidth/2 words), then reversed into
+// dst.
+func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool {
+	w := 8 * len(row) / 12
+	if !rotated {
+		return bitplane12Rows(dst, 2*w, row, 0, 1, w, lfsr)
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(scratch))), 4*len(scratch))
+	if len(buf) < 2*w || !bitplane12Rows(buf, 2*w, row, 0, 1, w, lfsr) {
+		return false
+	}
+	_ = dst[2*w-1]
+	reverseAVX512(&dst[0], &buf[0], 2*w/64, true) // w is a multiple of 256
+	return true
+}
+
+// reverseAVX512 writes the vectors*64 bytes at src to dst with their
+// 32-bit elements, or with words their 16-bit elements, in reverse order:
+// a rotated chip's row. It needs AVX-512 BW.
+//
+//go:noescape
+func reverseAVX512(dst, src *byte, vectors int, words bool)
 
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
 // whether it could: it needs AVX2 and a chip width that is a multiple of
@@ -105,16 +213,14 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	// amd64 is little-endian: the image row's bytes are its uint32 pixels.
 	out := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n)
 	if !rotated {
-		codes24(out, row, s)
-		if lfsr {
-			lfsr24Fast(out)
-		}
+		codes24(out, row, s, lfsr)
 		return true
 	}
 	codes := scratch[:n]
-	codes24(codes, row, s)
-	if lfsr {
-		lfsr24Fast(codes)
+	codes24(codes, row, s, lfsr)
+	if useGFNI && n%16 == 0 {
+		reverseAVX512(&dst[0], (*byte)(unsafe.Pointer(&codes[0])), n/16, false)
+		return true
 	}
 	for i, c := range codes {
 		out[n-1-i] = c

@@ -241,13 +241,73 @@ GLOBL gfniBits<>(SB), RODATA|NOPTR, $8
 	VPERMI2B.Z H, Z17, K1, Z18; \
 	VMOVDQU64 Z18, OFF+192(DI)
 
-// func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks int)
-TEXT ·codes24GFNI(SB), NOSPLIT, $0-32
+// LOOKUPLO turns the 16 codes in Z18, all under 4096, into counts through
+// the table at R13 (lfsr12 widened to 32 bits) and stores them at OFF(DI).
+#define LOOKUPLO(OFF) \
+	KXNORW K0, K0, K2; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z18*4), K2, Z19; \
+	VMOVDQU64 Z19, OFF(DI)
+
+// LOOKUP is LOOKUPLO for codes of any count: both halves looked up.
+#define LOOKUP(OFF) \
+	VPANDD Z14, Z18, Z19; \
+	VPSRLD $12, Z18, Z22; \
+	KXNORW K0, K0, K2; \
+	VPXORD Z18, Z18, Z18; \
+	VPGATHERDD (R13)(Z19*4), K2, Z18; \
+	KXNORW K0, K0, K3; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z22*4), K3, Z19; \
+	VPSLLD $12, Z19, Z19; \
+	VPORD Z19, Z18, Z18; \
+	VMOVDQU64 Z18, OFF(DI)
+
+// COUNTS64 is CODES64 with the LFSR look-up LK (LOOKUP or LOOKUPLO).
+#define COUNTS64(LK, H, M, L, OFF) \
+	VMOVDQU64 Z26, Z16; \
+	VPERMI2B M, L, Z16; \
+	VMOVDQU64 Z27, Z17; \
+	VPERMI2B M, L, Z17; \
+	VMOVDQU64 Z28, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	LK(OFF); \
+	VMOVDQU64 Z29, Z18; \
+	VPERMI2B.Z H, Z16, K1, Z18; \
+	LK(OFF+64); \
+	VMOVDQU64 Z30, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	LK(OFF+128); \
+	VMOVDQU64 Z31, Z18; \
+	VPERMI2B.Z H, Z17, K1, Z18; \
+	LK(OFF+192)
+
+// HIGHZERO sets the flags to ZF where every code of the 128 pixels whose
+// code bytes are in H0, H1 (high) and M0, M1 (middle) is under 4096.
+#define HIGHZERO(H0, H1, M0, M1) \
+	VPORQ H1, H0, Z6; \
+	VPORQ M1, M0, Z7; \
+	VPTERNLOGQ $0xF8, Z13, Z7, Z6; \
+	VPTESTMQ Z6, Z6, K3; \
+	KORTESTB K3, K3
+
+// func codes24GFNI(dst *uint32, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
+//
+// rows chip rows, each of blocks*256 pixels: the codes of a row go to dst,
+// the next row's dstStride bytes on, read from row, the next rowStride
+// bytes on. With a table, each 16 codes are looked up as they are made,
+// before they are stored; the high halves only for runs of 128 pixels
+// where some code is 4096 or more (at short exposures, none is).
+TEXT ·codes24GFNI(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ row+8(FP), SI
 	MOVQ planeBytes+16(FP), DX
 	MOVQ blocks+24(FP), CX
+	MOVQ rows+32(FP), BX
+	MOVQ table+56(FP), R13
 	TESTQ CX, CX
+	JZ   gfnidone
+	TESTQ BX, BX
 	JZ   gfnidone
 	LEAQ (DX)(DX*2), R10
 	LEAQ (DX)(DX*4), R11
@@ -263,8 +323,15 @@ TEXT ·codes24GFNI(SB), NOSPLIT, $0-32
 	VMOVDQU64 gfniE1<>(SB), Z29
 	VMOVDQU64 gfniE2<>(SB), Z30
 	VMOVDQU64 gfniE3<>(SB), Z31
+	VPTERNLOGD $0xFF, Z14, Z14, Z14
+	VPSRLD $20, Z14, Z14 // 0xFFF in each dword
+	MOVQ $0xF0F0F0F0F0F0F0F0, AX
+	VPBROADCASTQ AX, Z13 // a middle code byte's part of the high half
 	MOVQ $0x7777777777777777, AX
 	KMOVQ AX, K1
+
+	TESTQ R13, R13
+	JNZ  gfnilfsr
 
 gfniloop:
 	MOVQ SI, R8
@@ -287,6 +354,76 @@ gfniloop:
 	ADDQ $1024, DI
 	DECQ CX
 	JNZ  gfniloop
+
+	// The next row: back to the row's start, then on by the strides.
+	DECQ BX
+	JZ   gfniend
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $10, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  gfniloop
+
+gfnilfsr:
+	MOVQ SI, R8
+	BYTES16(Z0, Z1)
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)
+	HIGHZERO(Z0, Z1, Z2, Z3)
+	JNZ  gfnihigh0
+	COUNTS64(LOOKUPLO, Z0, Z2, Z4, 0)
+	COUNTS64(LOOKUPLO, Z1, Z3, Z5, 256)
+	JMP  gfnihalf
+
+gfnihigh0:
+	COUNTS64(LOOKUP, Z0, Z2, Z4, 0)
+	COUNTS64(LOOKUP, Z1, Z3, Z5, 256)
+
+gfnihalf:
+	LEAQ 16(SI), R8
+	BYTES16(Z0, Z1)
+	ADDQ R9, R8
+	BYTES16(Z2, Z3)
+	ADDQ R9, R8
+	BYTES16(Z4, Z5)
+	HIGHZERO(Z0, Z1, Z2, Z3)
+	JNZ  gfnihigh1
+	COUNTS64(LOOKUPLO, Z0, Z2, Z4, 512)
+	COUNTS64(LOOKUPLO, Z1, Z3, Z5, 768)
+	JMP  gfnilfsrnext
+
+gfnihigh1:
+	COUNTS64(LOOKUP, Z0, Z2, Z4, 512)
+	COUNTS64(LOOKUP, Z1, Z3, Z5, 768)
+
+gfnilfsrnext:
+	ADDQ $32, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNZ  gfnilfsr
+
+	// The next row: back to the row's start, then on by the strides.
+	DECQ BX
+	JZ   gfniend
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $10, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  gfnilfsr
+
+gfniend:
 	VZEROUPPER
 
 gfnidone:
@@ -330,4 +467,221 @@ lfsr512store:
 	VZEROUPPER
 
 lfsr512done:
+	RET
+
+// The AVX-512 gather of 12-bit codes (codes12GFNI), 256 pixels a turn:
+// BYTES16 makes the high code bytes (planes 0-7, bits 11-4) and BYTES4 the
+// low nibbles (planes 8-11, as bits 7-4 of a byte) of 128 pixels each;
+// the gfniW permutes interleave them into words, which a shift right by 4
+// makes the codes.
+
+// BYTES4 is BYTES16 for the 4 planes at R8, Z22 (zero) standing for the
+// other 4: the code nibbles land in bits 7-4 of the bytes in P0 and P1.
+#define BYTES4(P0, P1) \
+	VMOVDQU64 (R8), X20; \
+	VINSERTI32X4 $1, (R8)(DX*1), Z20, Z20; \
+	VINSERTI32X4 $2, (R8)(DX*2), Z20, Z20; \
+	VINSERTI32X4 $3, (R8)(R10*1), Z20, Z20; \
+	VMOVDQU64 Z24, P0; \
+	VPERMI2B Z22, Z20, P0; \
+	VGF2P8AFFINEQB $0, P0, Z23, P0; \
+	VMOVDQU64 Z25, P1; \
+	VPERMI2B Z22, Z20, P1; \
+	VGF2P8AFFINEQB $0, P1, Z23, P1
+
+// WORDS64 leaves in Z16 and Z17 the 12-bit codes of 64 pixels, pixels
+// 0-31 and 32-63, whose high bytes are in A and low nibbles (bits 7-4)
+// in B.
+#define WORDS64(A, B) \
+	VMOVDQU64 Z26, Z16; \
+	VPERMI2B A, B, Z16; \
+	VMOVDQU64 Z27, Z17; \
+	VPERMI2B A, B, Z17; \
+	VPSRLW $4, Z16, Z16; \
+	VPSRLW $4, Z17, Z17
+
+// STORE32 stores the 32 codes in W (Y its low half) at OFF(DI).
+#define STORE32(W, Y, OFF) \
+	VMOVDQU64 W, OFF(DI)
+
+// COUNT32 looks up the 32 codes in W (Y its low half) in the table at R13
+// (lfsr12 widened to 32 bits), sixteen at a time, and stores the counts at
+// OFF(DI).
+#define COUNT32(W, Y, OFF) \
+	VPMOVZXWD Y, Z18; \
+	KXNORW K0, K0, K2; \
+	VPXORD Z19, Z19, Z19; \
+	VPGATHERDD (R13)(Z18*4), K2, Z19; \
+	VEXTRACTI64X4 $1, W, Y18; \
+	VPMOVZXWD Y18, Z18; \
+	KXNORW K0, K0, K3; \
+	VPXORD Z15, Z15, Z15; \
+	VPGATHERDD (R13)(Z18*4), K3, Z15; \
+	VPMOVDW Z19, Y19; \
+	VPMOVDW Z15, Y15; \
+	VINSERTI64X4 $1, Y15, Z19, Z19; \
+	VMOVDQU64 Z19, OFF(DI)
+
+// BLOCK12 decodes the 256 pixels of one block at SI into OFF(DI), each 32
+// codes through OUT (STORE32 or COUNT32).
+#define BLOCK12(OUT) \
+	MOVQ SI, R8; \
+	BYTES16(Z0, Z1); \
+	ADDQ R9, R8; \
+	BYTES4(Z2, Z3); \
+	LEAQ 16(SI), R8; \
+	BYTES16(Z4, Z5); \
+	ADDQ R9, R8; \
+	BYTES4(Z6, Z7); \
+	WORDS64(Z0, Z2); \
+	OUT(Z16, Y16, 0); \
+	OUT(Z17, Y17, 64); \
+	WORDS64(Z1, Z3); \
+	OUT(Z16, Y16, 128); \
+	OUT(Z17, Y17, 192); \
+	WORDS64(Z4, Z6); \
+	OUT(Z16, Y16, 256); \
+	OUT(Z17, Y17, 320); \
+	WORDS64(Z5, Z7); \
+	OUT(Z16, Y16, 384); \
+	OUT(Z17, Y17, 448)
+
+// func codes12GFNI(dst *uint16, row *byte, planeBytes, blocks, rows, dstStride, rowStride int, table *[4096]uint32)
+//
+// codes24GFNI for 12 planes and 16-bit pixels: rows chip rows of
+// blocks*256 pixels, looked up in table where it is not nil.
+TEXT ·codes12GFNI(SB), NOSPLIT, $0-64
+	MOVQ dst+0(FP), DI
+	MOVQ row+8(FP), SI
+	MOVQ planeBytes+16(FP), DX
+	MOVQ blocks+24(FP), CX
+	MOVQ rows+32(FP), BX
+	MOVQ table+56(FP), R13
+	TESTQ CX, CX
+	JZ   g12done
+	TESTQ BX, BX
+	JZ   g12done
+	LEAQ (DX)(DX*2), R10
+	LEAQ (DX)(DX*4), R11
+	LEAQ (R10)(DX*4), R12
+	MOVQ DX, R9
+	SHLQ $3, R9 // 8 planes
+	VPBROADCASTQ gfniBits<>(SB), Z23
+	VMOVDQU64 gfniG0<>(SB), Z24
+	VMOVDQU64 gfniG1<>(SB), Z25
+	VMOVDQU64 gfniW0<>(SB), Z26
+	VMOVDQU64 gfniW1<>(SB), Z27
+	VPXORQ Z22, Z22, Z22
+	TESTQ R13, R13
+	JNZ  g12lfsr
+
+g12loop:
+	BLOCK12(STORE32)
+	ADDQ $32, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  g12loop
+
+	// The next row: back to the row's start, then on by the strides.
+	DECQ BX
+	JZ   g12end
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $9, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  g12loop
+
+g12lfsr:
+	BLOCK12(COUNT32)
+	ADDQ $32, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  g12lfsr
+
+	DECQ BX
+	JZ   g12end
+	MOVQ blocks+24(FP), CX
+	MOVQ CX, AX
+	SHLQ $9, AX
+	SUBQ AX, DI
+	ADDQ dstStride+40(FP), DI
+	MOVQ CX, AX
+	SHLQ $5, AX
+	SUBQ AX, SI
+	ADDQ rowStride+48(FP), SI
+	JMP  g12lfsr
+
+g12end:
+	VZEROUPPER
+
+g12done:
+	RET
+
+// Lane indices in reverse order: dwords 15 to 0, words 31 to 0.
+DATA rev32<>+0x00(SB)/8, $0x0000000e0000000f
+DATA rev32<>+0x08(SB)/8, $0x0000000c0000000d
+DATA rev32<>+0x10(SB)/8, $0x0000000a0000000b
+DATA rev32<>+0x18(SB)/8, $0x0000000800000009
+DATA rev32<>+0x20(SB)/8, $0x0000000600000007
+DATA rev32<>+0x28(SB)/8, $0x0000000400000005
+DATA rev32<>+0x30(SB)/8, $0x0000000200000003
+DATA rev32<>+0x38(SB)/8, $0x0000000000000001
+GLOBL rev32<>(SB), RODATA|NOPTR, $64
+
+DATA rev16<>+0x00(SB)/8, $0x001c001d001e001f
+DATA rev16<>+0x08(SB)/8, $0x00180019001a001b
+DATA rev16<>+0x10(SB)/8, $0x0014001500160017
+DATA rev16<>+0x18(SB)/8, $0x0010001100120013
+DATA rev16<>+0x20(SB)/8, $0x000c000d000e000f
+DATA rev16<>+0x28(SB)/8, $0x00080009000a000b
+DATA rev16<>+0x30(SB)/8, $0x0004000500060007
+DATA rev16<>+0x38(SB)/8, $0x0000000100020003
+GLOBL rev16<>(SB), RODATA|NOPTR, $64
+
+// func reverseAVX512(dst, src *byte, vectors int, words bool)
+//
+// Writes the vectors*64 bytes at src to dst with their 32-bit (or, with
+// words, 16-bit) elements in reverse order.
+TEXT ·reverseAVX512(SB), NOSPLIT, $0-25
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ vectors+16(FP), CX
+	MOVBQZX words+24(FP), AX
+	TESTQ CX, CX
+	JZ   revdone
+	MOVQ CX, DX
+	SHLQ $6, DX
+	LEAQ -64(DI)(DX*1), DI // the last vector of dst
+	TESTQ AX, AX
+	JNZ  revwords
+	VMOVDQU64 rev32<>(SB), Z1
+
+rev32loop:
+	VPERMD (SI), Z1, Z0
+	VMOVDQU64 Z0, (DI)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	DECQ CX
+	JNZ  rev32loop
+	VZEROUPPER
+	RET
+
+revwords:
+	VMOVDQU64 rev16<>(SB), Z1
+
+rev16loop:
+	VPERMW (SI), Z1, Z0
+	VMOVDQU64 Z0, (DI)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	DECQ CX
+	JNZ  rev16loop
+	VZEROUPPER
+
+revdone:
 	RET

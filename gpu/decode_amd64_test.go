@@ -55,6 +55,75 @@ func testBitplane24Fast(t *testing.T) {
 	}
 }
 
+// TestBitplaneRowsMatchesPortable cross-checks the AVX-512 decode of a
+// band of 24- and 12-bit chip rows in one call with the portable decoder,
+// row by row, for both codings, chip widths of one to three 256-pixel
+// blocks, bands that start past the chip's first row, and image rows wider
+// than the chip (the bytes between its pieces must stay as they were); and
+// the 12-bit decode of one row of a rotated chip. They must decline widths
+// that are not a multiple of 256.
+func TestBitplaneRowsMatchesPortable(t *testing.T) {
+	if !useGFNI {
+		t.Skip("CPU has no AVX-512 VBMI and GFNI: the band decode never runs here")
+	}
+	for _, c := range []struct {
+		depth, pix int
+		rows       func(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool
+		portable   func(dst, row []byte, lfsr, rotated bool)
+	}{
+		{24, 4, bitplane24Rows, bitplane24},
+		{12, 2, bitplane12Rows, bitplane12},
+	} {
+		rng := rand.New(rand.NewPCG(11, uint64(c.depth)))
+		for _, w := range []int{256, 512, 768} {
+			const chipRows = 6
+			rowBytes := c.depth * w / 8
+			chip := make([]byte, chipRows*rowBytes)
+			for i := range chip {
+				chip[i] = byte(rng.Uint32())
+			}
+			// A row whose high planes are all 0 (24-bit counts under 4096,
+			// whose high look-up is skipped).
+			clear(chip[3*rowBytes : 3*rowBytes+12*w/8])
+			for _, lfsr := range []bool{false, true} {
+				for _, band := range [][2]int{{0, 1}, {0, chipRows}, {2, 5}, {5, 6}} {
+					r0, r1 := band[0], band[1]
+					stride := c.pix*w + 68
+					got := bytes.Repeat([]byte{0xA5}, (r1-r0)*stride)
+					if !c.rows(got, stride, chip, r0, r1, w, lfsr) {
+						t.Fatalf("%d-bit width %d: band decode declined", c.depth, w)
+					}
+					for r := r0; r < r1; r++ {
+						want := make([]byte, c.pix*w)
+						c.portable(want, chip[r*rowBytes:(r+1)*rowBytes], lfsr, false)
+						line := got[(r-r0)*stride : (r-r0+1)*stride]
+						if !bytes.Equal(line[:c.pix*w], want) {
+							t.Fatalf("%d-bit width %d lfsr %v rows [%d, %d): row %d differs from the portable decoder", c.depth, w, lfsr, r0, r1, r)
+						}
+						if !bytes.Equal(line[c.pix*w:], bytes.Repeat([]byte{0xA5}, 68)) {
+							t.Fatalf("%d-bit width %d lfsr %v rows [%d, %d): bytes between rows written", c.depth, w, lfsr, r0, r1)
+						}
+					}
+				}
+				if c.depth == 12 {
+					row := chip[:rowBytes]
+					want := make([]byte, 2*w)
+					bitplane12(want, row, lfsr, true)
+					got := make([]byte, 2*w)
+					if !bitplane12Fast(got, row, lfsr, true, make([]uint32, w)) || !bytes.Equal(got, want) {
+						t.Fatalf("12-bit width %d lfsr %v: rotated row differs from the portable decoder", w, lfsr)
+					}
+				}
+			}
+		}
+		for _, w := range []int{8, 32, 224, 288} {
+			if c.rows(make([]byte, c.pix*w), c.pix*w, make([]byte, c.depth*w/8), 0, 1, w, true) {
+				t.Errorf("%d-bit width %d: band decode ran, want it to decline", c.depth, w)
+			}
+		}
+	}
+}
+
 // TestLFSR24AVX2MatchesPortable cross-checks the gathers, AVX-512 where the
 // CPU has it and AVX2, with the portable look-up at lengths around the 16-
 // and 8-code groups, on codes of any count and on codes of counts under
@@ -164,6 +233,12 @@ func TestCPUInstructionsNamesChoice(t *testing.T) {
 		be.Close()
 		if want := fmt.Sprintf(`"instructions":%q`, c.want); !strings.Contains(logged.String(), want) {
 			t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
+		}
+		want12 := map[bool]string{false: "portable Go", true: "AVX-512 VBMI+GFNI"}[c.gfni]
+		for _, want := range []string{"bitplane 24-bit: " + c.want, "bitplane 12-bit: " + want12} {
+			if !strings.Contains(logged.String(), want) {
+				t.Errorf("AVX2 %v, GFNI %v: log %q does not say %s", c.avx2, c.gfni, logged.String(), want)
+			}
 		}
 	}
 }

@@ -15,10 +15,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\x00\xff\x5a"), uint8(frame.Bitplane), uint8(24), uint8(1), uint8(2), uint8(1), uint16(8), uint16(3), uint8(3))
 	f.Add([]byte("\x12\x34\x56\x78"), uint8(frame.Packed12), uint8(12), uint8(0), uint8(2), uint8(2), uint16(3), uint16(2), uint8(1))
 	f.Add([]byte{1}, uint8(frame.Bitplane), uint8(13), uint8(0), uint8(1), uint8(1), uint16(8), uint16(1), uint8(0))
-	// Chips of 256 and 512 pixels a row: the widths the AVX-512 gather
-	// takes, checked against the reference as every other.
+	// Chips of 256 and 512 pixels a row, 24- and 12-bit: the widths the
+	// AVX-512 gathers take, checked against the reference as every other.
 	f.Add([]byte("\x9e\x37\x79\xb9\x7f\x4a\x7c\x15"), uint8(frame.Bitplane), uint8(24), uint8(frame.LFSR), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
 	f.Add([]byte("\x01\x00\x00\x80\xff"), uint8(frame.Bitplane), uint8(24), uint8(0), uint8(1), uint8(2), uint16(512), uint16(2), uint8(1))
+	f.Add([]byte("\x9e\x37\x79\xb9\x7f\x4a\x7c\x15"), uint8(frame.Bitplane), uint8(12), uint8(frame.LFSR), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
+	f.Add([]byte("\x01\x00\x00\x80\xff"), uint8(frame.Bitplane), uint8(12), uint8(0), uint8(1), uint8(2), uint16(512), uint16(2), uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, enc, depth, coding, chipsX, chipsY uint8, w, h uint16, rot uint8) {
 		fm := frame.Format{
 			Geometry: frame.Geometry{ChipsX: int(chipsX), ChipsY: int(chipsY), ChipWidth: int(w), ChipHeight: int(h)},

@@ -30,6 +30,13 @@ type plan struct {
 	bandRows  int
 	bands     int
 	crcs      int // index of the frame's first piece CRC in batch.crcs
+
+	// bandShuffle says that every band of the image starts and ends on a
+	// bitshuffle block (or at the image's end), so that a task transposes
+	// its band's blocks as soon as it has taken their CRC, while they are
+	// in the core's cache; else the blocks are transposed once the whole
+	// batch is decoded.
+	bandShuffle bool
 }
 
 // makePlan checks that job j can be decoded and plans it. workers is the
@@ -62,6 +69,9 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 	bands = min(bands, f.ChipHeight)
 	p.bandRows = (f.ChipHeight + bands - 1) / bands
 	p.bands = (f.ChipHeight + p.bandRows - 1) / p.bandRows
+	if bs := j.ShuffleBlock * p.pix; bs > 0 {
+		p.bandShuffle = p.bandRows*rowBytes%bs == 0 && f.ChipHeight*rowBytes%bs == 0
+	}
 	return p, nil
 }
 
@@ -156,8 +166,11 @@ func (f *folder) add(crc uint32, n int) {
 
 // run does task (cy, b) of the frame of job j: it checksums and decodes
 // the payload rows of every chip of chip row cy that land in band b, then
-// checksums the band's image rows. counts is scratch of ChipWidth.
-func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32) {
+// checksums the band's image rows and, where the job asks for the bit
+// transpose and the plan's bands hold whole blocks, transposes them. counts
+// is scratch of ChipWidth; scratch, for the transpose, is returned grown to
+// a block.
+func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []byte) []byte {
 	f := &p.f
 	w, width := f.ChipWidth, f.Width()
 	y0, y1 := p.bandRange(b)
@@ -167,6 +180,15 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 		chip := j.Payload[k*p.chipBytes : (k+1)*p.chipBytes]
 		r0, r1 := p.readoutRange(b, rotated)
 		crcs[p.crcs+p.rawPiece(k, b)] = frame.Checksum(chip[p.payloadOffset(r0):p.payloadOffset(r1)])
+		if !rotated && f.Encoding == frame.Bitplane {
+			// The band's rows of a chip at 0 degrees in one call.
+			off := ((cy*f.ChipHeight+y0)*width + cx*w) * p.pix
+			lfsr := f.Coding == frame.LFSR
+			if f.BitDepth == 24 && bitplane24Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
+				f.BitDepth == 12 && bitplane12Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) {
+				continue
+			}
+		}
 		for y := y0; y < y1; y++ {
 			r := y
 			if rotated {
@@ -177,8 +199,17 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 		}
 	}
 	rowBytes := width * p.pix
-	band := j.Image[(cy*f.ChipHeight+y0)*rowBytes : (cy*f.ChipHeight+y1)*rowBytes]
-	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(band)
+	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
+	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(j.Image[start:end])
+	if j.ShuffleBlock == 0 || !p.bandShuffle {
+		return scratch
+	}
+	bs := j.ShuffleBlock * p.pix
+	last := end / bs
+	if end == f.ImageSize() {
+		last = shuffleBlocks(f, j.ShuffleBlock) // the partial block too
+	}
+	return shuffleRun(j, p, start/bs, last, scratch)
 }
 
 // decodeRow decodes readout row r of a chip into dst, one chip-wide piece
@@ -197,7 +228,9 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 				bitplane24(dst, row, lfsr, rotated)
 			}
 		case 12:
-			bitplane12(dst, row, lfsr, rotated)
+			if !bitplane12Fast(dst, row, lfsr, rotated, counts) {
+				bitplane12(dst, row, lfsr, rotated)
+			}
 		case 6:
 			bitplane6(dst, row, lfsr, rotated)
 		default:
