@@ -274,8 +274,9 @@ func holdFiles(files Files, record string) (func(), error) {
 //
 // A wait that times out while the process had run out of descriptors
 // says so: a sender may have tried, and could not be taken. A sender
-// refused because the scan had stopped is noted in late, where not nil.
-func acceptSender(sig *Stopper, l receive.Listener, log *zap.Logger, late *lateModules) (receive.Stream, error) {
+// refused because the scan had stopped is noted in late, where not nil;
+// any other is told to refused, where not nil.
+func acceptSender(sig *Stopper, l receive.Listener, log *zap.Logger, late *lateModules, refused func(error)) (receive.Stream, error) {
 	var starved error // the last refusal for want of descriptors
 	watch := watchDescriptors()
 	defer watch.Stop()
@@ -288,6 +289,9 @@ func acceptSender(sig *Stopper, l receive.Listener, log *zap.Logger, late *lateM
 			log.Warn("sender refused", zap.Error(err))
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				starved = err
+			}
+			if refused != nil {
+				refused(err)
 			}
 			continue
 		case err != nil && sig.wait.Err() != nil && sig.signal() != nil:

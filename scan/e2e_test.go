@@ -497,6 +497,9 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	if n := strings.Count(acq.logs.String(), `"sender refused"`); n < 2 {
 		t.Errorf("the acquire logged %d refusals, want one for each bad hello:\n%s", n, acq.logs.String())
 	}
+	if n := strings.Count(acq.errs.String(), "a sender was refused, its frames in no file: "); n < 1 || !strings.Contains(acq.errs.String(), "frame format") {
+		t.Errorf("the acquire's notes say %d refusals, want the bad hellos' (another frame format) noted on the scan:\n%s", n, acq.errs.String())
+	}
 	for _, f := range files.Modules {
 		if got := scantest.Statuses(t, f.Path); got[frame.StatusOK] != n {
 			t.Errorf("module %d: %v, want %d ok", f.Module.ID, got, n)

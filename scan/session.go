@@ -54,6 +54,8 @@ type session struct {
 	rec       *lockedRecorder
 	failed    error // a module's scan that could not start
 	waits     []error
+	refusals  []string // why senders were refused, each once, the first few
+	refusedN  int      // senders refused in all
 }
 
 // run receives the scan through the listeners and returns what it did
@@ -117,8 +119,39 @@ func (s *session) run() (res Result, err error) {
 	for i, scan := range s.runs.scans { // the capture keeps the files' start and end times
 		s.rec.stamp(o.Files.Modules[i].Module.ID, scan)
 	}
+	res.Notes = append(res.Notes, s.refusalNotes()...)
 	res.Notes = append(res.Notes, s.rec.finish()...)
 	return res, explain(err, refused, never)
+}
+
+// maxRefusals bounds the reasons a scan's notes keep of the senders it
+// refused: a flood of impostors cannot grow them.
+const maxRefusals = 8
+
+// refused notes a sender refused (another module's, another format's, a
+// second for a module): the scan's notes say so, its frames are in no
+// file.
+func (s *session) refused(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refusedN++
+	if why := err.Error(); len(s.refusals) < maxRefusals && !slices.Contains(s.refusals, why) {
+		s.refusals = append(s.refusals, why)
+	}
+}
+
+// refusalNotes returns a warning for each reason senders were refused.
+func (s *session) refusalNotes() []Note {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var notes []Note
+	for _, why := range s.refusals {
+		notes = append(notes, Note{Kind: Warning, Text: "a sender was refused, its frames in no file: " + why})
+	}
+	if n := s.refusedN - len(s.refusals); n > 0 {
+		notes = append(notes, Note{Kind: Warning, Text: fmt.Sprintf("%d more senders were refused for one of those reasons (the log has each)", n)})
+	}
+	return notes
 }
 
 // close gives back what run took, last first, its pipelines cancelled
@@ -162,7 +195,7 @@ func (s *session) log(i int) *zap.Logger {
 func (s *session) receive(i int) {
 	l, log, late := s.ls[i], s.log(i), &s.lates[i]
 	for got := 0; got < len(s.modules[i]); got++ {
-		stream, err := acceptSender(s.sig, l, log, late)
+		stream, err := acceptSender(s.sig, l, log, late, s.refused)
 		if err != nil && (got > 0 || s.sig.signal() != nil) {
 			l.Stop(stoppedReason)
 			if p := late.pending(l, log); p != nil {
