@@ -111,5 +111,6 @@ func acquire(ctx context.Context, f *acquireFlags) error {
 	stop := scan.NewStopper(ctx, profile.Source.ConnectTimeout, s.notify)
 	stop.Notify(os.Interrupt, syscall.SIGTERM)
 	defer stop.Close()
-	return scanDone(a.Run(stop))
+	res, err := a.Run(stop)
+	return scanDone(log, res, err)
 }

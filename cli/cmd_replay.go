@@ -87,8 +87,9 @@ func replay(ctx context.Context, paths []string, s *scanFlags, fps float64) erro
 	defer s.observe.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return scanDone(scan.Replay(ctx, scan.ReplayOptions{
+	res, err := scan.Replay(ctx, scan.ReplayOptions{
 		Options: s.options(profile, plan, log), Files: files, Captures: paths, FPS: fps,
 		ScanID: s.scanID, Observer: &s.observe,
-	}))
+	})
+	return scanDone(log, res, err)
 }

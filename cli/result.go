@@ -10,6 +10,9 @@ import (
 
 	"h5ingest/scan"
 	"h5ingest/stream"
+	"h5ingest/writer"
+
+	"go.uber.org/zap"
 )
 
 // printNote prints a scan's note as one line on w: a warning as
@@ -142,7 +145,12 @@ func leftOut(st stream.Stats) string {
 // the notes on standard error, and returns its error; pre-scan checks
 // that failed are printed one a line, and leave scan.ErrChecks, which
 // Run does not print again.
-func scanDone(res scan.Result, err error) error {
+func scanDone(log *zap.Logger, res scan.Result, err error) error {
+	if d := writer.Detail(err); d != "" {
+		// The command line has the cause and remedy in one line; HDF5's
+		// whole error stack is for the debug log.
+		log.Debug("hdf5 error stack", zap.String("stack", d))
+	}
 	printResult(os.Stdout, os.Stderr, res)
 	return checksFailed(os.Stderr, err)
 }

@@ -561,3 +561,35 @@ func TestServeStatusPageOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayFullDiskSaysWhatToDo replays into a full file system (a small
+// tmpfs): the command line says in one line what is wrong and what to do,
+// with no HDF5 error stack; the debug log has the stack.
+func TestReplayFullDiskSaysWhatToDo(t *testing.T) {
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "400")
+	for _, tc := range []struct {
+		level string
+		stack bool
+	}{{"warn", false}, {"debug", true}} {
+		// Room for the file and its records' reserve, not for its chunks.
+		dir := t.TempDir()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1300k"); err != nil {
+			t.Skipf("cannot mount a small tmpfs here: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+		code, stdout, stderr := runProcess(t, "replay", capPath, "-o", filepath.Join(dir, "full.h5"), "--log-level", tc.level)
+		said := stdout + stderr
+		if code == exitOK || !strings.Contains(said, "h5ingest: disk full: ") {
+			t.Errorf("replay into a full disk, log level %s: exit status %d, want a line saying disk full:\n%s", tc.level, code, said)
+		}
+		if got := strings.Contains(said, "hdf5 error stack"); got != tc.stack {
+			t.Errorf("log level %s: HDF5's error stack logged %v, want %v:\n%s", tc.level, got, tc.stack, said)
+		}
+		for _, line := range strings.Split(said, "\n") {
+			if strings.HasPrefix(line, "h5ingest: ") && strings.Contains(line, "H5") {
+				t.Errorf("the command line's error carries HDF5's stack: %s", line)
+			}
+		}
+	}
+}
