@@ -198,3 +198,82 @@ func TestStationSetPeers(t *testing.T) {
 	}
 	st.Close()
 }
+
+// TestStationOldFrontEndStillWriting arms a scan while the last scan's
+// front end still writes into the station's queue pair (a scan cancelled
+// mid-write, the next armed at once), in each immediate mode: what it
+// writes before the new scan's front end is linked is another scan's and
+// is not taken; the new scan's frames are all its own front end's, whole,
+// and numbered from its first write.
+func TestStationOldFrontEndStillWriting(t *testing.T) {
+	for _, immediate := range []string{"frame", "slot"} {
+		t.Run(immediate, func(t *testing.T) {
+			dir := fakeVerbs(t)
+			const n = 30
+			oldPath, _ := capturePathSeed(t, 1000, 99)
+			path, truth := capturePath(t, n)
+			s := setup(dir, func(s *config.Source) { s.RingSlots, s.Immediate = 2*n, immediate })
+			station, err := OpenStation(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer station.Close()
+			stream := station.(*Station).st.streams[0]
+
+			first := s
+			first.Frames = 1000
+			l, err := station.Scan(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			old := emulate(t, ctx, dir, oldPath, 100) // a front end that goes on writing
+			st, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				f, err := st.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.Release(f)
+			}
+			st.Close() // the scan is cancelled; its front end writes on
+			l.Close()
+
+			next := s
+			next.Frames = n
+			if l, err = station.Scan(next); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			for deadline := time.Now().Add(20 * time.Second); stream.Stats().Frames < 5; {
+				if time.Now().After(deadline) {
+					t.Fatalf("the last scan's front end wrote %d frames into the next scan's ring, want 5 to go on", stream.Stats().Frames)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stream.mu.Lock()
+			waiting := stream.qLen
+			stream.mu.Unlock()
+			if waiting != 0 {
+				t.Errorf("%d frames of the last scan's front end wait to be handed to the next scan, want none", waiting)
+			}
+			sent := emulate(t, ctx, dir, path, 0)
+			if st, err = l.Accept(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if got := takeAll(t, st, truth); got != n {
+				t.Errorf("%d frames of the scan's own front end intact, want %d", got, n)
+			}
+			if err := <-sent; err != nil {
+				t.Fatalf("the scan's front end: %v", err)
+			}
+			cancel()
+			<-old
+		})
+	}
+}

@@ -75,6 +75,10 @@ type Stream struct {
 	stats    receive.Stats
 	closed   bool
 	scanning bool // a scan has the stream (a station's, between beginScan and endScan)
+	// unlinked: the scan's front end is not linked yet (a station's, from
+	// beginScan to connect): what comes is another scan's front end's,
+	// one still writing, and is not taken.
+	unlinked bool
 	rec      receive.Recorder
 	recErr   error
 	recPool  sync.Pool
@@ -183,6 +187,7 @@ func (s *Stream) connect(fe FrontEndPort) error {
 	same, linked := s.linked && s.peer == fe && s.cqErr == nil, s.linked
 	s.cqMu.Unlock()
 	if same {
+		s.linkedForScan()
 		return nil
 	}
 	if linked {
@@ -218,9 +223,18 @@ func (s *Stream) connect(fe FrontEndPort) error {
 	s.cqMu.Lock()
 	s.peer, s.linked = fe, true
 	s.cqMu.Unlock()
+	s.linkedForScan()
 	s.pollStarted.Store(true)
 	go s.poll()
 	return nil
+}
+
+// linkedForScan takes what comes from now on for the scan: its front end
+// is linked.
+func (s *Stream) linkedForScan() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unlinked = false
 }
 
 // beginScan gives the stream to a scan of plan frames: its ring empty,
@@ -237,7 +251,7 @@ func (s *Stream) beginScan(plan uint64) {
 	s.stats = receive.Stats{}
 	s.rec, s.recErr = nil, nil
 	s.readyOnce, s.readyErr = sync.Once{}, nil
-	s.scanning = true
+	s.scanning, s.unlinked = true, true
 	for _, c := range []chan struct{}{s.signal, s.released} {
 		select {
 		case <-c:
@@ -372,6 +386,9 @@ func (s *Stream) take(c verbs.Completion) bool {
 		s.cqErr = fmt.Errorf("module %d: post a receive again: %w", s.module, err)
 		return false
 	}
+	if s.fromAnotherScan(c) {
+		return true
+	}
 	var seq uint64
 	slot := 0
 	if s.cfg.Immediate == ImmediateFrame {
@@ -432,6 +449,26 @@ func (s *Stream) take(c verbs.Completion) bool {
 	s.qLen++
 	if n := s.plan; n > 0 && (s.cfg.Immediate == ImmediateFrame && seq == n-1 || s.cfg.Immediate == ImmediateSlot && s.count == n) {
 		s.ended = true
+	}
+	return true
+}
+
+// fromAnotherScan reports whether c is a write that came before the
+// scan's front end was linked: another scan's front end, still writing.
+// Its frame would pass for this scan's (and the same frame of this scan's
+// front end be dropped as a repeat): it is counted as come and not
+// delivered, and leaves the scan's numbering alone. cqMu is held.
+func (s *Stream) fromAnotherScan(c verbs.Completion) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unlinked {
+		return false
+	}
+	s.stats.Frames++
+	s.stats.Bytes += uint64(c.ByteLen)
+	s.stats.Undelivered++
+	if s.stats.Undelivered == 1 {
+		s.cfg.Log.Warn("a front end writes before the scan's front end is linked: its frames are another scan's and are not taken", zap.Int("module", s.module), zap.Uint32("immediate", c.Imm))
 	}
 	return true
 }
