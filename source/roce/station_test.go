@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"h5ingest/config"
+	"h5ingest/frame"
 	"h5ingest/receive"
 )
 
@@ -100,6 +101,12 @@ func TestStationRefuses(t *testing.T) {
 		{"another ring", func(s *receive.Setup) { s.Source.RingSlots = 32 }, "ring_slots"},
 		{"another queue pair type", func(s *receive.Setup) { s.Source.QPType = "uc" }, "qp_type"},
 		{"another module", func(s *receive.Setup) { s.Modules = []int{3} }, "module 3"},
+		// The same bytes a frame, other chips: the stream would hand out
+		// frames of the station's format, which the scan refuses.
+		{"another chip layout", func(s *receive.Setup) {
+			s.Format.ChipsX, s.Format.ChipsY = s.Format.ChipsY, s.Format.ChipsX
+		}, "detector"},
+		{"another coding", func(s *receive.Setup) { s.Format.Coding = frame.Binary }, "detector"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setup := s
