@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -314,5 +315,24 @@ func TestConfigRefuses(t *testing.T) {
 	s.PeerFile = ""
 	if err := Check(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
 		t.Errorf("Check with neither a profile's front end nor a file: %v", err)
+	}
+	// One file for both ends: the receiver would read its own end as the
+	// front end's and link its queue pair to itself.
+	dir := t.TempDir()
+	s = setup(dir, nil)
+	s.PeerFile = filepath.Join(dir, ".", filepath.Base(s.ParamsFile))
+	if err := Check(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("Check with --front-end the --rdma-params file: %v", err)
+
+	}
+	fakeVerbs(t)
+	if _, err := Send(context.Background(), SendConfig{Port: 1, ParamsFile: s.ParamsFile, FrontEndFile: s.PeerFile, Timeout: time.Second}, "unread.pmcap"); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("Send with --front-end the --rdma-params file: %v", err)
+	}
+	if st, err := OpenStation(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("OpenStation with --front-end the --rdma-params file: %v", err)
+		if err == nil {
+			st.Close()
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -167,6 +168,9 @@ func ConfigOf(s receive.Setup) (Config, error) {
 			}
 		}
 	}
+	if sameFile(c.ParamsFile, c.FrontEndFile) {
+		return c, fmt.Errorf("--rdma-params and --front-end name one file, %s: the receiver would read its own end as the front end's; give each end a file of its own", c.ParamsFile)
+	}
 	switch {
 	case s.ProfileOnly:
 	case c.ParamsFile == "":
@@ -175,6 +179,22 @@ func ConfigOf(s receive.Setup) (Config, error) {
 		return c, errors.New("the front end's GID, QPN and PSN: give them in the profile (source.front_end) or name the front end's file (--front-end FILE)")
 	}
 	return c, nil
+}
+
+// sameFile reports whether paths a and b, both given, name one file: the
+// same path, or the same file through a link.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if absA, err := filepath.Abs(a); err == nil {
+		if absB, err := filepath.Abs(b); err == nil && absA == absB {
+			return true
+		}
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // Check refuses a setup Open could not work with.
