@@ -395,6 +395,21 @@ func (st *station) link(ctx context.Context, deadline time.Time, streams []*Stre
 	return nil
 }
 
+// peersFrom says whence the front end's ends came, for messages: the
+// profile, a control system (SetPeers, serve's PUT /v1/rdma: kept for
+// every scan after), or the front end's file.
+func (st *station) peersFrom() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.cfg.FrontEnds != nil:
+		return "the profile's source.front_end"
+	case st.frontEnds != nil:
+		return "given by a control system (SetPeers, PUT /v1/rdma), kept for every scan since"
+	}
+	return "from " + st.cfg.FrontEndFile
+}
+
 // awaitFrontEnd waits for the front end's file answering the nonce with
 // an entry for each of streams, and returns its ends by module.
 func (st *station) awaitFrontEnd(ctx context.Context, deadline time.Time, streams []*Stream) (map[int]FrontEndPort, error) {

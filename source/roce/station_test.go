@@ -284,3 +284,38 @@ func TestStationOldFrontEndStillWriting(t *testing.T) {
 		})
 	}
 }
+
+// TestNoFrameNamesTheFrontEnd: a scan whose front end's ends a control
+// system gave (PUT /v1/rdma) and from which no frame comes says which
+// ends its queue pair was linked to, and whence they came, beside its
+// own: the ends of an earlier PUT are kept for every scan after it.
+func TestNoFrameNamesTheFrontEnd(t *testing.T) {
+	dir := fakeVerbs(t)
+	s := setup(dir, func(s *config.Source) { s.ConnectTimeout = 200 * time.Millisecond })
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	if err := station.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::9","qpn":77,"psn":1}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	setup := s
+	setup.Frames = 3
+	l, err := station.Scan(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := l.Accept(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = st.Next(context.Background())
+	for _, want := range []string{"no frame from the front end", "QPN 77 on GID fe80::9", "SetPeers"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Next with no front end writing: %v, want it to say %q", err, want)
+		}
+	}
+}

@@ -555,11 +555,11 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 			return nil, ctx.Err()
 		case <-s.idle.C:
 			s.cqMu.Lock()
-			last, seen := s.maxSeen, s.seen
+			last, seen, peer := s.maxSeen, s.seen, s.peer
 			s.cqMu.Unlock()
 			if !seen {
-				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v: %w",
-					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.st.dev.Port().GID, ErrTimeout)
+				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v, linked to the front end's QPN %d on GID %s (%s): %w",
+					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.st.dev.Port().GID, peer.QPN, peer.GID, s.st.peersFrom(), ErrTimeout)
 			}
 			return nil, fmt.Errorf("module %d: no frame for %v after frame %d: %w", s.module, s.cfg.IdleTimeout, last, ErrTimeout)
 		}
