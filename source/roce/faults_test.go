@@ -301,6 +301,8 @@ func TestConfigRefuses(t *testing.T) {
 		{"uc without headers", func(s *config.Source) { s.QPType = "uc"; s.FrameHeader = "none" }, "source.qp_type uc"},
 		{"slot immediates without headers", func(s *config.Source) { s.Immediate = "slot"; s.FrameHeader = "none" }, "source.immediate slot"},
 		{"front end GID", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "nope", QPN: 5}} }, "source.front_end"},
+		{"front end GID with a zone", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2%eth0", QPN: 5}} }, "no zone"},
+		{"front end GID unspecified", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "::", QPN: 5}} }, "unspecified"},
 		{"front end of another module", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 3, GID: "fe80::1", QPN: 5}} }, "no entry for module 0"},
 		{"ring too large", func(s *config.Source) { s.RingMaxBytes = 1 << 10 }, "source.ring_max_bytes"},
 	} {

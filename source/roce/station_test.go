@@ -159,6 +159,10 @@ func TestStationSetPeers(t *testing.T) {
 	for _, bad := range []string{
 		`{"modules":[{"module":1,"gid":"fe80::3","qpn":7,"psn":1}]}`,
 		`{"modules":[{"module":0,"gid":"not a gid","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"fe80::3%eth0","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"::","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"0.0.0.0","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"ff02::1","qpn":7,"psn":1}]}`,
 		`{"modules":[]}`,
 		`{"modules":[{"module":0,"gid":"fe80::3","qpn":7,"psn":1}],"extra":1}`,
 		`not json`,
