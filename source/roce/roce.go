@@ -333,6 +333,12 @@ func (st *station) writeParams() error {
 	}
 	st.writeMu.Lock()
 	defer st.writeMu.Unlock()
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		return nil // the file is removed, or about to be
+	}
 	return writeJSON(st.cfg.ParamsFile, st.paramsNow())
 }
 
@@ -354,6 +360,25 @@ func (st *station) moduleReady(module int) error {
 	nonce := st.nonce
 	st.mu.Unlock()
 	st.cfg.Log.Info("queue pair ready to receive", zap.Int("module", module), zap.String("nonce", nonce), zap.String("params", st.cfg.ParamsFile))
+	return st.writeParams()
+}
+
+// moduleEnded marks module's queue pair not ready in the parameter file,
+// its scan ended: no scan takes its frames until the next says ready.
+func (st *station) moduleEnded(module int) error {
+	st.mu.Lock()
+	changed := false
+	for i := range st.params.Modules {
+		if m := &st.params.Modules[i]; m.Module == module && m.Ready {
+			m.Ready, changed = false, true
+		}
+	}
+	changed = changed || st.params.Ready
+	st.params.Ready = false
+	st.mu.Unlock()
+	if !changed {
+		return nil
+	}
 	return st.writeParams()
 }
 
@@ -546,6 +571,9 @@ func (st *station) close() error {
 	if st.cfg.ParamsFile != "" {
 		// The file names queue pairs that are gone: a front end must not
 		// meet it again. A file another receiver wrote since is its own.
+		// No write of the file is under way (or comes) meanwhile.
+		st.writeMu.Lock()
+		defer st.writeMu.Unlock()
 		var p Params
 		if readJSON(st.cfg.ParamsFile, &p) == nil && p.Nonce == nonce {
 			if err := os.Remove(st.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -78,6 +78,17 @@ func TestStationScanAfterScan(t *testing.T) {
 		if _, err := os.Stat(s.ParamsFile); err != nil {
 			t.Fatalf("scan %d: the parameter file is gone between scans: %v", scan, err)
 		}
+		// Between scans no scan takes frames: neither GET /v1/rdma nor
+		// the file says ready.
+		var file Params
+		if err := readJSON(s.ParamsFile, &file); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []Params{station.Params().(Params), file} {
+			if p.Ready || p.Modules[0].Ready {
+				t.Errorf("scan %d ended: parameters %+v say ready", scan, p)
+			}
+		}
 	}
 }
 
@@ -260,17 +271,22 @@ func TestStationOldFrontEndStillWriting(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			for deadline := time.Now().Add(20 * time.Second); stream.Stats().Frames < 5; {
+			came := func() uint64 {
+				stream.mu.Lock()
+				defer stream.mu.Unlock()
+				return stream.stats.Frames + stream.foreign
+			}
+			for deadline := time.Now().Add(20 * time.Second); came() < 5; {
 				if time.Now().After(deadline) {
-					t.Fatalf("the last scan's front end wrote %d frames into the next scan's ring, want 5 to go on", stream.Stats().Frames)
+					t.Fatalf("the last scan's front end wrote %d frames into the next scan's ring, want 5 to go on", came())
 				}
 				time.Sleep(time.Millisecond)
 			}
 			stream.mu.Lock()
-			waiting := stream.qLen
+			waiting, counted := stream.qLen, stream.stats.Frames
 			stream.mu.Unlock()
-			if waiting != 0 {
-				t.Errorf("%d frames of the last scan's front end wait to be handed to the next scan, want none", waiting)
+			if waiting != 0 || counted != 0 {
+				t.Errorf("%d frames of the last scan's front end wait to be handed to the next scan, %d counted as its own: want none", waiting, counted)
 			}
 			sent := emulate(t, ctx, dir, path, 0)
 			if st, err = l.Accept(ctx); err != nil {
@@ -282,6 +298,9 @@ func TestStationOldFrontEndStillWriting(t *testing.T) {
 			}
 			if err := <-sent; err != nil {
 				t.Fatalf("the scan's front end: %v", err)
+			}
+			if stats := st.Stats(); stats.Frames != n || stats.Disordered != 0 || stats.Undelivered != 0 {
+				t.Errorf("the scan's counts %+v: want its own front end's %d frames alone", stats, n)
 			}
 			cancel()
 			<-old

@@ -79,6 +79,7 @@ type Stream struct {
 	// beginScan to connect): what comes is another scan's front end's,
 	// one still writing, and is not taken.
 	unlinked bool
+	foreign  uint64 // writes that came while unlinked, this scan
 	rec      receive.Recorder
 	recErr   error
 	recPool  sync.Pool
@@ -251,7 +252,7 @@ func (s *Stream) beginScan(plan uint64) {
 	s.stats = receive.Stats{}
 	s.rec, s.recErr = nil, nil
 	s.readyOnce, s.readyErr = sync.Once{}, nil
-	s.scanning, s.unlinked = true, true
+	s.scanning, s.unlinked, s.foreign = true, true, 0
 	for _, c := range []chan struct{}{s.signal, s.released} {
 		select {
 		case <-c:
@@ -456,19 +457,17 @@ func (s *Stream) take(c verbs.Completion) bool {
 // fromAnotherScan reports whether c is a write that came before the
 // scan's front end was linked: another scan's front end, still writing.
 // Its frame would pass for this scan's (and the same frame of this scan's
-// front end be dropped as a repeat): it is counted as come and not
-// delivered, and leaves the scan's numbering alone. cqMu is held.
+// front end be dropped as a repeat): it is not taken, and leaves the
+// scan's counts and numbering alone. cqMu is held.
 func (s *Stream) fromAnotherScan(c verbs.Completion) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.unlinked {
 		return false
 	}
-	s.stats.Frames++
-	s.stats.Bytes += uint64(c.ByteLen)
-	s.stats.Undelivered++
-	if s.stats.Undelivered == 1 {
-		s.cfg.Log.Warn("a front end writes before the scan's front end is linked: its frames are another scan's and are not taken", zap.Int("module", s.module), zap.Uint32("immediate", c.Imm))
+	s.foreign++
+	if s.foreign == 1 {
+		s.cfg.Log.Warn("a front end writes before the scan's front end is linked: its frames are another scan's, neither taken nor counted", zap.Int("module", s.module), zap.Uint32("immediate", c.Imm))
 	}
 	return true
 }
@@ -767,7 +766,7 @@ func (s *Stream) isClosed() bool {
 func (s *Stream) Close() error {
 	if s.st.kept {
 		s.endScan()
-		return nil
+		return s.st.moduleEnded(s.module)
 	}
 	s.mu.Lock()
 	if s.closed {
