@@ -131,6 +131,10 @@ func serve(ctx context.Context, f *serveFlags) error {
 		return scan.Usage(err)
 	}
 	defer log.Sync()
+	if fi, err := os.Stat(f.tokenFile); f.tokenFile != "" && err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("the token file is readable by others than its owner: every user who can read it can change the scans; chmod 600 it",
+			zap.String("token_file", f.tokenFile), zap.String("mode", fmt.Sprintf("%#o", fi.Mode().Perm())))
+	}
 	if f.gpu {
 		// The GPU's kernels compiled now, not when a detector connects;
 		// every scan shares its context.

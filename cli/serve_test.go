@@ -746,3 +746,28 @@ func TestServeLevelsFromRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWarnsOfAReadableTokenFile: a token file others than its owner
+// may read gives every such user the service; serve says so when it
+// starts, naming the file and its mode, and serves.
+func TestServeWarnsOfAReadableTokenFile(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o400, false}, {0o640, true}, {0o644, true}} {
+		t.Run(fmt.Sprintf("%#o", tc.mode), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(file, []byte("a-long-enough-secret\n"), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(file, tc.mode); err != nil { // past the umask
+				t.Fatal(err)
+			}
+			p := startServe(t, "", "--data-root", t.TempDir(), "--token-file", file)
+			out := p.out.String()
+			if got := strings.Contains(out, "token file is readable by others") && strings.Contains(out, fmt.Sprintf("%#o", tc.mode)); got != tc.warn {
+				t.Errorf("mode %#o: warned %v, want %v:\n%s", tc.mode, got, tc.warn, out)
+			}
+		})
+	}
+}

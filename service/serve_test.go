@@ -76,13 +76,16 @@ func TestReadToken(t *testing.T) {
 // TestCheckAddr: without a token, serve listens only on loopback: an
 // address, or a name every address of which is loopback; a name that
 // resolves to another address too, or not at all, is refused. With a
-// token, any address.
+// token, any address, and any name but one of loopback and other
+// addresses at once: serve would listen on one of them (Go's listen takes
+// the first), out of the other machines' reach where that is loopback.
 func TestCheckAddr(t *testing.T) {
 	names := map[string][]netip.Addr{
 		"localhost":    {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")},
 		"loop6":        {netip.MustParseAddr("::1")},
 		"rebound-host": {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.7")},
 		"beamline":     {netip.MustParseAddr("192.0.2.7")},
+		"two-nics":     {netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("10.0.0.7")},
 		"mapped":       {netip.MustParseAddr("::ffff:127.0.0.1")},
 		"none":         {},
 	}
@@ -96,22 +99,25 @@ func TestCheckAddr(t *testing.T) {
 	for _, tc := range []struct {
 		addr string
 		err  string // without a token; "" for none
+		tok  string // with a token; "" for none
 	}{
-		{"127.0.0.1:8080", ""}, {"[::1]:8080", ""}, {"127.0.0.2:8080", ""}, {"[::ffff:127.0.0.1]:8080", ""},
-		{"localhost:8080", ""}, {"loop6:8080", ""}, {"mapped:8080", ""},
-		{"0.0.0.0:8080", "is not loopback"}, {"10.1.2.3:8080", "is not loopback"}, {":8080", "is not loopback"}, {"[::]:8080", "is not loopback"},
-		{"rebound-host:8080", "rebound-host resolves to [127.0.0.1 192.0.2.7], not only loopback"},
-		{"beamline:8080", "not only loopback"},
-		{"nowhere:8080", "no such host"},
-		{"none:8080", "resolves to no address"},
-		{"8080", "missing port"},
+		{"127.0.0.1:8080", "", ""}, {"[::1]:8080", "", ""}, {"127.0.0.2:8080", "", ""}, {"[::ffff:127.0.0.1]:8080", "", ""},
+		{"localhost:8080", "", ""}, {"loop6:8080", "", ""}, {"mapped:8080", "", ""},
+		{"0.0.0.0:8080", "is not loopback", ""}, {"10.1.2.3:8080", "is not loopback", ""}, {":8080", "is not loopback", ""}, {"[::]:8080", "is not loopback", ""},
+		{"rebound-host:8080", "rebound-host resolves to [127.0.0.1 192.0.2.7], not only loopback", "serve listens on one address of a name"},
+		{"beamline:8080", "not only loopback", ""},
+		{"two-nics:8080", "not only loopback", ""},
+		{"nowhere:8080", "no such host", "no such host"},
+		{"none:8080", "resolves to no address", "resolves to no address"},
+		{"8080", "missing port", "missing port"},
 	} {
 		err := checkAddr(tc.addr, "", lookup)
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s without a token: %v, want %q", tc.addr, err, tc.err)
 		}
-		if err := checkAddr(tc.addr, "0123456789abcdef", lookup); (err != nil) != (tc.addr == "8080") {
-			t.Errorf("%s with a token: %v", tc.addr, err)
+		err = checkAddr(tc.addr, "0123456789abcdef", lookup)
+		if (err == nil) != (tc.tok == "") || err != nil && !strings.Contains(err.Error(), tc.tok) {
+			t.Errorf("%s with a token: %v, want %q", tc.addr, err, tc.tok)
 		}
 	}
 	// The machine's own resolver: localhost is loopback here.

@@ -127,7 +127,10 @@ const maxBody = 64 << 10
 // CheckAddr refuses to serve addr (host:port) off loopback without a
 // token: anything that changes state from another machine must carry one.
 // A host name is resolved, and is loopback only where every address it
-// resolves to is (localhost may be made to name another).
+// resolves to is (localhost may be made to name another). With a token, a
+// name of loopback and other addresses at once is refused too: serve
+// listens on one address of a name (the first), and where that is
+// loopback no other machine reaches it.
 func CheckAddr(addr, token string) error {
 	return checkAddr(addr, token, net.DefaultResolver.LookupNetIP)
 }
@@ -141,15 +144,15 @@ func checkAddr(addr, token string, lookup func(ctx context.Context, network, hos
 	if err != nil {
 		return fmt.Errorf("serve address %s: %w", addr, err)
 	}
-	if token != "" {
-		return nil
-	}
 	offLoopback := fmt.Errorf("serve address %s is not loopback: give a token file (--token-file), which every request under /v1/ must then carry", addr)
 	if host == "" {
+		if token != "" {
+			return nil
+		}
 		return offLoopback // every interface
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
-		if !ip.Unmap().IsLoopback() {
+		if token == "" && !ip.Unmap().IsLoopback() {
 			return offLoopback
 		}
 		return nil
@@ -160,13 +163,20 @@ func checkAddr(addr, token string, lookup func(ctx context.Context, network, hos
 	if err != nil {
 		return fmt.Errorf("serve address %s: %w", addr, err)
 	}
-	for _, ip := range ips {
-		if !ip.Unmap().IsLoopback() {
-			return fmt.Errorf("serve address %s: %s resolves to %v, not only loopback: give a token file (--token-file), which every request under /v1/ must then carry, or listen on 127.0.0.1", addr, host, ips)
-		}
-	}
 	if len(ips) == 0 {
 		return fmt.Errorf("serve address %s: %s resolves to no address", addr, host)
+	}
+	loopback := 0
+	for _, ip := range ips {
+		if ip.Unmap().IsLoopback() {
+			loopback++
+		}
+	}
+	switch {
+	case token == "" && loopback < len(ips):
+		return fmt.Errorf("serve address %s: %s resolves to %v, not only loopback: give a token file (--token-file), which every request under /v1/ must then carry, or listen on 127.0.0.1", addr, host, ips)
+	case token != "" && loopback > 0 && loopback < len(ips):
+		return fmt.Errorf("serve address %s: %s resolves to %v, loopback and not: serve listens on one address of a name, perhaps loopback, out of other machines' reach: listen on the address meant (0.0.0.0 for every one)", addr, host, ips)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,8 @@ func TestConfigRefuses(t *testing.T) {
 		{"uc without headers", func(s *config.Source) { s.QPType = "uc"; s.FrameHeader = "none" }, "source.qp_type uc"},
 		{"slot immediates without headers", func(s *config.Source) { s.Immediate = "slot"; s.FrameHeader = "none" }, "source.immediate slot"},
 		{"front end GID", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "nope", QPN: 5}} }, "source.front_end"},
+		{"front end GID with a zone", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2%eth0", QPN: 5}} }, "no zone"},
+		{"front end GID unspecified", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "::", QPN: 5}} }, "unspecified"},
 		{"front end of another module", func(s *config.Source) { s.FrontEnd = []config.FrontEnd{{Module: 3, GID: "fe80::1", QPN: 5}} }, "no entry for module 0"},
 		{"ring too large", func(s *config.Source) { s.RingMaxBytes = 1 << 10 }, "source.ring_max_bytes"},
 	} {
@@ -314,5 +317,24 @@ func TestConfigRefuses(t *testing.T) {
 	s.PeerFile = ""
 	if err := Check(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
 		t.Errorf("Check with neither a profile's front end nor a file: %v", err)
+	}
+	// One file for both ends: the receiver would read its own end as the
+	// front end's and link its queue pair to itself.
+	dir := t.TempDir()
+	s = setup(dir, nil)
+	s.PeerFile = filepath.Join(dir, ".", filepath.Base(s.ParamsFile))
+	if err := Check(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("Check with --front-end the --rdma-params file: %v", err)
+
+	}
+	fakeVerbs(t)
+	if _, err := Send(context.Background(), SendConfig{Port: 1, ParamsFile: s.ParamsFile, FrontEndFile: s.PeerFile, Timeout: time.Second}, "unread.pmcap"); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("Send with --front-end the --rdma-params file: %v", err)
+	}
+	if st, err := OpenStation(s); err == nil || !strings.Contains(err.Error(), "--front-end") {
+		t.Errorf("OpenStation with --front-end the --rdma-params file: %v", err)
+		if err == nil {
+			st.Close()
+		}
 	}
 }

@@ -74,6 +74,10 @@ func (p FrontEndPort) peer() (gid netip.Addr, err error) {
 	switch {
 	case err != nil:
 		return gid, fmt.Errorf("module %d: front end GID %q: want an IPv6 address such as fe80::1 or ::ffff:10.0.0.2", p.Module, p.GID)
+	case gid.Zone() != "":
+		return gid, fmt.Errorf("module %d: front end GID %q: a GID has no zone (%%%s): give the address alone; the receiver's port says where it is reached", p.Module, p.GID, gid.Zone())
+	case gid.IsUnspecified() || gid.IsMulticast():
+		return gid, fmt.Errorf("module %d: front end GID %q: no port's GID (unspecified or multicast): want the front end's own, such as fe80::1 or ::ffff:10.0.0.2", p.Module, p.GID)
 	case p.QPN == 0 || p.QPN > 0xffffff:
 		return gid, fmt.Errorf("module %d: front end QPN %d: want 1 to 16777215", p.Module, p.QPN)
 	case p.PSN > 0xffffff:

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -167,6 +168,9 @@ func ConfigOf(s receive.Setup) (Config, error) {
 			}
 		}
 	}
+	if sameFile(c.ParamsFile, c.FrontEndFile) {
+		return c, fmt.Errorf("--rdma-params and --front-end name one file, %s: the receiver would read its own end as the front end's; give each end a file of its own", c.ParamsFile)
+	}
 	switch {
 	case s.ProfileOnly:
 	case c.ParamsFile == "":
@@ -175,6 +179,22 @@ func ConfigOf(s receive.Setup) (Config, error) {
 		return c, errors.New("the front end's GID, QPN and PSN: give them in the profile (source.front_end) or name the front end's file (--front-end FILE)")
 	}
 	return c, nil
+}
+
+// sameFile reports whether paths a and b, both given, name one file: the
+// same path, or the same file through a link.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if absA, err := filepath.Abs(a); err == nil {
+		if absB, err := filepath.Abs(b); err == nil && absA == absB {
+			return true
+		}
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // Check refuses a setup Open could not work with.
@@ -313,6 +333,12 @@ func (st *station) writeParams() error {
 	}
 	st.writeMu.Lock()
 	defer st.writeMu.Unlock()
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		return nil // the file is removed, or about to be
+	}
 	return writeJSON(st.cfg.ParamsFile, st.paramsNow())
 }
 
@@ -334,6 +360,25 @@ func (st *station) moduleReady(module int) error {
 	nonce := st.nonce
 	st.mu.Unlock()
 	st.cfg.Log.Info("queue pair ready to receive", zap.Int("module", module), zap.String("nonce", nonce), zap.String("params", st.cfg.ParamsFile))
+	return st.writeParams()
+}
+
+// moduleEnded marks module's queue pair not ready in the parameter file,
+// its scan ended: no scan takes its frames until the next says ready.
+func (st *station) moduleEnded(module int) error {
+	st.mu.Lock()
+	changed := false
+	for i := range st.params.Modules {
+		if m := &st.params.Modules[i]; m.Module == module && m.Ready {
+			m.Ready, changed = false, true
+		}
+	}
+	changed = changed || st.params.Ready
+	st.params.Ready = false
+	st.mu.Unlock()
+	if !changed {
+		return nil
+	}
 	return st.writeParams()
 }
 
@@ -373,6 +418,21 @@ func (st *station) link(ctx context.Context, deadline time.Time, streams []*Stre
 		}
 	}
 	return nil
+}
+
+// peersFrom says whence the front end's ends came, for messages: the
+// profile, a control system (SetPeers, serve's PUT /v1/rdma: kept for
+// every scan after), or the front end's file.
+func (st *station) peersFrom() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.cfg.FrontEnds != nil:
+		return "the profile's source.front_end"
+	case st.frontEnds != nil:
+		return "given by a control system (SetPeers, PUT /v1/rdma), kept for every scan since"
+	}
+	return "from " + st.cfg.FrontEndFile
 }
 
 // awaitFrontEnd waits for the front end's file answering the nonce with
@@ -511,6 +571,9 @@ func (st *station) close() error {
 	if st.cfg.ParamsFile != "" {
 		// The file names queue pairs that are gone: a front end must not
 		// meet it again. A file another receiver wrote since is its own.
+		// No write of the file is under way (or comes) meanwhile.
+		st.writeMu.Lock()
+		defer st.writeMu.Unlock()
 		var p Params
 		if readJSON(st.cfg.ParamsFile, &p) == nil && p.Nonce == nonce {
 			if err := os.Remove(st.cfg.ParamsFile); err != nil && !errors.Is(err, os.ErrNotExist) {

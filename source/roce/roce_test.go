@@ -28,7 +28,15 @@ var smallFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, Ch
 // path and every frame as the capture holds it, by frame number.
 func capturePath(t testing.TB, n int) (string, map[uint64][]byte) {
 	t.Helper()
+	return capturePathSeed(t, n, sim.DefaultConfig().Seed)
+}
+
+// capturePathSeed is capturePath of the simulator's seed: captures of
+// other seeds hold other pixels.
+func capturePathSeed(t testing.TB, n int, seed uint64) (string, map[uint64][]byte) {
+	t.Helper()
 	cfg := sim.DefaultConfig()
+	cfg.Seed = seed
 	cfg.Format = smallFormat
 	cfg.Plan = plan.Tomo(0, 0, n, 0, 180)
 	path := filepath.Join(t.TempDir(), "scan.pmcap")

@@ -62,6 +62,9 @@ func Send(ctx context.Context, cfg SendConfig, path string) (SendStats, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
+	if sameFile(cfg.ParamsFile, cfg.FrontEndFile) {
+		return SendStats{}, fmt.Errorf("--rdma-params and --front-end name one file, %s: the front end would write its end over the receiver's; give each end a file of its own", cfg.ParamsFile)
+	}
 	dev, err := verbs.Open(cfg.Device, cfg.Port, cfg.GIDIndex)
 	if err != nil {
 		return SendStats{}, fmt.Errorf("open the RDMA device: %w", err)

@@ -179,6 +179,10 @@ func (c *Config) sameLinks(o Config) error {
 		return diff("ring_slots", c.Slots, o.Slots)
 	case o.SlotSize() != c.SlotSize():
 		return fmt.Errorf("the scan's frames take %d bytes a slot, serve's ring has slots of %d (its detector's format at start-up)", o.SlotSize(), c.SlotSize())
+	case o.Format != c.Format:
+		// The stream hands out frames of the station's format, which the
+		// scan's check would refuse only once the front end is linked.
+		return fmt.Errorf("keys detector.*: the scan's profile has frames of %v, serve set up its queue pairs for %v at start-up (restart serve with the profile, or arm one that agrees)", o.Format, c.Format)
 	case o.WriteGuard != c.WriteGuard:
 		return diff("write_guard", c.WriteGuard, o.WriteGuard)
 	case o.Immediate != c.Immediate:

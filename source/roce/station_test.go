@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"h5ingest/config"
+	"h5ingest/frame"
 	"h5ingest/receive"
 )
 
@@ -77,6 +78,17 @@ func TestStationScanAfterScan(t *testing.T) {
 		if _, err := os.Stat(s.ParamsFile); err != nil {
 			t.Fatalf("scan %d: the parameter file is gone between scans: %v", scan, err)
 		}
+		// Between scans no scan takes frames: neither GET /v1/rdma nor
+		// the file says ready.
+		var file Params
+		if err := readJSON(s.ParamsFile, &file); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []Params{station.Params().(Params), file} {
+			if p.Ready || p.Modules[0].Ready {
+				t.Errorf("scan %d ended: parameters %+v say ready", scan, p)
+			}
+		}
 	}
 }
 
@@ -100,6 +112,12 @@ func TestStationRefuses(t *testing.T) {
 		{"another ring", func(s *receive.Setup) { s.Source.RingSlots = 32 }, "ring_slots"},
 		{"another queue pair type", func(s *receive.Setup) { s.Source.QPType = "uc" }, "qp_type"},
 		{"another module", func(s *receive.Setup) { s.Modules = []int{3} }, "module 3"},
+		// The same bytes a frame, other chips: the stream would hand out
+		// frames of the station's format, which the scan refuses.
+		{"another chip layout", func(s *receive.Setup) {
+			s.Format.ChipsX, s.Format.ChipsY = s.Format.ChipsY, s.Format.ChipsX
+		}, "detector"},
+		{"another coding", func(s *receive.Setup) { s.Format.Coding = frame.Binary }, "detector"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setup := s
@@ -152,6 +170,10 @@ func TestStationSetPeers(t *testing.T) {
 	for _, bad := range []string{
 		`{"modules":[{"module":1,"gid":"fe80::3","qpn":7,"psn":1}]}`,
 		`{"modules":[{"module":0,"gid":"not a gid","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"fe80::3%eth0","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"::","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"0.0.0.0","qpn":7,"psn":1}]}`,
+		`{"modules":[{"module":0,"gid":"ff02::1","qpn":7,"psn":1}]}`,
 		`{"modules":[]}`,
 		`{"modules":[{"module":0,"gid":"fe80::3","qpn":7,"psn":1}],"extra":1}`,
 		`not json`,
@@ -197,4 +219,136 @@ func TestStationSetPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
+}
+
+// TestStationOldFrontEndStillWriting arms a scan while the last scan's
+// front end still writes into the station's queue pair (a scan cancelled
+// mid-write, the next armed at once), in each immediate mode: what it
+// writes before the new scan's front end is linked is another scan's and
+// is not taken; the new scan's frames are all its own front end's, whole,
+// and numbered from its first write.
+func TestStationOldFrontEndStillWriting(t *testing.T) {
+	for _, immediate := range []string{"frame", "slot"} {
+		t.Run(immediate, func(t *testing.T) {
+			dir := fakeVerbs(t)
+			const n = 30
+			oldPath, _ := capturePathSeed(t, 1000, 99)
+			path, truth := capturePath(t, n)
+			s := setup(dir, func(s *config.Source) { s.RingSlots, s.Immediate = 2*n, immediate })
+			station, err := OpenStation(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer station.Close()
+			stream := station.(*Station).st.streams[0]
+
+			first := s
+			first.Frames = 1000
+			l, err := station.Scan(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			old := emulate(t, ctx, dir, oldPath, 100) // a front end that goes on writing
+			st, err := l.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				f, err := st.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.Release(f)
+			}
+			st.Close() // the scan is cancelled; its front end writes on
+			l.Close()
+
+			next := s
+			next.Frames = n
+			if l, err = station.Scan(next); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			came := func() uint64 {
+				stream.mu.Lock()
+				defer stream.mu.Unlock()
+				return stream.stats.Frames + stream.foreign
+			}
+			// The arming resets the queue pair toward the old front end,
+			// whose writes then fail (it ends); what came meanwhile is not
+			// taken.
+			oldEnded := false
+			for deadline := time.Now().Add(20 * time.Second); came() < 5 && !oldEnded; time.Sleep(time.Millisecond) {
+				select {
+				case <-old:
+					oldEnded = true
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the last scan's front end neither wrote on (%d frames) nor ended", came())
+				}
+			}
+			stream.mu.Lock()
+			waiting, counted := stream.qLen, stream.stats.Frames
+			stream.mu.Unlock()
+			if waiting != 0 || counted != 0 {
+				t.Errorf("%d frames of the last scan's front end wait to be handed to the next scan, %d counted as its own: want none", waiting, counted)
+			}
+			sent := emulate(t, ctx, dir, path, 0)
+			if st, err = l.Accept(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if got := takeAll(t, st, truth); got != n {
+				t.Errorf("%d frames of the scan's own front end intact, want %d", got, n)
+			}
+			if err := <-sent; err != nil {
+				t.Fatalf("the scan's front end: %v", err)
+			}
+			if stats := st.Stats(); stats.Frames != n || stats.Disordered != 0 || stats.Undelivered != 0 {
+				t.Errorf("the scan's counts %+v: want its own front end's %d frames alone", stats, n)
+			}
+			cancel()
+			if !oldEnded {
+				<-old
+			}
+		})
+	}
+}
+
+// TestNoFrameNamesTheFrontEnd: a scan whose front end's ends a control
+// system gave (PUT /v1/rdma) and from which no frame comes says which
+// ends its queue pair was linked to, and whence they came, beside its
+// own: the ends of an earlier PUT are kept for every scan after it.
+func TestNoFrameNamesTheFrontEnd(t *testing.T) {
+	dir := fakeVerbs(t)
+	s := setup(dir, func(s *config.Source) { s.ConnectTimeout = 200 * time.Millisecond })
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	if err := station.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::9","qpn":77,"psn":1}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	setup := s
+	setup.Frames = 3
+	l, err := station.Scan(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := l.Accept(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = st.Next(context.Background())
+	for _, want := range []string{"no frame from the front end", "QPN 77 on GID fe80::9", "SetPeers"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Next with no front end writing: %v, want it to say %q", err, want)
+		}
+	}
 }

@@ -75,6 +75,11 @@ type Stream struct {
 	stats    receive.Stats
 	closed   bool
 	scanning bool // a scan has the stream (a station's, between beginScan and endScan)
+	// unlinked: the scan's front end is not linked yet (a station's, from
+	// beginScan to connect): what comes is another scan's front end's,
+	// one still writing, and is not taken.
+	unlinked bool
+	foreign  uint64 // writes that came while unlinked, this scan
 	rec      receive.Recorder
 	recErr   error
 	recPool  sync.Pool
@@ -183,6 +188,7 @@ func (s *Stream) connect(fe FrontEndPort) error {
 	same, linked := s.linked && s.peer == fe && s.cqErr == nil, s.linked
 	s.cqMu.Unlock()
 	if same {
+		s.linkedForScan()
 		return nil
 	}
 	if linked {
@@ -200,6 +206,7 @@ func (s *Stream) connect(fe FrontEndPort) error {
 	s.cqMu.Lock()
 	s.peer, s.linked = fe, true
 	s.cqMu.Unlock()
+	s.linkedForScan()
 	s.pollStarted.Store(true)
 	go s.poll()
 	return nil
@@ -240,6 +247,14 @@ func (s *Stream) unlink() error {
 	return nil
 }
 
+// linkedForScan takes what comes from now on for the scan: its front end
+// is linked.
+func (s *Stream) linkedForScan() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unlinked = false
+}
+
 // beginScan gives the stream to a scan of plan frames: its ring empty,
 // its counts zero, nothing stopped.
 func (s *Stream) beginScan(plan uint64) {
@@ -254,7 +269,7 @@ func (s *Stream) beginScan(plan uint64) {
 	s.stats = receive.Stats{}
 	s.rec, s.recErr = nil, nil
 	s.readyOnce, s.readyErr = sync.Once{}, nil
-	s.scanning = true
+	s.scanning, s.unlinked, s.foreign = true, true, 0
 	for _, c := range []chan struct{}{s.signal, s.released} {
 		select {
 		case <-c:
@@ -389,6 +404,9 @@ func (s *Stream) take(c verbs.Completion) bool {
 		s.cqErr = fmt.Errorf("module %d: post a receive again: %w", s.module, err)
 		return false
 	}
+	if s.fromAnotherScan(c) {
+		return true
+	}
 	var seq uint64
 	slot := 0
 	if s.cfg.Immediate == ImmediateFrame {
@@ -449,6 +467,24 @@ func (s *Stream) take(c verbs.Completion) bool {
 	s.qLen++
 	if n := s.plan; n > 0 && (s.cfg.Immediate == ImmediateFrame && seq == n-1 || s.cfg.Immediate == ImmediateSlot && s.count == n) {
 		s.ended = true
+	}
+	return true
+}
+
+// fromAnotherScan reports whether c is a write that came before the
+// scan's front end was linked: another scan's front end, still writing.
+// Its frame would pass for this scan's (and the same frame of this scan's
+// front end be dropped as a repeat): it is not taken, and leaves the
+// scan's counts and numbering alone. cqMu is held.
+func (s *Stream) fromAnotherScan(c verbs.Completion) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unlinked {
+		return false
+	}
+	s.foreign++
+	if s.foreign == 1 {
+		s.cfg.Log.Warn("a front end writes before the scan's front end is linked: its frames are another scan's, neither taken nor counted", zap.Int("module", s.module), zap.Uint32("immediate", c.Imm))
 	}
 	return true
 }
@@ -535,11 +571,11 @@ func (s *Stream) Next(ctx context.Context) (*pipeline.Frame, error) {
 			return nil, ctx.Err()
 		case <-s.idle.C:
 			s.cqMu.Lock()
-			last, seen := s.maxSeen, s.seen
+			last, seen, peer := s.maxSeen, s.seen, s.peer
 			s.cqMu.Unlock()
 			if !seen {
-				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v: %w",
-					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.st.dev.Port().GID, ErrTimeout)
+				return nil, fmt.Errorf("module %d: no frame from the front end within %v: waited on QPN %d (%#x) on GID %v, linked to the front end's QPN %d on GID %s (%s): %w",
+					s.module, s.cfg.ConnectTimeout, s.qp.Num(), s.qp.Num(), s.st.dev.Port().GID, peer.QPN, peer.GID, s.st.peersFrom(), ErrTimeout)
 			}
 			return nil, fmt.Errorf("module %d: no frame for %v after frame %d: %w", s.module, s.cfg.IdleTimeout, last, ErrTimeout)
 		}
@@ -747,7 +783,7 @@ func (s *Stream) isClosed() bool {
 func (s *Stream) Close() error {
 	if s.st.kept {
 		s.endScan()
-		return nil
+		return s.st.moduleEnded(s.module)
 	}
 	s.mu.Lock()
 	if s.closed {
