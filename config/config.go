@@ -201,7 +201,8 @@ type FileMode string
 func (o Output) Access() (mode os.FileMode, gid int, err error) {
 	gid = -1
 	if o.FileMode != "" {
-		m, err := strconv.ParseUint(string(o.FileMode), 8, 32)
+		digits := strings.TrimPrefix(strings.TrimPrefix(string(o.FileMode), "0o"), "0O")
+		m, err := strconv.ParseUint(digits, 8, 32)
 		if err != nil || m > 0o777 || m == 0 {
 			return 0, -1, bad("output.file_mode", "%q, want permission bits in octal such as \"0640\" (owner read-write, group read) or \"0644\" (everyone read)", o.FileMode)
 		}
@@ -231,8 +232,13 @@ func lookupGroup(name string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// octalModes takes a YAML number for a FileMode as its octal digits:
-// YAML reads 0640 as the number 416, which is mode 0640.
+// fileModeKey is output.file_mode, whose value is taken as the text a
+// file or the environment writes: YAML reads an unquoted 440 as the
+// decimal number 440 (mode 0670, group-writable), and 0640 as 416.
+const fileModeKey = "output.file_mode"
+
+// octalModes takes a number for a FileMode (one given in Go, as a flag
+// or a layer of code sets it) as the mode it is: 0o640 is mode 0640.
 func octalModes(from, to reflect.Type, data any) (any, error) {
 	if to != reflect.TypeFor[FileMode]() {
 		return data, nil
@@ -350,6 +356,9 @@ func LoadLayers(l Layers) (Profile, Sources, error) {
 		file, err := parseYAML(text)
 		if err != nil {
 			return Profile{}, nil, fmt.Errorf("%s: not valid YAML: %w", where, err)
+		}
+		if mode, ok := doc.scalar(fileModeKey); ok {
+			file[fileModeKey] = mode // its octal digits as written, not YAML's number
 		}
 		if err := mergeLayer(values, sources, file, where); err != nil {
 			return Profile{}, nil, fmt.Errorf("%s: %w", located(err), err)
@@ -469,6 +478,9 @@ func mergeEnv(values map[string]any, sources Sources) error {
 		layer, err := parseYAML([]byte(nest(k.Name, s)))
 		if err != nil {
 			return fmt.Errorf("environment %s=%q: %w", name, s, err)
+		}
+		if k.Name == fileModeKey {
+			layer[k.Name] = strings.TrimSpace(s) // its octal digits as written
 		}
 		if err := mergeLayer(values, sources, layer, "environment "+name); err != nil {
 			return err

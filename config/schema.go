@@ -136,7 +136,7 @@ var Keys = []Key{
 	{"output.overwrite", "replace an existing file of the same name: true or false"},
 	{"output.processors", "processor stages every decoded image goes through, in order, before compression (a mask, a flat-field preview): each a name, or a map of its name and its options ({name: flatfield, bin: 4}); the file stores the images as the processors leave them; a list, empty for none"},
 	{"output.backend_shuffle", "do the codec's bit transpose on the decode backend (the GPU with cuda), leaving the CPU only the compression; the files do not change: true or false"},
-	{"output.file_mode", "permission bits of the scan's files (each module's and the master), in octal: \"0640\" lets the files' group read them, \"0644\" everyone; empty: as the process's umask leaves them (a service's UMask=0027 leaves them unreadable to others); set by the operator, never by a request"},
+	{"output.file_mode", "permission bits of the scan's files (each module's and the master), in octal, the digits as written, quoted or not (440 is mode 0440): \"0640\" lets the files' group read them, \"0644\" everyone; empty: as the process's umask leaves them (a service's UMask=0027 leaves them unreadable to others); set by the operator, never by a request"},
 	{"output.file_group", "owner group of the scan's files, a group name or id (the process must belong to it, unless it runs as root); empty: the process's group; set by the operator, never by a request"},
 	{"plan.darks", "dark fields at the start of a scan"},
 	{"plan.flats", "flat fields after the darks"},

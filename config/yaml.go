@@ -188,3 +188,26 @@ func child(m *yaml.Node, key string) *yaml.Node {
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, c)
 	return c
 }
+
+// scalar returns the text a file writes for key, a dotted key of
+// mappings alone, as written: "440" for an unquoted 440, which YAML
+// would read as a number; ok false where the file sets no scalar there.
+func (d profileDoc) scalar(key string) (text string, ok bool) {
+	n := d.root
+	for part := range strings.SplitSeq(key, ".") {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return "", false
+		}
+		var value *yaml.Node
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if strings.EqualFold(n.Content[j].Value, part) {
+				value = n.Content[j+1]
+			}
+		}
+		n = value
+	}
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return "", false
+	}
+	return n.Value, true
+}

@@ -63,8 +63,9 @@ func TestYAMLRoundTrip(t *testing.T) {
 }
 
 // TestFileAccess checks the keys of the files' mode and group: octal
-// text, or a YAML number written with its leading 0; a group by name or
-// id; anything else refused, naming the key.
+// digits as written, quoted or not, with or without a leading 0 or 0o
+// (YAML would read an unquoted 440 as the number 440, mode 0670); a group
+// by name or id; anything else refused, naming the key as written.
 func TestFileAccess(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
@@ -75,8 +76,12 @@ func TestFileAccess(t *testing.T) {
 		{"name: x\n", 0, -1, ""},
 		{"output:\n  file_mode: \"0640\"\n", 0o640, -1, ""},
 		{"output:\n  file_mode: 0644\n", 0o644, -1, ""},
-		{"output:\n  file_mode: \"0o640\"\n", 0, -1, "key output.file_mode: \"0o640\", want permission bits in octal"},
-		{"output:\n  file_mode: 640\n", 0, -1, "key output.file_mode: \"01200\""},
+		{"output:\n  file_mode: \"0o640\"\n", 0o640, -1, ""},
+		{"output:\n  file_mode: 640\n", 0o640, -1, ""},
+		{"output:\n  file_mode: 440\n", 0o440, -1, ""},
+		{"output:\n  file_mode: 400\n", 0o400, -1, ""},
+		{"output:\n  file_mode: 0o600\n", 0o600, -1, ""},
+		{"output:\n  file_mode: 0999\n", 0, -1, "key output.file_mode: \"0999\", want permission bits in octal"},
 		{"output:\n  file_mode: \"0999\"\n", 0, -1, "key output.file_mode"},
 		{"output:\n  file_mode: \"04755\"\n", 0, -1, "key output.file_mode"},
 		{"output:\n  file_mode: \"0\"\n", 0, -1, "key output.file_mode"},
@@ -98,6 +103,25 @@ func TestFileAccess(t *testing.T) {
 		}
 		if mode, gid, err := p.Output.Access(); mode != tc.mode || gid != tc.gid || err != nil {
 			t.Errorf("%q: Access() = %v, %d, %v; want %v, %d", tc.yaml, mode, gid, err, tc.mode, tc.gid)
+		}
+	}
+}
+
+// TestFileModeFromEnvironment: the environment's file mode is its octal
+// digits as written, as a profile's is: 440 is mode 0440, not the
+// decimal number 440 (mode 0670, group-writable).
+func TestFileModeFromEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		mode os.FileMode
+	}{{"440", 0o440}, {"0640", 0o640}, {"644", 0o644}, {"0o600", 0o600}} {
+		t.Setenv("H5INGEST_OUTPUT_FILE_MODE", tc.env)
+		p, err := Load(writeProfile(t, "name: x\n"), testNames)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.env, err)
+		}
+		if mode, _, err := p.Output.Access(); mode != tc.mode || err != nil {
+			t.Errorf("H5INGEST_OUTPUT_FILE_MODE=%s: mode %v, %v; want %v", tc.env, mode, err, tc.mode)
 		}
 	}
 }
