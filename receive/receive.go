@@ -151,6 +151,9 @@ type Station interface {
 	// SetPeers takes the senders' ends of the links, as JSON, where the
 	// profile lets a control system give them (ErrPeersFixed otherwise).
 	SetPeers(data []byte) error
+	// ClearPeers forgets the senders' ends SetPeers gave: the next scans
+	// take them where the profile and the command line say.
+	ClearPeers() error
 	// Close closes every link; no scan may use the station after.
 	Close() error
 }

@@ -112,3 +112,11 @@ func (l stationLinks) SetPeers(data []byte) error {
 	}
 	return err
 }
+
+func (l stationLinks) ClearPeers() error {
+	err := l.Station.ClearPeers()
+	if errors.Is(err, receive.ErrPeersFixed) {
+		return fmt.Errorf("%w: %w", service.ErrPeersFixed, err)
+	}
+	return err
+}

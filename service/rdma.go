@@ -20,6 +20,9 @@ type Links interface {
 	// SetPeers takes the front end's ends, JSON; an error wrapping
 	// ErrPeersFixed where the profile gives them.
 	SetPeers(data []byte) error
+	// ClearPeers forgets the front end's ends SetPeers took; an error
+	// wrapping ErrPeersFixed where the profile gives them.
+	ClearPeers() error
 }
 
 // ErrPeersFixed is wrapped by Links.SetPeers's error where the operator's
@@ -87,6 +90,26 @@ func (s *Service) registerLinks() {
 				return nil, huma.Error403Forbidden(err.Error())
 			}
 			return nil, huma.Error422UnprocessableEntity(err.Error())
+		}
+		return nil, nil
+	})
+	huma.Register(s.api, huma.Operation{
+		OperationID: "delete-rdma", Method: http.MethodDelete, Path: "/v1/rdma", DefaultStatus: http.StatusNoContent,
+		Summary:     "Forget the front end's ends a PUT gave",
+		Description: "From the next scan, the queue pairs meet the front end through its file again (serve --front-end). Only with the service's token (403 where it has none), and not where the profile gives source.front_end (403).",
+		Errors:      []int{http.StatusForbidden, http.StatusNotFound},
+	}, func(ctx context.Context, in *struct{}) (*struct{}, error) {
+		switch {
+		case s.cfg.Links == nil:
+			return nil, huma.Error404NotFound("serve set up no queue pairs: start it with --rdma-profile NAME")
+		case s.cfg.Token == "":
+			return nil, huma.Error403Forbidden("the front end's ends are changed only with the service's token: start serve with --token-file")
+		}
+		if err := s.cfg.Links.ClearPeers(); err != nil {
+			if errors.Is(err, ErrPeersFixed) {
+				return nil, huma.Error403Forbidden(err.Error())
+			}
+			return nil, err
 		}
 		return nil, nil
 	})

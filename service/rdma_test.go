@@ -9,8 +9,11 @@ import (
 
 // fakeLinks are links that take the front end's ends given.
 type fakeLinks struct {
-	got []byte
+	got     []byte
+	cleared bool
 }
+
+func (l *fakeLinks) ClearPeers() error { l.got, l.cleared = nil, true; return nil }
 
 func (l *fakeLinks) Params() any {
 	return map[string]any{"nonce": "n1", "modules": []any{map[string]any{"module": 0, "qpn": 17}}}
@@ -28,6 +31,8 @@ func (l *fakeLinks) SetPeers(data []byte) error {
 type fixedLinks struct{ fakeLinks }
 
 func (fixedLinks) SetPeers([]byte) error { return ErrPeersFixed }
+
+func (fixedLinks) ClearPeers() error { return ErrPeersFixed }
 
 // TestRDMA checks GET and PUT /v1/rdma: shown where serve set up links,
 // 404 where it did not; a PUT taken only with the service's token, never
@@ -65,6 +70,17 @@ func TestRDMA(t *testing.T) {
 			}
 			if l, ok := tc.links.(*fakeLinks); ok && (tc.want == http.StatusNoContent) != (len(l.got) > 0) {
 				t.Errorf("the links got %q after a PUT answered %d", l.got, tc.want)
+			}
+			// DELETE: as a PUT of good ends is answered, where it can be.
+			wantDel := tc.want
+			if tc.want == http.StatusUnprocessableEntity || tc.want == http.StatusBadRequest {
+				wantDel = http.StatusNoContent
+			}
+			if code, got := c.do("DELETE", "/v1/rdma", nil); code != wantDel {
+				t.Errorf("DELETE: %d %v, want %d", code, got, wantDel)
+			}
+			if l, ok := tc.links.(*fakeLinks); ok && l.cleared != (wantDel == http.StatusNoContent) {
+				t.Errorf("the links cleared %v after a DELETE answered %d", l.cleared, wantDel)
 			}
 		})
 	}

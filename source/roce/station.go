@@ -110,9 +110,49 @@ func (st *station) beginScan(modules []int, frames uint64) ([]*Stream, error) {
 	return streams, nil
 }
 
-// Params returns the receiver's end of every queue pair, as the
-// parameter file has it (GET /v1/rdma).
-func (t *Station) Params() any { return t.st.paramsNow() }
+// View is what GET /v1/rdma shows: the receiver's end of every queue
+// pair, as the parameter file has it, and the front end's ends where they
+// are given for every scan, with whence.
+type View struct {
+	Params
+	FrontEnd     []FrontEndPort `json:"front_end,omitempty"`      // the front end's ends given, by module
+	FrontEndFrom string         `json:"front_end_from,omitempty"` // "profile" or "request"; absent: the front end's file, each scan
+}
+
+// Params returns the station's View (GET /v1/rdma).
+func (t *Station) Params() any {
+	v := View{Params: t.st.paramsNow()}
+	st := t.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, m := range st.cfg.Modules {
+		if fe, ok := st.frontEnds[m]; ok {
+			v.FrontEnd = append(v.FrontEnd, fe)
+		}
+	}
+	switch {
+	case st.cfg.FrontEnds != nil:
+		v.FrontEndFrom = "profile"
+	case st.frontEnds != nil:
+		v.FrontEndFrom = "request"
+	}
+	return v
+}
+
+// ClearPeers forgets the front end's ends a control system gave
+// (SetPeers): from the next scan they come from the front end's file
+// again. A profile that gives the ends refuses, wrapping
+// receive.ErrPeersFixed.
+func (t *Station) ClearPeers() error {
+	st := t.st
+	if st.cfg.FrontEnds != nil {
+		return fmt.Errorf("%w: the profile gives source.front_end", receive.ErrPeersFixed)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.frontEnds = nil
+	return nil
+}
 
 // SetPeers takes the front end's ends of the queue pairs, a FrontEndParams
 // as JSON (its nonce may be empty: a front end whose ends its firmware

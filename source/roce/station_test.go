@@ -42,7 +42,7 @@ func TestStationScanAfterScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer station.Close()
-	qpn := station.Params().(Params).Modules[0].QPN
+	qpn := station.Params().(View).Params.Modules[0].QPN
 	nonces := map[string]bool{}
 	for scan := range 3 {
 		setup := s
@@ -51,7 +51,7 @@ func TestStationScanAfterScan(t *testing.T) {
 		if err != nil {
 			t.Fatalf("scan %d: %v", scan, err)
 		}
-		p := station.Params().(Params)
+		p := station.Params().(View).Params
 		if nonces[p.Nonce] || p.Ready || p.Modules[0].Ready {
 			t.Fatalf("scan %d: parameters %+v: want a new nonce, not ready", scan, p)
 		}
@@ -84,7 +84,7 @@ func TestStationScanAfterScan(t *testing.T) {
 		if err := readJSON(s.ParamsFile, &file); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []Params{station.Params().(Params), file} {
+		for _, p := range []Params{station.Params().(View).Params, file} {
 			if p.Ready || p.Modules[0].Ready {
 				t.Errorf("scan %d ended: parameters %+v say ready", scan, p)
 			}
@@ -350,5 +350,69 @@ func TestNoFrameNamesTheFrontEnd(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Next with no front end writing: %v, want it to say %q", err, want)
 		}
+	}
+}
+
+// TestStationClearPeers gives ends that are no front end's (a PUT gone
+// wrong), which GET /v1/rdma shows as the request's, then forgets them
+// (DELETE /v1/rdma): the next scan meets its front end through the file
+// again and takes every frame. A profile's ends are not forgotten.
+func TestStationClearPeers(t *testing.T) {
+	dir := fakeVerbs(t)
+	const n = 20
+	path, truth := capturePath(t, n)
+	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer station.Close()
+	if err := station.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::9","qpn":77,"psn":1}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if v := station.Params().(View); v.FrontEndFrom != "request" || len(v.FrontEnd) != 1 || v.FrontEnd[0].QPN != 77 {
+		t.Errorf("after a PUT, GET shows %+v: want the request's ends", v)
+	}
+	if err := station.ClearPeers(); err != nil {
+		t.Fatal(err)
+	}
+	if v := station.Params().(View); v.FrontEndFrom != "" || v.FrontEnd != nil {
+		t.Errorf("after a DELETE, GET shows %+v: want no ends given", v)
+	}
+	next := s
+	next.Frames = n
+	l, err := station.Scan(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent := emulate(t, ctx, dir, path, 0)
+	st, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got := takeAll(t, st, truth); got != n {
+		t.Errorf("%d frames intact, want %d", got, n)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+
+	fixed := setup(t.TempDir(), func(s *config.Source) {
+		s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2", QPN: 0x99, PSN: 5}}
+	})
+	fixedStation, err := OpenStation(fixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fixedStation.Close()
+	if err := fixedStation.ClearPeers(); !errors.Is(err, receive.ErrPeersFixed) {
+		t.Errorf("ClearPeers where the profile gives the ends: %v, want ErrPeersFixed", err)
+	}
+	if v := fixedStation.Params().(View); v.FrontEndFrom != "profile" || len(v.FrontEnd) != 1 {
+		t.Errorf("GET where the profile gives the ends: %+v", v)
 	}
 }
