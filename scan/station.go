@@ -105,16 +105,13 @@ func (r *Runner) Links() service.Links {
 // stationLinks is a Station as the service sees it.
 type stationLinks struct{ receive.Station }
 
-func (l stationLinks) SetPeers(data []byte) error {
-	err := l.Station.SetPeers(data)
-	if errors.Is(err, receive.ErrPeersFixed) {
-		return fmt.Errorf("%w: %w", service.ErrPeersFixed, err)
-	}
-	return err
-}
+func (l stationLinks) SetPeers(data []byte) error { return peersErr(l.Station.SetPeers(data)) }
 
-func (l stationLinks) ClearPeers() error {
-	err := l.Station.ClearPeers()
+func (l stationLinks) ClearPeers() error { return peersErr(l.Station.ClearPeers()) }
+
+// peersErr makes the station's refusal of a change to the front end's
+// ends the service's, which it answers 403.
+func peersErr(err error) error {
 	if errors.Is(err, receive.ErrPeersFixed) {
 		return fmt.Errorf("%w: %w", service.ErrPeersFixed, err)
 	}

@@ -63,7 +63,7 @@ func (s *Service) registerLinks() {
 		Errors: []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *struct{}) (*linksOutput, error) {
 		if s.cfg.Links == nil {
-			return nil, huma.Error404NotFound("serve set up no queue pairs: start it with --rdma-profile NAME")
+			return nil, errNoLinks()
 		}
 		return &linksOutput{Body: s.cfg.Links.Params()}, nil
 	})
@@ -75,23 +75,14 @@ func (s *Service) registerLinks() {
 		MaxBodyBytes: maxBody,
 		Errors:       []int{http.StatusForbidden, http.StatusNotFound, http.StatusUnprocessableEntity},
 	}, func(ctx context.Context, in *peersInput) (*struct{}, error) {
-		switch {
-		case s.cfg.Links == nil:
-			return nil, huma.Error404NotFound("serve set up no queue pairs: start it with --rdma-profile NAME")
-		case s.cfg.Token == "":
-			return nil, huma.Error403Forbidden("the front end's ends are given only with the service's token: start serve with --token-file")
+		if err := s.changingLinks(); err != nil {
+			return nil, err
 		}
 		data, err := json.Marshal(in.Body)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.cfg.Links.SetPeers(data); err != nil {
-			if errors.Is(err, ErrPeersFixed) {
-				return nil, huma.Error403Forbidden(err.Error())
-			}
-			return nil, huma.Error422UnprocessableEntity(err.Error())
-		}
-		return nil, nil
+		return nil, peersRefused(s.cfg.Links.SetPeers(data), huma.Error422UnprocessableEntity)
 	})
 	huma.Register(s.api, huma.Operation{
 		OperationID: "delete-rdma", Method: http.MethodDelete, Path: "/v1/rdma", DefaultStatus: http.StatusNoContent,
@@ -99,18 +90,42 @@ func (s *Service) registerLinks() {
 		Description: "From the next scan, the queue pairs meet the front end through its file again (serve --front-end). Only with the service's token (403 where it has none), and not where the profile gives source.front_end (403).",
 		Errors:      []int{http.StatusForbidden, http.StatusNotFound},
 	}, func(ctx context.Context, in *struct{}) (*struct{}, error) {
-		switch {
-		case s.cfg.Links == nil:
-			return nil, huma.Error404NotFound("serve set up no queue pairs: start it with --rdma-profile NAME")
-		case s.cfg.Token == "":
-			return nil, huma.Error403Forbidden("the front end's ends are changed only with the service's token: start serve with --token-file")
-		}
-		if err := s.cfg.Links.ClearPeers(); err != nil {
-			if errors.Is(err, ErrPeersFixed) {
-				return nil, huma.Error403Forbidden(err.Error())
-			}
+		if err := s.changingLinks(); err != nil {
 			return nil, err
 		}
-		return nil, nil
+		return nil, peersRefused(s.cfg.Links.ClearPeers(), nil)
 	})
+}
+
+// errNoLinks answers /v1/rdma where serve set up no queue pairs.
+func errNoLinks() error {
+	return huma.Error404NotFound("serve set up no queue pairs: start it with --rdma-profile NAME")
+}
+
+// changingLinks refuses a change to the front end's ends where serve set
+// up no queue pairs (404) or has no token (403): only the token's holder
+// changes them.
+func (s *Service) changingLinks() error {
+	switch {
+	case s.cfg.Links == nil:
+		return errNoLinks()
+	case s.cfg.Token == "":
+		return huma.Error403Forbidden("the front end's ends are changed only with the service's token: start serve with --token-file")
+	}
+	return nil
+}
+
+// peersRefused answers the links' refusal of a change to the front end's
+// ends: 403 where the profile gives them, else as other says (nil: err
+// as it is).
+func peersRefused(err error, other func(string, ...error) huma.StatusError) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrPeersFixed):
+		return huma.Error403Forbidden(err.Error())
+	case other != nil:
+		return other(err.Error())
+	}
+	return err
 }

@@ -426,13 +426,41 @@ func (st *station) link(ctx context.Context, deadline time.Time, streams []*Stre
 func (st *station) peersFrom() string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case st.cfg.FrontEnds != nil:
+	switch st.givenBy() {
+	case givenByProfile:
 		return "the profile's source.front_end"
-	case st.frontEnds != nil:
+	case givenByRequest:
 		return "given by a control system (SetPeers, PUT /v1/rdma), kept for every scan since"
 	}
 	return "from " + st.cfg.FrontEndFile
+}
+
+// Who gave the front end's ends for every scan (View.FrontEndFrom).
+const (
+	givenByProfile = "profile" // source.front_end
+	givenByRequest = "request" // SetPeers, PUT /v1/rdma
+)
+
+// givenBy says who gave the front end's ends for every scan: the
+// profile, a request, or "" where each scan reads them from the front
+// end's file. st.mu is held.
+func (st *station) givenBy() string {
+	switch {
+	case st.cfg.FrontEnds != nil:
+		return givenByProfile
+	case st.frontEnds != nil:
+		return givenByRequest
+	}
+	return ""
+}
+
+// peersFixed refuses a change to the front end's ends where the profile
+// gives them.
+func (st *station) peersFixed() error {
+	if st.cfg.FrontEnds != nil {
+		return fmt.Errorf("%w: the profile gives source.front_end", receive.ErrPeersFixed)
+	}
+	return nil
 }
 
 // awaitFrontEnd waits for the front end's file answering the nonce with

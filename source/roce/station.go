@@ -116,7 +116,7 @@ func (st *station) beginScan(modules []int, frames uint64) ([]*Stream, error) {
 type View struct {
 	Params
 	FrontEnd     []FrontEndPort `json:"front_end,omitempty"`      // the front end's ends given, by module
-	FrontEndFrom string         `json:"front_end_from,omitempty"` // "profile" or "request"; absent: the front end's file, each scan
+	FrontEndFrom string         `json:"front_end_from,omitempty"` // givenByProfile or givenByRequest; absent: the front end's file, each scan
 }
 
 // Params returns the station's View (GET /v1/rdma).
@@ -130,12 +130,7 @@ func (t *Station) Params() any {
 			v.FrontEnd = append(v.FrontEnd, fe)
 		}
 	}
-	switch {
-	case st.cfg.FrontEnds != nil:
-		v.FrontEndFrom = "profile"
-	case st.frontEnds != nil:
-		v.FrontEndFrom = "request"
-	}
+	v.FrontEndFrom = st.givenBy()
 	return v
 }
 
@@ -145,8 +140,8 @@ func (t *Station) Params() any {
 // receive.ErrPeersFixed.
 func (t *Station) ClearPeers() error {
 	st := t.st
-	if st.cfg.FrontEnds != nil {
-		return fmt.Errorf("%w: the profile gives source.front_end", receive.ErrPeersFixed)
+	if err := st.peersFixed(); err != nil {
+		return err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -161,8 +156,8 @@ func (t *Station) ClearPeers() error {
 // (source.front_end) refuses them, wrapping receive.ErrPeersFixed.
 func (t *Station) SetPeers(data []byte) error {
 	st := t.st
-	if st.cfg.FrontEnds != nil {
-		return fmt.Errorf("%w: the profile gives source.front_end", receive.ErrPeersFixed)
+	if err := st.peersFixed(); err != nil {
+		return err
 	}
 	var fe FrontEndParams
 	if err := strictJSON(data, &fe); err != nil {
