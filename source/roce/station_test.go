@@ -16,6 +16,25 @@ import (
 	"h5ingest/receive"
 )
 
+// openStation opens a station of s, closed with the test.
+func openStation(t *testing.T, s receive.Setup) receive.Station {
+	t.Helper()
+	station, err := OpenStation(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { station.Close() })
+	return station
+}
+
+// fixedFrontEnd returns a setup whose profile gives the front end's ends
+// (source.front_end), as a firmware fixes them.
+func fixedFrontEnd(t *testing.T) receive.Setup {
+	return setup(t.TempDir(), func(s *config.Source) {
+		s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2", QPN: 0x99, PSN: 5}}
+	})
+}
+
 // takeAll takes every frame of a scan's stream up to its plan's end, and
 // returns how many passed Intact with the capture's bytes.
 func takeAll(t *testing.T, st receive.Stream, truth map[uint64][]byte) int {
@@ -37,11 +56,7 @@ func TestStationScanAfterScan(t *testing.T) {
 	const n = 30
 	path, truth := capturePath(t, n)
 	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
-	station, err := OpenStation(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer station.Close()
+	station := openStation(t, s)
 	qpn := station.Params().(View).Params.Modules[0].QPN
 	nonces := map[string]bool{}
 	for scan := range 3 {
@@ -99,11 +114,7 @@ func TestStationScanAfterScan(t *testing.T) {
 func TestStationRefuses(t *testing.T) {
 	dir := fakeVerbs(t)
 	s := setup(dir, nil)
-	station, err := OpenStation(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer station.Close()
+	station := openStation(t, s)
 	for _, tc := range []struct {
 		name string
 		edit func(*receive.Setup)
@@ -140,14 +151,7 @@ func TestStationRefuses(t *testing.T) {
 	}
 	l.Close()
 
-	fixed := setup(t.TempDir(), func(s *config.Source) {
-		s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2", QPN: 0x99, PSN: 5}}
-	})
-	fixedStation, err := OpenStation(fixed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fixedStation.Close()
+	fixedStation := openStation(t, fixedFrontEnd(t))
 	if err := fixedStation.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::3","qpn":7,"psn":1}]}`)); !errors.Is(err, receive.ErrPeersFixed) {
 		t.Fatalf("SetPeers where the profile gives the front end: %v, want ErrPeersFixed", err)
 	}
@@ -162,11 +166,7 @@ func TestStationSetPeers(t *testing.T) {
 	path, truth := capturePath(t, n)
 	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
 	s.PeerFile = "" // a control system gives the ends
-	station, err := OpenStation(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer station.Close()
+	station := openStation(t, s)
 	for _, bad := range []string{
 		`{"modules":[{"module":1,"gid":"fe80::3","qpn":7,"psn":1}]}`,
 		`{"modules":[{"module":0,"gid":"not a gid","qpn":7,"psn":1}]}`,
@@ -235,11 +235,7 @@ func TestStationOldFrontEndStillWriting(t *testing.T) {
 			oldPath, _ := capturePathSeed(t, 1000, 99)
 			path, truth := capturePath(t, n)
 			s := setup(dir, func(s *config.Source) { s.RingSlots, s.Immediate = 2*n, immediate })
-			station, err := OpenStation(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer station.Close()
+			station := openStation(t, s)
 			stream := station.(*Station).st.streams[0]
 
 			first := s
@@ -325,11 +321,7 @@ func TestStationOldFrontEndStillWriting(t *testing.T) {
 func TestNoFrameNamesTheFrontEnd(t *testing.T) {
 	dir := fakeVerbs(t)
 	s := setup(dir, func(s *config.Source) { s.ConnectTimeout = 200 * time.Millisecond })
-	station, err := OpenStation(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer station.Close()
+	station := openStation(t, s)
 	if err := station.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::9","qpn":77,"psn":1}]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -362,11 +354,7 @@ func TestStationClearPeers(t *testing.T) {
 	const n = 20
 	path, truth := capturePath(t, n)
 	s := setup(dir, func(s *config.Source) { s.RingSlots = 2 * n })
-	station, err := OpenStation(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer station.Close()
+	station := openStation(t, s)
 	if err := station.SetPeers([]byte(`{"modules":[{"module":0,"gid":"fe80::9","qpn":77,"psn":1}]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -401,14 +389,7 @@ func TestStationClearPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fixed := setup(t.TempDir(), func(s *config.Source) {
-		s.FrontEnd = []config.FrontEnd{{Module: 0, GID: "fe80::2", QPN: 0x99, PSN: 5}}
-	})
-	fixedStation, err := OpenStation(fixed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fixedStation.Close()
+	fixedStation := openStation(t, fixedFrontEnd(t))
 	if err := fixedStation.ClearPeers(); !errors.Is(err, receive.ErrPeersFixed) {
 		t.Errorf("ClearPeers where the profile gives the ends: %v, want ErrPeersFixed", err)
 	}
