@@ -139,6 +139,14 @@ type Config struct {
 	Format  frame.Format // the scan's frame format; frames of another are rejected
 	Frames  int          // planned frames; 0 when the scan's length is not known
 	Backend gpu.Backend  // decode and checksum
+	// Fallback, where set, opens the backend that decodes in Backend's
+	// place once Backend fails because its device is lost for the process
+	// (gpu.ErrDeviceLost: a sticky CUDA error): the batch the loss struck
+	// and every later one decode with it, so that no frame that arrived is
+	// lost with the device. The pipeline closes it when Run returns.
+	// Without it those frames are recorded missing and Run returns the
+	// error.
+	Fallback func() (gpu.Backend, error)
 	// NewCodec makes one chunk codec for each compression worker.
 	NewCodec func() (compress.Codec, error)
 	// NewProcessor, where set, makes one Processor for each compression
@@ -197,12 +205,13 @@ func (p Progress) Ratio() float64 {
 // sink. Each stage runs in its own goroutines, joined by bounded channels;
 // every buffer comes from a pool of Slots frames made at the start.
 type Pipeline struct {
-	cfg     Config
-	log     *zap.Logger
-	mu      sync.Mutex // guards tracker and start
-	tracker *Tracker
-	start   time.Time // when Run started; zero before
-	shuffle int       // bitshuffle block the backend transposes images in; 0: none
+	cfg      Config
+	log      *zap.Logger
+	mu       sync.Mutex // guards tracker and start
+	tracker  *Tracker
+	start    time.Time // when Run started; zero before
+	shuffle  int       // bitshuffle block the backend transposes images in; 0: none
+	takeover takeover  // the backend in Backend's place once its device is lost
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 	setup                                      atomic.Int64 // time.Duration Run took to set up
@@ -304,6 +313,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source, sink Sink) (Progress, er
 	p.mu.Unlock()
 	defer p.log.Sync() // the last second's per-frame events
 	defer p.end()
+	defer p.closeFallback()
 	cfg := p.cfg
 	codecs, procs, err := p.workers()
 	if err != nil {
@@ -673,6 +683,7 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
 	overwriting, _ := src.(OverwritingSource)
+	backend := p.cfg.Backend   // the fallback once the device is lost
 	missing := func(s *slot) { // the record stays missing; the slot goes home
 		src.Release(s.f)
 		s.f, s.write = nil, false
@@ -703,8 +714,8 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		for i, s := range batch {
 			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
 		}
-		if err := p.cfg.Backend.Decode(jobs); err != nil {
-			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
+		if err := p.decodeBatch(&backend, jobs); err != nil {
+			err = fmt.Errorf("decode with %s backend: %w", backend.Name(), err)
 			for _, s := range batch {
 				missing(s)
 			}

@@ -125,6 +125,21 @@ func openBackend(reg *registry.Registry, profile config.Profile, log *zap.Logger
 	return backend, nil
 }
 
+// fallbackBackend returns what opens the registry's reference backend
+// (stock h5ingest's cpu) with the profile's options, for a scan whose
+// backend, named backend, loses its device mid-scan: the pipeline then
+// decodes the scan's frames with it (pipeline.Config.Fallback). It
+// returns nil where the scan's backend is the reference, or none is
+// registered.
+func fallbackBackend(reg *registry.Registry, profile config.Profile, backend string, log *zap.Logger) func() (gpu.Backend, error) {
+	ref := reg.ReferenceBackend()
+	if ref == "" || ref == backend {
+		return nil
+	}
+	profile.Backend = ref
+	return func() (gpu.Backend, error) { return openBackend(reg, profile, log) }
+}
+
 // PreloadBackend prepares what the scans of the backend named backend
 // share, as its entry in stages says (registry.Backend.Preload): for
 // stock h5ingest, the GPU that cuda decodes on, or auto where a device
