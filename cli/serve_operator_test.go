@@ -113,26 +113,44 @@ func (s *loggedServe) scanState(t *testing.T, id string) (string, map[string]any
 	return state, c
 }
 
+// serveHeldScan starts serve with drainTimeout, arms scan id of 30 frames
+// and has a held sender send it 10, returning once the scan's count named
+// by count (received, written) says 10: serve, its data root and the
+// sender, which sends the rest when told.
+func serveHeldScan(t *testing.T, drainTimeout, id, count string) (*loggedServe, string, *heldSender) {
+	t.Helper()
+	smallDetector(t)
+	capPath, _ := simulate(t, "--frames", "30")
+	dir := t.TempDir()
+	port := operatorPort(t)
+	p := startLoggedServe(t, "--data-root", dir, "--drain-timeout", drainTimeout)
+	if code, st := p.call("POST", "/v1/scans", armRequest(id, dir, 30)); code != http.StatusCreated {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	sender := startHeldSender(t, capPath, fmt.Sprintf("127.0.0.1:%d", port))
+	sender.send(t, 10)
+	waitFor(t, time.Minute, "10 frames "+count, func() bool {
+		_, c := p.scanState(t, id)
+		return c[count] == float64(10)
+	})
+	return p, dir, sender
+}
+
+// exit waits for serve to exit, reading its log to the end, and returns
+// how it exited.
+func (s *loggedServe) exit() error {
+	go func() { s.exited <- s.cmd.Wait() }()
+	for range s.lines {
+	}
+	return <-s.exited
+}
+
 // TestServeGracefulStop: SIGHUP ends no scan; SIGTERM takes no new arm
 // (503, the service "draining") and lets the running scan, held mid-way
 // by its sender, go on to its plan: once the sender sends the rest, the
 // scan ends done with every frame, its end logged, and serve exits 0.
 func TestServeGracefulStop(t *testing.T) {
-	smallDetector(t)
-	capPath, _ := simulate(t, "--frames", "30")
-	dir := t.TempDir()
-	port := operatorPort(t)
-	p := startLoggedServe(t, "--data-root", dir, "--drain-timeout", "10m")
-
-	if code, st := p.call("POST", "/v1/scans", armRequest("g1", dir, 30)); code != http.StatusCreated {
-		t.Fatalf("arm: %d %v", code, st)
-	}
-	sender := startHeldSender(t, capPath, fmt.Sprintf("127.0.0.1:%d", port))
-	sender.send(t, 10)
-	waitFor(t, time.Minute, "10 frames received", func() bool {
-		_, c := p.scanState(t, "g1")
-		return c["received"] == float64(10)
-	})
+	p, dir, sender := serveHeldScan(t, "10m", "g1", "received")
 
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	p.expectLog(t, "signal ignored: serve and its scan go on (restart serve to read its settings again)", map[string]any{"signal": "hangup"})
@@ -161,10 +179,7 @@ func TestServeGracefulStop(t *testing.T) {
 	if files, _ := end["files"].([]any); len(files) != 1 || files[0] != filepath.Join(dir, "g1.h5") {
 		t.Errorf("the scan's end names the files %v, want %s", end["files"], filepath.Join(dir, "g1.h5"))
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	for range p.lines {
-	}
-	if err := <-p.exited; err != nil {
+	if err := p.exit(); err != nil {
 		t.Errorf("serve after its drain: %v, want exit status 0\n%s", err, p.seen.String())
 	}
 	if code, out := runCaptured(t, "verify", filepath.Join(dir, "g1.h5")); code != exitOK {
@@ -176,29 +191,13 @@ func TestServeGracefulStop(t *testing.T) {
 // drain timeout is cancelled, with the frames that arrived written, and
 // serve exits 1; a scan armed but not sent to is cancelled at once.
 func TestServeDrainCancelsAtTimeout(t *testing.T) {
-	smallDetector(t)
-	capPath, _ := simulate(t, "--frames", "30")
-	dir := t.TempDir()
-	port := operatorPort(t)
-	p := startLoggedServe(t, "--data-root", dir, "--drain-timeout", "1s")
-	if code, st := p.call("POST", "/v1/scans", armRequest("t1", dir, 30)); code != http.StatusCreated {
-		t.Fatalf("arm: %d %v", code, st)
-	}
-	sender := startHeldSender(t, capPath, fmt.Sprintf("127.0.0.1:%d", port))
-	sender.send(t, 10)
-	waitFor(t, time.Minute, "10 frames written", func() bool {
-		_, c := p.scanState(t, "t1")
-		return c["written"] == float64(10)
-	})
+	p, _, _ := serveHeldScan(t, "1s", "t1", "written")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	end := p.expectLog(t, "scan ended", map[string]any{"scan": "t1"})
 	if end["level"] != "warn" || end["state"] != "cancelled" || end["written"] != float64(10) || end["missing"] != float64(20) {
 		t.Errorf("the scan's end: %v, want cancelled at warn level, 10 written, 20 missing", end)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	for range p.lines {
-	}
-	if err := <-p.exited; err == nil {
+	if err := p.exit(); err == nil {
 		t.Error("serve exited 0 after a drain timeout cancelled its scan, want 1")
 	}
 }
