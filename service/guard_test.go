@@ -215,21 +215,12 @@ func TestTokenGuardsEveryRead(t *testing.T) {
 // never finishes its request, or an event stream nobody reads, holds
 // one): one beyond a cap takes the place of the oldest idle one of its
 // client, or of the client that holds the most, which the service
-// closes; the new one is served.
+// closes; the new one is served. Each connection here has had one request
+// answered, so it is idle between requests, as a keep-alive client's is.
 func TestConnectionCaps(t *testing.T) {
 	r := &fakeRunner{planned: 1, tick: time.Millisecond}
 	s := New(r, Config{MaxConns: 4, MaxConnsPerClient: 2})
 	addr := serveLoopback(t, s)
-	dial := func(from string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond) // accepted in this order
-		return c
-	}
 	// closed reports whether the service closed c within a second.
 	closed := func(c net.Conn) bool {
 		c.SetReadDeadline(time.Now().Add(time.Second))
@@ -244,8 +235,23 @@ func TestConnectionCaps(t *testing.T) {
 		if err != nil {
 			return false
 		}
+		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
+	}
+	// dial connects from address from and has one request answered: the
+	// connections go idle in the order dialled.
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !answered(c) {
+			t.Fatalf("a connection from %s within the caps got no answer", from)
+		}
+		return c
 	}
 	a1, a2 := dial("127.0.0.1"), dial("127.0.0.1")
 	a3 := dial("127.0.0.1")

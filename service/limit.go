@@ -22,35 +22,76 @@ import (
 // beyond it takes the place of one that serves no control request, of
 // the same client where that client is at its cap, else of the client
 // that holds the most places. Of that client's connections, those
-// between requests, or still sending a request's head, go first, oldest
-// first, then those serving a long request (the event stream, wait) or a
-// request without the service's token (from off loopback, where the
-// service has none), then those between requests that the control system
-// used. Only where every place serves a control request is
-// the new connection refused: it is answered 503 once its request's head
-// is read (or after a second), so that its client sees why.
+// between requests, or still sending their first request's head after
+// freshGrace, go first, oldest first; then those serving a long request
+// (the event stream, wait) or a request without the service's token
+// (from off loopback, where the service has none); then those that have
+// not sent a request yet, oldest first; then those between requests that
+// the control system used. Where only connections sent within freshGrace
+// could make way, none of which has yet said what it is, the new
+// connection waits up to freshWait for a place or for one of them to
+// say, as a flood's requests are answered and its connections closed: so
+// a flood of new connections from the control system's own address does
+// not close a control request whose head is still unread. Only where
+// every place serves a control request is the new connection refused: it
+// is answered 503 once its request's head is read (or after a second),
+// so that its client sees why.
 type limitListener struct {
 	net.Listener
 	max, maxPer int
 
 	mu       sync.Mutex
+	changed  *sync.Cond // on mu: a place was given back or a connection's state changed
 	conns    map[*limitedConn]struct{}
 	per      map[string]int // open connections by client address
 	refusing chan struct{}  // places for connections being refused
 }
 
 func newLimitListener(l net.Listener, max, maxPer int) *limitListener {
-	return &limitListener{Listener: l, max: max, maxPer: maxPer, conns: map[*limitedConn]struct{}{},
+	ll := &limitListener{Listener: l, max: max, maxPer: maxPer, conns: map[*limitedConn]struct{}{},
 		per: map[string]int{}, refusing: make(chan struct{}, 16)}
+	ll.changed = sync.NewCond(&ll.mu)
+	return ll
 }
 
 // The states of a connection, as the handler marks them (hold).
 const (
-	connIdle      int32 = iota // between requests, or sending a request's head
+	connFresh     int32 = iota // accepted, its first request's head not read yet
+	connIdle                   // between requests, or sending a later request's head
 	connRequest                // serving a request that may make way
 	connTrusted                // between requests, after one of the control system's
 	connProtected              // serving a control request
 )
+
+// freshGrace is how long a new connection ranks as fresh, after the
+// connections serving requests that may make way; a client on a loaded
+// machine sends its request's head well within it, and a connection that
+// sends none by then ranks with the idle ones. freshWait is how long a
+// connection beyond the caps waits where only fresh ones could make way.
+const (
+	freshGrace = 100 * time.Millisecond
+	freshWait  = 50 * time.Millisecond
+)
+
+// rank orders the connections that may make way, lowest first, at now:
+// idle (or fresh past freshGrace), serving a request that may make way,
+// fresh, trusted.
+func (c *limitedConn) rank(now time.Time) int {
+	switch st := c.state.Load(); {
+	case st == connFresh && now.Sub(c.since) >= freshGrace, st == connIdle:
+		return 0
+	case st == connRequest:
+		return 1
+	case st == connFresh:
+		return rankFresh
+	default:
+		return 3
+	}
+}
+
+// rankFresh is the rank of a connection within freshGrace of its accept
+// that has sent no request yet.
+const rankFresh = 2
 
 // tooMany is what a connection beyond the caps is told before it is
 // closed.
@@ -69,6 +110,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		client := clientAddr(c.RemoteAddr())
+		wait := time.Now().Add(freshWait)
 		for {
 			l.mu.Lock()
 			var victim *limitedConn
@@ -84,6 +126,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 				l.mu.Unlock()
 				return lc, nil
 			}
+			if now := time.Now(); victim != nil && victim.rank(now) == rankFresh && now.Before(wait) {
+				l.waitChange(wait) // for a place, or for a fresh one to say what it is
+				l.mu.Unlock()
+				continue
+			}
 			l.mu.Unlock()
 			if victim == nil {
 				l.refuse(c)
@@ -98,16 +145,17 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // ("" for any client): one of the client that holds the most places, so
 // that a flood from some addresses does not take the place of another's
 // connection that is still sending its request; of its connections the
-// oldest idle one, else the oldest serving a request that may make way.
-// It returns nil where every one serves a control request. l.mu is held.
+// first in the order of rank. It returns nil where every one serves a
+// control request. l.mu is held.
 func (l *limitListener) victim(client string) *limitedConn {
 	var best *limitedConn
+	now := time.Now()
 	better := func(c *limitedConn) bool {
 		if n, m := l.per[c.client], l.per[best.client]; n != m {
 			return n > m
 		}
-		if st, bt := c.state.Load(), best.state.Load(); st != bt {
-			return st < bt
+		if cr, br := c.rank(now), best.rank(now); cr != br {
+			return cr < br
 		}
 		return c.since.Before(best.since)
 	}
@@ -120,6 +168,18 @@ func (l *limitListener) victim(client string) *limitedConn {
 		}
 	}
 	return best
+}
+
+// waitChange waits, with l.mu held, until a connection gives its place
+// back or changes its state, or until deadline.
+func (l *limitListener) waitChange(deadline time.Time) {
+	t := time.AfterFunc(time.Until(deadline), func() {
+		l.mu.Lock()
+		l.changed.Broadcast()
+		l.mu.Unlock()
+	})
+	l.changed.Wait()
+	t.Stop()
 }
 
 // refuse answers c 503 after reading its request's head, for at most a
@@ -159,6 +219,7 @@ func (l *limitListener) release(c *limitedConn) {
 	if l.per[c.client]--; l.per[c.client] <= 0 {
 		delete(l.per, c.client)
 	}
+	l.changed.Broadcast()
 }
 
 // clientAddr returns the address a connection came from, without its
@@ -179,7 +240,7 @@ type limitedConn struct {
 	net.Conn
 	l      *limitListener
 	client string
-	state  atomic.Int32 // connIdle, connRequest or connProtected
+	state  atomic.Int32 // connFresh, connIdle, connRequest, connTrusted or connProtected
 	since  time.Time    // accepted or last marked; under l.mu
 	once   sync.Once
 }
@@ -196,6 +257,7 @@ func (c *limitedConn) mark(state int32) {
 	c.l.mu.Lock()
 	c.state.Store(state)
 	c.since = time.Now()
+	c.l.changed.Broadcast()
 	c.l.mu.Unlock()
 }
 

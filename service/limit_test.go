@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,4 +236,111 @@ func TestConnectionCapsKeepTheControlSystems(t *testing.T) {
 	if _, err := control.Read(make([]byte, 1)); err == io.EOF {
 		t.Error("the control system's idle connection made way first")
 	}
+}
+
+// TestConnectionCapsFreshConnections: of a client's connections, one
+// serving a request that may make way goes before those that have sent no
+// request yet, and of those the oldest first; one that has sent no
+// request within freshGrace makes way before them all, as an idle one
+// does. Where only fresh connections could make way, the new one waits
+// freshWait for one of them to say what it is (TestTokenlessFloodLeavesControl)
+// before the oldest makes way.
+func TestConnectionCapsFreshConnections(t *testing.T) {
+	dial := cappedListener(t, 10, 3)
+	closed := func(c net.Conn, wait time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(wait))
+		_, err := c.Read(make([]byte, 1))
+		return err == io.EOF
+	}
+	a1, s1 := dial("127.0.0.1")
+	a2, s2 := dial("127.0.0.1")
+	a3, s3 := dial("127.0.0.1")
+	s2.mark(connRequest)
+	a4, s4 := dial("127.0.0.1") // a2 serves a request that may make way
+	if s4 == nil || !closed(a2, time.Second) {
+		t.Fatal("a new connection did not take the place of the one serving a request")
+	}
+	if closed(a1, 50*time.Millisecond) || closed(a3, 50*time.Millisecond) {
+		t.Fatal("a fresh connection made way before the one serving a request")
+	}
+	s3.l.mu.Lock()
+	s3.since = s3.since.Add(-freshGrace) // a3 has sent nothing for freshGrace
+	s3.l.mu.Unlock()
+	a5, s5 := dial("127.0.0.1")
+	if s5 == nil || !closed(a3, time.Second) {
+		t.Fatal("a connection silent past freshGrace did not make way first")
+	}
+	a6, s6 := dial("127.0.0.1") // only fresh ones: a1, a4, a5; a1 the oldest
+	if s6 == nil || !closed(a1, time.Second) {
+		t.Fatal("where only fresh connections could make way, the oldest did not")
+	}
+	if closed(a4, 50*time.Millisecond) || closed(a5, 50*time.Millisecond) {
+		t.Error("a newer fresh connection made way before the oldest")
+	}
+	_ = s1
+	for _, c := range []net.Conn{a4, a5, a6} {
+		c.Close()
+	}
+}
+
+// TestTokenlessFloodLeavesControl floods the service from the control
+// system's own address with new connections whose requests carry no
+// token (each answered 401 and closed), while the control system sends
+// 30 requests with the token, each on a new connection: every one is
+// answered. Before a new connection waited for a fresh one to say what it
+// is, a control connection whose head was not read yet made way for the
+// flood: 1 to 3 of 20 closed unanswered with curl as the flood, 2 to 15 of
+// 30 with this one.
+func TestTokenlessFloodLeavesControl(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	r := &fakeRunner{planned: 1, tick: time.Millisecond}
+	s := New(r, Config{Token: token, MaxConns: 12, MaxConnsPerClient: 4})
+	addr := serveLoopback(t, s)
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var refused atomic.Int64
+	for range 16 {
+		flood.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					continue
+				}
+				c.SetDeadline(time.Now().Add(2 * time.Second))
+				io.WriteString(c, "GET /v1/status HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusUnauthorized {
+					refused.Add(1)
+				}
+				c.Close()
+			}
+		})
+	}
+	defer func() { close(stop); flood.Wait() }()
+	for refused.Load() < 100 { // the flood is under way
+		runtime.Gosched()
+	}
+	cl := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	answered := 0
+	for range 30 {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/status", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Errorf("a control request under the flood: %v", err)
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a control request under the flood: %d, want 200", resp.StatusCode)
+			continue
+		}
+		answered++
+	}
+	t.Logf("%d of 30 control requests answered; %d flood requests refused 401", answered, refused.Load())
 }
