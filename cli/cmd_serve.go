@@ -159,7 +159,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
 		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Levels: codecLevels(f.stages), Ended: scanEnded(log, watch)})
-	watch.ShowService(svc)
+	scan.ShowService(watch, svc)
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -255,7 +255,7 @@ func codecLevels(stages *registry.Registry) []service.CodecLevels {
 // with its counts, files and error; and counts it on watch's /metrics.
 func scanEnded(log *zap.Logger, watch *scan.Observer) func(service.Status) {
 	return func(st service.Status) {
-		watch.ScanEnded(st.State)
+		watch.ScanEnded(string(st.State))
 		c := st.Counts
 		files := make([]string, len(st.Files))
 		for i, f := range st.Files {

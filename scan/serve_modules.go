@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"h5ingest/config"
 	"h5ingest/pipeline"
-	"h5ingest/receive"
 	"h5ingest/service"
 )
 
@@ -65,104 +61,17 @@ func moduleListenAddr(profile config.Profile, files Files) (string, error) {
 	return ModuleAddr(profile, files.Modules[0].Module.ID)
 }
 
-// ModuleAddr returns the address the receiver of module id listens on in
-// a serve: the profile's source.address and source.port, the port plus
-// the module's index in detector.modules where the profile lists several.
-func ModuleAddr(profile config.Profile, id int) (string, error) {
-	src := profile.Source
-	i := slices.IndexFunc(profile.Detector.Modules, func(m config.Module) bool { return m.ID == id })
-	if i < 0 {
-		return "", fmt.Errorf("module %d is not one of the profile's detector.modules", id)
-	}
-	port := src.Port + i
-	if port > 65535 {
-		return "", fmt.Errorf("module %d listens on source.port %d plus its index %d, past port 65535: lower source.port", id, src.Port, i)
-	}
-	return net.JoinHostPort(src.Address, strconv.Itoa(port)), nil
-}
-
-// armNode returns the scan of a serve that receives several modules,
+// armNode returns the scan s of a serve that receives several modules,
 // listening from now on each module's port (ModuleAddr); release gives
 // back the files' locks. A port that cannot be listened on refuses the
 // arm, with every listener opened closed.
-func (r *Runner) armNode(a *Acquisition, profile config.Profile, files Files, release func()) (service.Scan, error) {
-	var ls []receive.Listener
-	closeAll := func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}
-	late := make([]*lateHello, len(files.Modules))
-	for i, f := range files.Modules {
-		late[i] = &lateHello{}
-		setup, err := a.moduleSetup(profile, f.Module.ID, late[i])
-		if err == nil {
-			var l receive.Listener
-			if l, err = a.listen(setup); err == nil {
-				ls = append(ls, l)
-			}
-		}
-		if err != nil {
-			closeAll()
-			release()
-			return nil, &service.RefusedError{Reasons: []string{fmt.Sprintf("module %d: %v", f.Module.ID, err)}}
-		}
-	}
-	var mu sync.Mutex
-	taken := false // Run took the listeners over
-	s := &serveScan{a: a, profile: profile, files: files}
-	s.release = sync.OnceFunc(func() {
-		mu.Lock()
-		if !taken {
-			closeAll()
-		}
-		mu.Unlock()
+func armNode(s *serveScan, release func()) (service.Scan, error) {
+	if err := s.a.ListenEach(); err != nil {
 		release()
-	})
-	return &nodeScan{serveScan: s, late: late, take: func() []receive.Listener {
-		mu.Lock()
-		defer mu.Unlock()
-		if taken {
-			return nil
-		}
-		taken = true
-		return ls
-	}}, nil
-}
-
-// lateHello tells whether module's sender said hello after its
-// listener was stopped, and so was refused: the hello check sees it before
-// the sender is told, where the listener's Accept may learn of it only
-// after the scan has ended.
-type lateHello struct {
-	stopped atomic.Bool // the listener refuses every hello from now on
-	seen    atomic.Bool // a hello of the module came since, and passed the checks
-}
-
-// moduleSetup returns the receiver setup of module id alone: on its own
-// port, refusing any other module's sender. A hello that passes its checks
-// after late.stopped is noted in late.
-func (a *Acquisition) moduleSetup(profile config.Profile, id int, late *lateHello) (receive.Setup, error) {
-	addr, err := ModuleAddr(profile, id)
-	if err != nil {
-		return receive.Setup{}, err
+		return nil, &service.RefusedError{Reasons: []string{err.Error()}}
 	}
-	setup := a.setup
-	setup.Addr, setup.Modules = addr, []int{id}
-	check := a.setup.Check
-	setup.Check = func(h receive.Module) error {
-		if int(h.ID) != id {
-			return fmt.Errorf("module %d sent to the port of module %d (%s): module K sends to source.port plus K's index in the profile's detector.modules", h.ID, id, addr)
-		}
-		if err := check(h); err != nil {
-			return err
-		}
-		if late.stopped.Load() {
-			late.seen.Store(true)
-		}
-		return nil
-	}
-	return setup, nil
+	s.release = sync.OnceFunc(func() { s.a.Close(); release() })
+	return &nodeScan{serveScan: s}, nil
 }
 
 // nodeScan is a scan of a serve that receives several modules: a
@@ -170,15 +79,11 @@ func (a *Acquisition) moduleSetup(profile config.Profile, id int, late *lateHell
 // decoding them all, and the master file where the serve takes every
 // module. It stops, cancels, releases and shows its storage and latest
 // image (its first module's) as a scan of one module does.
-type nodeScan struct {
-	*serveScan
-	take func() []receive.Listener // the listeners opened at the arming, once
-	late []*lateHello              // by the module's place in the scan's files
-}
+type nodeScan struct{ *serveScan }
 
 // Planned returns the frames the plan holds for every module of the
 // scan.
-func (s *nodeScan) Planned() int { return s.a.o.Plan.Frames() * len(s.files.Modules) }
+func (s *nodeScan) Planned() int { return s.plan.Frames() * len(s.files.Modules) }
 
 // Run receives every module of the scan, reporting its progress (the sum
 // of the modules', each module's to a service.ModuleReporter, and the
@@ -187,17 +92,17 @@ func (s *nodeScan) Planned() int { return s.a.o.Plan.Frames() * len(s.files.Modu
 // incomplete.
 func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result {
 	defer s.release()
-	ls := s.take()
 	mr, _ := rep.(service.ModuleReporter)
 	rr, _ := rep.(service.RateReporter)
 	defer s.view.end() // the latest image, the first module's; rates are the modules' sum, here
 	sig, end := s.begin(ctx)
 	defer end()
 
-	n := &nodeRun{a: s.a, ids: make([]int, len(s.files.Modules)), late: s.late}
+	ids := make([]int, len(s.files.Modules))
 	for i, f := range s.files.Modules {
-		n.ids[i] = f.Module.ID
+		ids[i] = f.Module.ID
 	}
+	planned := s.plan.Frames()
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
 	progressWG.Add(1)
@@ -211,20 +116,26 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 			case <-progressDone:
 				return
 			case <-t.C:
+				scans := s.view.modules()
 				if rr != nil {
-					rr.Rates(meter.add(n.sum(func(m *Module) pipeline.Progress { return m.pipeline.Progress() }), time.Now()))
+					rr.Rates(meter.add(sumProgress(scans, (*Module).Progress), time.Now()))
 				}
-				s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.pipeline.Progress()) }))
+				s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *Module) service.Counts { return serviceCounts(m.Progress()) }))
 			}
 		}
 	}()
-	scans, err := n.receive(sig, ls, s.view.shown)
+	done, err := s.a.Run(sig)
+	logNotes(s.log, done)
 	close(progressDone)
 	progressWG.Wait()
 
+	scans := s.view.modules()
+	if len(scans) != len(ids) { // none started, or a module's scan that could not start failed them all
+		scans = make([]*Module, len(ids))
+	}
 	connected := slices.ContainsFunc(scans, func(m *Module) bool { return m != nil })
 	res := result(ctx.Err() != nil, connected, err)
-	res.Notes = serviceNotes(n.result)
+	res.Notes = serviceNotes(done)
 	if !connected { // no module connected: no file
 		planned := s.Planned()
 		res.Counts = service.Counts{Planned: planned, Missing: planned}
@@ -232,13 +143,13 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		return res
 	}
 	if rr != nil {
-		rr.Rates(averageRates(n.sum(func(m *Module) pipeline.Progress { return m.progress })))
+		rr.Rates(averageRates(sumProgress(scans, (*Module).FinalProgress)))
 	}
-	res.Counts = s.report(rep, mr, n.counts(s.a.o.Plan.Frames(), func(m *Module) service.Counts { return serviceCounts(m.progress) }))
+	res.Counts = s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *Module) service.Counts { return serviceCounts(m.FinalProgress()) }))
 	for i, f := range s.files.Modules {
 		if scans[i] != nil {
 			// Its .part where a file appeared at its final name.
-			res.Files = append(res.Files, s.finalised(rep, scans[i].output, f.Module.ID))
+			res.Files = append(res.Files, s.finalised(rep, scans[i].Path(), f.Module.ID))
 		}
 	}
 	if s.files.Master != "" && fileExists(s.files.Master) {
@@ -306,7 +217,7 @@ func (s *nodeScan) report(rep service.Reporter, mr service.ModuleReporter, mods 
 // reports it and returns it.
 func (s *nodeScan) finalised(rep service.Reporter, path string, module int) service.File {
 	file := service.File{Path: path, Module: module}
-	switch err := verifyPath(s.a.o.Stages, path); {
+	switch err := verifyPath(s.stages, path); {
 	case err == nil, errors.Is(err, ErrIncomplete):
 		file.Verified = true
 	default:
@@ -331,41 +242,27 @@ func addCounts(a, b service.Counts) service.Counts {
 // late senders: it holds the drain open for as long as it runs.
 var modulesDraining func()
 
-// nodeRun is the receiving of the modules of a nodeScan.
-type nodeRun struct {
-	a    *Acquisition
-	ids  []int        // the modules, in the order of the scan's files
-	late []*lateHello // likewise
-
-	mu    sync.Mutex
-	scans []*Module // by the module's place in the scan's files, as they start
-
-	result Result // what the scan did, once receive has returned
-}
-
-// counts returns each module's counts, by of its scan, or all planned
-// frames pending (planned each) where its scan has not started.
-func (n *nodeRun) counts(planned int, by func(*Module) service.Counts) []service.ModuleCounts {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]service.ModuleCounts, len(n.ids))
-	for i, id := range n.ids {
+// moduleCounts returns each module's counts (ids, in the order of the
+// scan's files), by of its scan, or all planned frames pending (planned
+// each) where its scan has not started.
+func moduleCounts(ids []int, planned int, scans []*Module, by func(*Module) service.Counts) []service.ModuleCounts {
+	out := make([]service.ModuleCounts, len(ids))
+	for i, id := range ids {
 		out[i] = service.ModuleCounts{Module: id, Counts: service.Counts{Planned: planned, Pending: planned}}
-		if i < len(n.scans) && n.scans[i] != nil {
-			out[i].Counts = by(n.scans[i])
-			out[i].Link = n.scans[i].linkCounts()
+		if i < len(scans) && scans[i] != nil {
+			out[i].Counts = by(scans[i])
+			out[i].Link = linkCounts(scans[i])
 		}
 	}
 	return out
 }
 
-// sum returns what rates are measured from of the modules' progress, by
-// of each scan started: frames and bytes summed, the longest elapsed.
-func (n *nodeRun) sum(by func(*Module) pipeline.Progress) pipeline.Progress {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// sumProgress returns what rates are measured from of the modules'
+// progress, by of each scan started: frames and bytes summed, the
+// longest elapsed.
+func sumProgress(scans []*Module, by func(*Module) pipeline.Progress) pipeline.Progress {
 	var sum pipeline.Progress
-	for _, m := range n.scans {
+	for _, m := range scans {
 		if m == nil {
 			continue
 		}
@@ -377,35 +274,4 @@ func (n *nodeRun) sum(by func(*Module) pipeline.Progress) pipeline.Progress {
 		sum.Elapsed = max(sum.Elapsed, p.Elapsed)
 	}
 	return sum
-}
-
-// receive takes a sender on each module's listener at once, each module
-// into its pipeline and file as it connects (shown is told of the first),
-// until every module has connected or the wait ends (the connect timeout,
-// a stop): a session of a listener per module. It returns the modules'
-// scans (all nil where none connected) and the worst of their results.
-func (n *nodeRun) receive(sig *Stopper, ls []receive.Listener, shown func(*Module)) ([]*Module, error) {
-	if len(ls) != len(n.ids) {
-		for _, l := range ls {
-			l.Close()
-		}
-		return nil, errors.New("the scan's listeners were given back before it ran")
-	}
-	places := make([][]int, len(ls))
-	for i := range ls {
-		places[i] = []int{i}
-	}
-	var scans []*Module
-	s := &session{a: n.a, sig: sig, ls: ls, modules: places, hellos: n.late, shown: shown, started: func(m []*Module) {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		n.scans, scans = m, m
-	}}
-	res, err := s.run()
-	n.result = res
-	logNotes(n.a.o.Log, res)
-	if scans == nil || s.failed != nil { // a module's scan that could not start fails them all
-		scans = make([]*Module, len(ls))
-	}
-	return scans, err
 }

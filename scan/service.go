@@ -106,13 +106,16 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(err)
 	}
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
+	s := &serveScan{profile: profile, files: files, plan: pl, log: log, stages: r.Stages}
 	a, err := NewAcquisition(AcquireOptions{
 		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
 		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer, Open: open,
+		OnScan: s.view.shown, OnModules: s.view.started, Draining: modulesDraining,
 	})
 	if err != nil {
 		return nil, refuse(err)
 	}
+	s.a = a
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -139,13 +142,14 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	}
 	r.Observer.Armed(req.ScanID) // the page and /metrics show this scan, not the last, from its arming
 	if len(files.Modules) > 1 {
-		return r.armNode(a, profile, files, release)
+		return armNode(s, release)
 	}
 	if err := a.Listen(); err != nil {
 		release()
 		return nil, refuse(err)
 	}
-	return &serveScan{a: a, profile: profile, files: files, release: sync.OnceFunc(func() { a.Close(); release() })}, nil
+	s.release = sync.OnceFunc(func() { a.Close(); release() })
+	return s, nil
 }
 
 // onePathElement reports whether name is one element of a path, the
@@ -348,6 +352,9 @@ type serveScan struct {
 	a       *Acquisition
 	profile config.Profile
 	files   Files
+	plan    plan.Plan
+	log     *zap.Logger
+	stages  *registry.Registry
 	release func() // gives up the files' locks and the detector's port, held from the arming; once
 
 	mu      sync.Mutex
@@ -359,7 +366,7 @@ type serveScan struct {
 
 // Planned returns the frames the scan's plan holds for the module (0:
 // not known), which the service counts pending from the arming.
-func (s *serveScan) Planned() int { return s.a.o.Plan.Frames() }
+func (s *serveScan) Planned() int { return s.plan.Frames() }
 
 // Release gives back the files' locks and the detector's port of a scan
 // that will not run.
@@ -373,7 +380,7 @@ func (s *serveScan) Stop() {
 		return
 	}
 	s.stopped = true
-	s.a.o.Log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
+	s.log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
 	if s.sig != nil {
 		s.sig.Request(StopRequest{})
 	}
@@ -394,7 +401,7 @@ func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
 	first := !s.stopped
 	s.stopped = true
 	s.mu.Unlock()
-	s.a.o.Log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
+	s.log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
 	if first {
 		sig.Request(CancelRequest{})
 	}
@@ -421,51 +428,46 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	sig, end := s.begin(ctx)
 	defer end()
 
-	var scan *Module
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
-	s.a.o.OnScan = func(r *Module) {
-		scan = r
-		s.view.shown(r)
-		progressWG.Add(1)
-		go func() {
-			defer progressWG.Done()
-			t := time.NewTicker(250 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-progressDone:
-					return
-				case <-t.C:
-					s.progress(rep, mr, r, serviceCounts(r.pipeline.Progress()))
+	progressWG.Add(1)
+	go func() {
+		defer progressWG.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-t.C:
+				if m := s.view.current(); m != nil { // the detector has connected
+					s.progress(rep, mr, m, serviceCounts(m.Progress()))
 				}
 			}
-		}()
-	}
+		}
+	}()
 	done, err := s.a.Run(sig)
-	logNotes(s.a.o.Log, done)
-	// The service keeps an ended scan for its status: not its Module (its
-	// pipeline, stages and buffers), which the closure holds.
-	s.a.o.OnScan = nil
+	logNotes(s.log, done)
 	close(progressDone)
 	progressWG.Wait()
+	mod := s.view.current()
 
 	if d := writer.Detail(err); d != "" {
-		s.a.o.Log.Debug("hdf5 error stack", zap.String("stack", d))
+		s.log.Debug("hdf5 error stack", zap.String("stack", d))
 	}
-	err = explainAt(err, filepath.Dir(s.files.Modules[0].Path))
-	res := result(ctx.Err() != nil, scan != nil, err)
+	err = ExplainAt(err, filepath.Dir(s.files.Modules[0].Path))
+	res := result(ctx.Err() != nil, mod != nil, err)
 	res.Notes = serviceNotes(done)
-	if scan == nil { // no detector connected: no file
+	if mod == nil { // no detector connected: no file
 		n := s.Planned()
 		res.Counts = service.Counts{Planned: n, Missing: n}
 		rep.Progress(res.Counts)
 		return res
 	}
-	res.Counts = serviceCounts(scan.progress)
-	s.progress(rep, mr, scan, res.Counts)
-	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
-	switch verr := verifyPath(s.a.o.Stages, scan.output); {
+	res.Counts = serviceCounts(mod.FinalProgress())
+	s.progress(rep, mr, mod, res.Counts)
+	file := service.File{Path: mod.Path(), Module: s.files.Modules[0].Module.ID}
+	switch verr := verifyPath(s.stages, mod.Path()); {
 	case verr == nil, errors.Is(verr, ErrIncomplete):
 		file.Verified = true
 	default:
@@ -479,10 +481,26 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 // progress reports the scan's counts c, with its module's to mr where its
 // link has counts of its own (a front end that never waits).
 func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *Module, c service.Counts) {
-	if link := m.linkCounts(); link != nil && mr != nil {
+	if link := linkCounts(m); link != nil && mr != nil {
 		mr.ModuleProgress([]service.ModuleCounts{{Module: s.files.Modules[0].Module.ID, Counts: c, Link: link}})
 	}
 	rep.Progress(c)
+}
+
+// linkCounts returns what module m's link received, as the service
+// counts it, where its front end never waits for the receiver; nil
+// otherwise, or before its Run.
+func linkCounts(m *Module) *service.LinkCounts {
+	st, ok := m.LinkStats()
+	if !ok {
+		return nil
+	}
+	c := &service.LinkCounts{Received: int(st.Frames), Overrun: int(st.Overrun), Gaps: int(st.Gaps), Damaged: int(st.Damaged),
+		Disordered: int(st.Disordered), RingSlots: st.RingSlots}
+	if st.RingSlots > 0 {
+		c.RingFill = float64(st.RingUsed) / float64(st.RingSlots)
+	}
+	return c
 }
 
 // result returns how a scan of the service ended, from whether it was

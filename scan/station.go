@@ -37,7 +37,7 @@ func (r *Runner) OpenStation(o StationOptions) error {
 	if err != nil {
 		return Usage(err)
 	}
-	entry, err := sourceOf(r.Stages, p)
+	entry, err := SourceOf(r.Stages, p)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ var errNoStation = errors.New("serve sets this source's links up once, at start-
 // the source's links are the runner's Station: nil for a source that
 // opens its own, each scan.
 func (r *Runner) stationOpen(p config.Profile) (func(receive.Setup) (receive.Listener, error), error) {
-	entry, err := sourceOf(r.Stages, p)
+	entry, err := SourceOf(r.Stages, p)
 	if err != nil || entry.Station == nil {
 		return nil, err
 	}
