@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"h5ingest/frame"
 	"h5ingest/pipeline"
 	"h5ingest/preview"
+	"h5ingest/scan"
 	"h5ingest/service"
 	"h5ingest/writer"
 )
@@ -25,7 +26,7 @@ import (
 // status on the page and in /status.json, without paths, errors' text
 // or images for a reader svc does not trust (off loopback, without the
 // token). Call it once, before serving; o.ScanEnded counts the ends.
-func ShowService(o *Observer, svc *service.Service) {
+func ShowService(o *scan.Observer, svc *service.Service) {
 	var states, outcomes []string
 	for _, st := range []service.State{service.Idle, service.Armed, service.Running, service.Stopping,
 		service.Cancelling, service.Draining, service.ErrorState} {
@@ -34,7 +35,7 @@ func ShowService(o *Observer, svc *service.Service) {
 	for _, st := range []service.State{service.Done, service.Incomplete, service.Cancelled, service.Failed} {
 		outcomes = append(outcomes, string(st))
 	}
-	o.ShowService(ServiceView{States: states, State: func() string { return string(svc.State()) }, Outcomes: outcomes,
+	o.ShowService(scan.ServiceView{States: states, State: func() string { return string(svc.State()) }, Outcomes: outcomes,
 		Status: func(trusted bool) any { return svc.Status(trusted) }, Trusted: svc.Trusted})
 }
 
@@ -196,8 +197,8 @@ func ProfileKeys(p config.Profile, sources config.Sources, names config.Names) [
 // scan's Module only while the scan runs.
 type scanView struct {
 	mu     sync.Mutex
-	module *Module              // from the detector's connection to the end of Run
-	scans  []*Module            // every module's, by its place in the files, as they start (AcquireOptions.OnModules)
+	module *scan.Module         // from the detector's connection to the end of Run
+	scans  []*scan.Module       // every module's, by its place in the files, as they start (scan.AcquireOptions.OnModules)
 	output string               // the scan's file, once Run has ended with one
 	rates  service.RateReporter // the service's, where it takes rates
 	meter  rateMeter            // of the progress reports
@@ -217,7 +218,7 @@ func (v *scanView) reporting(rep service.Reporter) service.Reporter {
 }
 
 // shown notes the scan's Module, once the detector has connected.
-func (v *scanView) shown(m *Module) {
+func (v *scanView) shown(m *scan.Module) {
 	v.mu.Lock()
 	v.module = m
 	v.mu.Unlock()
@@ -225,14 +226,14 @@ func (v *scanView) shown(m *Module) {
 
 // current returns the scan's Module, from the detector's connection to
 // the end of Run; nil otherwise.
-func (v *scanView) current() *Module {
+func (v *scanView) current() *scan.Module {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.module
 }
 
-// started notes the modules' scans so far (AcquireOptions.OnModules).
-func (v *scanView) started(scans []*Module) {
+// started notes the modules' scans so far (scan.AcquireOptions.OnModules).
+func (v *scanView) started(scans []*scan.Module) {
 	v.mu.Lock()
 	v.scans = slices.Clone(scans)
 	v.mu.Unlock()
@@ -240,7 +241,7 @@ func (v *scanView) started(scans []*Module) {
 
 // modules returns the modules' scans so far, by their place in the
 // scan's files: nil until one has started, and after the end of Run.
-func (v *scanView) modules() []*Module {
+func (v *scanView) modules() []*scan.Module {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return slices.Clone(v.scans)
@@ -368,7 +369,7 @@ func (s *serveScan) LatestImage(have uint64) (preview.Frame, uint64, uint64, err
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}
-	img, err := ReadImage(s.stages, out, n)
+	img, err := scan.ReadImage(s.stages, out, n)
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}

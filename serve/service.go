@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"h5ingest/plan"
 	"h5ingest/receive"
 	"h5ingest/registry"
+	"h5ingest/scan"
 	"h5ingest/service"
 	"h5ingest/writer"
 	"io/fs"
@@ -46,7 +47,7 @@ type Runner struct {
 	// profile's (none where it has none).
 	Stream   string
 	Log      *zap.Logger
-	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
+	Observer *scan.Observer     // the status page and metrics every scan shows on (scan.NewServingObserver)
 	Stages   *registry.Registry // the stages a request's profile may name
 	GPU      *GPUGuard          // what a scan does once the GPU is lost (serve --on-gpu-lost); nil: its profile's backend stands
 	// Station is the links set up at start-up (OpenStation) of a source
@@ -85,11 +86,11 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err != nil {
 		return nil, refuse(err)
 	}
-	names := Names{ScanID: req.ScanID}
+	names := scan.Names{ScanID: req.ScanID}
 	if req.Output != "" {
 		names.Output = filepath.Join(profile.Output.Directory, req.Output)
 	}
-	files, err := NewFiles(profile, names)
+	files, err := scan.NewFiles(profile, names)
 	if err == nil {
 		files, err = r.nodeFiles(req.Profile, profile, files)
 	}
@@ -107,8 +108,8 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	}
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
 	s := &serveScan{profile: profile, files: files, plan: pl, log: log, stages: r.Stages}
-	a, err := NewAcquisition(AcquireOptions{
-		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
+	a, err := scan.NewAcquisition(scan.AcquireOptions{
+		Options: scan.Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
 		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer, Open: open,
 		OnScan: s.view.shown, OnModules: s.view.started, Draining: modulesDraining,
 	})
@@ -120,8 +121,8 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, err
 	}
 	// The checks' warnings (the readers' of the codec) go to the log.
-	if err := a.Checks().Run(func(n Note) { logNotes(log, Result{Notes: []Note{n}}) }); err != nil {
-		var failed *ChecksError
+	if err := a.Checks().Run(func(n scan.Note) { logNotes(log, scan.Result{Notes: []scan.Note{n}}) }); err != nil {
+		var failed *scan.ChecksError
 		if !errors.As(err, &failed) {
 			return nil, refuse(err)
 		}
@@ -162,14 +163,14 @@ func onePathElement(name string) bool {
 // requestReason says why a request was refused, in the request's terms
 // where the command's would name its flags.
 func requestReason(err error) string {
-	var exists *ExistsError
+	var exists *scan.ExistsError
 	switch {
 	case errors.As(err, &exists) && exists.Temp != "":
 		return fmt.Sprintf("%s exists: the temporary file of a scan to %s that did not finish; no request replaces a file: give the scan another scan_id or output", exists.Temp, exists.Path)
 	case errors.As(err, &exists):
 		return fmt.Sprintf("%s %s exists, and no request replaces a file: give the scan another scan_id or output", exists.What, exists.Path)
 	}
-	return Explain(err).Error()
+	return scan.Explain(err).Error()
 }
 
 // load returns the profile a request asks for: a built-in profile or a
@@ -349,16 +350,16 @@ func userMetadata(m map[string]any) (map[string]any, error) {
 // serveScan is one armed scan of the service: an acquire of the node's
 // module.
 type serveScan struct {
-	a       *Acquisition
+	a       *scan.Acquisition
 	profile config.Profile
-	files   Files
+	files   scan.Files
 	plan    plan.Plan
 	log     *zap.Logger
 	stages  *registry.Registry
 	release func() // gives up the files' locks and the detector's port, held from the arming; once
 
 	mu      sync.Mutex
-	sig     *Stopper
+	sig     *scan.Stopper
 	stopped bool
 
 	view scanView // its rates, latest image and storage, as the service shows them
@@ -382,7 +383,7 @@ func (s *serveScan) Stop() {
 	s.stopped = true
 	s.log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
 	if s.sig != nil {
-		s.sig.Request(StopRequest{})
+		s.sig.Request(scan.StopRequest{})
 	}
 }
 
@@ -396,7 +397,7 @@ var CancelWrite = 5 * time.Second
 // cancel ends the scan for a cancel request: it takes no more frames (a
 // stop, unless one came before) and writes those that arrived, for up to
 // CancelWrite; then it stops at once. It returns what ends the wait.
-func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
+func (s *serveScan) cancel(sig *scan.Stopper) (stop func() bool) {
 	s.mu.Lock()
 	first := !s.stopped
 	s.stopped = true
@@ -455,7 +456,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	if d := writer.Detail(err); d != "" {
 		s.log.Debug("hdf5 error stack", zap.String("stack", d))
 	}
-	err = ExplainAt(err, filepath.Dir(s.files.Modules[0].Path))
+	err = scan.ExplainAt(err, filepath.Dir(s.files.Modules[0].Path))
 	res := result(ctx.Err() != nil, mod != nil, err)
 	res.Notes = serviceNotes(done)
 	if mod == nil { // no detector connected: no file
@@ -468,7 +469,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	s.progress(rep, mr, mod, res.Counts)
 	file := service.File{Path: mod.Path(), Module: s.files.Modules[0].Module.ID}
 	switch verr := verifyPath(s.stages, mod.Path()); {
-	case verr == nil, errors.Is(verr, ErrIncomplete):
+	case verr == nil, errors.Is(verr, scan.ErrIncomplete):
 		file.Verified = true
 	default:
 		file.Error = verr.Error()
@@ -480,7 +481,7 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 
 // progress reports the scan's counts c, with its module's to mr where its
 // link has counts of its own (a front end that never waits).
-func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *Module, c service.Counts) {
+func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *scan.Module, c service.Counts) {
 	if link := linkCounts(m); link != nil && mr != nil {
 		mr.ModuleProgress([]service.ModuleCounts{{Module: s.files.Modules[0].Module.ID, Counts: c, Link: link}})
 	}
@@ -490,7 +491,7 @@ func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m 
 // linkCounts returns what module m's link received, as the service
 // counts it, where its front end never waits for the receiver; nil
 // otherwise, or before its Run.
-func linkCounts(m *Module) *service.LinkCounts {
+func linkCounts(m *scan.Module) *service.LinkCounts {
 	st, ok := m.LinkStats()
 	if !ok {
 		return nil
@@ -508,11 +509,11 @@ func linkCounts(m *Module) *service.LinkCounts {
 // acquire's error: a cancelled scan is Cancelled with no error, unless
 // its file failed; an incomplete one says why where the acquire did.
 func result(cancelled, connected bool, err error) service.Result {
-	failed := err != nil && !errors.Is(err, ErrIncomplete)
+	failed := err != nil && !errors.Is(err, scan.ErrIncomplete)
 	switch {
 	case failed:
 		res := service.Result{State: service.Failed, Error: err.Error()}
-		if oe := (*OperatorError)(nil); errors.As(err, &oe) {
+		if oe := (*scan.OperatorError)(nil); errors.As(err, &oe) {
 			res.ErrorKind, res.Remedy = oe.Kind, oe.Remedy
 		}
 		return res
@@ -524,7 +525,7 @@ func result(cancelled, connected bool, err error) service.Result {
 		return service.Result{State: service.Failed, Error: "no detector connected"}
 	case err == nil:
 		return service.Result{State: service.Done}
-	case err == ErrIncomplete:
+	case err == scan.ErrIncomplete:
 		return service.Result{State: service.Incomplete}
 	}
 	return service.Result{State: service.Incomplete, Error: err.Error()}
@@ -533,7 +534,7 @@ func result(cancelled, connected bool, err error) service.Result {
 // logNotes logs the notes of a scan's result at warning level, each with
 // its kind and, where it is a module's, the module: the service's scans
 // say in its log what a command's say on the terminal.
-func logNotes(log *zap.Logger, res Result) {
+func logNotes(log *zap.Logger, res scan.Result) {
 	for _, n := range res.Notes {
 		log.Warn("scan note", zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
 	}
@@ -551,9 +552,9 @@ func logNotes(log *zap.Logger, res Result) {
 
 // serviceNotes returns the notes of a scan's result as the service
 // shows them: the scan's, each module's with its id, the master's.
-func serviceNotes(res Result) []service.Note {
+func serviceNotes(res scan.Result) []service.Note {
 	var notes []service.Note
-	add := func(module *int, ns []Note) {
+	add := func(module *int, ns []scan.Note) {
 		for _, n := range ns {
 			notes = append(notes, service.Note{Kind: n.Kind.String(), Module: module, Text: n.Text})
 		}

@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/pipeline"
+	"h5ingest/scan"
 	"h5ingest/service"
 )
 
@@ -27,10 +28,10 @@ import (
 // module, where it names one, must be that one); of a profile of several,
 // the files of the serve's modules, with the master where they are every
 // module of the profile.
-func (r *Runner) nodeFiles(name string, profile config.Profile, files Files) (Files, error) {
+func (r *Runner) nodeFiles(name string, profile config.Profile, files scan.Files) (scan.Files, error) {
 	mods := profile.Detector.Modules
 	if len(mods) > 1 && len(r.ModuleIDs) == 0 {
-		return Files{}, fmt.Errorf("profile %s has %d modules, and this serve receives none in particular: its operator names the modules it receives (serve --modules)", name, len(mods))
+		return scan.Files{}, fmt.Errorf("profile %s has %d modules, and this serve receives none in particular: its operator names the modules it receives (serve --modules)", name, len(mods))
 	}
 	if len(r.ModuleIDs) == 0 {
 		return files, nil
@@ -38,11 +39,11 @@ func (r *Runner) nodeFiles(name string, profile config.Profile, files Files) (Fi
 	if len(r.ModuleIDs) == 1 {
 		return files.Only(r.ModuleIDs[0])
 	}
-	node := Files{Master: files.Master}
+	node := scan.Files{Master: files.Master}
 	for _, id := range r.ModuleIDs {
 		one, err := files.Only(id)
 		if err != nil {
-			return Files{}, err
+			return scan.Files{}, err
 		}
 		node.Modules = append(node.Modules, one.Modules[0])
 	}
@@ -53,16 +54,16 @@ func (r *Runner) nodeFiles(name string, profile config.Profile, files Files) (Fi
 }
 
 // moduleListenAddr returns the address the receiver of the first module of
-// files listens on (ModuleAddr).
-func moduleListenAddr(profile config.Profile, files Files) (string, error) {
+// files listens on (scan.ModuleAddr).
+func moduleListenAddr(profile config.Profile, files scan.Files) (string, error) {
 	if len(files.Modules) == 0 {
 		return "", errors.New("the scan has no module")
 	}
-	return ModuleAddr(profile, files.Modules[0].Module.ID)
+	return scan.ModuleAddr(profile, files.Modules[0].Module.ID)
 }
 
 // armNode returns the scan s of a serve that receives several modules,
-// listening from now on each module's port (ModuleAddr); release gives
+// listening from now on each module's port (scan.ModuleAddr); release gives
 // back the files' locks. A port that cannot be listened on refuses the
 // arm, with every listener opened closed.
 func armNode(s *serveScan, release func()) (service.Scan, error) {
@@ -118,9 +119,9 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 			case <-t.C:
 				scans := s.view.modules()
 				if rr != nil {
-					rr.Rates(meter.add(sumProgress(scans, (*Module).Progress), time.Now()))
+					rr.Rates(meter.add(sumProgress(scans, (*scan.Module).Progress), time.Now()))
 				}
-				s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *Module) service.Counts { return serviceCounts(m.Progress()) }))
+				s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *scan.Module) service.Counts { return serviceCounts(m.Progress()) }))
 			}
 		}
 	}()
@@ -131,9 +132,9 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 
 	scans := s.view.modules()
 	if len(scans) != len(ids) { // none started, or a module's scan that could not start failed them all
-		scans = make([]*Module, len(ids))
+		scans = make([]*scan.Module, len(ids))
 	}
-	connected := slices.ContainsFunc(scans, func(m *Module) bool { return m != nil })
+	connected := slices.ContainsFunc(scans, func(m *scan.Module) bool { return m != nil })
 	res := result(ctx.Err() != nil, connected, err)
 	res.Notes = serviceNotes(done)
 	if !connected { // no module connected: no file
@@ -143,9 +144,9 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		return res
 	}
 	if rr != nil {
-		rr.Rates(averageRates(sumProgress(scans, (*Module).FinalProgress)))
+		rr.Rates(averageRates(sumProgress(scans, (*scan.Module).FinalProgress)))
 	}
-	res.Counts = s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *Module) service.Counts { return serviceCounts(m.FinalProgress()) }))
+	res.Counts = s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *scan.Module) service.Counts { return serviceCounts(m.FinalProgress()) }))
 	for i, f := range s.files.Modules {
 		if scans[i] != nil {
 			// Its .part where a file appeared at its final name.
@@ -161,12 +162,12 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 // begin opens the scan's stopper, applies a stop asked before Run, and
 // makes the cancelling of ctx cancel the scan until end is called, which
 // then closes the stopper.
-func (s *serveScan) begin(ctx context.Context) (sig *Stopper, end func()) {
-	sig = NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
+func (s *serveScan) begin(ctx context.Context) (sig *scan.Stopper, end func()) {
+	sig = scan.NewStopper(context.Background(), s.profile.Source.ConnectTimeout, nil)
 	s.mu.Lock()
 	s.sig = sig
 	if s.stopped {
-		sig.Request(StopRequest{})
+		sig.Request(scan.StopRequest{})
 	}
 	s.mu.Unlock()
 	stopCancel := s.cancelling(ctx, sig)
@@ -178,7 +179,7 @@ func (s *serveScan) begin(ctx context.Context) (sig *Stopper, end func()) {
 
 // cancelling makes the cancelling of ctx cancel the scan (see
 // CancelWrite), until the function it returns is called.
-func (s *serveScan) cancelling(ctx context.Context, sig *Stopper) (stop func()) {
+func (s *serveScan) cancelling(ctx context.Context, sig *scan.Stopper) (stop func()) {
 	var (
 		mu    sync.Mutex
 		timer func() bool
@@ -218,7 +219,7 @@ func (s *nodeScan) report(rep service.Reporter, mr service.ModuleReporter, mods 
 func (s *nodeScan) finalised(rep service.Reporter, path string, module int) service.File {
 	file := service.File{Path: path, Module: module}
 	switch err := verifyPath(s.stages, path); {
-	case err == nil, errors.Is(err, ErrIncomplete):
+	case err == nil, errors.Is(err, scan.ErrIncomplete):
 		file.Verified = true
 	default:
 		file.Error = err.Error()
@@ -245,7 +246,7 @@ var modulesDraining func()
 // moduleCounts returns each module's counts (ids, in the order of the
 // scan's files), by of its scan, or all planned frames pending (planned
 // each) where its scan has not started.
-func moduleCounts(ids []int, planned int, scans []*Module, by func(*Module) service.Counts) []service.ModuleCounts {
+func moduleCounts(ids []int, planned int, scans []*scan.Module, by func(*scan.Module) service.Counts) []service.ModuleCounts {
 	out := make([]service.ModuleCounts, len(ids))
 	for i, id := range ids {
 		out[i] = service.ModuleCounts{Module: id, Counts: service.Counts{Planned: planned, Pending: planned}}
@@ -260,7 +261,7 @@ func moduleCounts(ids []int, planned int, scans []*Module, by func(*Module) serv
 // sumProgress returns what rates are measured from of the modules'
 // progress, by of each scan started: frames and bytes summed, the
 // longest elapsed.
-func sumProgress(scans []*Module, by func(*Module) pipeline.Progress) pipeline.Progress {
+func sumProgress(scans []*scan.Module, by func(*scan.Module) pipeline.Progress) pipeline.Progress {
 	var sum pipeline.Progress
 	for _, m := range scans {
 		if m == nil {
