@@ -10,6 +10,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/registry"
 	"h5ingest/scan"
+	"h5ingest/serve"
 )
 
 func newProfilesCmd(stages *registry.Registry) *cobra.Command {
@@ -113,7 +114,7 @@ func showProfile(out io.Writer, stages *registry.Registry, ref string, asYAML bo
 		return err
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	for _, k := range scan.ProfileKeys(p, sources, stages.Names()) {
+	for _, k := range serve.ProfileKeys(p, sources, stages.Names()) {
 		from := k.From
 		if k.OneOf != nil {
 			from += "; one of " + config.OneOf(k.OneOf)

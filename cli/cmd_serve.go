@@ -17,6 +17,7 @@ import (
 	"h5ingest/config"
 	"h5ingest/registry"
 	"h5ingest/scan"
+	"h5ingest/serve"
 	"h5ingest/service"
 	"h5ingest/version"
 )
@@ -70,7 +71,7 @@ page: a request from another Origin, to another Host than its address or an --al
 name, or a POST that is not application/json, is refused.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), &f)
+			return runServe(cmd.Context(), &f)
 		},
 	}
 	fs := cmd.Flags()
@@ -91,12 +92,13 @@ name, or a POST that is not application/json, is refused.`,
 	fs.StringVar(&f.rdma, "rdma-profile", "", "set up the static RoCE queue pairs and rings of this profile's modules (source.transport roce) once, at start-up, for every scan: GET /v1/rdma shows the receiver's end of them")
 	fs.StringVar(&f.params, "rdma-params", "", "with --rdma-profile: write the receiver's end of each queue pair to this JSON file too, for the front end, rewritten with a new nonce at each scan")
 	fs.StringVar(&f.frontEnd, "front-end", "", "with --rdma-profile: read the front end's end of each queue pair from this JSON file at each scan, where neither the profile (source.front_end) nor PUT /v1/rdma gives it")
-	fs.StringVar(&f.onGPULost, "on-gpu-lost", string(scan.GPULostExit), "once a sticky CUDA error has lost the GPU for the process (the scan it struck ends with every frame recorded): exit (drain the running scan, exit 1 for systemd to restart serve) or cpu (decode the next scans on the CPU, with a warning in /v1/health)")
+	fs.StringVar(&f.onGPULost, "on-gpu-lost", string(serve.GPULostExit), "once a sticky CUDA error has lost the GPU for the process (the scan it struck ends with every frame recorded): exit (drain the running scan, exit 1 for systemd to restart serve) or cpu (decode the next scans on the CPU, with a warning in /v1/health)")
 	fs.StringVar(&f.cudaCache, "cuda-cache", "", "directory of the CUDA driver's cache of compiled kernels (default: $CUDA_CACHE_PATH, else $CACHE_DIRECTORY/cuda under systemd, else ~/.nv/ComputeCache)")
 	return cmd
 }
 
-func serve(ctx context.Context, f *serveFlags) error {
+// runServe runs the scan service until a signal, or a lost GPU, ends it.
+func runServe(ctx context.Context, f *serveFlags) error {
 	token, err := service.ReadToken(f.tokenFile)
 	if err != nil {
 		return scan.Usage(err)
@@ -122,7 +124,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return scan.Usage(err)
 	}
-	onGPULost, err := scan.ParseOnGPULost(f.onGPULost)
+	onGPULost, err := serve.ParseOnGPULost(f.onGPULost)
 	if err != nil {
 		return scan.Usage(fmt.Errorf("--on-gpu-lost %w", err))
 	}
@@ -146,11 +148,11 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	// The status page and /metrics of the scan running, beside the API.
 	watch := scan.NewServingObserver(log)
-	guard := scan.NewGPUGuard(onGPULost, log)
-	runner := &scan.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
+	guard := serve.NewGPUGuard(onGPULost, log)
+	runner := &serve.Runner{Profiles: f.profiles, DataRoot: f.dataRoot, CreateDirs: f.mkdirs, ModuleIDs: modules,
 		Stream: f.stream, Log: log, Observer: watch, Stages: f.stages, GPU: guard}
 	if f.rdma != "" {
-		if err := runner.OpenStation(scan.StationOptions{Profile: f.rdma, ParamsFile: f.params, PeerFile: f.frontEnd}); err != nil {
+		if err := runner.OpenStation(serve.StationOptions{Profile: f.rdma, ParamsFile: f.params, PeerFile: f.frontEnd}); err != nil {
 			return err
 		}
 		defer runner.Station.Close()
@@ -159,7 +161,7 @@ func serve(ctx context.Context, f *serveFlags) error {
 	}
 	svc := service.New(runner, service.Config{Token: token, Version: version.String(), AllowHosts: f.hosts,
 		MaxConns: f.maxConns, MaxConnsPerClient: f.perClient, Links: runner.Links(), Levels: codecLevels(f.stages), Ended: scanEnded(log, watch)})
-	watch.ShowService(svc)
+	serve.ShowService(watch, svc)
 	svc.Handle("/", watch.Handler())
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -255,7 +257,7 @@ func codecLevels(stages *registry.Registry) []service.CodecLevels {
 // with its counts, files and error; and counts it on watch's /metrics.
 func scanEnded(log *zap.Logger, watch *scan.Observer) func(service.Status) {
 	return func(st service.Status) {
-		watch.ScanEnded(st.State)
+		watch.ScanEnded(string(st.State))
 		c := st.Counts
 		files := make([]string, len(st.Files))
 		for i, f := range st.Files {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"h5ingest/cli"
-	"h5ingest/scan"
+	"h5ingest/serve"
 )
 
 // verify runs systemd-analyze verify on unit and returns what it said;
@@ -226,7 +226,7 @@ func TestUnitOutlastsTheDrain(t *testing.T) {
 	}
 	stop, _ := time.ParseDuration(string(m[1]) + "s")
 	const shutdown = 5 * time.Second // service.Serve's for its HTTP server
-	if need := cli.DrainTimeout + scan.CancelWrite + shutdown; stop <= need {
-		t.Errorf("TimeoutStopSec=%v, want more than the drain (%v), the cancel's write (%v) and the shutdown (%v)", stop, cli.DrainTimeout, scan.CancelWrite, shutdown)
+	if need := cli.DrainTimeout + serve.CancelWrite + shutdown; stop <= need {
+		t.Errorf("TimeoutStopSec=%v, want more than the drain (%v), the cancel's write (%v) and the shutdown (%v)", stop, cli.DrainTimeout, serve.CancelWrite, shutdown)
 	}
 }

@@ -46,9 +46,21 @@ type AcquireOptions struct {
 	// Open, where set, opens the receiver in place of the source's
 	// Listen, and checks the setup itself: a scan of serve's Station.
 	Open func(receive.Setup) (receive.Listener, error)
-	// OnScan, where set, is told of the scan of a lone module once it is
-	// set up, before its first frame: the scan service follows it.
+	// OnScan, where set, is told of the scan of the first module to
+	// connect once it is set up, before its first frame: the scan service
+	// shows its rates and latest image.
 	OnScan func(*Module)
+	// OnModules, where set, is told of the modules' scans, by their place
+	// in Files.Modules (nil where none has started), each time one starts
+	// and once more when those that never connected have their files; it
+	// is told nil where a module's scan could not start, which fails the
+	// whole scan. The scan service counts each module's frames by them.
+	OnModules func([]*Module)
+	// Draining, where set, runs once the wait for senders has ended with
+	// some module absent, while the modules that connected drain and the
+	// absent ones' ports refuse late senders: the drain lasts at least as
+	// long as it runs.
+	Draining func()
 }
 
 // Acquisition is an acquire set up, before it listens: its files, the
@@ -63,7 +75,13 @@ type Acquisition struct {
 	addressed bool // the source listens on an address (registry.Source.Addressed)
 
 	mu sync.Mutex
-	l  receive.Listener // opened by Listen, until One takes it over
+	l  receive.Listener // opened by Listen, until Run takes it over
+	// each, where ListenEach opened them, are a listener per module, by
+	// its place in the files, until Run takes them over; late says of
+	// each whether a sender came after it stopped.
+	each     []receive.Listener
+	late     []*lateHello
+	eachMode bool // ListenEach ran: Run receives through each
 }
 
 // NewAcquisition sets up an acquire as o says. Its errors wrap ErrUsage:
@@ -122,10 +140,10 @@ func (a *Acquisition) Checks() Checks { return a.checks }
 // function it returns gives back those no file took over.
 func (a *Acquisition) Hold() (release func(), err error) { return holdFiles(a.o.Files, a.o.Record) }
 
-// Listen opens the detector's listener now, ahead of One, which takes it
+// Listen opens the detector's listener now, ahead of Run, which takes it
 // over: the scan service listens from the arming, so that the port, and
 // the descriptors a listener needs, are the scan's before anything else
-// can take them. Close closes it where One never ran.
+// can take them. Close closes it where Run never ran.
 func (a *Acquisition) Listen() error {
 	l, err := a.listen(a.setup)
 	if err != nil {
@@ -140,13 +158,17 @@ func (a *Acquisition) Listen() error {
 	return nil
 }
 
-// Close closes the listener Listen opened, unless One took it over.
+// Close closes the listeners Listen or ListenEach opened, unless Run
+// took them over.
 func (a *Acquisition) Close() {
 	a.mu.Lock()
-	l := a.l
-	a.l = nil
+	ls := a.each
+	if a.l != nil {
+		ls = append(ls, a.l)
+	}
+	a.l, a.each = nil, nil
 	a.mu.Unlock()
-	if l != nil {
+	for _, l := range ls {
 		l.Close()
 	}
 }
@@ -199,7 +221,26 @@ func (a *Acquisition) waiting(addr string) {
 // why), a failure otherwise, with what was finished before it. A module
 // that never connects gets a file with every frame missing; where none
 // connects, no file is written.
+//
+// Where ListenEach opened a listener per module, Run takes a sender on
+// each at once, and writes the master, where the files have one, once
+// every module's file is closed.
 func (a *Acquisition) Run(stop *Stopper) (Result, error) {
+	a.mu.Lock()
+	each, late, eachMode := a.each, a.late, a.eachMode
+	a.each = nil
+	a.mu.Unlock()
+	if eachMode {
+		if each == nil {
+			return Result{}, errors.New("the scan's listeners were given back before it ran")
+		}
+		places := make([][]int, len(each))
+		for i := range each {
+			places[i] = []int{i}
+		}
+		s := &session{a: a, sig: stop, ls: each, modules: places, hellos: late, shown: a.o.OnScan, started: a.o.OnModules}
+		return s.run()
+	}
 	l, err := a.listener()
 	if err != nil {
 		return Result{}, err
@@ -208,7 +249,7 @@ func (a *Acquisition) Run(stop *Stopper) (Result, error) {
 	for i := range all {
 		all[i] = i
 	}
-	s := &session{a: a, sig: stop, ls: []receive.Listener{l}, modules: [][]int{all}, masterFirst: true, shown: a.o.OnScan}
+	s := &session{a: a, sig: stop, ls: []receive.Listener{l}, modules: [][]int{all}, masterFirst: true, shown: a.o.OnScan, started: a.o.OnModules}
 	return s.run()
 }
 

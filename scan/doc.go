@@ -7,8 +7,13 @@
 // the status page and metrics, and the proof of a finished file (Verify)
 // live here too.
 //
-// A command (package cli) or a service (package service) keeps only its
-// flags, its terminal output and its exit statuses: errors wrapping
+// Every acquire, one module or several, receives through one detector
+// session: it accepts each module's sender, checks its hello and runs the
+// module's scan into its file. The scan service's runner (package serve)
+// arms its scans as acquires.
+//
+// A command (package cli) or the scan service keeps only its flags, its
+// terminal output and its exit statuses: errors wrapping
 // ErrUsage are the profile's or the request's fault, ErrIncomplete means
 // the file is complete but some frames are not good.
 package scan

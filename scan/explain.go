@@ -58,10 +58,10 @@ func Explain(err error) error {
 	return err
 }
 
-// explainAt is Explain for a failure of a scan writing in dir: where an
+// ExplainAt is Explain for a failure of a scan writing in dir: where an
 // HDF5 failure names no system error (its stack may not), the file system
 // of dir says what is wrong with it, if anything: gone, read-only or full.
-func explainAt(err error, dir string) error {
+func ExplainAt(err error, dir string) error {
 	if x := Explain(err); x != err || err == nil || dir == "" || writer.Detail(err) == "" {
 		return x
 	}

@@ -65,13 +65,13 @@ func TestExplain(t *testing.T) {
 	}
 	gone := filepath.Join(t.TempDir(), "gone")
 	var oe *OperatorError
-	if got := explainAt(hdf5, gone); !errors.As(got, &oe) || oe.Kind != "directory gone" || !errors.Is(got, hdf5) {
+	if got := ExplainAt(hdf5, gone); !errors.As(got, &oe) || oe.Kind != "directory gone" || !errors.Is(got, hdf5) {
 		t.Errorf("an HDF5 failure in a directory that is gone: %v, want directory gone", got)
 	}
-	if got := explainAt(hdf5, t.TempDir()); got != hdf5 {
+	if got := ExplainAt(hdf5, t.TempDir()); got != hdf5 {
 		t.Errorf("an HDF5 failure in a sound directory: %v, want it as it is", got)
 	}
-	if got := explainAt(plain, gone); got != plain {
+	if got := ExplainAt(plain, gone); got != plain {
 		t.Errorf("a failure not of the file in a directory that is gone: %v, want it as it is", got)
 	}
 }

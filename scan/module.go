@@ -15,10 +15,11 @@ import (
 	"h5ingest/config"
 	"h5ingest/frame"
 	"h5ingest/gpu"
+	"h5ingest/instrument"
 	"h5ingest/pipeline"
 	"h5ingest/plan"
+	"h5ingest/receive"
 	"h5ingest/registry"
-	"h5ingest/service"
 	"h5ingest/source/capture"
 	"h5ingest/stream"
 	"h5ingest/version"
@@ -210,21 +211,35 @@ func fileOptions(path string, layout writer.Layout, profile config.Profile, plan
 	return opts
 }
 
-// linkCounts returns what the module's link received, where its front end
-// never waits for the receiver; nil otherwise, or before Run.
-func (r *Module) linkCounts() *service.LinkCounts {
+// LinkStats returns what the module's link has received, where its
+// front end never waits for the receiver (a RoCE front end: its overruns,
+// gaps and ring fill); false otherwise, or before Run. It may be called
+// from any goroutine while the scan runs.
+func (r *Module) LinkStats() (receive.Stats, bool) {
 	p := r.link.Load()
 	if p == nil {
-		return nil
+		return receive.Stats{}, false
 	}
-	st := (*p).Stats()
-	c := &service.LinkCounts{Received: int(st.Frames), Overrun: int(st.Overrun), Gaps: int(st.Gaps), Damaged: int(st.Damaged),
-		Disordered: int(st.Disordered), RingSlots: st.RingSlots}
-	if st.RingSlots > 0 {
-		c.RingFill = float64(st.RingUsed) / float64(st.RingSlots)
-	}
-	return c
+	return (*p).Stats(), true
 }
+
+// Path returns the module's file: the name it was opened under, and once
+// Finish has closed it, the name it was closed under (its temporary name
+// where the final one could not be taken).
+func (r *Module) Path() string { return r.output }
+
+// Progress returns what the scan has done so far, from its pipeline; it
+// may be called from any goroutine while the scan runs.
+func (r *Module) Progress() pipeline.Progress { return r.pipeline.Progress() }
+
+// FinalProgress returns what the scan did, as Run counted it when it
+// returned (frames discarded at a cancel included); zero before. Call it
+// once Run has returned.
+func (r *Module) FinalProgress() pipeline.Progress { return r.progress }
+
+// Preview returns the keeper of the scan's latest decoded image, which a
+// look at the running scan asks for (Preview.WantUntil).
+func (r *Module) Preview() *instrument.Preview { return r.watch.stages.Preview }
 
 // Run moves the frames of src into the file, reporting progress unless
 // the scan is quiet (a module's scan beside others). Its error is what

@@ -27,7 +27,6 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/receive"
-	"h5ingest/service"
 	"h5ingest/status"
 	"h5ingest/version"
 )
@@ -65,27 +64,36 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// serviceStates are the states h5ingest_service_state has a series for,
-// as GET /v1/status names them.
-var serviceStates = []service.State{service.Idle, service.Armed, service.Running, service.Stopping,
-	service.Cancelling, service.Draining, service.ErrorState}
+// ServiceView is what a serving observer shows of the service that runs
+// its scans (ShowService): its state, the ends of its scans, its status.
+type ServiceView struct {
+	// States are the service's states, each with a series of
+	// h5ingest_service_state from the start; State returns the one it is
+	// in now.
+	States []string
+	State  func() string
+	// Outcomes are the ends of a scan that h5ingest_scans_total counts
+	// (ScanEnded), each with a series from the start.
+	Outcomes []string
+	// Status returns the service's status for /status.json and the page,
+	// without paths, errors' text or images where trusted is false;
+	// Trusted says whether a request may see them.
+	Status  func(trusted bool) any
+	Trusted func(*http.Request) bool
+}
 
-// scanOutcomes are the ends h5ingest_scans_total counts.
-var scanOutcomes = []service.State{service.Done, service.Incomplete, service.Cancelled, service.Failed}
-
-// ShowService makes a serving observer show the scan service svc: its
-// state and its scans' ends in /metrics (h5ingest_service_state,
-// h5ingest_scans_total, each series there from the start), and its
-// status on the page and in /status.json, without paths, errors' text
-// or images for a reader svc does not trust (off loopback, without the
-// token). Call it once, before serving; ScanEnded counts the ends.
-func (o *Observer) ShowService(svc *service.Service) {
+// ShowService makes a serving observer show the service that runs its
+// scans: its state and its scans' ends in /metrics
+// (h5ingest_service_state, h5ingest_scans_total), and its status on the
+// page and in /status.json. Call it once, before serving; ScanEnded
+// counts the ends.
+func (o *Observer) ShowService(v ServiceView) {
 	obs := o.obs
-	for _, st := range serviceStates {
+	for _, st := range v.States {
 		obs.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "h5ingest_service_state",
 			Help:        "1 for the state the scan service is in (idle, armed, running, stopping, cancelling, draining, error), 0 for the others.",
-			ConstLabels: prometheus.Labels{"state": string(st)}}, func() float64 {
-			if svc.State() == st {
+			ConstLabels: prometheus.Labels{"state": st}}, func() float64 {
+			if v.State() == st {
 				return 1
 			}
 			return 0
@@ -93,18 +101,18 @@ func (o *Observer) ShowService(svc *service.Service) {
 	}
 	obs.scans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h5ingest_scans_total",
 		Help: "Scans the service ran to their end, by outcome: done, incomplete, cancelled, failed."}, []string{"outcome"})
-	for _, st := range scanOutcomes {
-		obs.scans.WithLabelValues(string(st))
+	for _, st := range v.Outcomes {
+		obs.scans.WithLabelValues(st)
 	}
 	obs.reg.MustRegister(obs.scans)
-	obs.srv.ShowService(func(trusted bool) any { return svc.Status(trusted) }, svc.Trusted)
+	obs.srv.ShowService(v.Status, v.Trusted)
 }
 
 // ScanEnded counts the end of a scan of the service in
-// h5ingest_scans_total, by its final state.
-func (o *Observer) ScanEnded(st service.State) {
+// h5ingest_scans_total, by its outcome (one of ServiceView.Outcomes).
+func (o *Observer) ScanEnded(outcome string) {
 	if o.obs != nil && o.obs.scans != nil {
-		o.obs.scans.WithLabelValues(string(st)).Inc()
+		o.obs.scans.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -96,6 +96,9 @@ func (s *session) run() (res Result, err error) {
 	}
 	wg.Wait()
 	if s.failed != nil {
+		if s.started != nil { // a module's scan that could not start fails them all
+			s.started(nil)
+		}
 		return res, s.failed
 	}
 	if s.connected == 0 {
@@ -109,8 +112,8 @@ func (s *session) run() (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if len(absent) > 0 && modulesDraining != nil {
-		modulesDraining()
+	if len(absent) > 0 && a.o.Draining != nil {
+		a.o.Draining()
 	}
 	s.runs.wg.Wait()
 	refused, never := s.noteAbsent(&res, absent)

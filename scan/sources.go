@@ -11,8 +11,10 @@ import (
 	"h5ingest/source/capture"
 )
 
-// sourceOf returns the source profile p's source.transport names.
-func sourceOf(stages *registry.Registry, p config.Profile) (registry.Source, error) {
+// SourceOf returns the registry's entry of the source that profile p's
+// source.transport names; an error wrapping ErrUsage where none is
+// registered.
+func SourceOf(stages *registry.Registry, p config.Profile) (registry.Source, error) {
 	if stages == nil {
 		return registry.Source{}, errNoRegistry
 	}
@@ -26,7 +28,7 @@ func sourceOf(stages *registry.Registry, p config.Profile) (registry.Source, err
 // recordings returns how replay opens the recordings of profile p's
 // source.
 func recordings(stages *registry.Registry, p config.Profile) (func(path string) (*capture.Reader, frame.Format, error), error) {
-	s, err := sourceOf(stages, p)
+	s, err := SourceOf(stages, p)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +41,7 @@ func recordings(stages *registry.Registry, p config.Profile) (func(path string) 
 // listenerOf returns the registry's entry of profile p's source, which
 // acquire opens the receiver with.
 func listenerOf(stages *registry.Registry, p config.Profile) (registry.Source, error) {
-	s, err := sourceOf(stages, p)
+	s, err := SourceOf(stages, p)
 	if err != nil {
 		return s, err
 	}
@@ -52,7 +54,7 @@ func listenerOf(stages *registry.Registry, p config.Profile) (registry.Source, e
 // CheckSource checks profile p's source keys as its source checks them
 // before a scan (registry.Source.Check), for a profile alone.
 func CheckSource(stages *registry.Registry, p config.Profile) error {
-	s, err := sourceOf(stages, p)
+	s, err := SourceOf(stages, p)
 	if err != nil || s.Check == nil {
 		return err
 	}

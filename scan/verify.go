@@ -375,13 +375,6 @@ func (c *checker) wait() {
 	c.wg.Wait()
 }
 
-// verifyPath proves the file at path as Verify does, with
-// DefaultVerifyStall, and returns its outcome.
-func verifyPath(stages *registry.Registry, path string) error {
-	_, err := Verify(context.Background(), stages, path, DefaultVerifyStall)
-	return err
-}
-
 // ErrNotRecovered is wrapped by the error of a file recover left as it
 // was: it cannot be read as a scan's file, or it is not one recover may
 // rename.

@@ -16,7 +16,7 @@
 //
 // What a request may reach is what the operator allowed: a request sets
 // only the keys of Overrides over a profile the operator provides, and
-// the Runner places its files (see scan.Runner). Before any operation,
+// the Runner places its files (see serve.Runner). Before any operation,
 // the guard refuses a request with a foreign Host or Origin, one without
 // the token where the service has one, and a POST not declared JSON, so
 // that no web page can change anything; Serve caps the connections, in

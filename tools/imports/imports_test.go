@@ -31,6 +31,7 @@ var layers = [][]string{
 	{"instrument", "preview", "stream", "registry", "bench"},
 	{"stock", "status", "service"},
 	{"scan"},
+	{"serve"},
 	{"scan/scantest"},
 	{"cli"},
 	{"cmd/h5ingest", "tools/gpu", "deploy"},

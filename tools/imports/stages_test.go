@@ -42,7 +42,7 @@ var stageNameUses = map[string]string{
 	"cli/cmd_send.go:send":                    "send's --transport chooses the sender it plays: libfabric's, or a front end's static queue pair; the registry's sources receive",
 	"cli/cmd_send.go:newSendCmd":              "the default of send's --transport",
 	"source/roce/roce.go:":                    `"none", the value of source.frame_header for a front end that sends no frame header, not a codec`,
-	"scan/gpu_lost.go:":                       `"cpu", a value of serve's --on-gpu-lost (go on, decoding on the CPU), not a backend's name: the backend taken is the registry's reference`,
+	"serve/gpu_lost.go:":                      `"cpu", a value of serve's --on-gpu-lost (go on, decoding on the CPU), not a backend's name: the backend taken is the registry's reference`,
 }
 
 // TestStageNamesStayHome checks that no non-test Go file of h5ingest

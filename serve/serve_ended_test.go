@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"h5ingest/scan"
 	"h5ingest/scan/scantest"
 	"h5ingest/service"
 )
@@ -19,7 +20,7 @@ import (
 // the scan it reports for while the scan still shows it.
 type moduleCatcher struct {
 	s      *serveScan
-	module weak.Pointer[Module]
+	module weak.Pointer[scan.Module]
 	caught bool
 }
 

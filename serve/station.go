@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/receive"
+	"h5ingest/scan"
 	"h5ingest/service"
 )
 
@@ -35,18 +36,18 @@ func (r *Runner) OpenStation(o StationOptions) error {
 	}
 	p, _, err := r.load(service.ArmRequest{Profile: o.Profile})
 	if err != nil {
-		return Usage(err)
+		return scan.Usage(err)
 	}
-	entry, err := sourceOf(r.Stages, p)
+	entry, err := scan.SourceOf(r.Stages, p)
 	if err != nil {
 		return err
 	}
 	if entry.Station == nil {
-		return Usage(fmt.Errorf("profile %s: source.transport %s sets up no links ahead of the scans: nothing to set up at start-up", o.Profile, entry.Name))
+		return scan.Usage(fmt.Errorf("profile %s: source.transport %s sets up no links ahead of the scans: nothing to set up at start-up", o.Profile, entry.Name))
 	}
 	format, err := p.Detector.Format()
 	if err != nil {
-		return Usage(err)
+		return scan.Usage(err)
 	}
 	modules := r.ModuleIDs
 	if len(modules) == 0 {
@@ -54,7 +55,7 @@ func (r *Runner) OpenStation(o StationOptions) error {
 	}
 	for _, m := range modules {
 		if !slices.Contains(p.Detector.ModuleIDs(), m) {
-			return Usage(fmt.Errorf("profile %s has no module %d (detector.modules)", o.Profile, m))
+			return scan.Usage(fmt.Errorf("profile %s has no module %d (detector.modules)", o.Profile, m))
 		}
 	}
 	st, err := entry.Station(receive.Setup{Source: p.Source, Format: format, Modules: modules,
@@ -83,7 +84,7 @@ var errNoStation = errors.New("serve sets this source's links up once, at start-
 // the source's links are the runner's Station: nil for a source that
 // opens its own, each scan.
 func (r *Runner) stationOpen(p config.Profile) (func(receive.Setup) (receive.Listener, error), error) {
-	entry, err := sourceOf(r.Stages, p)
+	entry, err := scan.SourceOf(r.Stages, p)
 	if err != nil || entry.Station == nil {
 		return nil, err
 	}

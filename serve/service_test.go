@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"h5ingest/pipeline"
+	"h5ingest/scan"
 	"h5ingest/service"
 
 	"go.uber.org/zap"
@@ -178,7 +179,7 @@ func TestRunnerPrepareTakesTheRequestsAngles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sc.Release()
-			pl := sc.(*serveScan).a.o.Plan
+			pl := sc.(*serveScan).plan
 			if got := [2]float64{pl.AngleStart, pl.AngleEnd}; got != tc.want {
 				t.Errorf("angles %v, want %v", got, tc.want)
 			}
@@ -190,10 +191,10 @@ func TestRunnerPrepareTakesTheRequestsAngles(t *testing.T) {
 // warning level, with its kind, and the module or master it is about.
 func TestLogNotes(t *testing.T) {
 	core, logs := zapobserver.New(zap.InfoLevel)
-	logNotes(zap.New(core), Result{
-		Notes:   []Note{{Kind: NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
-		Modules: []Summary{{Module: 1, Notes: []Note{{Kind: Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2}},
-		Master:  &MasterResult{Path: "m.h5", Notes: []Note{{Kind: Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
+	logNotes(zap.New(core), scan.Result{
+		Notes:   []scan.Note{{Kind: scan.NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
+		Modules: []scan.Summary{{Module: 1, Notes: []scan.Note{{Kind: scan.Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2}},
+		Master:  &scan.MasterResult{Path: "m.h5", Notes: []scan.Note{{Kind: scan.Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
 	})
 	var got []string
 	for _, e := range logs.All() {
@@ -216,10 +217,10 @@ func TestLogNotes(t *testing.T) {
 // TestServiceNotes: the service shows every note of a scan's result, in
 // the result's order, each with its kind and the module it is about.
 func TestServiceNotes(t *testing.T) {
-	got := serviceNotes(Result{
-		Notes:   []Note{{Kind: NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
-		Modules: []Summary{{Module: 1, Notes: []Note{{Kind: Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2, Notes: []Note{{Kind: Warning, Text: "the stream did not end"}}}},
-		Master:  &MasterResult{Path: "m.h5", Notes: []Note{{Kind: Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
+	got := serviceNotes(scan.Result{
+		Notes:   []scan.Note{{Kind: scan.NeverConnected, Text: "module 3 never connected: its frames are recorded missing"}},
+		Modules: []scan.Summary{{Module: 1, Notes: []scan.Note{{Kind: scan.Beyond, Text: "4 frames beyond the scan were rejected"}}}, {Module: 2, Notes: []scan.Note{{Kind: scan.Warning, Text: "the stream did not end"}}}},
+		Master:  &scan.MasterResult{Path: "m.h5", Notes: []scan.Note{{Kind: scan.Short, Text: "module 1 has 8 of the scan's 12 frames"}}},
 	})
 	var lines []string
 	for _, n := range got {
@@ -238,7 +239,7 @@ func TestServiceNotes(t *testing.T) {
 	if !slices.Equal(lines, want) {
 		t.Errorf("notes\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if serviceNotes(Result{Modules: []Summary{{Module: 0}}}) != nil {
+	if serviceNotes(scan.Result{Modules: []scan.Summary{{Module: 0}}}) != nil {
 		t.Error("a result without notes gives notes")
 	}
 }
@@ -260,7 +261,7 @@ func TestRunnerLogsReadersWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Release()
-	warned := logs.FilterMessage("scan note").FilterField(zap.Stringer("kind", Warning)).All()
+	warned := logs.FilterMessage("scan note").FilterField(zap.Stringer("kind", scan.Warning)).All()
 	if len(warned) != 1 || !strings.Contains(warned[0].ContextMap()["note"].(string), "bitshuffle older than 0.4") {
 		t.Errorf("logged %v, want the bszstd readers' warning", logs.All())
 	}

@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"errors"
@@ -15,9 +15,29 @@ import (
 	"h5ingest/frame"
 	"h5ingest/pipeline"
 	"h5ingest/preview"
+	"h5ingest/scan"
 	"h5ingest/service"
 	"h5ingest/writer"
 )
+
+// ShowService makes the serving observer o show the scan service svc:
+// its state and its scans' ends in /metrics (h5ingest_service_state,
+// h5ingest_scans_total, each series there from the start), and its
+// status on the page and in /status.json, without paths, errors' text
+// or images for a reader svc does not trust (off loopback, without the
+// token). Call it once, before serving; o.ScanEnded counts the ends.
+func ShowService(o *scan.Observer, svc *service.Service) {
+	var states, outcomes []string
+	for _, st := range []service.State{service.Idle, service.Armed, service.Running, service.Stopping,
+		service.Cancelling, service.Draining, service.ErrorState} {
+		states = append(states, string(st))
+	}
+	for _, st := range []service.State{service.Done, service.Incomplete, service.Cancelled, service.Failed} {
+		outcomes = append(outcomes, string(st))
+	}
+	o.ShowService(scan.ServiceView{States: states, State: func() string { return string(svc.State()) }, Outcomes: outcomes,
+		Status: func(trusted bool) any { return svc.Status(trusted) }, Trusted: svc.Trusted})
+}
 
 // What the scan service shows of the Runner and its scans beside their
 // counts: the modules and profiles (service.ModuleLister,
@@ -177,7 +197,8 @@ func ProfileKeys(p config.Profile, sources config.Sources, names config.Names) [
 // scan's Module only while the scan runs.
 type scanView struct {
 	mu     sync.Mutex
-	module *Module              // from the detector's connection to the end of Run
+	module *scan.Module         // from the detector's connection to the end of Run
+	scans  []*scan.Module       // every module's, by its place in the files, as they start (scan.AcquireOptions.OnModules)
 	output string               // the scan's file, once Run has ended with one
 	rates  service.RateReporter // the service's, where it takes rates
 	meter  rateMeter            // of the progress reports
@@ -197,10 +218,33 @@ func (v *scanView) reporting(rep service.Reporter) service.Reporter {
 }
 
 // shown notes the scan's Module, once the detector has connected.
-func (v *scanView) shown(m *Module) {
+func (v *scanView) shown(m *scan.Module) {
 	v.mu.Lock()
 	v.module = m
 	v.mu.Unlock()
+}
+
+// current returns the scan's Module, from the detector's connection to
+// the end of Run; nil otherwise.
+func (v *scanView) current() *scan.Module {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.module
+}
+
+// started notes the modules' scans so far (scan.AcquireOptions.OnModules).
+func (v *scanView) started(scans []*scan.Module) {
+	v.mu.Lock()
+	v.scans = slices.Clone(scans)
+	v.mu.Unlock()
+}
+
+// modules returns the modules' scans so far, by their place in the
+// scan's files: nil until one has started, and after the end of Run.
+func (v *scanView) modules() []*scan.Module {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.scans)
 }
 
 // end notes the end of Run: the rates become the whole scan's, the latest
@@ -208,13 +252,13 @@ func (v *scanView) shown(m *Module) {
 func (v *scanView) end() {
 	v.mu.Lock()
 	m, rr := v.module, v.rates
-	v.module = nil
+	v.module, v.scans = nil, nil
 	if m != nil {
-		v.output = m.output
+		v.output = m.Path()
 	}
 	v.mu.Unlock()
 	if m != nil && rr != nil {
-		rr.Rates(averageRates(m.pipeline.Progress()))
+		rr.Rates(averageRates(m.Progress()))
 	}
 }
 
@@ -230,7 +274,7 @@ func (r rateReporting) Progress(c service.Counts) {
 	m, rr := r.v.module, r.v.rates
 	r.v.mu.Unlock()
 	if m != nil {
-		rr.Rates(r.v.meter.add(m.pipeline.Progress(), time.Now()))
+		rr.Rates(r.v.meter.add(m.Progress(), time.Now()))
 	}
 	r.Reporter.Progress(c)
 }
@@ -305,7 +349,7 @@ func (s *serveScan) LatestImage(have uint64) (preview.Frame, uint64, uint64, err
 	s.view.mu.Unlock()
 	switch {
 	case m != nil:
-		p := m.watch.stages.Preview
+		p := m.Preview()
 		p.WantUntil(time.Now().Add(previewWanted))
 		if seq, _ := p.Seq(); seq == 0 || seq == have {
 			return preview.Frame{}, 0, seq, nil
@@ -325,7 +369,7 @@ func (s *serveScan) LatestImage(have uint64) (preview.Frame, uint64, uint64, err
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}
-	img, err := ReadImage(s.a.o.Stages, out, n)
+	img, err := scan.ReadImage(s.stages, out, n)
 	if err != nil {
 		return preview.Frame{}, 0, 0, err
 	}

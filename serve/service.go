@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"h5ingest/plan"
 	"h5ingest/receive"
 	"h5ingest/registry"
+	"h5ingest/scan"
 	"h5ingest/service"
 	"h5ingest/writer"
 	"io/fs"
@@ -46,7 +47,7 @@ type Runner struct {
 	// profile's (none where it has none).
 	Stream   string
 	Log      *zap.Logger
-	Observer *Observer          // the status page and metrics every scan shows on (NewServingObserver)
+	Observer *scan.Observer     // the status page and metrics every scan shows on (scan.NewServingObserver)
 	Stages   *registry.Registry // the stages a request's profile may name
 	GPU      *GPUGuard          // what a scan does once the GPU is lost (serve --on-gpu-lost); nil: its profile's backend stands
 	// Station is the links set up at start-up (OpenStation) of a source
@@ -85,11 +86,11 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	if err != nil {
 		return nil, refuse(err)
 	}
-	names := Names{ScanID: req.ScanID}
+	names := scan.Names{ScanID: req.ScanID}
 	if req.Output != "" {
 		names.Output = filepath.Join(profile.Output.Directory, req.Output)
 	}
-	files, err := NewFiles(profile, names)
+	files, err := scan.NewFiles(profile, names)
 	if err == nil {
 		files, err = r.nodeFiles(req.Profile, profile, files)
 	}
@@ -106,19 +107,22 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 		return nil, refuse(err)
 	}
 	format, _ := profile.Detector.Format() // NewAcquisition checks it
-	a, err := NewAcquisition(AcquireOptions{
-		Options: Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
+	s := &serveScan{profile: profile, files: files, plan: pl, log: log, stages: r.Stages}
+	a, err := scan.NewAcquisition(scan.AcquireOptions{
+		Options: scan.Options{Profile: profile, Plan: pl, Format: format, User: user, Log: log, Stages: r.Stages},
 		Files:   files, Listen: addr, ScanID: req.ScanID, Observer: r.Observer, Open: open,
+		OnScan: s.view.shown, OnModules: s.view.started, Draining: modulesDraining,
 	})
 	if err != nil {
 		return nil, refuse(err)
 	}
+	s.a = a
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	// The checks' warnings (the readers' of the codec) go to the log.
-	if err := a.Checks().Run(func(n Note) { logNotes(log, Result{Notes: []Note{n}}) }); err != nil {
-		var failed *ChecksError
+	if err := a.Checks().Run(func(n scan.Note) { logNotes(log, scan.Result{Notes: []scan.Note{n}}) }); err != nil {
+		var failed *scan.ChecksError
 		if !errors.As(err, &failed) {
 			return nil, refuse(err)
 		}
@@ -139,13 +143,14 @@ func (r *Runner) Prepare(ctx context.Context, req service.ArmRequest) (service.S
 	}
 	r.Observer.Armed(req.ScanID) // the page and /metrics show this scan, not the last, from its arming
 	if len(files.Modules) > 1 {
-		return r.armNode(a, profile, files, release)
+		return armNode(s, release)
 	}
 	if err := a.Listen(); err != nil {
 		release()
 		return nil, refuse(err)
 	}
-	return &serveScan{a: a, profile: profile, files: files, release: sync.OnceFunc(func() { a.Close(); release() })}, nil
+	s.release = sync.OnceFunc(func() { a.Close(); release() })
+	return s, nil
 }
 
 // onePathElement reports whether name is one element of a path, the
@@ -158,14 +163,14 @@ func onePathElement(name string) bool {
 // requestReason says why a request was refused, in the request's terms
 // where the command's would name its flags.
 func requestReason(err error) string {
-	var exists *ExistsError
+	var exists *scan.ExistsError
 	switch {
 	case errors.As(err, &exists) && exists.Temp != "":
 		return fmt.Sprintf("%s exists: the temporary file of a scan to %s that did not finish; no request replaces a file: give the scan another scan_id or output", exists.Temp, exists.Path)
 	case errors.As(err, &exists):
 		return fmt.Sprintf("%s %s exists, and no request replaces a file: give the scan another scan_id or output", exists.What, exists.Path)
 	}
-	return Explain(err).Error()
+	return scan.Explain(err).Error()
 }
 
 // load returns the profile a request asks for: a built-in profile or a
@@ -345,13 +350,16 @@ func userMetadata(m map[string]any) (map[string]any, error) {
 // serveScan is one armed scan of the service: an acquire of the node's
 // module.
 type serveScan struct {
-	a       *Acquisition
+	a       *scan.Acquisition
 	profile config.Profile
-	files   Files
+	files   scan.Files
+	plan    plan.Plan
+	log     *zap.Logger
+	stages  *registry.Registry
 	release func() // gives up the files' locks and the detector's port, held from the arming; once
 
 	mu      sync.Mutex
-	sig     *Stopper
+	sig     *scan.Stopper
 	stopped bool
 
 	view scanView // its rates, latest image and storage, as the service shows them
@@ -359,7 +367,7 @@ type serveScan struct {
 
 // Planned returns the frames the scan's plan holds for the module (0:
 // not known), which the service counts pending from the arming.
-func (s *serveScan) Planned() int { return s.a.o.Plan.Frames() }
+func (s *serveScan) Planned() int { return s.plan.Frames() }
 
 // Release gives back the files' locks and the detector's port of a scan
 // that will not run.
@@ -373,9 +381,9 @@ func (s *serveScan) Stop() {
 		return
 	}
 	s.stopped = true
-	s.a.o.Log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
+	s.log.Info("stop requested: the scan takes no more frames, writes those that arrived and records the rest missing")
 	if s.sig != nil {
-		s.sig.Request(StopRequest{})
+		s.sig.Request(scan.StopRequest{})
 	}
 }
 
@@ -389,12 +397,12 @@ var CancelWrite = 5 * time.Second
 // cancel ends the scan for a cancel request: it takes no more frames (a
 // stop, unless one came before) and writes those that arrived, for up to
 // CancelWrite; then it stops at once. It returns what ends the wait.
-func (s *serveScan) cancel(sig *Stopper) (stop func() bool) {
+func (s *serveScan) cancel(sig *scan.Stopper) (stop func() bool) {
 	s.mu.Lock()
 	first := !s.stopped
 	s.stopped = true
 	s.mu.Unlock()
-	s.a.o.Log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
+	s.log.Warn("cancel requested: the scan takes no more frames and closes its file with those that arrived", zap.Duration("cancel_write", CancelWrite))
 	if first {
 		sig.Request(CancelRequest{})
 	}
@@ -421,52 +429,47 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	sig, end := s.begin(ctx)
 	defer end()
 
-	var scan *Module
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
-	s.a.o.OnScan = func(r *Module) {
-		scan = r
-		s.view.shown(r)
-		progressWG.Add(1)
-		go func() {
-			defer progressWG.Done()
-			t := time.NewTicker(250 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-progressDone:
-					return
-				case <-t.C:
-					s.progress(rep, mr, r, serviceCounts(r.pipeline.Progress()))
+	progressWG.Add(1)
+	go func() {
+		defer progressWG.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-t.C:
+				if m := s.view.current(); m != nil { // the detector has connected
+					s.progress(rep, mr, m, serviceCounts(m.Progress()))
 				}
 			}
-		}()
-	}
+		}
+	}()
 	done, err := s.a.Run(sig)
-	logNotes(s.a.o.Log, done)
-	// The service keeps an ended scan for its status: not its Module (its
-	// pipeline, stages and buffers), which the closure holds.
-	s.a.o.OnScan = nil
+	logNotes(s.log, done)
 	close(progressDone)
 	progressWG.Wait()
+	mod := s.view.current()
 
 	if d := writer.Detail(err); d != "" {
-		s.a.o.Log.Debug("hdf5 error stack", zap.String("stack", d))
+		s.log.Debug("hdf5 error stack", zap.String("stack", d))
 	}
-	err = explainAt(err, filepath.Dir(s.files.Modules[0].Path))
-	res := result(ctx.Err() != nil, scan != nil, err)
+	err = scan.ExplainAt(err, filepath.Dir(s.files.Modules[0].Path))
+	res := result(ctx.Err() != nil, mod != nil, err)
 	res.Notes = serviceNotes(done)
-	if scan == nil { // no detector connected: no file
+	if mod == nil { // no detector connected: no file
 		n := s.Planned()
 		res.Counts = service.Counts{Planned: n, Missing: n}
 		rep.Progress(res.Counts)
 		return res
 	}
-	res.Counts = serviceCounts(scan.progress)
-	s.progress(rep, mr, scan, res.Counts)
-	file := service.File{Path: scan.output, Module: s.files.Modules[0].Module.ID}
-	switch verr := verifyPath(s.a.o.Stages, scan.output); {
-	case verr == nil, errors.Is(verr, ErrIncomplete):
+	res.Counts = serviceCounts(mod.FinalProgress())
+	s.progress(rep, mr, mod, res.Counts)
+	file := service.File{Path: mod.Path(), Module: s.files.Modules[0].Module.ID}
+	switch verr := verifyPath(s.stages, mod.Path()); {
+	case verr == nil, errors.Is(verr, scan.ErrIncomplete):
 		file.Verified = true
 	default:
 		file.Error = verr.Error()
@@ -478,11 +481,27 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 
 // progress reports the scan's counts c, with its module's to mr where its
 // link has counts of its own (a front end that never waits).
-func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *Module, c service.Counts) {
-	if link := m.linkCounts(); link != nil && mr != nil {
+func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m *scan.Module, c service.Counts) {
+	if link := linkCounts(m); link != nil && mr != nil {
 		mr.ModuleProgress([]service.ModuleCounts{{Module: s.files.Modules[0].Module.ID, Counts: c, Link: link}})
 	}
 	rep.Progress(c)
+}
+
+// linkCounts returns what module m's link received, as the service
+// counts it, where its front end never waits for the receiver; nil
+// otherwise, or before its Run.
+func linkCounts(m *scan.Module) *service.LinkCounts {
+	st, ok := m.LinkStats()
+	if !ok {
+		return nil
+	}
+	c := &service.LinkCounts{Received: int(st.Frames), Overrun: int(st.Overrun), Gaps: int(st.Gaps), Damaged: int(st.Damaged),
+		Disordered: int(st.Disordered), RingSlots: st.RingSlots}
+	if st.RingSlots > 0 {
+		c.RingFill = float64(st.RingUsed) / float64(st.RingSlots)
+	}
+	return c
 }
 
 // result returns how a scan of the service ended, from whether it was
@@ -490,11 +509,11 @@ func (s *serveScan) progress(rep service.Reporter, mr service.ModuleReporter, m 
 // acquire's error: a cancelled scan is Cancelled with no error, unless
 // its file failed; an incomplete one says why where the acquire did.
 func result(cancelled, connected bool, err error) service.Result {
-	failed := err != nil && !errors.Is(err, ErrIncomplete)
+	failed := err != nil && !errors.Is(err, scan.ErrIncomplete)
 	switch {
 	case failed:
 		res := service.Result{State: service.Failed, Error: err.Error()}
-		if oe := (*OperatorError)(nil); errors.As(err, &oe) {
+		if oe := (*scan.OperatorError)(nil); errors.As(err, &oe) {
 			res.ErrorKind, res.Remedy = oe.Kind, oe.Remedy
 		}
 		return res
@@ -506,7 +525,7 @@ func result(cancelled, connected bool, err error) service.Result {
 		return service.Result{State: service.Failed, Error: "no detector connected"}
 	case err == nil:
 		return service.Result{State: service.Done}
-	case err == ErrIncomplete:
+	case err == scan.ErrIncomplete:
 		return service.Result{State: service.Incomplete}
 	}
 	return service.Result{State: service.Incomplete, Error: err.Error()}
@@ -515,7 +534,7 @@ func result(cancelled, connected bool, err error) service.Result {
 // logNotes logs the notes of a scan's result at warning level, each with
 // its kind and, where it is a module's, the module: the service's scans
 // say in its log what a command's say on the terminal.
-func logNotes(log *zap.Logger, res Result) {
+func logNotes(log *zap.Logger, res scan.Result) {
 	for _, n := range res.Notes {
 		log.Warn("scan note", zap.Stringer("kind", n.Kind), zap.String("note", n.Text))
 	}
@@ -533,9 +552,9 @@ func logNotes(log *zap.Logger, res Result) {
 
 // serviceNotes returns the notes of a scan's result as the service
 // shows them: the scan's, each module's with its id, the master's.
-func serviceNotes(res Result) []service.Note {
+func serviceNotes(res scan.Result) []service.Note {
 	var notes []service.Note
-	add := func(module *int, ns []Note) {
+	add := func(module *int, ns []scan.Note) {
 		for _, n := range ns {
 			notes = append(notes, service.Note{Kind: n.Kind.String(), Module: module, Text: n.Text})
 		}

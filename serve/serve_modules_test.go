@@ -1,4 +1,4 @@
-package scan
+package serve
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/frame"
+	"h5ingest/scan"
 	"h5ingest/scan/scantest"
 	"h5ingest/service"
 	"h5ingest/source/capture"
@@ -72,7 +73,7 @@ func startNodeLog(t *testing.T, modules []int, profiles map[string]string, w io.
 		}
 	}
 	log := jsonLog(w)
-	obs := NewServingObserver(log)
+	obs := scan.NewServingObserver(log)
 	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: obs, Stages: testStages(t)}, service.Config{})
 	svc.Handle("/", obs.Handler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -183,7 +184,7 @@ func TestServeModules(t *testing.T) {
 		t.Errorf("s1's files:\n%+v\nwant\n%+v", st.Files, want)
 	}
 	for _, f := range want {
-		if err := verifyPath(stockStages(), f.Path); err != nil {
+		if err := verifyPath(testStages(t), f.Path); err != nil {
 			t.Errorf("verify %s: %v", f.Path, err)
 		}
 	}
@@ -222,14 +223,14 @@ func TestServeModules(t *testing.T) {
 		t.Fatalf("s2's files: %+v", st.Files)
 	}
 	m0, m1, master := filepath.Join(out, "s2_m0.h5"), filepath.Join(out, "s2_m1.h5"), filepath.Join(out, "s2_master.h5")
-	if err := verifyPath(stockStages(), m0); err != nil {
+	if err := verifyPath(testStages(t), m0); err != nil {
 		t.Errorf("module 0's file: %v", err)
 	}
 	if got := scantest.Statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
 		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
 	}
 	for _, p := range []string{m1, master} {
-		if err := verifyPath(stockStages(), p); !errors.Is(err, ErrIncomplete) {
+		if err := verifyPath(testStages(t), p); !errors.Is(err, scan.ErrIncomplete) {
 			t.Errorf("verify %s: %v, want incomplete", p, err)
 		}
 	}
@@ -265,7 +266,7 @@ func TestServeModulesPorts(t *testing.T) {
 	p := config.Default()
 	p.Detector.Modules = mods
 	p.Source.Address, p.Source.Port = "127.0.0.1", 9000
-	all, err := NewFiles(p, Names{ScanID: "s"})
+	all, err := scan.NewFiles(p, scan.Names{ScanID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestServeModulesPorts(t *testing.T) {
 		}
 	}
 	p.Source.Port = 65534
-	if _, err := ModuleAddr(p, 3); err == nil || !strings.Contains(err.Error(), "past port 65535") {
+	if _, err := scan.ModuleAddr(p, 3); err == nil || !strings.Contains(err.Error(), "past port 65535") {
 		t.Errorf("module 3 past the last port: %v", err)
 	}
 }
@@ -395,7 +396,7 @@ func TestServeModulesStopCancel(t *testing.T) {
 			t.Errorf("%s's files: %+v", tc.id, st.Files)
 		}
 		for _, f := range st.Files {
-			if err := verifyPath(stockStages(), f.Path); !f.Verified || !errors.Is(err, ErrIncomplete) {
+			if err := verifyPath(testStages(t), f.Path); !f.Verified || !errors.Is(err, scan.ErrIncomplete) {
 				t.Errorf("%s: %+v, verify %v, want verified and incomplete", tc.id, f, err)
 			}
 		}
