@@ -14,8 +14,9 @@ import (
 // OnGPULost is what serve does once a sticky CUDA error (an illegal
 // address, a launch failure) has lost the GPU for the process, which the
 // driver documents only a new process recovers from (gpu.Lost). Either
-// way the scan the error struck ends with every frame recorded (those
-// not decoded missing) and the log says "CUDA device lost".
+// way the scan the error struck goes on, its frames from the batch the
+// error struck on decoded on the CPU (pipeline.Config.Fallback), and the
+// log says "CUDA device lost".
 type OnGPULost string
 
 const (
