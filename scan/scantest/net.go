@@ -2,7 +2,9 @@ package scantest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"testing"
 )
@@ -35,16 +37,45 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
-// listenFree returns a port the system gives a listener on loopback,
-// closed again.
+// listenFree returns a loopback port free a moment ago, outside the
+// system's range of ports for outgoing connections where it leaves room
+// (below ip_local_port_range's first, from 10000): a port from that range
+// can be taken, between the test's pick and its bind, by a socket that
+// connects out (a sender, an HTTP client), which failed tests with "bind:
+// address already in use". Elsewhere it is a port the system gives a
+// listener.
 func listenFree(t testing.TB) int {
 	t.Helper()
+	if lo, hi := quietPorts(); hi-lo >= 1000 {
+		for range 200 {
+			port := lo + rand.IntN(hi-lo)
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// quietPorts returns the ports [lo, hi) below the system's range for
+// outgoing connections, from 10000; an empty range where it cannot say.
+func quietPorts() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // FreePorts returns the first of n consecutive loopback ports that were
