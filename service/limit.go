@@ -3,6 +3,7 @@ package service
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -32,7 +33,10 @@ import (
 // connection waits up to freshWait for a place or for one of them to
 // say, as a flood's requests are answered and its connections closed: so
 // a flood of new connections from the control system's own address does
-// not close a control request whose head is still unread. Only where
+// not close a control request whose head is still unread. It waits on a
+// goroutine of its own (at most maxWaiting at once; beyond them a
+// connection makes way at once), never holding up the connections
+// accepted after it. Only where
 // every place serves a control request is the new connection refused: it
 // is answered 503 once its request's head is read (or after a second),
 // so that its client sees why.
@@ -45,11 +49,29 @@ type limitListener struct {
 	conns    map[*limitedConn]struct{}
 	per      map[string]int // open connections by client address
 	refusing chan struct{}  // places for connections being refused
+	waiting  chan struct{}  // places for connections waiting for a place
+
+	start     sync.Once
+	accepted  chan accepted // the connections placed, and the errors of the listener's Accept
+	done      chan struct{} // closed once the listener's Accept failed for good
+	err       error         // that failure; set before done is closed
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Close
+}
+
+// maxWaiting bounds the connections that wait for a place at once.
+const maxWaiting = 16
+
+// accepted is a connection placed, or an error of the listener's Accept.
+type accepted struct {
+	c   *limitedConn
+	err error
 }
 
 func newLimitListener(l net.Listener, max, maxPer int) *limitListener {
 	ll := &limitListener{Listener: l, max: max, maxPer: maxPer, conns: map[*limitedConn]struct{}{},
-		per: map[string]int{}, refusing: make(chan struct{}, 16)}
+		per: map[string]int{}, refusing: make(chan struct{}, 16), waiting: make(chan struct{}, maxWaiting),
+		accepted: make(chan accepted), done: make(chan struct{}), closing: make(chan struct{})}
 	ll.changed = sync.NewCond(&ll.mu)
 	return ll
 }
@@ -101,43 +123,108 @@ var tooMany = func() []byte {
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }()
 
-// Accept returns the next connection, making way for it where the caps
-// are reached.
+// Accept returns the next connection placed within the caps.
 func (l *limitListener) Accept() (net.Conn, error) {
+	l.start.Do(func() { go l.acceptAll() })
+	select {
+	case a := <-l.accepted:
+		if a.err != nil {
+			return nil, a.err
+		}
+		return a.c, nil
+	case <-l.done:
+		return nil, l.err
+	}
+}
+
+// acceptAll takes the listener's connections and places each, until the
+// listener fails for good (closed). Its other errors (too many open
+// files) go to Accept, whose server backs off before it asks again.
+func (l *limitListener) acceptAll() {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
-		}
-		client := clientAddr(c.RemoteAddr())
-		wait := time.Now().Add(freshWait)
-		for {
-			l.mu.Lock()
-			var victim *limitedConn
-			switch {
-			case l.per[client] >= l.maxPer:
-				victim = l.victim(client)
-			case len(l.conns) >= l.max:
-				victim = l.victim("")
-			default:
-				lc := &limitedConn{Conn: c, l: l, client: client, since: time.Now()}
-				l.conns[lc] = struct{}{}
-				l.per[client]++
-				l.mu.Unlock()
-				return lc, nil
+			var ne net.Error
+			if errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) {
+				select {
+				case l.accepted <- accepted{err: err}:
+					continue
+				case <-l.closing:
+				}
 			}
-			if now := time.Now(); victim != nil && victim.rank(now) == rankFresh && now.Before(wait) {
-				l.waitChange(wait) // for a place, or for a fresh one to say what it is
+			l.err = err
+			close(l.done)
+			return
+		}
+		if lc := l.place(c, false); lc != nil {
+			l.deliver(lc)
+		}
+	}
+}
+
+// deliver hands lc to Accept, or closes it where the listener is closed.
+func (l *limitListener) deliver(lc *limitedConn) {
+	select {
+	case l.accepted <- accepted{c: lc}:
+	case <-l.closing:
+		lc.Close()
+	}
+}
+
+// Close closes the listener; the connections waiting for a place are
+// closed too.
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closing) })
+	return l.Listener.Close()
+}
+
+// place finds c a place within the caps, making way for it where they
+// are reached, and returns it as a limitedConn; it returns nil where c
+// was refused, or went to wait for a place on a goroutine of its own
+// (which delivers it). waiter says the caller is that goroutine.
+func (l *limitListener) place(c net.Conn, waiter bool) *limitedConn {
+	client := clientAddr(c.RemoteAddr())
+	wait := time.Now().Add(freshWait)
+	for {
+		l.mu.Lock()
+		var victim *limitedConn
+		switch {
+		case l.per[client] >= l.maxPer:
+			victim = l.victim(client)
+		case len(l.conns) >= l.max:
+			victim = l.victim("")
+		default:
+			lc := &limitedConn{Conn: c, l: l, client: client, since: time.Now()}
+			l.conns[lc] = struct{}{}
+			l.per[client]++
+			l.mu.Unlock()
+			return lc
+		}
+		if now := time.Now(); victim != nil && victim.rank(now) == rankFresh && now.Before(wait) {
+			if waiter { // for a place, or for a fresh one to say what it is
+				l.waitChange(wait)
 				l.mu.Unlock()
 				continue
 			}
-			l.mu.Unlock()
-			if victim == nil {
-				l.refuse(c)
-				break
+			select {
+			case l.waiting <- struct{}{}:
+				l.mu.Unlock()
+				go func() {
+					defer func() { <-l.waiting }()
+					if lc := l.place(c, true); lc != nil {
+						l.deliver(lc)
+					}
+				}()
+				return nil
+			default: // as many wait as may: c makes way at once
 			}
-			victim.Close() // gives its place back
 		}
+		l.mu.Unlock()
+		if victim == nil {
+			l.refuse(c)
+			return nil
+		}
+		victim.Close() // gives its place back
 	}
 }
 

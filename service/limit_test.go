@@ -344,3 +344,68 @@ func TestTokenlessFloodLeavesControl(t *testing.T) {
 	}
 	t.Logf("%d of 30 control requests answered; %d flood requests refused 401", answered, refused.Load())
 }
+
+// TestSilentFloodDoesNotHoldAccept floods the service, at its default
+// caps, from one address with 200 new connections a second that send
+// nothing: every place the address may hold is fresh, so each new
+// connection waits for one of them to say what it is. That wait is its
+// own: the control system's 30 requests from another address, each on a
+// new connection, are all answered, none after more than 2 s. When the
+// wait held the listener's Accept, the listen queue grew and each answer
+// came later than the last (0.29 s to 1.57 s over six requests in a
+// hostile pass).
+func TestSilentFloodDoesNotHoldAccept(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	r := &fakeRunner{planned: 1, tick: time.Millisecond}
+	s := New(r, Config{Token: token})
+	addr := serveLoopback(t, s)
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var opened atomic.Int64
+	flood.Go(func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: time.Second}
+		tick := time.NewTicker(5 * time.Millisecond) // the flood's pace, not a wait of the test's
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if c, err := d.Dial("tcp", addr); err == nil {
+				opened.Add(1)
+				held = append(held, c)
+			}
+		}
+	})
+	defer func() { close(stop); flood.Wait() }()
+	for opened.Load() < 100 { // the flood has filled the address's places
+		runtime.Gosched()
+	}
+	cl := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var slowest time.Duration
+	for range 30 {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/status", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		start := time.Now()
+		resp, err := cl.Do(req)
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		if err != nil {
+			t.Errorf("a control request under the flood: %v after %v", err, took)
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || took > 2*time.Second {
+			t.Errorf("a control request under the flood: %d after %v, want 200 within 2 s", resp.StatusCode, took)
+		}
+	}
+	t.Logf("the slowest of 30 control requests took %v; the flood opened %d connections", slowest, opened.Load())
+}
