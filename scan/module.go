@@ -288,6 +288,9 @@ func (r *Module) Finish(srcErr error) (Summary, error) {
 	if liveErr != nil {
 		note(Warning, "%v", liveErr)
 	}
+	if fell, name := r.pipeline.FellBack(); fell {
+		note(Warning, "the decode backend lost its device mid-scan: the frames from then on were decoded by the %s backend, none lost (the file's configuration names the backend the scan began with)", name)
+	}
 	sum.Series = r.procs.series
 	for _, err := range r.procs.seriesErrs {
 		note(Warning, "%v", err)
