@@ -15,7 +15,6 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
-	"h5ingest/plan"
 	"h5ingest/registry"
 	"h5ingest/scan/scantest"
 )
@@ -158,10 +157,11 @@ func (b *losingBackend) Decode(jobs []gpu.Job) error {
 
 // TestReplayGPULostMidScanSaysSo replays a capture on a backend that
 // loses its device after its first call: every frame is decoded, by the
-// CPU from then on, and the module's summary says so in a warning, where
-// before only the log did (the file's configuration names the backend
-// the scan began with). A scan whose backend keeps its device has no such
-// note.
+// CPU from then on, and counted in h5ingest_decode_frames_total (the
+// fallback is instrumented as the scan's backend is), and the module's
+// summary says so in a warning, where before only the log did (the
+// file's configuration names the backend the scan began with). A scan
+// whose backend keeps its device has no such note.
 func TestReplayGPULostMidScanSaysSo(t *testing.T) {
 	const frames = 12
 	in := simulate(t, scantest.SmallFormat, frames)
@@ -184,12 +184,17 @@ func TestReplayGPULostMidScanSaysSo(t *testing.T) {
 			}
 			p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"backend": "lossy"})
 			out := filepath.Join(t.TempDir(), "lost.h5")
-			r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, in)
+			obs := NewServingObserver(zap.NewNop()) // keeps the scan's metrics after it
+			r := replayWith(t, context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages}, Captures: []string{in}, Observer: obs},
+				Names{Output: out})
 			if r.err != nil {
 				t.Fatalf("replay: %v\n%s", r.err, r.errs)
 			}
 			if _, ok := scantest.CheckTruth(t, out, truth); ok != frames {
 				t.Errorf("%d frames ok, want %d", ok, frames)
+			}
+			if got := decodedFrames(t, obs); got != frames {
+				t.Errorf("h5ingest_decode_frames_total %v, want %d: the frames the CPU decoded in the GPU's place count too", got, frames)
 			}
 			var said []string
 			for _, n := range r.summary().Notes {
@@ -202,4 +207,21 @@ func TestReplayGPULostMidScanSaysSo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decodedFrames returns h5ingest_decode_frames_total of the last scan o
+// shows.
+func decodedFrames(t *testing.T, o *Observer) float64 {
+	t.Helper()
+	families, err := o.obs.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "h5ingest_decode_frames_total" && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no h5ingest_decode_frames_total of one module")
+	return 0
 }

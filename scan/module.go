@@ -145,7 +145,7 @@ func Open(path string, o Options) (*Module, error) {
 		Format:         format,
 		Frames:         plan.Frames(),
 		Backend:        backend,
-		Fallback:       fallbackBackend(o.Stages, profile, backend.Name(), log),
+		Fallback:       watch.fallback(fallbackBackend(o.Stages, profile, backend.Name(), log)),
 		NewCodec:       newCodec,
 		NewProcessor:   newProcessor,
 		Batch:          batch,
