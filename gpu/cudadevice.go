@@ -405,7 +405,7 @@ func loseLocked(err error, log *slog.Logger) error {
 	devices.lost = fmt.Errorf("%w: %w", ErrDeviceLost, err)
 	close(lostChanLocked())
 	log = cmp.Or(devices.log, log, slog.Default())
-	log.Warn("CUDA device lost: a sticky error; the frames in flight are not decoded, and the GPU stays unusable until the process restarts",
+	log.Warn("CUDA device lost: a sticky error; the GPU decodes nothing more until the process restarts (the frames in flight on it are the caller's to decode on the CPU, or to record missing)",
 		"error", err.Error())
 	return devices.lost
 }

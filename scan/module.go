@@ -146,7 +146,7 @@ func Open(path string, o Options) (*Module, error) {
 		Format:         format,
 		Frames:         plan.Frames(),
 		Backend:        backend,
-		Fallback:       fallbackBackend(o.Stages, profile, backend.Name(), log),
+		Fallback:       watch.fallback(fallbackBackend(o.Stages, profile, backend.Name(), log)),
 		NewCodec:       newCodec,
 		NewProcessor:   newProcessor,
 		Batch:          batch,
@@ -302,6 +302,9 @@ func (r *Module) Finish(srcErr error) (Summary, error) {
 	sum.Live, liveErr = r.closeLive()
 	if liveErr != nil {
 		note(Warning, "%v", liveErr)
+	}
+	if fell, name := r.pipeline.FellBack(); fell {
+		note(Warning, "the decode backend lost its device mid-scan: the frames from then on were decoded by the %s backend, none lost (the file's configuration names the backend the scan began with)", name)
 	}
 	sum.Series = r.procs.series
 	for _, err := range r.procs.seriesErrs {

@@ -260,6 +260,22 @@ func (w *scanWatch) wrap(b gpu.Backend, newCodec func() (compress.Codec, error))
 	return w.stages.Backend(b), w.stages.NewCodec(newCodec)
 }
 
+// fallback returns what opens the backend open opens, counted and timed
+// as wrap does the scan's own, so that the decode stage's figures go on
+// once the scan's backend has lost its device; nil where open is nil.
+func (w *scanWatch) fallback(open func() (gpu.Backend, error)) func() (gpu.Backend, error) {
+	if open == nil {
+		return nil
+	}
+	return func() (gpu.Backend, error) {
+		b, err := open()
+		if err != nil {
+			return nil, err
+		}
+		return w.stages.Backend(b), nil
+	}
+}
+
 // describe notes what the scan is, for the page and the report.
 func (w *scanWatch) describe(p *pipeline.Pipeline, path string, plan plan.Plan, format frame.Format, backend, compression string) {
 	w.pipeline = p

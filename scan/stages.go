@@ -120,9 +120,20 @@ func openBackend(reg *registry.Registry, profile config.Profile, log *zap.Logger
 		Logger:      slog.New(zapslog.NewHandler(log.Core())),
 	})
 	if err != nil {
-		return nil, Usage(fmt.Errorf("key backend: %w", err))
+		return nil, backendErr(err)
 	}
 	return backend, nil
+}
+
+// backendErr is the error of a backend that did not open or preload: a
+// usage error naming the key (no such device, a bad option), except where
+// the device was lost to a sticky error as it opened, which no change to
+// the command line or profile mends.
+func backendErr(err error) error {
+	if errors.Is(err, gpu.ErrDeviceLost) {
+		return fmt.Errorf("backend: %w", err)
+	}
+	return Usage(fmt.Errorf("key backend: %w", err))
 }
 
 // fallbackBackend returns what opens the registry's reference backend
@@ -169,7 +180,7 @@ func PreloadBackend(stages *registry.Registry, backend, computeCache string, log
 	}
 	release, err = b.Preload(gpu.Options{ComputeCache: computeCache, Logger: slog.New(zapslog.NewHandler(log.Core()))})
 	if err != nil {
-		return nil, Usage(fmt.Errorf("key backend: %w", err))
+		return nil, backendErr(err)
 	}
 	if release == nil {
 		release = func() {}
