@@ -37,6 +37,12 @@ type plan struct {
 	// in the core's cache; else the blocks are transposed once the whole
 	// batch is decoded.
 	bandShuffle bool
+	// compress says that the job asks for its chunk (Job.Compress) and
+	// the bands hold whole blocks of its encoders: each task transposes
+	// and compresses its band's blocks into its own part of the chunk
+	// once it has taken their CRC.
+	compress bool
+	bandsAt  int // index of the frame's first band in batch.bands
 }
 
 // makePlan checks that job j can be decoded and plans it. workers is the
@@ -71,6 +77,9 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 	p.bands = (f.ChipHeight + p.bandRows - 1) / p.bandRows
 	if bs := j.ShuffleBlock * p.pix; bs > 0 {
 		p.bandShuffle = p.bandRows*rowBytes%bs == 0 && f.ChipHeight*rowBytes%bs == 0
+	} else if c := j.Compress; c != nil && c.NewEncoder != nil && c.BlockElems > 0 {
+		bs := c.BlockElems * p.pix
+		p.compress = p.bandRows*rowBytes%bs == 0 && f.ChipHeight*rowBytes%bs == 0
 	}
 	return p, nil
 }
@@ -166,11 +175,35 @@ func (f *folder) add(crc uint32, n int) {
 
 // run does task (cy, b) of the frame of job j: it checksums and decodes
 // the payload rows of every chip of chip row cy that land in band b, then
-// checksums the band's image rows and, where the job asks for the bit
-// transpose and the plan's bands hold whole blocks, transposes them. counts
-// is scratch of ChipWidth; scratch, for the transpose, is returned grown to
-// a block.
-func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []byte) []byte {
+// checksums the band's image rows and, where the plan's bands hold whole
+// blocks, transposes them where the job asks for the bit transpose, or
+// transposes and compresses them where it asks for its chunk. The worker w gives
+// its scratch and encoders; the piece CRCs and the band's part of the
+// chunk go to bt.
+func (p *plan) run(j *Job, cy, b int, w *worker, bt *batch) {
+	p.decodeBand(j, cy, b, w.counts, bt.crcs)
+	if !p.compress && (j.ShuffleBlock == 0 || !p.bandShuffle) {
+		return
+	}
+	f := &p.f
+	rowBytes := f.Width() * p.pix
+	y0, y1 := p.bandRange(b)
+	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
+	if p.compress {
+		bt.bands[p.bandsAt+cy*p.bands+b] = compressBand(j, start, end, w)
+		return
+	}
+	bs := j.ShuffleBlock * p.pix
+	last := end / bs
+	if end == f.ImageSize() {
+		last = shuffleBlocks(f, j.ShuffleBlock) // the partial block too
+	}
+	w.scratch = shuffleRun(j, p, start/bs, last, w.scratch)
+}
+
+// decodeBand decodes band b of chip row cy of job j's image and leaves its
+// piece CRCs in crcs. counts is scratch of ChipWidth.
+func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 	f := &p.f
 	w, width := f.ChipWidth, f.Width()
 	y0, y1 := p.bandRange(b)
@@ -201,15 +234,6 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []
 	rowBytes := width * p.pix
 	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
 	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(j.Image[start:end])
-	if j.ShuffleBlock == 0 || !p.bandShuffle {
-		return scratch
-	}
-	bs := j.ShuffleBlock * p.pix
-	last := end / bs
-	if end == f.ImageSize() {
-		last = shuffleBlocks(f, j.ShuffleBlock) // the partial block too
-	}
-	return shuffleRun(j, p, start/bs, last, scratch)
 }
 
 // decodeRow decodes readout row r of a chip into dst, one chip-wide piece

@@ -157,6 +157,14 @@ type Config struct {
 	// compression workers only compress the blocks. The files do not
 	// change. The codec must be a compress.Preshuffled (bslz4, bszstd).
 	BackendShuffle bool
+	// DecodeThenCompress keeps compression on the compression workers,
+	// once the backend has decoded the whole image. Without it, a backend
+	// that compresses (gpu.Compressor: the cpu backend) compresses each
+	// band of an image on the core that decoded it, while the band is in
+	// its cache, where the codec's blocks allow (compress.BlockEncoder:
+	// bslz4, bszstd) and there is no processor; the files do not change.
+	// It is there to compare the two.
+	DecodeThenCompress bool
 	// MaxFrameGap bounds a scan without a plan: a frame number more than
 	// this beyond the highest received is rejected as out of range (see
 	// NewTracker); 0 means DefaultMaxFrameGap.
@@ -203,6 +211,9 @@ type Pipeline struct {
 	tracker *Tracker
 	start   time.Time // when Run started; zero before
 	shuffle int       // bitshuffle block the backend transposes images in; 0: none
+	// compression, where set, has the backend compress the images too
+	// (gpu.Job.Compress).
+	compression *gpu.Compression
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 	setup                                      atomic.Int64 // time.Duration Run took to set up
@@ -220,6 +231,8 @@ type slot struct {
 	record frame.Record
 	n      int
 	write  bool // false: only the record goes to the sink
+	// compressed says the backend left the chunk in chunk already.
+	compressed bool
 }
 
 // New returns a pipeline for cfg.
@@ -403,7 +416,31 @@ func (p *Pipeline) workers() ([]compress.Codec, []Processor, error) {
 			p.shuffle = ps.BlockElems()
 		}
 	}
+	p.compressOnBackend(codecs[0])
 	return codecs, procs, nil
+}
+
+// compressOnBackend has the backend compress the images as it decodes
+// them (Config.DecodeThenCompress says when), with encoders made like
+// codec.
+func (p *Pipeline) compressOnBackend(codec compress.Codec) {
+	cfg := p.cfg
+	_, backend := cfg.Backend.(gpu.Compressor)
+	be, blocks := codec.(compress.BlockEncoder)
+	if !backend || !blocks || cfg.DecodeThenCompress || cfg.NewProcessor != nil {
+		return
+	}
+	p.compression = &gpu.Compression{BlockElems: be.BlockElems(), NewEncoder: func() (gpu.ChunkEncoder, error) {
+		c, err := cfg.NewCodec()
+		if err != nil {
+			return nil, fmt.Errorf("make codec: %w", err)
+		}
+		be, ok := c.(compress.BlockEncoder)
+		if !ok {
+			return nil, fmt.Errorf("codec %T compresses no blocks apart", c)
+		}
+		return be, nil
+	}}
 }
 
 // imageBufs are the slots' image buffers, page-locked by the backend where
@@ -609,11 +646,16 @@ func (p *Pipeline) check(h *frame.Header) error {
 const deviceRounds = 2
 
 // decoders returns how many goroutines call the backend: deviceRounds for a
-// device backend, else one (the CPU backend spreads each frame over every
-// core already).
+// device backend; two for one that compresses the images too, so that one
+// frame's tasks keep the cores busy while the other's call puts its chunk
+// together and hands it on; else one (the CPU backend spreads each frame
+// over every core already).
 func (p *Pipeline) decoders() int {
 	if _, ok := p.cfg.Backend.(gpu.Reserver); ok {
 		return deviceRounds
+	}
+	if p.compression != nil {
+		return 2
 	}
 	return 1
 }
@@ -701,7 +743,8 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		}
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
-			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
+			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle,
+				Compress: p.compression, Chunk: s.chunk[:0]}
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
@@ -733,6 +776,15 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 					zap.String("header", fmt.Sprintf("%08x", h.PayloadCRC)), zap.String("computed", fmt.Sprintf("%08x", j.RawCRC)))
 				s.record.Status = frame.StatusCRCMismatch
 			}
+			switch {
+			case !s.write:
+			case j.Compressed:
+				s.chunk, s.compressed = j.Chunk, true
+			case j.CompressErr != nil:
+				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(j.CompressErr))
+				s.write = false
+				s.record.Status = frame.StatusMissing
+			}
 			p.rawBytes.Add(int64(len(s.f.Payload)))
 			src.Release(s.f)
 			s.f = nil
@@ -754,7 +806,7 @@ func (p *Pipeline) compress(codec compress.Codec, proc Processor, in <-chan *slo
 		if s.write && proc != nil && s.record.Status == frame.StatusOK {
 			p.process(proc, s)
 		}
-		if s.write {
+		if s.write && !s.compressed {
 			chunk, err := encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
 			if err != nil {
 				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(err))
@@ -802,7 +854,7 @@ func (p *Pipeline) write(sink Sink, in <-chan *slot, free chan<- *slot) error {
 				return err
 			}
 		}
-		s.n, s.write, s.record = -1, false, frame.Record{}
+		s.n, s.write, s.compressed, s.record = -1, false, false, frame.Record{}
 		free <- s
 	}
 	return nil
