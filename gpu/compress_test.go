@@ -180,7 +180,7 @@ func TestCPUCompressErrors(t *testing.T) {
 		j := newJob(f, 5, payload)
 		withChunk(&j, c.comp, ref)
 		if c.short {
-			j.Chunk = j.Chunk[:0 : ref.Bound(f.ImageSize())-1]
+			j.Chunk = j.Chunk[: 0 : ref.Bound(f.ImageSize())-1]
 		}
 		batch := []Job{j}
 		if err := be.Decode(batch); err != nil {
