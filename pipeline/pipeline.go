@@ -162,8 +162,8 @@ type Config struct {
 	// that compresses (gpu.Compressor: the cpu backend) compresses each
 	// band of an image on the core that decoded it, while the band is in
 	// its cache, where the codec's blocks allow (compress.BlockEncoder:
-	// bslz4, bszstd) and there is no processor; the files do not change.
-	// It is there to compare the two.
+	// bslz4, bszstd) and neither a processor nor BackendShuffle is set;
+	// the files do not change. It is there to compare the two.
 	DecodeThenCompress bool
 	// MaxFrameGap bounds a scan without a plan: a frame number more than
 	// this beyond the highest received is rejected as out of range (see
@@ -427,7 +427,7 @@ func (p *Pipeline) compressOnBackend(codec compress.Codec) {
 	cfg := p.cfg
 	_, backend := cfg.Backend.(gpu.Compressor)
 	be, blocks := codec.(compress.BlockEncoder)
-	if !backend || !blocks || cfg.DecodeThenCompress || cfg.NewProcessor != nil {
+	if !backend || !blocks || cfg.DecodeThenCompress || cfg.BackendShuffle || cfg.NewProcessor != nil {
 		return
 	}
 	p.compression = &gpu.Compression{BlockElems: be.BlockElems(), NewEncoder: func() (gpu.ChunkEncoder, error) {
