@@ -43,19 +43,13 @@ const shuffleTasksPerWorker = 4
 
 // batch is the state of one Decode call.
 type batch struct {
-	jobs  []Job
-	plans []plan
-	ok    []bool
-	crcs  []uint32    // piece CRCs of every frame, at plan.crcs
-	bands []bandChunk // the compressed bands of the frames that ask, at plan.bandsAt
-	wg    sync.WaitGroup
-}
-
-// bandChunk is where a task left its band's compressed blocks in the
-// job's chunk buffer, or why it could not.
-type bandChunk struct {
-	off, n int
-	err    error
+	jobs   []Job
+	plans  []plan
+	ok     []bool
+	crcs   []uint32    // piece CRCs of every frame, at plan.crcs
+	bands  []bandChunk // the compressed bands of the frames that ask, at plan.bandsAt
+	chunks []chunkJoin // the chunk of each job that asks, put together
+	wg     sync.WaitGroup
 }
 
 // CPUInstructions names the widest instructions the cpu backend decodes
@@ -245,11 +239,21 @@ func (b *batch) prepare(jobs []Job, rot frame.Orientation, workers int) int {
 	}
 	b.crcs = grow(b.crcs, pieces)
 	b.bands = grow(b.bands, bands)
+	for i := range b.bands {
+		b.bands[i] = bandChunk{}
+	}
+	if cap(b.chunks) < len(jobs) {
+		b.chunks = make([]chunkJoin, len(jobs))
+	}
+	b.chunks = b.chunks[:len(jobs)]
+	for j := range b.chunks {
+		b.chunks[j].reset()
+	}
 	return tasks
 }
 
-// finish sets the CRCs of the decoded jobs, and puts together the chunks
-// of those whose bands were compressed.
+// finish sets the CRCs of the decoded jobs, and the chunks of those whose
+// bands were compressed.
 func (b *batch) finish() {
 	for j := range b.jobs {
 		if !b.ok[j] {
@@ -257,39 +261,79 @@ func (b *batch) finish() {
 		}
 		job, p := &b.jobs[j], &b.plans[j]
 		job.RawCRC, job.DataCRC = p.combine(b.crcs)
-		if p.compress {
-			job.CompressErr = joinBands(job, b.bands[p.bandsAt:p.bandsAt+p.tasks()])
-			job.Compressed = job.CompressErr == nil
+		if !p.compress {
+			continue
 		}
+		cj := &b.chunks[j]
+		if cj.err != nil {
+			job.Chunk, job.CompressErr = job.Chunk[:0], cj.err
+			continue
+		}
+		job.Chunk, job.Compressed = job.Chunk[:cj.at], true
 	}
 }
 
-// joinBands moves the compressed bands of job's chunk, each at the start
-// of its own part of the buffer, together in image order, and cuts
-// job.Chunk to them. The first band's part starts the buffer, with the
-// chunk's header.
-func joinBands(job *Job, bands []bandChunk) error {
-	for _, bc := range bands {
-		if bc.err != nil {
-			job.Chunk = job.Chunk[:0]
-			return bc.err
-		}
-	}
+// chunkJoin puts the compressed bands of a job's chunk together, in image
+// order, as the tasks finish them. A band whose place is known when its
+// task starts (every band before it in place) is compressed there; any
+// other is compressed at the start of its own part of the chunk buffer,
+// from the encoder's Bound of the bytes before it to that of the bytes up
+// to its end, and moved into place by the task that finishes the last
+// band before it.
+type chunkJoin struct {
+	mu   sync.Mutex
+	next int   // the first band not in place
+	at   int   // the end of the bands in place, with the chunk's header
+	err  error // the first band's error; no band is placed after it
+}
+
+// reset readies j for the chunk of another job.
+func (j *chunkJoin) reset() { j.next, j.at, j.err = 0, 0, nil }
+
+// bandChunk is where a task left its band's compressed blocks in the
+// job's chunk buffer, or why it could not.
+type bandChunk struct {
+	off, n int
+	err    error
+	done   bool
+}
+
+// compressBand compresses image bytes [start, end) of job j, band i of
+// its plan p, a band holding whole blocks or running to the image's end,
+// into the job's chunk buffer (see chunkJoin).
+func (bt *batch) compressBand(j int, p *plan, i, start, end int, w *worker) {
+	job := &bt.jobs[j]
+	cj := &bt.chunks[j]
+	bands := bt.bands[p.bandsAt : p.bandsAt+p.tasks()]
+	cj.mu.Lock()
+	inPlace, at := cj.next == i, cj.at
+	cj.mu.Unlock()
+	bc := encodeBand(job, start, end, inPlace, at, w)
+	bc.done = true
 	chunk := job.Chunk[:cap(job.Chunk)]
-	at := bands[0].n
-	for _, bc := range bands[1:] {
-		at += copy(chunk[at:], chunk[bc.off:bc.off+bc.n])
+	cj.mu.Lock()
+	defer cj.mu.Unlock()
+	bands[i] = bc
+	for cj.next < len(bands) && bands[cj.next].done {
+		b := &bands[cj.next]
+		switch {
+		case cj.err != nil:
+		case b.err != nil:
+			cj.err = b.err
+		default:
+			if b.off != cj.at {
+				copy(chunk[cj.at:], chunk[b.off:b.off+b.n])
+			}
+			cj.at += b.n
+		}
+		cj.next++
 	}
-	job.Chunk = chunk[:at]
-	return nil
 }
 
-// compressBand compresses the transposed blocks of image bytes
-// [start, end) of job j, a band holding whole blocks or running to the
-// image's end, into the band's own part of j.Chunk: from the encoder's
-// Bound of the bytes before it (0 for the first, which takes the chunk's
-// header too) to that of the bytes up to its end.
-func compressBand(j *Job, start, end int, w *worker) bandChunk {
+// encodeBand compresses image bytes [start, end) of job j into its chunk
+// buffer, at at where inPlace is set, else at the start of the band's own
+// part of the buffer.
+func encodeBand(j *Job, start, end int, inPlace bool, at int, w *worker) bandChunk {
 	enc, err := w.encoder(j.Compress)
 	if err != nil {
 		return bandChunk{err: err}
@@ -301,9 +345,13 @@ func compressBand(j *Job, start, end int, w *worker) bandChunk {
 	off, room := 0, enc.Bound(end)
 	if start > 0 {
 		off = enc.Bound(start)
+		room -= off
+	}
+	if inPlace {
+		off = at
 	}
 	chunk := j.Chunk[:cap(j.Chunk)]
-	dst := chunk[off:off:room]
+	dst := chunk[off : off : off+room]
 	if start == 0 {
 		dst = enc.AppendHeader(dst, size)
 	}
@@ -313,10 +361,10 @@ func compressBand(j *Job, start, end int, w *worker) bandChunk {
 	}
 	if len(out) > 0 && unsafe.SliceData(out) != unsafe.SliceData(dst) {
 		// The encoder grew the buffer past its Bound: bring the bytes back.
-		if len(out) > room-off {
-			return bandChunk{err: fmt.Errorf("gpu: frame %d: image bytes %d to %d compressed to %d bytes, above the encoder's bound of %d", j.Header.FrameNumber, start, end, len(out), room-off)}
+		if len(out) > room {
+			return bandChunk{err: fmt.Errorf("gpu: frame %d: image bytes %d to %d compressed to %d bytes, above the encoder's bound of %d", j.Header.FrameNumber, start, end, len(out), room)}
 		}
-		copy(chunk[off:room], out)
+		copy(chunk[off:off+room], out)
 	}
 	return bandChunk{off: off, n: len(out)}
 }
@@ -371,7 +419,7 @@ func (c *cpu) work() {
 			w.scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), w.scratch)
 		} else {
 			w.counts = grow(w.counts, p.f.ChipWidth)
-			p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), &w, t.b)
+			p.run(t.b, int(t.job), int(t.cy), int(t.band), &w)
 		}
 		t.b.wg.Done()
 	}

@@ -173,14 +173,15 @@ func (f *folder) add(crc uint32, n int) {
 	f.crc = f.op[i].Combine(f.crc, crc)
 }
 
-// run does task (cy, b) of the frame of job j: it checksums and decodes
-// the payload rows of every chip of chip row cy that land in band b, then
-// checksums the band's image rows and, where the plan's bands hold whole
-// blocks, transposes them where the job asks for the bit transpose, or
-// transposes and compresses them where it asks for its chunk. The worker w gives
-// its scratch and encoders; the piece CRCs and the band's part of the
-// chunk go to bt.
-func (p *plan) run(j *Job, cy, b int, w *worker, bt *batch) {
+// run does task (cy, b) of the frame of job job of batch bt: it checksums
+// and decodes the payload rows of every chip of chip row cy that land in
+// band b, then checksums the band's image rows and, where the plan's bands
+// hold whole blocks, transposes them where the job asks for the bit
+// transpose, or transposes and compresses them where it asks for its
+// chunk. The worker w gives its scratch and encoders; the piece CRCs and
+// the band's part of the chunk go to bt.
+func (p *plan) run(bt *batch, job, cy, b int, w *worker) {
+	j := &bt.jobs[job]
 	p.decodeBand(j, cy, b, w.counts, bt.crcs)
 	if !p.compress && (j.ShuffleBlock == 0 || !p.bandShuffle) {
 		return
@@ -190,7 +191,7 @@ func (p *plan) run(j *Job, cy, b int, w *worker, bt *batch) {
 	y0, y1 := p.bandRange(b)
 	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
 	if p.compress {
-		bt.bands[p.bandsAt+cy*p.bands+b] = compressBand(j, start, end, w)
+		bt.compressBand(job, p, cy*p.bands+b, start, end, w)
 		return
 	}
 	bs := j.ShuffleBlock * p.pix
