@@ -33,6 +33,11 @@
 //     filter transposes an HDF5 chunk before it compresses the blocks
 //     (bitshuffle.AppendShuffle), so that a bitshuffle codec only has the
 //     blocks left to compress (compress.Preshuffled).
+//   - With Job.Compress set, a backend that compresses (Compressor: the
+//     cpu backend) also leaves in Chunk exactly the bytes the codec's
+//     Encode stores for the image, where every band of the image holds
+//     whole blocks, and says so in Compressed; any other backend, or an
+//     image whose bands cut blocks, leaves Compressed unset.
 //   - RawCRC is the CRC-32C of Payload, DataCRC the CRC-32C of the image
 //     bytes (before any transpose). A RawCRC that differs from
 //     Header.PayloadCRC is a result for the caller to record, not an error.
