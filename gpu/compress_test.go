@@ -131,6 +131,14 @@ func checkCompress(t *testing.T, name string, f frame.Format, o frame.Orientatio
 		t.Errorf("%s: compressed %v, want %v (bands of %d rows, whole blocks %v)", name, got.Compressed, p.compress, p.bandRows, p.compress)
 	}
 	if !got.Compressed {
+		// Bands that cut blocks: the image is decoded, discarded or not.
+		j.DiscardImage = true
+		j.Image = bytes.Repeat([]byte{0xA5}, len(j.Image))
+		batch := []Job{j}
+		if err := be.Decode(batch); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		checkJob(t, name+", image discarded", &batch[0], want)
 		return 0
 	}
 	wantChunk, err := ref.Encode(nil, want)
@@ -143,7 +151,34 @@ func checkCompress(t *testing.T, name string, f frame.Format, o frame.Orientatio
 	if &got.Chunk[0] != &j.Chunk[:1][0] {
 		t.Errorf("%s: chunk not in the job's buffer", name)
 	}
+	checkDiscardImage(t, name, be, j, wantChunk, frame.Checksum(want))
 	return 1
+}
+
+// checkDiscardImage decodes job j, whose bands the backend compresses,
+// again with DiscardImage: the chunk and the CRCs (the image's, wantCRC)
+// must be the same, and the image buffer left as it was.
+func checkDiscardImage(t *testing.T, name string, be Backend, j Job, wantChunk []byte, wantCRC uint32) {
+	t.Helper()
+	j.Image = bytes.Repeat([]byte{0xA5}, len(j.Image))
+	j.DiscardImage = true
+	batch := []Job{j}
+	if err := be.Decode(batch); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	got := &batch[0]
+	if !got.Compressed || !bytes.Equal(got.Chunk, wantChunk) {
+		t.Errorf("%s, image discarded: compressed %v (%v), chunk equal to Encode's %v", name, got.Compressed, got.CompressErr, bytes.Equal(got.Chunk, wantChunk))
+	}
+	if want := frame.Checksum(j.Payload); got.RawCRC != want {
+		t.Errorf("%s, image discarded: RawCRC %08x, want %08x", name, got.RawCRC, want)
+	}
+	if got.DataCRC != wantCRC {
+		t.Errorf("%s, image discarded: DataCRC %08x, want %08x", name, got.DataCRC, wantCRC)
+	}
+	if !bytes.Equal(got.Image, bytes.Repeat([]byte{0xA5}, len(got.Image))) {
+		t.Errorf("%s, image discarded: the image buffer was written", name)
+	}
 }
 
 // failingEncoder fails as it appends blocks.

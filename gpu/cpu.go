@@ -301,14 +301,14 @@ type bandChunk struct {
 // compressBand compresses image bytes [start, end) of job j, band i of
 // its plan p, a band holding whole blocks or running to the image's end,
 // into the job's chunk buffer (see chunkJoin).
-func (bt *batch) compressBand(j int, p *plan, i, start, end int, w *worker) {
+func (bt *batch) compressBand(j int, p *plan, i, start, end int, band []byte, w *worker) {
 	job := &bt.jobs[j]
 	cj := &bt.chunks[j]
 	bands := bt.bands[p.bandsAt : p.bandsAt+p.tasks()]
 	cj.mu.Lock()
 	inPlace, at := cj.next == i, cj.at
 	cj.mu.Unlock()
-	bc := encodeBand(job, start, end, inPlace, at, w)
+	bc := encodeBand(job, start, end, band, inPlace, at, w)
 	bc.done = true
 	chunk := job.Chunk[:cap(job.Chunk)]
 	cj.mu.Lock()
@@ -333,7 +333,7 @@ func (bt *batch) compressBand(j int, p *plan, i, start, end int, w *worker) {
 // encodeBand compresses image bytes [start, end) of job j into its chunk
 // buffer, at at where inPlace is set, else at the start of the band's own
 // part of the buffer.
-func encodeBand(j *Job, start, end int, inPlace bool, at int, w *worker) bandChunk {
+func encodeBand(j *Job, start, end int, band []byte, inPlace bool, at int, w *worker) bandChunk {
 	enc, err := w.encoder(j.Compress)
 	if err != nil {
 		return bandChunk{err: err}
@@ -355,7 +355,7 @@ func encodeBand(j *Job, start, end int, inPlace bool, at int, w *worker) bandChu
 	if start == 0 {
 		dst = enc.AppendHeader(dst, size)
 	}
-	out, err := enc.AppendBlocks(dst, j.Image[start:end])
+	out, err := enc.AppendBlocks(dst, band)
 	if err != nil {
 		return bandChunk{err: fmt.Errorf("gpu: frame %d: compress image bytes %d to %d: %w", j.Header.FrameNumber, start, end, err)}
 	}
@@ -384,6 +384,7 @@ func grow[T any](s []T, n int) []T {
 type worker struct {
 	counts  []uint32
 	scratch []byte
+	band    []byte // a band of an image the caller has no use for (Job.DiscardImage)
 	encs    [4]workerEncoder
 	next    int // the entry of encs to replace next
 }

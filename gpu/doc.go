@@ -86,7 +86,12 @@ type Job struct {
 	// compresses where it can, else leaves Compressed unset and the
 	// caller compresses the image itself.
 	Compress *Compression
-	Chunk    []byte
+	// DiscardImage, with Compress, says that the caller needs only the
+	// chunk: where the backend compresses, it may leave Image undefined
+	// and decode each band into memory of its own that stays in the
+	// core's cache.
+	DiscardImage bool
+	Chunk        []byte
 
 	// Results, set by Decode.
 	RawCRC  uint32 // CRC-32C of Payload as received

@@ -182,16 +182,21 @@ func (f *folder) add(crc uint32, n int) {
 // the band's part of the chunk go to bt.
 func (p *plan) run(bt *batch, job, cy, b int, w *worker) {
 	j := &bt.jobs[job]
-	p.decodeBand(j, cy, b, w.counts, bt.crcs)
-	if !p.compress && (j.ShuffleBlock == 0 || !p.bandShuffle) {
-		return
-	}
 	f := &p.f
 	rowBytes := f.Width() * p.pix
 	y0, y1 := p.bandRange(b)
 	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
+	band := j.Image[start:end]
+	if p.compress && j.DiscardImage {
+		w.band = grow(w.band, end-start)
+		band = w.band
+	}
+	p.decodeBand(j, cy, b, w.counts, bt.crcs, band)
 	if p.compress {
-		bt.compressBand(job, p, cy*p.bands+b, start, end, w)
+		bt.compressBand(job, p, cy*p.bands+b, start, end, band, w)
+		return
+	}
+	if j.ShuffleBlock == 0 || !p.bandShuffle {
 		return
 	}
 	bs := j.ShuffleBlock * p.pix
@@ -202,12 +207,14 @@ func (p *plan) run(bt *batch, job, cy, b int, w *worker) {
 	w.scratch = shuffleRun(j, p, start/bs, last, w.scratch)
 }
 
-// decodeBand decodes band b of chip row cy of job j's image and leaves its
-// piece CRCs in crcs. counts is scratch of ChipWidth.
-func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32) {
+// decodeBand decodes band b of chip row cy of job j's image into band,
+// which holds the band's bytes of the image, and leaves its piece CRCs in
+// crcs. counts is scratch of ChipWidth.
+func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32, band []byte) {
 	f := &p.f
 	w, width := f.ChipWidth, f.Width()
 	y0, y1 := p.bandRange(b)
+	base := (cy*f.ChipHeight + y0) * width * p.pix // where band starts in the image
 	for cx := range f.ChipsX {
 		k := cy*f.ChipsX + cx
 		rotated := p.rot.Rotated(k)
@@ -216,10 +223,10 @@ func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 		crcs[p.crcs+p.rawPiece(k, b)] = frame.Checksum(chip[p.payloadOffset(r0):p.payloadOffset(r1)])
 		if !rotated && f.Encoding == frame.Bitplane {
 			// The band's rows of a chip at 0 degrees in one call.
-			off := ((cy*f.ChipHeight+y0)*width + cx*w) * p.pix
+			off := cx * w * p.pix
 			lfsr := f.Coding == frame.LFSR
-			if f.BitDepth == 24 && bitplane24Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
-				f.BitDepth == 12 && bitplane12Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) {
+			if f.BitDepth == 24 && bitplane24Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
+				f.BitDepth == 12 && bitplane12Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) {
 				continue
 			}
 		}
@@ -228,13 +235,11 @@ func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32) {
 			if rotated {
 				r = f.ChipHeight - 1 - y
 			}
-			off := ((cy*f.ChipHeight+y)*width + cx*w) * p.pix
-			p.decodeRow(j.Image[off:off+w*p.pix], chip, r, rotated, counts)
+			off := ((cy*f.ChipHeight+y)*width+cx*w)*p.pix - base
+			p.decodeRow(band[off:off+w*p.pix], chip, r, rotated, counts)
 		}
 	}
-	rowBytes := width * p.pix
-	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
-	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(j.Image[start:end])
+	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(band)
 }
 
 // decodeRow decodes readout row r of a chip into dst, one chip-wide piece

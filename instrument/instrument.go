@@ -253,6 +253,7 @@ type backend struct {
 
 func (w *backend) Decode(batch []gpu.Job) error {
 	start := time.Now()
+	w.s.Preview.keepImages(batch, start)
 	err := w.Backend.Decode(batch)
 	end := time.Now()
 	w.s.DecodeSeconds.Observe(end.Sub(start).Seconds())

@@ -744,7 +744,7 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
 			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle,
-				Compress: p.compression, Chunk: s.chunk[:0]}
+				Compress: p.compression, Chunk: s.chunk[:0], DiscardImage: p.compression != nil}
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
