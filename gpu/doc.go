@@ -87,9 +87,10 @@ type Job struct {
 	// caller compresses the image itself.
 	Compress *Compression
 	// DiscardImage, with Compress, says that the caller needs only the
-	// chunk: where the backend compresses, it may leave Image undefined
-	// and decode each band into memory of its own that stays in the
-	// core's cache.
+	// chunk: where the backend compresses (Compressed, or CompressErr
+	// set), it may leave Image undefined and decode each band into
+	// memory of its own that stays in the core's cache; where it leaves
+	// the chunk to the caller, Image holds the image.
 	DiscardImage bool
 	Chunk        []byte
 
