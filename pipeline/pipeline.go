@@ -647,9 +647,10 @@ const deviceRounds = 2
 
 // decoders returns how many goroutines call the backend: deviceRounds for a
 // device backend; two for one that compresses the images too, so that one
-// frame's tasks keep the cores busy while the other's call puts its chunk
-// together and hands it on; else one (the CPU backend spreads each frame
-// over every core already).
+// frame's tasks keep the cores busy while the other's call hands its chunk
+// on; else one (the CPU backend spreads each frame over every core
+// already). They pass their frames on in the order they took them
+// (decodeOrder).
 func (p *Pipeline) decoders() int {
 	if _, ok := p.cfg.Backend.(gpu.Reserver); ok {
 		return deviceRounds
@@ -693,9 +694,10 @@ func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slo
 		defer mu.Unlock()
 		return first != nil
 	}
+	order := newDecodeOrder()
 	for range n {
 		wg.Go(func() {
-			if err := p.decode(src, in, out, failed); err != nil {
+			if err := p.decode(src, in, out, failed, order); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err
@@ -711,7 +713,7 @@ func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slo
 // decode gathers batches of frames and decodes them with the backend. Once
 // the backend has failed (here or, as failed says, in another decode
 // goroutine), frames pass on as missing.
-func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool) error {
+func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool, order *decodeOrder) error {
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
 	overwriting, _ := src.(OverwritingSource)
@@ -721,24 +723,19 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		s.record.Status = frame.StatusMissing
 		out <- s
 	}
-	for s := range in {
-		batch = append(batch[:0], s)
-	gather:
-		for len(batch) < p.cfg.Batch {
-			select {
-			case s, ok := <-in:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, s)
-			default:
-				break gather
-			}
+	for {
+		var ticket uint64
+		var ok bool
+		batch, ticket, ok = order.take(in, batch[:0], p.cfg.Batch)
+		if !ok {
+			return nil
 		}
 		if failed() {
+			order.wait(ticket)
 			for _, s := range batch {
 				missing(s)
 			}
+			order.done()
 			continue
 		}
 		jobs := jobs[:len(batch)]
@@ -748,14 +745,17 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		}
 		if err := p.cfg.Backend.Decode(jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", p.cfg.Backend.Name(), err)
+			order.wait(ticket)
 			for _, s := range batch {
 				missing(s)
 			}
+			order.done()
 			for s := range in {
 				missing(s)
 			}
 			return err
 		}
+		order.wait(ticket)
 		for i, s := range batch {
 			j := &jobs[i]
 			h := &s.f.Header
@@ -790,8 +790,78 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 			s.f = nil
 			out <- s
 		}
+		order.done()
 	}
-	return nil
+}
+
+// decodeOrder hands the decode goroutines their batches in turn, and has
+// each pass its frames on in the same turn, so that frames leave the
+// decode stage in the order they came from the source, however many
+// decode calls run at once: a source's Intact, where roce's --record
+// keeps each frame, sees them in that order.
+type decodeOrder struct {
+	takeMu sync.Mutex // held while a goroutine takes a batch
+	next   uint64     // the ticket of the next batch taken
+
+	mu     sync.Mutex
+	turn   sync.Cond
+	passed uint64 // the batches passed on
+}
+
+func newDecodeOrder() *decodeOrder {
+	o := new(decodeOrder)
+	o.turn.L = &o.mu
+	return o
+}
+
+// take appends to batch the next frame of in and as many more as are
+// waiting, up to n in all, and returns the batch's ticket; false once in
+// is closed and empty.
+func (o *decodeOrder) take(in <-chan *slot, batch []*slot, n int) ([]*slot, uint64, bool) {
+	o.takeMu.Lock()
+	defer o.takeMu.Unlock()
+	s, ok := <-in
+	if !ok {
+		return batch, 0, false
+	}
+	batch = append(batch, s)
+	for len(batch) < n {
+		select {
+		case s, ok := <-in:
+			if !ok {
+				return batch, o.ticket(), true
+			}
+			batch = append(batch, s)
+		default:
+			return batch, o.ticket(), true
+		}
+	}
+	return batch, o.ticket(), true
+}
+
+// ticket returns the next ticket; takeMu is held.
+func (o *decodeOrder) ticket() uint64 {
+	t := o.next
+	o.next++
+	return t
+}
+
+// wait blocks until every batch taken before the one of ticket has been
+// passed on.
+func (o *decodeOrder) wait(ticket uint64) {
+	o.mu.Lock()
+	for o.passed != ticket {
+		o.turn.Wait()
+	}
+	o.mu.Unlock()
+}
+
+// done says that the batch whose turn it is has been passed on.
+func (o *decodeOrder) done() {
+	o.mu.Lock()
+	o.passed++
+	o.mu.Unlock()
+	o.turn.Broadcast()
 }
 
 // compress runs each decoded image through the processor, where there is

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -125,4 +127,55 @@ func TestPipelineBackendCompress(t *testing.T) {
 func testFormat2(f frame.Format) frame.Format {
 	f.Coding = frame.LFSR - f.Coding
 	return f
+}
+
+// intactOrder is a source whose frames may be written over
+// (OverwritingSource), keeping the order of its Intact calls, where roce's
+// --record keeps each frame.
+type intactOrder struct {
+	sliceSource
+	mu    sync.Mutex
+	order []uint64
+}
+
+func (s *intactOrder) Intact(f *Frame) bool {
+	s.mu.Lock()
+	s.order = append(s.order, f.Header.FrameNumber)
+	s.mu.Unlock()
+	return true
+}
+
+// TestPipelineBackendCompressKeepsOrder checks that with compression on
+// the backend a source whose frames may be written over sees its Intact
+// calls in the order its frames came, as without.
+func TestPipelineBackendCompressKeepsOrder(t *testing.T) {
+	const frames = 60
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	cpu, err := gpu.New("cpu", gpu.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	be := &compressCounter{Backend: cpu}
+	p, err := New(Config{
+		Format: f, Frames: frames, Backend: be, Workers: 2,
+		NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", f.PixelSize(), 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &intactOrder{}
+	for n := range frames {
+		src.frames = append(src.frames, testFrame(t, f, uint64(n)))
+	}
+	if _, err := p.Run(context.Background(), src, newMemSink()); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.chunks.Load(); n != frames {
+		t.Errorf("%d chunks made by the backend, want %d", n, frames)
+	}
+	if !slices.IsSorted(src.order) || len(src.order) != frames {
+		t.Errorf("Intact called for frames %v, want 0 to %d in order", src.order, frames-1)
+	}
 }
