@@ -110,21 +110,63 @@ func (c *bitshuffleCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) {
 	return c.encode(dst, shuffled, true)
 }
 
+// AppendHeader appends the 12-byte header of a chunk of n bytes.
+func (c *bitshuffleCodec) AppendHeader(dst []byte, n int) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(n))
+	return binary.BigEndian.AppendUint32(dst, uint32(c.block()*c.elemSize))
+}
+
+// AppendBlocks appends the stored blocks of src, a run of a chunk's
+// blocks, to dst, as Encode appends them after the header: each block
+// transposed and compressed, with its length in front, and the chunk's
+// last partial block and leftover bytes where the run ends the chunk. It
+// needs at most Bound(len(src)) - 12 bytes of room.
+func (c *bitshuffleCodec) AppendBlocks(dst, src []byte) ([]byte, error) {
+	if err := c.checkChunk(src); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, c.Bound(len(src))-headerLen)
+	dst, err := c.appendBlocks(dst, src, false)
+	if err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// checkChunk reports a chunk that is no whole number of elements or that
+// HDF5 cannot store.
+func (c *bitshuffleCodec) checkChunk(src []byte) error {
+	if len(src)%c.elemSize != 0 {
+		return fmt.Errorf("%s: chunk of %d bytes is not a whole number of %d-byte elements", c.name, len(src), c.elemSize)
+	}
+	if len(src) > maxChunk {
+		return fmt.Errorf("%s: chunk of %d bytes exceeds the 4 GiB HDF5 limit", c.name, len(src))
+	}
+	return nil
+}
+
 // encode appends the stored form of a chunk given as src, already
 // transposed block by block when shuffled is set.
 func (c *bitshuffleCodec) encode(dst, src []byte, shuffled bool) ([]byte, error) {
-	es := c.elemSize
-	if len(src)%es != 0 {
-		return dst, fmt.Errorf("%s: chunk of %d bytes is not a whole number of %d-byte elements", c.name, len(src), es)
-	}
-	if len(src) > maxChunk {
-		return dst, fmt.Errorf("%s: chunk of %d bytes exceeds the 4 GiB HDF5 limit", c.name, len(src))
+	if err := c.checkChunk(src); err != nil {
+		return dst, err
 	}
 	start := len(dst)
 	dst = slices.Grow(dst, c.Bound(len(src)))
+	dst = c.AppendHeader(dst, len(src))
+	dst, err := c.appendBlocks(dst, src, shuffled)
+	if err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// appendBlocks appends the compressed blocks of src, transposing each
+// first unless shuffled is set, then src's leftover bytes.
+func (c *bitshuffleCodec) appendBlocks(dst, src []byte, shuffled bool) ([]byte, error) {
+	es := c.elemSize
 	blockBytes := c.block() * es
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(src)))
-	dst = binary.BigEndian.AppendUint32(dst, uint32(blockBytes))
 	full, partial, _ := bitshuffle.Split(len(src)/es, c.block())
 	if !shuffled {
 		c.scratch = growLen(c.scratch, blockBytes)
@@ -144,7 +186,7 @@ func (c *bitshuffleCodec) encode(dst, src []byte, shuffled bool) ([]byte, error)
 		var err error
 		dst, err = c.blocks.compress(append(dst, 0, 0, 0, 0), blk)
 		if err != nil {
-			return dst[:start], fmt.Errorf("%s block %d at offset %d: %w", c.name, i, off, err)
+			return dst, fmt.Errorf("%s block %d at offset %d: %w", c.name, i, off, err)
 		}
 		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
 		off += size

@@ -83,3 +83,23 @@ type Preshuffled interface {
 	// form is shuffled to dst and returns the extended buffer.
 	EncodeShuffled(dst, shuffled []byte) ([]byte, error)
 }
+
+// BlockEncoder is implemented by the bitshuffle codecs. A chunk's stored
+// form is its header followed by its blocks, each transposed and
+// compressed on its own: runs of whole blocks encoded apart, by several
+// goroutines each with its own codec, and put after the header in order
+// are exactly the bytes Encode appends. A decode backend so compresses
+// each band of an image on the core that decoded it, while the band is in
+// its cache (gpu.Job.Compress).
+type BlockEncoder interface {
+	Codec
+	// BlockElems returns the bitshuffle block size in elements.
+	BlockElems() int
+	// AppendHeader appends the header of a chunk of n bytes to dst.
+	AppendHeader(dst []byte, n int) []byte
+	// AppendBlocks appends the stored form of src, blocks of a chunk
+	// starting at one of its blocks and holding whole blocks or running
+	// to the chunk's end, to dst. It needs at most Bound(len(src)) minus
+	// the header's bytes of room; with that room it appends in place.
+	AppendBlocks(dst, src []byte) ([]byte, error)
+}

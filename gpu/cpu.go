@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"h5ingest/compress/bitshuffle"
 	"h5ingest/frame"
@@ -41,11 +43,13 @@ const shuffleTasksPerWorker = 4
 
 // batch is the state of one Decode call.
 type batch struct {
-	jobs  []Job
-	plans []plan
-	ok    []bool
-	crcs  []uint32 // piece CRCs of every frame, at plan.crcs
-	wg    sync.WaitGroup
+	jobs   []Job
+	plans  []plan
+	ok     []bool
+	crcs   []uint32    // piece CRCs of every frame, at plan.crcs
+	bands  []bandChunk // the compressed bands of the frames that ask, at plan.bandsAt
+	chunks []chunkJoin // the chunk of each job that asks, put together
+	wg     sync.WaitGroup
 }
 
 // CPUInstructions names the widest instructions the cpu backend decodes
@@ -213,10 +217,11 @@ func (b *batch) prepare(jobs []Job, rot frame.Orientation, workers int) int {
 	b.jobs = jobs
 	b.plans = grow(b.plans, len(jobs))
 	b.ok = grow(b.ok, len(jobs))
-	tasks, pieces := 0, 0
+	tasks, pieces, bands := 0, 0, 0
 	for j := range jobs {
 		job := &jobs[j]
 		job.RawCRC, job.DataCRC = 0, 0
+		job.Compressed, job.CompressErr = false, nil
 		p, err := makePlan(job, rot, workers)
 		job.Err = err
 		b.ok[j] = err == nil
@@ -224,22 +229,144 @@ func (b *batch) prepare(jobs []Job, rot frame.Orientation, workers int) int {
 			continue
 		}
 		p.crcs = pieces
+		if p.compress {
+			p.bandsAt = bands
+			bands += p.tasks()
+		}
 		b.plans[j] = p
 		tasks += p.tasks()
 		pieces += p.pieces()
 	}
 	b.crcs = grow(b.crcs, pieces)
+	b.bands = grow(b.bands, bands)
+	for i := range b.bands {
+		b.bands[i] = bandChunk{}
+	}
+	if cap(b.chunks) < len(jobs) {
+		b.chunks = make([]chunkJoin, len(jobs))
+	}
+	b.chunks = b.chunks[:len(jobs)]
+	for j := range b.chunks {
+		b.chunks[j].reset()
+	}
 	return tasks
 }
 
-// finish sets the CRCs of the decoded jobs.
+// finish sets the CRCs of the decoded jobs, and the chunks of those whose
+// bands were compressed.
 func (b *batch) finish() {
 	for j := range b.jobs {
-		if b.ok[j] {
-			job := &b.jobs[j]
-			job.RawCRC, job.DataCRC = b.plans[j].combine(b.crcs)
+		if !b.ok[j] {
+			continue
 		}
+		job, p := &b.jobs[j], &b.plans[j]
+		job.RawCRC, job.DataCRC = p.combine(b.crcs)
+		if !p.compress {
+			continue
+		}
+		cj := &b.chunks[j]
+		if cj.err != nil {
+			job.Chunk, job.CompressErr = job.Chunk[:0], cj.err
+			continue
+		}
+		job.Chunk, job.Compressed = job.Chunk[:cj.at], true
 	}
+}
+
+// chunkJoin puts the compressed bands of a job's chunk together, in image
+// order, as the tasks finish them. A band whose place is known when its
+// task starts (every band before it in place) is compressed there; any
+// other is compressed at the start of its own part of the chunk buffer,
+// from the encoder's Bound of the bytes before it to that of the bytes up
+// to its end, and moved into place by the task that finishes the last
+// band before it.
+type chunkJoin struct {
+	mu   sync.Mutex
+	next int   // the first band not in place
+	at   int   // the end of the bands in place, with the chunk's header
+	err  error // the first band's error; no band is placed after it
+}
+
+// reset readies j for the chunk of another job.
+func (j *chunkJoin) reset() { j.next, j.at, j.err = 0, 0, nil }
+
+// bandChunk is where a task left its band's compressed blocks in the
+// job's chunk buffer, or why it could not.
+type bandChunk struct {
+	off, n int
+	err    error
+	done   bool
+}
+
+// compressBand compresses image bytes [start, end) of job j, band i of
+// its plan p, a band holding whole blocks or running to the image's end,
+// into the job's chunk buffer (see chunkJoin).
+func (bt *batch) compressBand(j int, p *plan, i, start, end int, band []byte, w *worker) {
+	job := &bt.jobs[j]
+	cj := &bt.chunks[j]
+	bands := bt.bands[p.bandsAt : p.bandsAt+p.tasks()]
+	cj.mu.Lock()
+	inPlace, at := cj.next == i, cj.at
+	cj.mu.Unlock()
+	bc := encodeBand(job, start, end, band, inPlace, at, w)
+	bc.done = true
+	chunk := job.Chunk[:cap(job.Chunk)]
+	cj.mu.Lock()
+	defer cj.mu.Unlock()
+	bands[i] = bc
+	for cj.next < len(bands) && bands[cj.next].done {
+		b := &bands[cj.next]
+		switch {
+		case cj.err != nil:
+		case b.err != nil:
+			cj.err = b.err
+		default:
+			if b.off != cj.at {
+				copy(chunk[cj.at:], chunk[b.off:b.off+b.n])
+			}
+			cj.at += b.n
+		}
+		cj.next++
+	}
+}
+
+// encodeBand compresses image bytes [start, end) of job j into its chunk
+// buffer, at at where inPlace is set, else at the start of the band's own
+// part of the buffer.
+func encodeBand(j *Job, start, end int, band []byte, inPlace bool, at int, w *worker) bandChunk {
+	enc, err := w.encoder(j.Compress)
+	if err != nil {
+		return bandChunk{err: err}
+	}
+	size := j.Header.Format.ImageSize()
+	if need := enc.Bound(size); cap(j.Chunk) < need {
+		return bandChunk{err: fmt.Errorf("gpu: frame %d: chunk buffer of %d bytes, the chunk may need %d", j.Header.FrameNumber, cap(j.Chunk), need)}
+	}
+	off, room := 0, enc.Bound(end)
+	if start > 0 {
+		off = enc.Bound(start)
+		room -= off
+	}
+	if inPlace {
+		off = at
+	}
+	chunk := j.Chunk[:cap(j.Chunk)]
+	dst := chunk[off : off : off+room]
+	if start == 0 {
+		dst = enc.AppendHeader(dst, size)
+	}
+	out, err := enc.AppendBlocks(dst, band)
+	if err != nil {
+		return bandChunk{err: fmt.Errorf("gpu: frame %d: compress image bytes %d to %d: %w", j.Header.FrameNumber, start, end, err)}
+	}
+	if len(out) > 0 && unsafe.SliceData(out) != unsafe.SliceData(dst) {
+		// The encoder grew the buffer past its Bound: bring the bytes back.
+		if len(out) > room {
+			return bandChunk{err: fmt.Errorf("gpu: frame %d: image bytes %d to %d compressed to %d bytes, above the encoder's bound of %d", j.Header.FrameNumber, start, end, len(out), room)}
+		}
+		copy(chunk[off:off+room], out)
+	}
+	return bandChunk{off: off, n: len(out)}
 }
 
 // grow returns s resized to n, reusing its array when it is large enough.
@@ -250,20 +377,54 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// work runs tasks until the channel closes. Its scratch row of counts and
-// block of pixels live as long as the worker.
+// worker is what one worker goroutine keeps for as long as it runs: a
+// scratch row of counts, a scratch block of pixels, and its chunk encoders
+// of the last few Compressions it compressed for (a backend shared by the
+// pipelines of several modules sees as many at once).
+type worker struct {
+	counts  []uint32
+	scratch []byte
+	band    []byte // a band of an image the caller has no use for (Job.DiscardImage)
+	encs    [4]workerEncoder
+	next    int // the entry of encs to replace next
+}
+
+type workerEncoder struct {
+	c   *Compression
+	enc ChunkEncoder
+}
+
+// encoder returns the worker's encoder for c, made the first time.
+func (w *worker) encoder(c *Compression) (ChunkEncoder, error) {
+	for i := range w.encs {
+		if w.encs[i].c == c {
+			return w.encs[i].enc, nil
+		}
+	}
+	enc, err := c.NewEncoder()
+	if err != nil {
+		return nil, fmt.Errorf("gpu: make chunk encoder: %w", err)
+	}
+	w.encs[w.next] = workerEncoder{c, enc}
+	w.next = (w.next + 1) % len(w.encs)
+	return enc, nil
+}
+
+// work runs tasks until the channel closes.
 func (c *cpu) work() {
 	defer c.done.Done()
-	var counts []uint32
-	var scratch []byte
+	var w worker
 	for t := range c.tasks {
 		p := &t.b.plans[t.job]
 		if t.shuffle {
-			scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), scratch)
+			w.scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), w.scratch)
 		} else {
-			counts = grow(counts, p.f.ChipWidth)
-			scratch = p.run(&t.b.jobs[t.job], int(t.cy), int(t.band), counts, t.b.crcs, scratch)
+			w.counts = grow(w.counts, p.f.ChipWidth)
+			p.run(t.b, int(t.job), int(t.cy), int(t.band), &w)
 		}
 		t.b.wg.Done()
 	}
 }
+
+// CompressesChunks marks the cpu backend as a Compressor.
+func (c *cpu) CompressesChunks() {}

@@ -433,6 +433,7 @@ func (d *devBackend) Decode(jobs []Job) error {
 	for i := range jobs {
 		j := &jobs[i]
 		j.RawCRC, j.DataCRC = 0, 0
+		j.Compressed, j.CompressErr = false, nil
 		_, j.Err = makePlan(j, d.rot, 1)
 	}
 	err := d.run(jobs)

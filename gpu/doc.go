@@ -33,6 +33,11 @@
 //     filter transposes an HDF5 chunk before it compresses the blocks
 //     (bitshuffle.AppendShuffle), so that a bitshuffle codec only has the
 //     blocks left to compress (compress.Preshuffled).
+//   - With Job.Compress set, a backend that compresses (Compressor: the
+//     cpu backend) also leaves in Chunk exactly the bytes the codec's
+//     Encode stores for the image, where every band of the image holds
+//     whole blocks, and says so in Compressed; any other backend, or an
+//     image whose bands cut blocks, leaves Compressed unset.
 //   - RawCRC is the CRC-32C of Payload, DataCRC the CRC-32C of the image
 //     bytes (before any transpose). A RawCRC that differs from
 //     Header.PayloadCRC is a result for the caller to record, not an error.
@@ -74,10 +79,68 @@ type Job struct {
 	// BlockElems.
 	ShuffleBlock int
 
+	// Compress, where set (and ShuffleBlock is not), asks a backend that
+	// compresses (Compressor) for the image's stored chunk as well, in
+	// Chunk, whose capacity must be at least the encoders' Bound of the
+	// image's size; Image still holds the image as decoded. A backend
+	// compresses where it can, else leaves Compressed unset and the
+	// caller compresses the image itself.
+	Compress *Compression
+	// DiscardImage, with Compress, says that the caller needs only the
+	// chunk: where the backend compresses (Compressed, or CompressErr
+	// set), it may leave Image undefined and decode each band into
+	// memory of its own that stays in the core's cache; where it leaves
+	// the chunk to the caller, Image holds the image.
+	DiscardImage bool
+	Chunk        []byte
+
 	// Results, set by Decode.
 	RawCRC  uint32 // CRC-32C of Payload as received
 	DataCRC uint32 // CRC-32C of Image[:Header.Format.ImageSize()]
 	Err     error  // why this frame was not decoded; nil on success
+	// Compressed says that Chunk holds the image's stored chunk (Err is
+	// nil). A chunk that could not be made leaves it unset, with
+	// CompressErr saying why.
+	Compressed  bool
+	CompressErr error
+}
+
+// ChunkEncoder transposes and compresses the bitshuffle blocks of a chunk
+// apart from each other, as compress.BlockEncoder does (the bitshuffle
+// codecs are ones). An encoder is used by one goroutine at a time.
+type ChunkEncoder interface {
+	// Bound returns the largest stored size of a chunk of n bytes. For n a
+	// whole number of blocks, Bound(n) less Bound(0) (the header) is the
+	// most AppendBlocks appends for them.
+	Bound(n int) int
+	// AppendHeader appends the header of a chunk of n bytes.
+	AppendHeader(dst []byte, n int) []byte
+	// AppendBlocks appends the stored form of a run of a chunk's blocks:
+	// whole blocks, or running to the chunk's end.
+	AppendBlocks(dst, src []byte) ([]byte, error)
+}
+
+// Compression says how a backend that compresses (Compressor) makes the
+// chunks of the jobs that point to it. It is shared by every job of a
+// scan: a backend keeps an encoder per worker for it, made once.
+type Compression struct {
+	// BlockElems is the encoders' bitshuffle block size in pixels: a
+	// band of an image is compressed apart where it holds whole blocks.
+	BlockElems int
+	// NewEncoder makes one encoder. It is called by a backend's worker the
+	// first time it compresses for this Compression, and again only after
+	// the worker has compressed for several others meanwhile.
+	NewEncoder func() (ChunkEncoder, error)
+}
+
+// Compressor is implemented by backends that honour Job.Compress: the cpu
+// backend, which compresses each band of an image on the core that decoded
+// and transposed it, while the band is still in its cache, wherever the
+// image's bands hold whole bitshuffle blocks (a Pi-mega frame at the
+// default block size).
+type Compressor interface {
+	// CompressesChunks does nothing: it marks the backend as one.
+	CompressesChunks()
 }
 
 // Backend decodes and checksums batches of frames.

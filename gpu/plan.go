@@ -37,6 +37,12 @@ type plan struct {
 	// in the core's cache; else the blocks are transposed once the whole
 	// batch is decoded.
 	bandShuffle bool
+	// compress says that the job asks for its chunk (Job.Compress) and
+	// the bands hold whole blocks of its encoders: each task transposes
+	// and compresses its band's blocks into its own part of the chunk
+	// once it has taken their CRC.
+	compress bool
+	bandsAt  int // index of the frame's first band in batch.bands
 }
 
 // makePlan checks that job j can be decoded and plans it. workers is the
@@ -71,6 +77,9 @@ func makePlan(j *Job, rot frame.Orientation, workers int) (plan, error) {
 	p.bands = (f.ChipHeight + p.bandRows - 1) / p.bandRows
 	if bs := j.ShuffleBlock * p.pix; bs > 0 {
 		p.bandShuffle = p.bandRows*rowBytes%bs == 0 && f.ChipHeight*rowBytes%bs == 0
+	} else if c := j.Compress; c != nil && c.NewEncoder != nil && c.BlockElems > 0 {
+		bs := c.BlockElems * p.pix
+		p.compress = p.bandRows*rowBytes%bs == 0 && f.ChipHeight*rowBytes%bs == 0
 	}
 	return p, nil
 }
@@ -164,16 +173,48 @@ func (f *folder) add(crc uint32, n int) {
 	f.crc = f.op[i].Combine(f.crc, crc)
 }
 
-// run does task (cy, b) of the frame of job j: it checksums and decodes
-// the payload rows of every chip of chip row cy that land in band b, then
-// checksums the band's image rows and, where the job asks for the bit
-// transpose and the plan's bands hold whole blocks, transposes them. counts
-// is scratch of ChipWidth; scratch, for the transpose, is returned grown to
-// a block.
-func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []byte) []byte {
+// run does task (cy, b) of the frame of job job of batch bt: it checksums
+// and decodes the payload rows of every chip of chip row cy that land in
+// band b, then checksums the band's image rows and, where the plan's bands
+// hold whole blocks, transposes them where the job asks for the bit
+// transpose, or transposes and compresses them where it asks for its
+// chunk. The worker w gives its scratch and encoders; the piece CRCs and
+// the band's part of the chunk go to bt.
+func (p *plan) run(bt *batch, job, cy, b int, w *worker) {
+	j := &bt.jobs[job]
+	f := &p.f
+	rowBytes := f.Width() * p.pix
+	y0, y1 := p.bandRange(b)
+	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
+	band := j.Image[start:end]
+	if p.compress && j.DiscardImage {
+		w.band = grow(w.band, end-start)
+		band = w.band
+	}
+	p.decodeBand(j, cy, b, w.counts, bt.crcs, band)
+	if p.compress {
+		bt.compressBand(job, p, cy*p.bands+b, start, end, band, w)
+		return
+	}
+	if j.ShuffleBlock == 0 || !p.bandShuffle {
+		return
+	}
+	bs := j.ShuffleBlock * p.pix
+	last := end / bs
+	if end == f.ImageSize() {
+		last = shuffleBlocks(f, j.ShuffleBlock) // the partial block too
+	}
+	w.scratch = shuffleRun(j, p, start/bs, last, w.scratch)
+}
+
+// decodeBand decodes band b of chip row cy of job j's image into band,
+// which holds the band's bytes of the image, and leaves its piece CRCs in
+// crcs. counts is scratch of ChipWidth.
+func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32, band []byte) {
 	f := &p.f
 	w, width := f.ChipWidth, f.Width()
 	y0, y1 := p.bandRange(b)
+	base := (cy*f.ChipHeight + y0) * width * p.pix // where band starts in the image
 	for cx := range f.ChipsX {
 		k := cy*f.ChipsX + cx
 		rotated := p.rot.Rotated(k)
@@ -182,10 +223,10 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []
 		crcs[p.crcs+p.rawPiece(k, b)] = frame.Checksum(chip[p.payloadOffset(r0):p.payloadOffset(r1)])
 		if !rotated && f.Encoding == frame.Bitplane {
 			// The band's rows of a chip at 0 degrees in one call.
-			off := ((cy*f.ChipHeight+y0)*width + cx*w) * p.pix
+			off := cx * w * p.pix
 			lfsr := f.Coding == frame.LFSR
-			if f.BitDepth == 24 && bitplane24Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
-				f.BitDepth == 12 && bitplane12Rows(j.Image[off:], width*p.pix, chip, r0, r1, w, lfsr) {
+			if f.BitDepth == 24 && bitplane24Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
+				f.BitDepth == 12 && bitplane12Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) {
 				continue
 			}
 		}
@@ -194,22 +235,11 @@ func (p *plan) run(j *Job, cy, b int, counts []uint32, crcs []uint32, scratch []
 			if rotated {
 				r = f.ChipHeight - 1 - y
 			}
-			off := ((cy*f.ChipHeight+y)*width + cx*w) * p.pix
-			p.decodeRow(j.Image[off:off+w*p.pix], chip, r, rotated, counts)
+			off := ((cy*f.ChipHeight+y)*width+cx*w)*p.pix - base
+			p.decodeRow(band[off:off+w*p.pix], chip, r, rotated, counts)
 		}
 	}
-	rowBytes := width * p.pix
-	start, end := (cy*f.ChipHeight+y0)*rowBytes, (cy*f.ChipHeight+y1)*rowBytes
-	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(j.Image[start:end])
-	if j.ShuffleBlock == 0 || !p.bandShuffle {
-		return scratch
-	}
-	bs := j.ShuffleBlock * p.pix
-	last := end / bs
-	if end == f.ImageSize() {
-		last = shuffleBlocks(f, j.ShuffleBlock) // the partial block too
-	}
-	return shuffleRun(j, p, start/bs, last, scratch)
+	crcs[p.crcs+p.imagePiece(cy, b)] = frame.Checksum(band)
 }
 
 // decodeRow decodes readout row r of a chip into dst, one chip-wide piece

@@ -213,12 +213,19 @@ func (w *source) Intact(f *pipeline.Frame) bool {
 }
 
 // Backend returns b, timed, keeping preview images. The result implements
-// gpu.HostAllocator and gpu.Reserver where b does.
+// gpu.HostAllocator, gpu.Reserver and gpu.Compressor where b does; the
+// chunks a Compressor makes count as compressed.
 func (s *Stages) Backend(b gpu.Backend) gpu.Backend {
 	w := &backend{b, s}
 	a, host := b.(gpu.HostAllocator)
 	r, res := b.(gpu.Reserver)
+	c, comp := b.(gpu.Compressor)
 	switch {
+	case comp && !host && !res:
+		return struct {
+			*backend
+			gpu.Compressor
+		}{w, c}
 	case host && res:
 		return struct {
 			*backend
@@ -246,6 +253,7 @@ type backend struct {
 
 func (w *backend) Decode(batch []gpu.Job) error {
 	start := time.Now()
+	w.s.Preview.keepImages(batch, start)
 	err := w.Backend.Decode(batch)
 	end := time.Now()
 	w.s.DecodeSeconds.Observe(end.Sub(start).Seconds())
@@ -254,9 +262,15 @@ func (w *backend) Decode(batch []gpu.Job) error {
 	}
 	var ok, bytes int
 	for i := range batch {
-		bytes += len(batch[i].Payload)
-		if batch[i].Err == nil {
+		j := &batch[i]
+		bytes += len(j.Payload)
+		if j.Err == nil {
 			ok++
+		}
+		if j.Compressed {
+			w.s.CompressFrames.Inc()
+			w.s.CompressIn.Add(float64(j.Header.Format.ImageSize()))
+			w.s.CompressOut.Add(float64(len(j.Chunk)))
 		}
 	}
 	w.s.DecodeFrames.Add(float64(ok))
@@ -267,7 +281,9 @@ func (w *backend) Decode(batch []gpu.Job) error {
 }
 
 // NewCodec returns a codec maker whose codecs are newCodec's, counted.
-// They implement compress.Preshuffled where newCodec's do.
+// They implement compress.Preshuffled and compress.BlockEncoder where
+// newCodec's do; the blocks compressed apart are counted by the backend
+// that compresses them, chunk by chunk.
 func (s *Stages) NewCodec(newCodec func() (compress.Codec, error)) func() (compress.Codec, error) {
 	return func() (compress.Codec, error) {
 		c, err := newCodec()
@@ -275,6 +291,12 @@ func (s *Stages) NewCodec(newCodec func() (compress.Codec, error)) func() (compr
 			return nil, err
 		}
 		w := &codec{c, s}
+		if be, ok := c.(interface {
+			compress.BlockEncoder
+			compress.Preshuffled
+		}); ok {
+			return &blockCodec{&preshuffledCodec{w, be}, be}, nil
+		}
 		if ps, ok := c.(compress.Preshuffled); ok {
 			return &preshuffledCodec{w, ps}, nil
 		}
@@ -317,6 +339,18 @@ func (w *preshuffledCodec) EncodeShuffled(dst, shuffled []byte) ([]byte, error) 
 	out, err := w.ps.EncodeShuffled(dst, shuffled)
 	w.count(start, len(shuffled), len(out)-len(dst), err)
 	return out, err
+}
+
+// blockCodec is a counted compress.BlockEncoder.
+type blockCodec struct {
+	*preshuffledCodec
+	be compress.BlockEncoder
+}
+
+func (w *blockCodec) AppendHeader(dst []byte, n int) []byte { return w.be.AppendHeader(dst, n) }
+
+func (w *blockCodec) AppendBlocks(dst, src []byte) ([]byte, error) {
+	return w.be.AppendBlocks(dst, src)
 }
 
 // NewProcessor returns a processor maker whose processors are

@@ -412,3 +412,131 @@ func TestProcessorCounted(t *testing.T) {
 		t.Errorf("frames %v errors %v timed %d; want 5, 2, 5", Value(s.ProcessFrames), Value(s.ProcessErrors), Snapshot(s.ProcessSeconds).Count)
 	}
 }
+
+// TestBackendCompressCounted checks that a counted cpu backend still
+// compresses as it decodes (gpu.Compressor), with counted codecs that
+// still compress blocks apart (compress.BlockEncoder), and that the chunks
+// it makes count as compressed, once each.
+func TestBackendCompressCounted(t *testing.T) {
+	st := New()
+	cpu, err := gpu.New("cpu", gpu.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	b := st.Backend(cpu)
+	if _, ok := b.(gpu.Compressor); !ok {
+		t.Fatal("counted cpu backend is no gpu.Compressor")
+	}
+	newCodec := st.NewCodec(func() (compress.Codec, error) { return compress.New("bslz4", 4, 0) })
+	c, err := newCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, ok := c.(compress.BlockEncoder)
+	if !ok {
+		t.Fatal("counted bslz4 is no compress.BlockEncoder")
+	}
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64}, Encoding: frame.U32LE, BitDepth: 32}
+	payload := make([]byte, f.PayloadSize())
+	comp := &gpu.Compression{BlockElems: be.BlockElems(), NewEncoder: func() (gpu.ChunkEncoder, error) {
+		c, err := newCodec()
+		return c.(compress.BlockEncoder), err
+	}}
+	jobs := []gpu.Job{{
+		Header:  frame.Header{PayloadSize: uint32(len(payload)), Format: f},
+		Payload: payload, Image: make([]byte, f.ImageSize()),
+		Compress: comp, Chunk: make([]byte, 0, be.Bound(f.ImageSize())),
+	}}
+	if err := b.Decode(jobs); err != nil {
+		t.Fatal(err)
+	}
+	if !jobs[0].Compressed {
+		t.Fatalf("not compressed: %v", jobs[0].CompressErr)
+	}
+	ref, err := compress.New("bslz4", 4, 0) // counts nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Encode(nil, jobs[0].Image[:f.ImageSize()])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(jobs[0].Chunk, want) {
+		t.Error("chunk differs from Encode's")
+	}
+	if n := Value(st.CompressFrames); n != 1 {
+		t.Errorf("%g chunks counted, want 1", n)
+	}
+	if n := Value(st.CompressIn); n != float64(f.ImageSize()) {
+		t.Errorf("%g bytes in counted, want %d", n, f.ImageSize())
+	}
+	if n := Value(st.CompressOut); n != float64(len(want)) {
+		t.Errorf("%g bytes out counted, want %d", n, len(want))
+	}
+}
+
+// TestPreviewKeepsDiscardedImages checks that a counted backend has the
+// image decoded of a frame whose caller wants only the chunk
+// (gpu.Job.DiscardImage) when the preview is due to keep one, and keeps it;
+// and leaves the image discarded when it is not due.
+func TestPreviewKeepsDiscardedImages(t *testing.T) {
+	st := New()
+	st.Preview.Enable(time.Hour)
+	cpu, err := gpu.New("cpu", gpu.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	b := st.Backend(cpu)
+	codec, err := compress.New("bslz4", 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := codec.(compress.BlockEncoder)
+	comp := &gpu.Compression{BlockElems: be.BlockElems(), NewEncoder: func() (gpu.ChunkEncoder, error) {
+		c, err := compress.New("bslz4", 4, 0)
+		return c.(compress.BlockEncoder), err
+	}}
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64}, Encoding: frame.U32LE, BitDepth: 32}
+	payload := make([]byte, f.PayloadSize())
+	for i := range payload {
+		payload[i] = byte(i % 251)
+	}
+	decode := func() gpu.Job {
+		jobs := []gpu.Job{{
+			Header:  frame.Header{FrameNumber: 4, PayloadSize: uint32(len(payload)), Format: f},
+			Payload: payload, Image: make([]byte, f.ImageSize()),
+			Compress: comp, Chunk: make([]byte, 0, be.Bound(f.ImageSize())), DiscardImage: true,
+		}}
+		if err := b.Decode(jobs); err != nil {
+			t.Fatal(err)
+		}
+		if !jobs[0].Compressed {
+			t.Fatalf("not compressed: %v", jobs[0].CompressErr)
+		}
+		return jobs[0]
+	}
+	plain := []gpu.Job{{
+		Header:  frame.Header{FrameNumber: 4, PayloadSize: uint32(len(payload)), Format: f},
+		Payload: payload, Image: make([]byte, f.ImageSize()),
+	}}
+	if err := cpu.Decode(plain); err != nil {
+		t.Fatal(err)
+	}
+	want := plain[0].Image
+	j := decode() // the first is due
+	if j.DiscardImage || !bytes.Equal(j.Image, want) {
+		t.Errorf("due: image discarded %v, decoded %v", j.DiscardImage, bytes.Equal(j.Image, want))
+	}
+	if got := st.Preview.Latest(nil); got.Seq != 1 || !bytes.Equal(got.Image, want) {
+		t.Errorf("preview kept %d images, the frame's %v", got.Seq, bytes.Equal(got.Image, want))
+	}
+	j = decode() // the next in an hour
+	if !j.DiscardImage || bytes.Equal(j.Image, want) {
+		t.Errorf("not due: image discarded %v, decoded %v", j.DiscardImage, bytes.Equal(j.Image, want))
+	}
+	if got := st.Preview.Latest(nil); got.Seq != 1 {
+		t.Errorf("preview kept %d images, want 1", got.Seq)
+	}
+}

@@ -56,24 +56,43 @@ func (p *Preview) View(f func(PreviewImage)) {
 	f(PreviewImage{Format: p.format, Number: p.number, At: p.at, Seq: p.seq, Image: p.image})
 }
 
+// wants reports whether an image offered at now would be kept: the preview
+// is enabled, someone looks and the next copy is due.
+func (p *Preview) wants(now time.Time) bool {
+	if p.interval.Load() <= 0 {
+		return false
+	}
+	if w := p.wanted.Load(); w != 0 && now.UnixNano() > w {
+		return false // nobody looks
+	}
+	return now.UnixNano() >= p.due.Load()
+}
+
+// keepImages has a backend keep the images of batch (gpu.Job.DiscardImage
+// cleared) when the preview would keep one decoded now.
+func (p *Preview) keepImages(batch []gpu.Job, now time.Time) {
+	if !p.wants(now) {
+		return
+	}
+	for i := range batch {
+		batch[i].DiscardImage = false
+	}
+}
+
 // offer keeps the first decoded image of batch if one is due, as pixels
 // even where the backend transposed it for the codec.
 func (p *Preview) offer(batch []gpu.Job, now time.Time) {
-	interval := p.interval.Load()
-	if interval <= 0 {
+	if !p.wants(now) {
 		return
 	}
-	if w := p.wanted.Load(); w != 0 && now.UnixNano() > w {
-		return // nobody looks
-	}
 	due := p.due.Load()
-	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.UnixNano()+interval) {
+	if now.UnixNano() < due || !p.due.CompareAndSwap(due, now.UnixNano()+p.interval.Load()) {
 		return
 	}
 	for i := range batch {
 		j := &batch[i]
-		if j.Err != nil {
-			continue
+		if j.Err != nil || j.DiscardImage && j.Compressed {
+			continue // no image: only its chunk was made
 		}
 		if !p.mu.TryLock() {
 			return // a reader holds the last image: skip this one

@@ -8,7 +8,12 @@
 // and package fabric's Stream receives frames from a detector over RDMA;
 // Demux splits a source of several modules by module. The decode stage is
 // a gpu.Backend, the compress stage a compress.Codec, and the frame format
-// itself is package frame.
+// itself is package frame. Where the backend compresses as it decodes
+// (gpu.Compressor, the cpu backend) and the codec compresses its blocks
+// apart (compress.BlockEncoder: bslz4, bszstd), each band of an image is
+// compressed on the core that decoded it, while it is in that core's
+// cache, and the compress stage only passes the chunk on
+// (Config.DecodeThenCompress).
 //
 // Of package pipeline, the processor stage's interfaces and the types they
 // pass (Processor, Stage, Scan, Dataset, FrameWriter, StreamSeries,

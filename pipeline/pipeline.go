@@ -165,6 +165,14 @@ type Config struct {
 	// compression workers only compress the blocks. The files do not
 	// change. The codec must be a compress.Preshuffled (bslz4, bszstd).
 	BackendShuffle bool
+	// DecodeThenCompress keeps compression on the compression workers,
+	// once the backend has decoded the whole image. Without it, a backend
+	// that compresses (gpu.Compressor: the cpu backend) compresses each
+	// band of an image on the core that decoded it, while the band is in
+	// its cache, where the codec's blocks allow (compress.BlockEncoder:
+	// bslz4, bszstd) and neither a processor nor BackendShuffle is set;
+	// the files do not change. It is there to compare the two.
+	DecodeThenCompress bool
 	// MaxFrameGap bounds a scan without a plan: a frame number more than
 	// this beyond the highest received is rejected as out of range (see
 	// NewTracker); 0 means DefaultMaxFrameGap.
@@ -212,6 +220,9 @@ type Pipeline struct {
 	start    time.Time // when Run started; zero before
 	shuffle  int       // bitshuffle block the backend transposes images in; 0: none
 	takeover takeover  // the backend in Backend's place once its device is lost
+	// compression, where set, has the backend compress the images too
+	// (gpu.Job.Compress).
+	compression *gpu.Compression
 
 	written, rawBytes, imageBytes, storedBytes atomic.Int64
 	setup                                      atomic.Int64 // time.Duration Run took to set up
@@ -229,6 +240,8 @@ type slot struct {
 	record frame.Record
 	n      int
 	write  bool // false: only the record goes to the sink
+	// compressed says the backend left the chunk in chunk already.
+	compressed bool
 }
 
 // New returns a pipeline for cfg.
@@ -413,7 +426,31 @@ func (p *Pipeline) workers() ([]compress.Codec, []Processor, error) {
 			p.shuffle = ps.BlockElems()
 		}
 	}
+	p.compressOnBackend(codecs[0])
 	return codecs, procs, nil
+}
+
+// compressOnBackend has the backend compress the images as it decodes
+// them (Config.DecodeThenCompress says when), with encoders made like
+// codec.
+func (p *Pipeline) compressOnBackend(codec compress.Codec) {
+	cfg := p.cfg
+	_, backend := cfg.Backend.(gpu.Compressor)
+	be, blocks := codec.(compress.BlockEncoder)
+	if !backend || !blocks || cfg.DecodeThenCompress || cfg.BackendShuffle || cfg.NewProcessor != nil {
+		return
+	}
+	p.compression = &gpu.Compression{BlockElems: be.BlockElems(), NewEncoder: func() (gpu.ChunkEncoder, error) {
+		c, err := cfg.NewCodec()
+		if err != nil {
+			return nil, fmt.Errorf("make codec: %w", err)
+		}
+		be, ok := c.(compress.BlockEncoder)
+		if !ok {
+			return nil, fmt.Errorf("codec %T compresses no blocks apart", c)
+		}
+		return be, nil
+	}}
 }
 
 // imageBufs are the slots' image buffers, page-locked by the backend where
@@ -619,11 +656,17 @@ func (p *Pipeline) check(h *frame.Header) error {
 const deviceRounds = 2
 
 // decoders returns how many goroutines call the backend: deviceRounds for a
-// device backend, else one (the CPU backend spreads each frame over every
-// core already).
+// device backend; two for one that compresses the images too, so that one
+// frame's tasks keep the cores busy while the other's call hands its chunk
+// on; else one (the CPU backend spreads each frame over every core
+// already). They pass their frames on in the order they took them
+// (decodeOrder).
 func (p *Pipeline) decoders() int {
 	if _, ok := p.cfg.Backend.(gpu.Reserver); ok {
 		return deviceRounds
+	}
+	if p.compression != nil {
+		return 2
 	}
 	return 1
 }
@@ -661,9 +704,10 @@ func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slo
 		defer mu.Unlock()
 		return first != nil
 	}
+	order := newDecodeOrder()
 	for range n {
 		wg.Go(func() {
-			if err := p.decode(src, in, out, failed); err != nil {
+			if err := p.decode(src, in, out, failed, order); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err
@@ -679,7 +723,7 @@ func (p *Pipeline) decodeAll(n int, src Source, in <-chan *slot, out chan<- *slo
 // decode gathers batches of frames and decodes them with the backend. Once
 // the backend has failed (here or, as failed says, in another decode
 // goroutine), frames pass on as missing.
-func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool) error {
+func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed func() bool, order *decodeOrder) error {
 	batch := make([]*slot, 0, p.cfg.Batch)
 	jobs := make([]gpu.Job, p.cfg.Batch)
 	overwriting, _ := src.(OverwritingSource)
@@ -690,40 +734,39 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 		s.record.Status = frame.StatusMissing
 		out <- s
 	}
-	for s := range in {
-		batch = append(batch[:0], s)
-	gather:
-		for len(batch) < p.cfg.Batch {
-			select {
-			case s, ok := <-in:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, s)
-			default:
-				break gather
-			}
+	for {
+		var ticket uint64
+		var ok bool
+		batch, ticket, ok = order.take(in, batch[:0], p.cfg.Batch)
+		if !ok {
+			return nil
 		}
 		if failed() {
+			order.wait(ticket)
 			for _, s := range batch {
 				missing(s)
 			}
+			order.done()
 			continue
 		}
 		jobs := jobs[:len(batch)]
 		for i, s := range batch {
-			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle}
+			jobs[i] = gpu.Job{Header: s.f.Header, Payload: s.f.Payload, Image: s.image, ShuffleBlock: p.shuffle,
+				Compress: p.compression, Chunk: s.chunk[:0], DiscardImage: p.compression != nil}
 		}
 		if err := p.decodeBatch(&backend, jobs); err != nil {
 			err = fmt.Errorf("decode with %s backend: %w", backend.Name(), err)
+			order.wait(ticket)
 			for _, s := range batch {
 				missing(s)
 			}
+			order.done()
 			for s := range in {
 				missing(s)
 			}
 			return err
 		}
+		order.wait(ticket)
 		for i, s := range batch {
 			j := &jobs[i]
 			h := &s.f.Header
@@ -744,13 +787,92 @@ func (p *Pipeline) decode(src Source, in <-chan *slot, out chan<- *slot, failed 
 					zap.String("header", fmt.Sprintf("%08x", h.PayloadCRC)), zap.String("computed", fmt.Sprintf("%08x", j.RawCRC)))
 				s.record.Status = frame.StatusCRCMismatch
 			}
+			switch {
+			case !s.write:
+			case j.Compressed:
+				s.chunk, s.compressed = j.Chunk, true
+			case j.CompressErr != nil:
+				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(j.CompressErr))
+				s.write = false
+				s.record.Status = frame.StatusMissing
+			}
 			p.rawBytes.Add(int64(len(s.f.Payload)))
 			src.Release(s.f)
 			s.f = nil
 			out <- s
 		}
+		order.done()
 	}
-	return nil
+}
+
+// decodeOrder hands the decode goroutines their batches in turn, and has
+// each pass its frames on in the same turn, so that frames leave the
+// decode stage in the order they came from the source, however many
+// decode calls run at once: a source's Intact, where roce's --record
+// keeps each frame, sees them in that order.
+type decodeOrder struct {
+	takeMu sync.Mutex // held while a goroutine takes a batch
+	next   uint64     // the ticket of the next batch taken
+
+	mu     sync.Mutex
+	turn   sync.Cond
+	passed uint64 // the batches passed on
+}
+
+func newDecodeOrder() *decodeOrder {
+	o := new(decodeOrder)
+	o.turn.L = &o.mu
+	return o
+}
+
+// take appends to batch the next frame of in and as many more as are
+// waiting, up to n in all, and returns the batch's ticket; false once in
+// is closed and empty.
+func (o *decodeOrder) take(in <-chan *slot, batch []*slot, n int) ([]*slot, uint64, bool) {
+	o.takeMu.Lock()
+	defer o.takeMu.Unlock()
+	s, ok := <-in
+	if !ok {
+		return batch, 0, false
+	}
+	batch = append(batch, s)
+	for len(batch) < n {
+		select {
+		case s, ok := <-in:
+			if !ok {
+				return batch, o.ticket(), true
+			}
+			batch = append(batch, s)
+		default:
+			return batch, o.ticket(), true
+		}
+	}
+	return batch, o.ticket(), true
+}
+
+// ticket returns the next ticket; takeMu is held.
+func (o *decodeOrder) ticket() uint64 {
+	t := o.next
+	o.next++
+	return t
+}
+
+// wait blocks until every batch taken before the one of ticket has been
+// passed on.
+func (o *decodeOrder) wait(ticket uint64) {
+	o.mu.Lock()
+	for o.passed != ticket {
+		o.turn.Wait()
+	}
+	o.mu.Unlock()
+}
+
+// done says that the batch whose turn it is has been passed on.
+func (o *decodeOrder) done() {
+	o.mu.Lock()
+	o.passed++
+	o.mu.Unlock()
+	o.turn.Broadcast()
 }
 
 // compress runs each decoded image through the processor, where there is
@@ -765,7 +887,7 @@ func (p *Pipeline) compress(codec compress.Codec, proc Processor, in <-chan *slo
 		if s.write && proc != nil && s.record.Status == frame.StatusOK {
 			p.process(proc, s)
 		}
-		if s.write {
+		if s.write && !s.compressed {
 			chunk, err := encode(s.chunk[:0], s.image[:p.cfg.Format.ImageSize()])
 			if err != nil {
 				p.log.Error("compress failed", zap.Int("frame", s.n), zap.Error(err))
@@ -813,7 +935,7 @@ func (p *Pipeline) write(sink Sink, in <-chan *slot, free chan<- *slot) error {
 				return err
 			}
 		}
-		s.n, s.write, s.record = -1, false, frame.Record{}
+		s.n, s.write, s.compressed, s.record = -1, false, false, frame.Record{}
 		free <- s
 	}
 	return nil

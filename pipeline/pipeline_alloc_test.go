@@ -55,29 +55,38 @@ func TestPipelineSteadyStateAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer backend.Close()
-	distinct := []*Frame{testFrame(t, testFormat, 0), testFrame(t, testFormat, 1), testFrame(t, testFormat, 2)}
+	// Bands of whole blocks: the backend compresses them.
+	inBands := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 64, ChipHeight: 64},
+		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	for _, tc := range []struct {
 		name    string
+		f       frame.Format
 		shuffle bool
+		apart   bool
 		proc    func() (Processor, error)
 	}{
-		{"backend-shuffle=false", false, nil},
-		{"backend-shuffle=true", true, nil},
-		{"processor", false, func() (Processor, error) { return invert{}, nil }},
+		{"backend-shuffle=false", testFormat, false, false, nil},
+		{"backend-shuffle=true", testFormat, true, false, nil},
+		{"processor", testFormat, false, false, func() (Processor, error) { return invert{}, nil }},
+		{"compressed on the backend", inBands, false, false, nil},
+		{"compressed after the decode", inBands, false, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			testSteadyStateAllocs(t, backend, distinct, tc.shuffle, tc.proc)
+			distinct := []*Frame{testFrame(t, tc.f, 0), testFrame(t, tc.f, 1), testFrame(t, tc.f, 2)}
+			cfg := Config{
+				Format: tc.f, Backend: backend, BackendShuffle: tc.shuffle, DecodeThenCompress: tc.apart, NewProcessor: tc.proc,
+				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", tc.f.PixelSize(), 0) },
+			}
+			testSteadyStateAllocs(t, cfg, distinct)
 		})
 	}
 }
 
-func testSteadyStateAllocs(t *testing.T, backend gpu.Backend, distinct []*Frame, shuffle bool, proc func() (Processor, error)) {
+func testSteadyStateAllocs(t *testing.T, cfg Config, distinct []*Frame) {
 	allocs := func(n int) float64 {
 		return testing.AllocsPerRun(20, func() {
-			p, err := New(Config{
-				Format: testFormat, Frames: n, Backend: backend, BackendShuffle: shuffle, NewProcessor: proc,
-				NewCodec: func() (compress.Codec, error) { return compress.New("bslz4", testFormat.PixelSize(), 0) },
-			})
+			cfg.Frames = n
+			p, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
