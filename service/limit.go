@@ -43,6 +43,7 @@ import (
 type limitListener struct {
 	net.Listener
 	max, maxPer int
+	grace       time.Duration // freshGrace; longer in tests that must not see it pass
 
 	mu       sync.Mutex
 	changed  *sync.Cond // on mu: a place was given back or a connection's state changed
@@ -69,7 +70,7 @@ type accepted struct {
 }
 
 func newLimitListener(l net.Listener, max, maxPer int) *limitListener {
-	ll := &limitListener{Listener: l, max: max, maxPer: maxPer, conns: map[*limitedConn]struct{}{},
+	ll := &limitListener{Listener: l, max: max, maxPer: maxPer, grace: freshGrace, conns: map[*limitedConn]struct{}{},
 		per: map[string]int{}, refusing: make(chan struct{}, 16), waiting: make(chan struct{}, maxWaiting),
 		accepted: make(chan accepted), done: make(chan struct{}), closing: make(chan struct{})}
 	ll.changed = sync.NewCond(&ll.mu)
@@ -100,7 +101,7 @@ const (
 // fresh, trusted.
 func (c *limitedConn) rank(now time.Time) int {
 	switch st := c.state.Load(); {
-	case st == connFresh && now.Sub(c.since) >= freshGrace, st == connIdle:
+	case st == connFresh && now.Sub(c.since) >= c.l.grace, st == connIdle:
 		return 0
 	case st == connRequest:
 		return 1

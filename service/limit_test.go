@@ -134,6 +134,7 @@ func cappedListener(t *testing.T, total, perClient int) func(from string) (net.C
 		t.Fatal(err)
 	}
 	l := newLimitListener(raw, total, perClient)
+	l.grace = time.Hour // a connection is fresh until the test says it is not, however slow the machine
 	t.Cleanup(func() { l.Close() })
 	addr := raw.Addr().String()
 	accepted := make(chan *limitedConn, 2*total+2)
@@ -264,7 +265,7 @@ func TestConnectionCapsFreshConnections(t *testing.T) {
 		t.Fatal("a fresh connection made way before the one serving a request")
 	}
 	s3.l.mu.Lock()
-	s3.since = s3.since.Add(-freshGrace) // a3 has sent nothing for freshGrace
+	s3.since = s3.since.Add(-s3.l.grace) // a3 has sent nothing for the grace
 	s3.l.mu.Unlock()
 	a5, s5 := dial("127.0.0.1")
 	if s5 == nil || !closed(a3, time.Second) {
@@ -285,12 +286,14 @@ func TestConnectionCapsFreshConnections(t *testing.T) {
 
 // TestTokenlessFloodLeavesControl floods the service from the control
 // system's own address with new connections whose requests carry no
-// token (each answered 401 and closed), while the control system sends
-// 30 requests with the token, each on a new connection: every one is
-// answered. Before a new connection waited for a fresh one to say what it
-// is, a control connection whose head was not read yet made way for the
-// flood: 1 to 3 of 20 closed unanswered with curl as the flood, 2 to 15 of
-// 30 with this one.
+// token (each answered 401 and closed), from 16 clients as fast as they
+// can, while the control system sends 30 requests with the token, each
+// on a new connection. A new connection beyond the caps waits for a
+// fresh one to say what it is before it closes it, so at least 27 are
+// answered (30 of 30 on a quiet machine; under -race beside two busy
+// loops one was once closed, when the server had not read its head
+// within the wait). Before the wait, a control connection whose head was
+// not read yet made way for the flood: 16 to 21 of 30 were answered.
 func TestTokenlessFloodLeavesControl(t *testing.T) {
 	const token = "0123456789abcdef0123"
 	r := &fakeRunner{planned: 1, tick: time.Millisecond}
@@ -326,21 +329,25 @@ func TestTokenlessFloodLeavesControl(t *testing.T) {
 	}
 	cl := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	answered := 0
+	var lost []string
 	for range 30 {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/status", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := cl.Do(req)
 		if err != nil {
-			t.Errorf("a control request under the flood: %v", err)
+			lost = append(lost, err.Error())
 			continue
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Errorf("a control request under the flood: %d, want 200", resp.StatusCode)
+			lost = append(lost, resp.Status)
 			continue
 		}
 		answered++
+	}
+	if answered < 27 {
+		t.Errorf("%d of 30 control requests answered under the flood, want 27 or more; the others: %q", answered, lost)
 	}
 	t.Logf("%d of 30 control requests answered; %d flood requests refused 401", answered, refused.Load())
 }
