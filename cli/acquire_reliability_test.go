@@ -34,7 +34,7 @@ var backlogScan = []string{"--chips", "3x2", "--chip-size", "256x256"}
 // though not so slow under the race detector that draining takes minutes.
 func backlogPipeline() []string {
 	level := "7"
-	if raceEnabled {
+	if scantest.Race {
 		level = "1"
 	}
 	return []string{"--compression", "deflate", "--level", level, "--backend", "cpu"}
@@ -64,7 +64,7 @@ func backlogEnv(t *testing.T, src string) []string {
 // may read while the process runs.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr scantest.Buffer
 }
 
 // startProc starts h5ingest with args as a child process.
@@ -221,7 +221,7 @@ func acquireWithBacklog(t *testing.T, src string, n int, end string) backlogRun 
 	// A backlog there was: the ring filled (the sender waited), and the
 	// scan ended before the last frame. Under the race detector the sender
 	// too is slow, and may not fill the ring: the counts above still hold.
-	if (r.heldBack == 0 || r.received < backlogSlots || r.received >= n) && !raceEnabled {
+	if (r.heldBack == 0 || r.received < backlogSlots || r.received >= n) && !scantest.Race {
 		t.Errorf("no backlog to drain: received %d of %d, ring full for %v", r.received, n, r.heldBack)
 	}
 	return r
@@ -411,7 +411,7 @@ func TestAcquireModulesDrainOnSignal(t *testing.T) {
 		}
 		received, ok := scantest.SummaryCount(t, block, "received"), scantest.Statuses(t, path)[frame.StatusOK]
 		t.Logf("module %d: received %d, written ok %d", m, received, ok)
-		if received != ok || (received >= n && !raceEnabled) {
+		if received != ok || (received >= n && !scantest.Race) {
 			t.Errorf("module %d: received %d of %d, the file holds %d ok", m, received, n, ok)
 		}
 	}

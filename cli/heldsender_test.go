@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"h5ingest/frame"
+	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 )
@@ -112,7 +113,7 @@ type heldSender struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	lines  <-chan string // what it prints, a line at a time; closed at its end
-	stderr lockedBuffer
+	stderr scantest.Buffer
 }
 
 // startHeldSender starts a held sender of the capture at path to the

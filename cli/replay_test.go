@@ -288,7 +288,7 @@ with f:
         time.sleep(0.02)
 `
 	reader := exec.Command(py, "-c", script, writer.TempName(out))
-	var stderr lockedBuffer
+	var stderr scantest.Buffer
 	reader.Stderr = &stderr
 	stdout, err := reader.StdoutPipe()
 	if err != nil {

@@ -22,8 +22,8 @@ import (
 type loggedServe struct {
 	*serveProcess
 	lines  <-chan string
-	seen   lockedBuffer // every line read so far, for failure messages
-	exited chan error   // serve's exit, once lines has ended
+	seen   scantest.Buffer // every line read so far, for failure messages
+	exited chan error      // serve's exit, once lines has ended
 }
 
 // startLoggedServe starts serve at --log-level info on a free loopback

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -78,25 +77,6 @@ func metricValue(text, name string) float64 {
 		}
 	}
 	return -1
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // sseCounter follows /v1/events and counts the events by name.
@@ -238,7 +218,7 @@ func TestServeSoak(t *testing.T) {
 		// waits for the next series; ZeroMQ connects it once the scan's
 		// stream binds.
 		cons := exec.Command(py, "../tools/stream/consume.py", ep, "--timeout", "30")
-		consOut := &lockedBuffer{}
+		consOut := &scantest.Buffer{}
 		cons.Stdout, cons.Stderr = consOut, consOut
 		if err := cons.Start(); err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 )
 
 func TestExpectedBytes(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	tests := []struct {
 		frames, frameBytes int
 		compression        string
@@ -40,7 +40,7 @@ func TestExpectedBytes(t *testing.T) {
 // TestReadersWarning checks that the warning about a codec's readers is
 // the one its registry entry carries, a facility's codec's too.
 func TestReadersWarning(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	if err := stages.AddCodec(registry.Codec{Name: "zstd-old-readers", Warning: "old readers fail",
 		New: func(elemSize, _ int) (compress.Codec, error) { return compress.New("lz4", elemSize, 0) }}); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestPreScanChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	cpu, cuda := config.Default(), config.Default()
 	cpu.Backend, cuda.Backend = "cpu", "cuda"
 	tests := []struct {

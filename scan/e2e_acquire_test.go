@@ -32,7 +32,7 @@ import (
 func TestAcquireSenderStalls(t *testing.T) {
 	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 20))
 	recs := scantest.CaptureRecords(t, path)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	tests := []struct {
 		name        string
 		stall, idle time.Duration
@@ -90,7 +90,7 @@ func TestAcquireSenderStalls(t *testing.T) {
 func TestAcquireSenderReconnects(t *testing.T) {
 	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 20))
 	recs := scantest.CaptureRecords(t, path)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "reconnect.h5")
@@ -144,7 +144,7 @@ func TestAcquireSenderReconnects(t *testing.T) {
 func TestAcquireLeavesNothingOpen(t *testing.T) {
 	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 8))
 	recs := scantest.CaptureRecords(t, path)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
 	dir := t.TempDir()
 	scan := func(name string, abort bool) error {
@@ -181,7 +181,7 @@ func TestAcquireLeavesNothingOpen(t *testing.T) {
 // frame, with no plan: the acquire says so and is incomplete, not a
 // success.
 func TestAcquireOfNoFrame(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	addr, out := scantest.FreeAddr(t), filepath.Join(t.TempDir(), "empty.h5")
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.connect_timeout": 20 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Plan{}, out, addr))
@@ -207,13 +207,13 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 128, ChipHeight: 128},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	path, _ := scantest.Simulate(t, simScan(f, 40))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	out, rec, addr := filepath.Join(t.TempDir(), "scan.h5"), filepath.Join(small, "scan.pmcap"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, f, map[string]any{"source.connect_timeout": 30 * time.Second})
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 40, 0, 180), out, addr)
 	o.Record = rec
 	acq := startAcquire(t, o)
-	if err := <-sendAs(t, path, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: f}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(path, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: f}, make(chan struct{})); err != nil {
 		t.Errorf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); err != nil {
@@ -249,14 +249,14 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 // all 12.
 func TestAcquireFramesBeyondPlan(t *testing.T) {
 	sent, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 12))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	dir := t.TempDir()
 	out, rec, addr := filepath.Join(dir, "s2.h5"), filepath.Join(dir, "s2.pmcap"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 8, 0, 180), out, addr)
 	o.Record = rec
 	acq := startAcquire(t, o)
-	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {
@@ -299,11 +299,11 @@ func strayCapture(t *testing.T, frames int) (string, *sim.Truth) {
 func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
 	const frames = 24
 	sent, truth := strayCapture(t, frames)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	out, addr := filepath.Join(t.TempDir(), "s3.h5"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Plan{}, out, addr))
-	if err := <-sendAs(t, sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {
@@ -323,7 +323,7 @@ func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
 // ("exists"), the detector's frames sent into nothing and an empty file
 // left; with overwrite the scan's file would have replaced the capture.
 func TestAcquireRecordIsTheOutput(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	for _, overwrite := range []bool{false, true} {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "scan.h5")

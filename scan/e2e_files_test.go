@@ -32,9 +32,9 @@ import (
 // disk filled, verified, the rest recorded missing.
 func TestReplayDiskFull(t *testing.T) {
 	dir := mountTmpfs(t, "size=8m")
-	path, truth := scantest.Simulate(t, simScan(bigFormat, 12))
-	stages := testStages(t)
-	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "none"})
+	path, truth := scantest.Simulate(t, simScan(scantest.BigFormat, 12))
+	stages := scantest.Stages(t)
+	p := testProfile(t, stages, scantest.BigFormat, map[string]any{"output.compression": "none"})
 	out := filepath.Join(dir, "full.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 12, 0, 180), out, path)
 	if !failed(r.err) || !errors.Is(r.err, syscall.ENOSPC) || !strings.Contains(r.err.Error(), "no space left on device") {
@@ -68,9 +68,9 @@ func TestReplayDiskFull(t *testing.T) {
 // h5py.
 func TestReplayDiskFullNoPlan(t *testing.T) {
 	py := scantest.Python(t, "h5py", "numpy")
-	recorded, _ := scantest.Simulate(t, simScan(bigFormat, 30))
+	recorded, _ := scantest.Simulate(t, simScan(scantest.BigFormat, 30))
 	captures := map[string]string{"plan recorded": recorded, "no plan": withoutPlan(t, recorded)}
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	for _, tt := range []struct{ size, compression string }{
 		{"3m", "none"}, {"6m", "none"}, {"9m", "none"}, {"2m", "bslz4"}, {"3m", "bslz4"},
 	} {
@@ -78,7 +78,7 @@ func TestReplayDiskFullNoPlan(t *testing.T) {
 			t.Run(tt.size+"/"+tt.compression+"/"+which, func(t *testing.T) {
 				dir := mountTmpfs(t, "size="+tt.size)
 				out := filepath.Join(dir, "full.h5")
-				p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": tt.compression})
+				p := testProfile(t, stages, scantest.BigFormat, map[string]any{"output.compression": tt.compression})
 				r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, captures[which])
 				if !failed(r.err) || !errors.Is(r.err, syscall.ENOSPC) || !strings.Contains(r.err.Error(), "no space left on device") {
 					t.Fatalf("replay: %v, want a failure saying the disk is full:\n%s%s", r.err, r.out, r.errs)
@@ -160,7 +160,7 @@ func startPaced(t *testing.T, stages *registry.Registry, dir string, frames int)
 func TestReplayOutputDirFaults(t *testing.T) {
 	t.Parallel()
 	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 2))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	t.Run("missing before", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "gone", "scan.h5")
@@ -249,19 +249,19 @@ func profileText(t *testing.T, stages *registry.Registry, text string, keys map[
 // detector.
 func TestScanIDStaysInOutputDir(t *testing.T) {
 	capturePath, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 3))
-	stages := testStages(t)
-	replay := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
+	stages := scantest.Stages(t)
+	replay := func(_ *testing.T, p config.Profile, files Files, errs *scantest.Buffer) error {
 		res, err := Replay(context.Background(), ReplayOptions{Options: Options{Profile: p, Stages: stages, Notify: notesTo(errs)}, Files: files, Captures: []string{capturePath}})
 		errs.Write([]byte(notesText(res, err)))
 		return err
 	}
-	acquire := func(t *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
+	acquire := func(t *testing.T, p config.Profile, files Files, errs *scantest.Buffer) error {
 		a := startAcquire(t, AcquireOptions{Options: Options{Profile: p, Stages: stages}, Files: files, Listen: scantest.FreeAddr(t)})
 		err := a.wait(t, 30*time.Second)
 		errs.Write([]byte(a.errs.String()))
 		return err
 	}
-	master := func(_ *testing.T, p config.Profile, files Files, errs *bytesBuffer) error {
+	master := func(_ *testing.T, p config.Profile, files Files, errs *scantest.Buffer) error {
 		m, err := WriteMasterAhead(files, stages, p, plan.Tomo(0, 0, 3, 0, 180), writer.Metadata{})
 		for _, n := range m.Notes {
 			errs.Write([]byte(noteLine(n)))
@@ -271,7 +271,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 	commands := []struct {
 		name    string
 		profile string // "": one module of scantest.SmallFormat
-		run     func(*testing.T, config.Profile, Files, *bytesBuffer) error
+		run     func(*testing.T, config.Profile, Files, *scantest.Buffer) error
 	}{
 		{"replay", "", replay},
 		{"replay modules", arrayProfile, replay},
@@ -298,7 +298,7 @@ func TestScanIDStaysInOutputDir(t *testing.T) {
 					p = profileText(t, stages, c.profile, keys)
 				}
 				start := time.Now()
-				var errs bytesBuffer
+				var errs scantest.Buffer
 				files, err := NewFiles(p, Names{ScanID: id})
 				if err == nil {
 					err = c.run(t, p, files, &errs)

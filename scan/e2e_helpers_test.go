@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"h5ingest/config"
 	"h5ingest/frame"
@@ -113,16 +109,10 @@ func replayWith(t *testing.T, ctx context.Context, o ReplayOptions, names Names)
 	if err != nil {
 		return replayed{err: err}
 	}
-	var notes, logs bytesBuffer
-	o.Files, o.Notify, o.Log = files, notesTo(&notes), jsonLog(&logs)
+	var notes, logs scantest.Buffer
+	o.Files, o.Notify, o.Log = files, notesTo(&notes), scantest.JSONLog(&logs)
 	res, err := Replay(ctx, o)
 	return replayed{res: res, err: err, out: fmt.Sprintf("%+v\n", res.Modules), errs: notes.String() + notesText(res, err), logs: logs.String()}
-}
-
-// jsonLog returns a logger of warnings and errors as JSON lines on w, as
-// the command logs where standard error is no terminal.
-func jsonLog(w io.Writer) *zap.Logger {
-	return zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(w), zapcore.WarnLevel))
 }
 
 // acquisition is an acquire run as the command runs one: its pre-scan
@@ -130,7 +120,7 @@ func jsonLog(w io.Writer) *zap.Logger {
 // in the background.
 type acquisition struct {
 	result     chan error
-	errs, logs bytesBuffer // the notes as the command prints them (notesText), the log
+	errs, logs scantest.Buffer // the notes as the command prints them (notesText), the log
 	stop       *Stopper
 	close      func()
 }
@@ -140,7 +130,7 @@ type acquisition struct {
 func startAcquire(t *testing.T, o AcquireOptions) *acquisition {
 	t.Helper()
 	a := &acquisition{result: make(chan error, 1)}
-	o.Notify, o.Log = notesTo(&a.errs), jsonLog(&a.logs)
+	o.Notify, o.Log = notesTo(&a.errs), scantest.JSONLog(&a.logs)
 	a.stop = NewStopper(context.Background(), o.Profile.Source.ConnectTimeout, notesTo(&a.errs))
 	a.close = sync.OnceFunc(a.stop.Close)
 	t.Cleanup(a.close)

@@ -20,7 +20,7 @@ import (
 // slowLevel is the deflate level that makes the pipeline slower than a
 // sender on loopback: a backlog in the ring.
 func slowLevel() int {
-	if raceEnabled {
+	if scantest.Race {
 		return 1
 	}
 	return 7
@@ -43,7 +43,7 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p, err := config.Load(profile, stages.Names())
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +54,10 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 	acq := startAcquire(t, o)
 	kill := make(chan struct{})
 	defer close(kill)
-	second := simulateModule(t, bigFormat, n, 1)
-	first := sendModule(t, simulateModule(t, bigFormat, n, 0), addr, 0, kill)
+	second := scantest.SimulateModule(t, scantest.BigFormat, n, 1)
+	first := scantest.Send(scantest.SimulateModule(t, scantest.BigFormat, n, 0), addr, 0, kill)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(o.Record); err == nil && fi.Size() >= int64(slots)*int64(frame.HeaderSize+bigFormat.PayloadSize()) {
+		if fi, err := os.Stat(o.Record); err == nil && fi.Size() >= int64(slots)*int64(frame.HeaderSize+scantest.BigFormat.PayloadSize()) {
 			break // module 0's ring is full
 		}
 		if time.Now().After(deadline) {
@@ -74,7 +74,7 @@ func TestAcquireLateModuleRefused(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)
-	late := sendModule(t, second, addr, 1, kill)
+	late := scantest.Send(second, addr, 1, kill)
 	var refused *fabric.RefusedError
 	select {
 	case err := <-late:

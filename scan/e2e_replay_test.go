@@ -41,7 +41,7 @@ func TestReplayGarbageCapture(t *testing.T) {
 	for i := range noise {
 		noise[i] = byte(rng.Uint32())
 	}
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	tests := []struct {
 		name string
@@ -118,7 +118,7 @@ func TestReplayRandomFrameFaults(t *testing.T) {
 	const frames = 24
 	path, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, frames))
 	clean := scantest.CaptureRecords(t, path)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	headerFaults := []struct {
 		name  string
@@ -226,7 +226,7 @@ func TestReplayFaultTable(t *testing.T) {
 	cfg.Missing, cfg.Duplicate = sim.FaultSpec{Frames: []int{3}}, sim.FaultSpec{Frames: []int{5}}
 	cfg.Reorder, cfg.Corrupt = sim.FaultSpec{Frames: []int{7}}, sim.FaultSpec{Frames: []int{9}}
 	path, truth := scantest.Simulate(t, cfg)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"detector.chip_orientation": []any{0, 180, 0, 180, 180, 0}})
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(2, 2, 12, 0, 180), out, path)
@@ -272,7 +272,7 @@ func TestReplayDropWhenFull(t *testing.T) {
 	f := frame.Format{Geometry: frame.Geometry{ChipsX: 6, ChipsY: 6, ChipWidth: 64, ChipHeight: 64},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
 	path, truth := scantest.Simulate(t, simScan(f, 60))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, f, map[string]any{"source.drop_when_full": true})
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Plan{}, out, path)
@@ -307,7 +307,7 @@ func TestReplayDropWhenFull(t *testing.T) {
 func TestReplayStrayFrameNumberNoPlan(t *testing.T) {
 	const frames = 24
 	in, truth := strayCapture(t, frames)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "stray.h5")
 	measured := resetPeakRSS(t)
@@ -347,7 +347,7 @@ func TestReplayLeavesNothingOpen(t *testing.T) {
 	cfg := simScan(scantest.SmallFormat, 8)
 	cfg.Missing, cfg.Corrupt, cfg.Duplicate = sim.FaultSpec{Frames: []int{2}}, sim.FaultSpec{Frames: []int{5}}, sim.FaultSpec{Frames: []int{3}}
 	faulty, _ := scantest.Simulate(t, cfg)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	dir := t.TempDir()
 	scan := func(in, name string) error {
@@ -376,7 +376,7 @@ func TestReplayLeavesNothingOpen(t *testing.T) {
 // canceled").
 func TestInterruptedReplay(t *testing.T) {
 	path, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 40))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	ctx, cancel := context.WithCancel(context.Background())

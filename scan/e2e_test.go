@@ -20,27 +20,11 @@ import (
 	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
-	"h5ingest/stock"
 	"h5ingest/writer"
 )
 
 // The end-to-end faults of a scan, run through the library as the scan
 // service runs them: no h5ingest binary, the sender in the same process.
-
-// bigFormat is the frame of the backlog tests: 3 x 2 chips of 256 x 256,
-// 24-bit LFSR bitplane, 1.2 MB a frame.
-var bigFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 3, ChipsY: 2, ChipWidth: 256, ChipHeight: 256},
-	Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-
-// testStages returns a registry of h5ingest's own stages.
-func testStages(t *testing.T) *registry.Registry {
-	t.Helper()
-	r := registry.New()
-	if err := stock.Register(r); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 // testProfile returns the defaults for frames of f with the keys given
 // on top, as a command line would set them.
@@ -61,64 +45,6 @@ func testProfile(t *testing.T, stages *registry.Registry, f frame.Format, keys m
 	return p
 }
 
-// simulate writes a capture of n frames of f and returns its path.
-func simulate(t *testing.T, f frame.Format, n int) string { return simulateModule(t, f, n, 0) }
-
-// simulateModule writes a capture of n frames of f of module m and
-// returns its path.
-func simulateModule(t *testing.T, f frame.Format, n int, m uint16) string {
-	t.Helper()
-	cfg := simScan(f, n)
-	cfg.Seed, cfg.Module = 5+uint64(m), m
-	path, _ := scantest.Simulate(t, cfg)
-	return path
-}
-
-// send sends the capture at path to addr as module 0 of a detector, in
-// its own goroutine, retrying the connect until the receiver listens;
-// kill, when closed, stops the sending and drops the connection without
-// the end of scan, as a detector losing power does. The channel gives the
-// sender's error.
-func send(t *testing.T, path, addr string, kill <-chan struct{}) <-chan error {
-	return sendModule(t, path, addr, 0, kill)
-}
-
-// sendModule is send of module m's capture.
-func sendModule(t *testing.T, path, addr string, m uint16, kill <-chan struct{}) <-chan error {
-	return sendAs(t, path, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: bigFormat}, kill)
-}
-
-// sendAs is send with the hello given.
-func sendAs(t *testing.T, path, addr string, hello fabric.Hello, kill <-chan struct{}) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		r, err := capture.Open(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer r.Close()
-		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 20 * time.Second,
-			Hello: hello}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		s, err := fabric.DialWait(ctx, cfg)
-		if err != nil {
-			done <- err
-			return
-		}
-		go func() {
-			<-kill
-			cancel()
-		}()
-		if _, err = fabric.SendCapture(ctx, s, r, 0); err != nil {
-			s.Abort() // the connection dropped, as a detector losing power drops it
-		}
-		done <- err
-	}()
-	return done
-}
-
 // capturedByModule returns how many frames of each module the capture at
 // path holds.
 func capturedByModule(t *testing.T, path string) map[uint16]int {
@@ -129,7 +55,7 @@ func capturedByModule(t *testing.T, path string) map[uint16]int {
 	}
 	defer r.Close()
 	n := map[uint16]int{}
-	buf := make([]byte, bigFormat.PayloadSize())
+	buf := make([]byte, scantest.BigFormat.PayloadSize())
 	for {
 		h, _, err := r.Next(buf)
 		if errors.Is(err, io.EOF) {
@@ -161,17 +87,17 @@ func TestAcquireBacklogDrains(t *testing.T) {
 		t.Skip("sends 60 frames of 1.2 MB through a slow pipeline")
 	}
 	const n, slots = 60, 16
-	src := simulate(t, bigFormat, n)
-	stages := testStages(t)
+	src := scantest.SimulateModule(t, scantest.BigFormat, n, 0)
+	stages := scantest.Stages(t)
 	level := 7
-	if raceEnabled {
+	if scantest.Race {
 		level = 1
 	}
 	for _, end := range []string{"stop", "sender dropped"} {
 		t.Run(end, func(t *testing.T) {
 			dir := t.TempDir()
 			out, rec, addr := filepath.Join(dir, "scan.h5"), filepath.Join(dir, "scan.pmcap"), scantest.FreeAddr(t)
-			p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level,
+			p := testProfile(t, stages, scantest.BigFormat, map[string]any{"output.compression": "deflate", "output.level": level,
 				"source.ring_slots": slots, "source.idle_timeout": 20 * time.Second})
 			files, err := NewFiles(p, Names{Output: out})
 			if err != nil {
@@ -187,9 +113,9 @@ func TestAcquireBacklogDrains(t *testing.T) {
 			result := make(chan error, 1)
 			go func() { _, err := a.Run(stop); result <- err }()
 			kill := make(chan struct{})
-			sent := send(t, src, addr, kill)
+			sent := scantest.Send(src, addr, 0, kill)
 			// More frames arrived than the ring holds: a backlog.
-			frameSize := int64(frame.HeaderSize + bigFormat.PayloadSize())
+			frameSize := int64(frame.HeaderSize + scantest.BigFormat.PayloadSize())
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if fi, err := os.Stat(rec); err == nil && fi.Size() >= frameSize*(slots+4) {
 					break
@@ -234,7 +160,7 @@ func TestAcquireBacklogDrains(t *testing.T) {
 // success.
 func TestReplayFramesBeyondPlan(t *testing.T) {
 	src, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 12))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	out := filepath.Join(t.TempDir(), "scan.h5")
 	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 8, 0, 180), out, src)
@@ -261,8 +187,8 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 // than source.ring_max_bytes is the profile's fault, named by its keys,
 // before anything listens.
 func TestAcquireRingLimit(t *testing.T) {
-	stages := testStages(t)
-	p := testProfile(t, stages, bigFormat, map[string]any{"source.ring_slots": 64, "source.ring_max_bytes": 8 << 20})
+	stages := scantest.Stages(t)
+	p := testProfile(t, stages, scantest.BigFormat, map[string]any{"source.ring_slots": 64, "source.ring_max_bytes": 8 << 20})
 	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "scan.h5")})
 	if err != nil {
 		t.Fatal(err)
@@ -280,9 +206,9 @@ func TestAcquireRingLimit(t *testing.T) {
 // memory stays small, and it goes on to take the real sender's whole scan.
 func TestAcquireRefusesOtherFormats(t *testing.T) {
 	const n = 6
-	src := simulate(t, bigFormat, n)
-	stages := testStages(t)
-	p := testProfile(t, stages, bigFormat, nil)
+	src := scantest.SimulateModule(t, scantest.BigFormat, n, 0)
+	stages := scantest.Stages(t)
+	p := testProfile(t, stages, scantest.BigFormat, nil)
 	out, addr := filepath.Join(t.TempDir(), "scan.h5"), scantest.FreeAddr(t)
 	files, err := NewFiles(p, Names{Output: out})
 	if err != nil {
@@ -299,7 +225,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	go func() { _, err := a.Run(stop); result <- err }()
 	huge := frame.Format{Geometry: frame.Geometry{ChipsX: 16, ChipsY: 16, ChipWidth: 1024, ChipHeight: 1024},
 		Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
-	other := bigFormat
+	other := scantest.BigFormat
 	other.BitDepth = 12
 	for _, tt := range []struct {
 		name  string
@@ -308,7 +234,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 	}{
 		{"format of 805 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: huge}, "frame format"},
 		{"other bit depth", fabric.Hello{Mode: fabric.ModeWrite, Format: other}, "frame format"},
-		{"699 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: bigFormat, MaxFrame: 699_000_000}, "frames of up to 699000000 bytes"},
+		{"699 MB frames", fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.BigFormat, MaxFrame: 699_000_000}, "frames of up to 699000000 bytes"},
 	} {
 		cfg := fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 10 * time.Second, Hello: tt.hello}
 		var refused *fabric.RefusedError
@@ -334,7 +260,7 @@ func TestAcquireRefusesOtherFormats(t *testing.T) {
 			t.Logf("peak memory after the refusals: %d MB", peak>>20)
 		}
 	}
-	if err := <-send(t, src, addr, make(chan struct{})); err != nil {
+	if err := <-scantest.Send(src, addr, 0, make(chan struct{})); err != nil {
 		t.Fatalf("the real sender: %v", err)
 	}
 	if err := <-result; err != nil {
@@ -362,12 +288,12 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	if err := os.WriteFile(profile, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p, err := config.Load(profile, stages.Names())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raceEnabled {
+	if scantest.Race {
 		p.Output.Level = 1
 	}
 	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "two.h5")})
@@ -384,7 +310,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	// Both captures are made before the acquire waits: under -race on a
 	// loaded machine, making the second took longer than the first's
 	// whole scan.
-	caps := []string{simulateModule(t, bigFormat, n, 0), simulateModule(t, bigFormat, n, 1)}
+	caps := []string{scantest.SimulateModule(t, scantest.BigFormat, n, 0), scantest.SimulateModule(t, scantest.BigFormat, n, 1)}
 	stop := NewStopper(context.Background(), 30*time.Second, nil)
 	defer stop.Close()
 	result := make(chan error, 1)
@@ -392,7 +318,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 	kill := make(chan struct{})
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, sendModule(t, caps[m], addr, m, kill))
+		sent = append(sent, scantest.Send(caps[m], addr, m, kill))
 	}
 	for _, f := range files.Modules { // both scans begun
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -439,7 +365,7 @@ func TestAcquireModulesDrainOnStop(t *testing.T) {
 func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	const n = 5
 	dir := t.TempDir()
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := profileText(t, stages, "detector:\n  chips_x: 3\n  chips_y: 2\n  chip_width: 32\n  chip_height: 16\n  modules:\n"+
 		"    - {id: 0, x: 0, y: 0}\n    - {id: 1, x: 100, y: 0}\n", map[string]any{"source.connect_timeout": 30 * time.Second})
 	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "two.h5")})
@@ -481,7 +407,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	start := time.Now()
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, sendAs(t, simulateModule(t, scantest.SmallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})))
+		sent = append(sent, scantest.SendHello(scantest.SimulateModule(t, scantest.SmallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})))
 	}
 	for m, s := range sent {
 		if err := <-s; err != nil {
@@ -507,18 +433,18 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	}
 }
 
-// acquireBig starts an acquire of n bigFormat frames into dir with a
+// acquireBig starts an acquire of n scantest.BigFormat frames into dir with a
 // 16-slot ring behind a slow pipeline and its sender, and returns them;
 // its result goes to got before its error to result.
 func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, got *Result) (out string, result, sent <-chan error) {
 	t.Helper()
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	level := 7
-	if raceEnabled {
+	if scantest.Race {
 		level = 1
 	}
 	out, addr := filepath.Join(t.TempDir(), "scan.h5"), scantest.FreeAddr(t)
-	p := testProfile(t, stages, bigFormat, map[string]any{"output.compression": "deflate", "output.level": level, "source.ring_slots": 16})
+	p := testProfile(t, stages, scantest.BigFormat, map[string]any{"output.compression": "deflate", "output.level": level, "source.ring_slots": 16})
 	files, err := NewFiles(p, Names{Output: out})
 	if err != nil {
 		t.Fatal(err)
@@ -533,7 +459,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, got *R
 		*got = r
 		res <- err
 	}()
-	return out, res, send(t, simulate(t, bigFormat, n), addr, kill)
+	return out, res, scantest.Send(scantest.SimulateModule(t, scantest.BigFormat, n, 0), addr, 0, kill)
 }
 
 // TestAcquireSecondStopAtOnce asks twice to stop an acquire whose ring is
@@ -541,7 +467,7 @@ func acquireBig(t *testing.T, n int, stop *Stopper, kill <-chan struct{}, got *R
 // recorded missing, and it says so.
 func TestAcquireSecondStopAtOnce(t *testing.T) {
 	const n = 60
-	var notes bytesBuffer
+	var notes scantest.Buffer
 	stop := NewStopper(context.Background(), 30*time.Second, notesTo(&notes))
 	defer stop.Close()
 	kill := make(chan struct{})
@@ -584,9 +510,9 @@ func TestAcquireSecondStopAtOnce(t *testing.T) {
 // waits for the detector, before any connected: it ends long before its
 // connect timeout, incomplete, saying so, and leaves no file.
 func TestAcquireStoppedWhileWaiting(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	dir := t.TempDir()
-	p := testProfile(t, stages, bigFormat, nil)
+	p := testProfile(t, stages, scantest.BigFormat, nil)
 	files, err := NewFiles(p, Names{Output: filepath.Join(dir, "scan.h5")})
 	if err != nil {
 		t.Fatal(err)
@@ -627,7 +553,7 @@ func TestAcquireStoppedWhileWaiting(t *testing.T) {
 // last whole frame.
 func TestReplayTruncatedCapture(t *testing.T) {
 	simulated, _ := scantest.Simulate(t, simScan(scantest.SmallFormat, 6))
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	for _, tt := range []struct {
 		name    string

@@ -45,14 +45,14 @@ func (b *losingBackend) Decode(jobs []gpu.Job) error {
 // whose backend keeps its device has no such note.
 func TestReplayGPULostMidScanSaysSo(t *testing.T) {
 	const frames = 12
-	in := simulate(t, scantest.SmallFormat, frames)
+	in := scantest.SimulateModule(t, scantest.SmallFormat, frames, 0)
 	truth := scantest.Truth(t, in)
 	for _, tc := range []struct {
 		name string
 		lose bool
 	}{{"lost after the first call", true}, {"never lost", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			stages := testStages(t)
+			stages := scantest.Stages(t)
 			err := stages.AddBackend(registry.Backend{Name: "lossy", New: func(o gpu.Options) (gpu.Backend, error) {
 				cpu, err := gpu.New("cpu", o)
 				if err != nil {

@@ -16,8 +16,8 @@ import (
 // TestInspect summarises a replayed file, its capture and the capture cut
 // short.
 func TestInspect(t *testing.T) {
-	src := simulate(t, scantest.SmallFormat, 6)
-	stages := testStages(t)
+	src := scantest.SimulateModule(t, scantest.SmallFormat, 6, 0)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"plan.darks": 1, "plan.flats": 1, "plan.projections": 4})
 	pl, err := p.Plan.Plan()
 	if err != nil {

@@ -29,8 +29,8 @@ var liveFormat = frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, Chi
 // delivered; with no consumer they say so, not that a queue was full.
 func TestLiveStreamSummary(t *testing.T) {
 	const frames = 12
-	stages := testStages(t)
-	capture := simulate(t, liveFormat, frames)
+	stages := scantest.Stages(t)
+	capture := scantest.SimulateModule(t, liveFormat, frames, 0)
 	pl := plan.Tomo(0, 0, frames, 0, 180)
 	for _, tc := range []struct {
 		name     string
@@ -110,8 +110,8 @@ func TestLiveStreamSummary(t *testing.T) {
 // outcome and says whether its end was delivered.
 func TestLiveStreamMetrics(t *testing.T) {
 	const frames = 6
-	stages := testStages(t)
-	capture := simulate(t, liveFormat, frames)
+	stages := scantest.Stages(t)
+	capture := scantest.SimulateModule(t, liveFormat, frames, 0)
 	p := testProfile(t, stages, liveFormat, map[string]any{"stream.address": "tcp://" + scantest.FreeAddr(t)})
 	obs := NewServingObserver(zap.NewNop())
 	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "m.h5")})

@@ -72,7 +72,7 @@ func (w tallyWorker) Process(n int, _ frame.Format, _ []byte) error {
 // an error of Close is reported and leaves the file whole.
 func TestProcessorLifecycle(t *testing.T) {
 	for _, fail := range []bool{false, true} {
-		stages := testStages(t)
+		stages := scantest.Stages(t)
 		var started []*tally
 		if err := stages.AddProcessor(registry.Processor{
 			Name: "tally",
@@ -123,7 +123,7 @@ func TestProcessorLifecycle(t *testing.T) {
 // TestProcessorStartRefused checks that a processor that cannot start
 // fails the scan before its file is made, naming the key.
 func TestProcessorStartRefused(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	cfg := simScan(scantest.SmallFormat, 4)
 	capPath, _ := scantest.Simulate(t, cfg)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)

@@ -68,7 +68,7 @@ func TestReplayResult(t *testing.T) {
 	cfg := simScan(scantest.SmallFormat, 12)
 	cfg.Missing, cfg.Corrupt = sim.FaultSpec{Frames: []int{3}}, sim.FaultSpec{Frames: []int{5}}
 	capture, _ := scantest.Simulate(t, cfg)
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := testProfile(t, stages, scantest.SmallFormat, nil)
 	for _, tc := range []struct {
 		name        string
@@ -131,14 +131,14 @@ func TestReplayResult(t *testing.T) {
 // names the dropped frames, gives each module's summary in the files'
 // order, the absent module's with every frame missing, and the master's.
 func TestReplayResultModules(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	p := profileText(t, stages, arrayProfile, nil)
 	format, err := p.Detector.Format()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 4
-	caps := []string{simulateModule(t, format, n, 0), simulateModule(t, format, n, 1), simulateModule(t, format, n, 3), simulateModule(t, format, n, 7)}
+	caps := []string{scantest.SimulateModule(t, format, n, 0), scantest.SimulateModule(t, format, n, 1), scantest.SimulateModule(t, format, n, 3), scantest.SimulateModule(t, format, n, 7)}
 	files, err := NewFiles(p, Names{Output: filepath.Join(t.TempDir(), "array.h5")})
 	if err != nil {
 		t.Fatal(err)

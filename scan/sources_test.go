@@ -33,7 +33,7 @@ func stockStages() *registry.Registry {
 // names, through its registry entry: a facility's source replaces both,
 // and a source without either is refused for that command.
 func TestSourcesChosenByTransport(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	var listened, opened atomic.Int32
 	err := stages.AddSource(registry.Source{Name: "beamline", Doc: "the fabric receiver, counted",
 		Listen: func(s receive.Setup) (receive.Listener, error) { listened.Add(1); return fabric.Open(s) },
@@ -48,7 +48,7 @@ func TestSourcesChosenByTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	captured := simulate(t, scantest.SmallFormat, 3)
+	captured := scantest.SimulateModule(t, scantest.SmallFormat, 3, 0)
 
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.transport": "beamline"})
 	if r := replayInto(t, context.Background(), p, stages, plan.Plan{}, filepath.Join(dir, "replayed.h5"), captured); r.err != nil {
@@ -84,7 +84,7 @@ func TestSourcesChosenByTransport(t *testing.T) {
 // chunks as its registry entry says, a facility's codec's too, and
 // refuses a codec that has no Stream V2 encoding.
 func TestStreamCompression(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	if err := stages.AddCodec(registry.Codec{Name: "lz4-fast", Doc: "a facility's LZ4", Stream: "lz4",
 		New: func(elemSize, _ int) (compress.Codec, error) { return compress.New("lz4", elemSize, 0) }}); err != nil {
 		t.Fatal(err)

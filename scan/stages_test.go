@@ -14,7 +14,7 @@ import (
 // filters the codec writes is refused before any file is made, naming
 // the codec; h5ingest's own codecs all read theirs.
 func TestCodecReadsItsOwn(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	if err := stages.AddCodec(registry.Codec{Name: "blind", Doc: "writes what it cannot read",
 		New:    func(elemSize, _ int) (compress.Codec, error) { return compress.New("deflate", elemSize, 1) },
 		Filter: compress.FilterDeflate,
@@ -48,7 +48,7 @@ func TestCodecReadsItsOwn(t *testing.T) {
 // before any file is made, with a line saying what the entry must add;
 // verify would find no codec to read its files.
 func TestCodecEntryWithoutRead(t *testing.T) {
-	stages := testStages(t)
+	stages := scantest.Stages(t)
 	if err := stages.AddCodec(registry.Codec{Name: "oldform", Doc: "the older form of an entry",
 		New: func(elemSize, _ int) (compress.Codec, error) {
 			return plugin{compress.Filter{ID: 32015, Optional: true}}, nil

@@ -23,9 +23,9 @@ import (
 // .part, not the other file, and its error says where the frames are.
 func TestServeFileAppearedNamesThePart(t *testing.T) {
 	const n, first = 12, 4
-	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
+	recs := scantest.CaptureRecords(t, scantest.SimulateModule(t, scantest.BigFormat, n, 0))
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)
-	s := startServed(t, serveProfile(bigFormat, addr, dir, 16, "deflate", 1), dir)
+	s := startServed(t, serveProfile(scantest.BigFormat, addr, dir, 16, "deflate", 1), dir)
 	s.arm("x", n)
 	final, part := filepath.Join(dir, "x.h5"), writer.TempName(filepath.Join(dir, "x.h5"))
 
@@ -34,7 +34,7 @@ func TestServeFileAppearedNamesThePart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		snd, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 30 * time.Second,
-			Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: bigFormat}})
+			Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.BigFormat}})
 		if err != nil {
 			rest <- err
 			return
@@ -96,7 +96,7 @@ func TestServeLockLinkRefused(t *testing.T) {
 	if err := os.Symlink(victim, lock); err != nil {
 		t.Fatal(err)
 	}
-	s := startServed(t, serveProfile(bigFormat, addr, dir, 16, "deflate", 1), dir)
+	s := startServed(t, serveProfile(scantest.BigFormat, addr, dir, 16, "deflate", 1), dir)
 	resp, err := http.Post(s.base+"/v1/scans", "application/json",
 		strings.NewReader(`{"profile": "served", "scan_id": "x", "plan": {"projections": 4}}`))
 	if err != nil {
@@ -123,7 +123,7 @@ func TestServeModulesFileAppeared(t *testing.T) {
 	out := t.TempDir()
 	ids := []int{0, 1}
 	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
-	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
+	caps := []string{scantest.SimulateModule(t, scantest.SmallFormat, n, 0), scantest.SimulateModule(t, scantest.SmallFormat, n, 1)}
 	s.arm("pair", "ap", n)
 	sent := []<-chan error{sendPaced(caps[0], port, 0, 40), sendPaced(caps[1], port+1, 1, 40)}
 	var parts []string

@@ -35,7 +35,7 @@ type served struct {
 	t    *testing.T
 	base string
 	dir  string // the profile's output directory
-	logs *bytesBuffer
+	logs *scantest.Buffer
 	svc  *service.Service
 	// end ends the service as SIGTERM ends serve (its drain, then its
 	// shutdown) and returns what Serve returned; the test's end calls it
@@ -87,10 +87,10 @@ func startServedDrain(t *testing.T, profile string, dir string, drain time.Durat
 	if err := os.WriteFile(filepath.Join(profiles, "served"), []byte(profile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &served{t: t, dir: dir, logs: &bytesBuffer{}}
-	log := jsonLog(s.logs)
+	s := &served{t: t, dir: dir, logs: &scantest.Buffer{}}
+	log := scantest.JSONLog(s.logs)
 	obs := scan.NewServingObserver(log)
-	s.svc = service.New(&Runner{Profiles: profiles, Log: log, Observer: obs, Stages: testStages(t)}, service.Config{})
+	s.svc = service.New(&Runner{Profiles: profiles, Log: log, Observer: obs, Stages: scantest.Stages(t)}, service.Config{})
 	s.svc.Handle("/", obs.Handler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -269,7 +269,7 @@ func sendRecords(t *testing.T, recs [][]byte, addr string, sent *atomic.Int64) <
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		s, err := fabric.DialWait(ctx, fabric.SenderConfig{Provider: "tcp", Addr: addr, Timeout: 30 * time.Second,
-			Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: bigFormat}})
+			Hello: fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.BigFormat}})
 		if err != nil {
 			done <- err
 			return
@@ -304,7 +304,7 @@ func ended(st service.State) bool {
 // slowLevel is the deflate level that makes the pipeline slower than a
 // sender on loopback: a backlog in the ring.
 func slowLevel() int {
-	if raceEnabled {
+	if scantest.Race {
 		return 1
 	}
 	return 7
@@ -320,8 +320,8 @@ func slowLevel() int {
 func TestServeCountsPendingNotMissing(t *testing.T) {
 	const n, slots, hole = 40, 16, 5
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)
-	s := startServed(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
-	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
+	s := startServed(t, serveProfile(scantest.BigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
+	recs := scantest.CaptureRecords(t, scantest.SimulateModule(t, scantest.BigFormat, n, 0))
 	recs = append(recs[:hole:hole], recs[hole+1:]...)
 	events := s.progressEvents()
 
@@ -394,7 +394,7 @@ func TestServeCountsPendingNotMissing(t *testing.T) {
 // warning; received and discarded still add up to every frame that came.
 func TestServeCancelWritesTheRing(t *testing.T) {
 	const n, slots = 60, 16
-	recs := scantest.CaptureRecords(t, simulate(t, bigFormat, n))
+	recs := scantest.CaptureRecords(t, scantest.SimulateModule(t, scantest.BigFormat, n, 0))
 	for _, tt := range []struct {
 		name        string
 		stopFirst   bool
@@ -411,7 +411,7 @@ func TestServeCancelWritesTheRing(t *testing.T) {
 			defer func(d time.Duration) { CancelWrite = d }(CancelWrite)
 			CancelWrite = tt.cancelWrite
 			dir, addr := t.TempDir(), scantest.FreeAddr(t)
-			s := startServed(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
+			s := startServed(t, serveProfile(scantest.BigFormat, addr, dir, slots, "deflate", slowLevel()), dir)
 			s.arm("cancel", n)
 			var sent atomic.Int64
 			result := sendRecords(t, recs, addr, &sent)
@@ -488,10 +488,10 @@ func TestServeCancelWritesTheRing(t *testing.T) {
 func TestServeDrainTimeoutSaysSo(t *testing.T) {
 	const n, slots = 60, 16
 	dir, addr := t.TempDir(), scantest.FreeAddr(t)
-	s := startServedDrain(t, serveProfile(bigFormat, addr, dir, slots, "deflate", slowLevel()), dir, time.Millisecond)
+	s := startServedDrain(t, serveProfile(scantest.BigFormat, addr, dir, slots, "deflate", slowLevel()), dir, time.Millisecond)
 	s.arm("drain", n)
 	var sent atomic.Int64
-	result := sendRecords(t, scantest.CaptureRecords(t, simulate(t, bigFormat, n)), addr, &sent)
+	result := sendRecords(t, scantest.CaptureRecords(t, scantest.SimulateModule(t, scantest.BigFormat, n, 0)), addr, &sent)
 	for deadline := time.Now().Add(60 * time.Second); sent.Load() < slots; time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-result:

@@ -13,6 +13,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/gpu"
+	"h5ingest/scan/scantest"
 )
 
 // errLost stands for the loss gpu.Lost returns.
@@ -54,7 +55,7 @@ func TestGPUGuardProfile(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/lost=%v/%s", tc.action, tc.lost, tc.backend), func(t *testing.T) {
 			g, logs := newTestGuard(tc.action, tc.lost)
-			p, err := g.profile("s1", config.Profile{Backend: tc.backend}, testStages(t))
+			p, err := g.profile("s1", config.Profile{Backend: tc.backend}, scantest.Stages(t))
 			switch {
 			case tc.refused && (!errors.Is(err, gpu.ErrDeviceLost) || !strings.Contains(err.Error(), "exits")):
 				t.Errorf("profile: %v, want a refusal that says serve exits", err)
@@ -76,7 +77,7 @@ func TestGPUGuardProfile(t *testing.T) {
 		})
 	}
 	var none *GPUGuard // a Runner without one
-	if p, err := none.profile("s1", config.Profile{Backend: "cuda"}, testStages(t)); err != nil || p.Backend != "cuda" {
+	if p, err := none.profile("s1", config.Profile{Backend: "cuda"}, scantest.Stages(t)); err != nil || p.Backend != "cuda" {
 		t.Errorf("no guard: backend %q, %v", p.Backend, err)
 	}
 	if p, w := (&Runner{}).Health(); p != nil || w != nil {

@@ -52,22 +52,22 @@ func TestServeScanEndedKeepsNoModule(t *testing.T) {
 	}{
 		{"one module", func(t *testing.T) (service.Scan, []<-chan error) {
 			dir, addr := t.TempDir(), scantest.FreeAddr(t)
-			r := &Runner{Profiles: profileFiles(t, "served", serveProfile(bigFormat, addr, dir, 16, "deflate", 1)), Log: zap.NewNop(), Stages: testStages(t)}
+			r := &Runner{Profiles: profileFiles(t, "served", serveProfile(scantest.BigFormat, addr, dir, 16, "deflate", 1)), Log: zap.NewNop(), Stages: scantest.Stages(t)}
 			sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "served", ScanID: "one", Plan: &service.Plan{Projections: n}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sc, []<-chan error{send(t, simulate(t, bigFormat, n), addr, nil)}
+			return sc, []<-chan error{scantest.Send(scantest.SimulateModule(t, scantest.BigFormat, n, 0), addr, 0, nil)}
 		}},
 		{"a node of two modules", func(t *testing.T) (service.Scan, []<-chan error) {
 			port, ids := scantest.FreePorts(t, 2), []int{0, 1}
 			r := &Runner{Profiles: profileFiles(t, "pair", arrayProfileText(ids, port, t.TempDir(), 30*time.Second)), ModuleIDs: ids,
-				Log: zap.NewNop(), Stages: testStages(t)}
+				Log: zap.NewNop(), Stages: scantest.Stages(t)}
 			sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "pair", ScanID: "pair", Plan: &service.Plan{Projections: n}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sc, []<-chan error{sendSmall(t, simulateModule(t, scantest.SmallFormat, n, 0), port, 0), sendSmall(t, simulateModule(t, scantest.SmallFormat, n, 1), port+1, 1)}
+			return sc, []<-chan error{sendSmall(t, scantest.SimulateModule(t, scantest.SmallFormat, n, 0), port, 0), sendSmall(t, scantest.SimulateModule(t, scantest.SmallFormat, n, 1), port+1, 1)}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -72,9 +72,9 @@ func startNodeLog(t *testing.T, modules []int, profiles map[string]string, w io.
 			t.Fatal(err)
 		}
 	}
-	log := jsonLog(w)
+	log := scantest.JSONLog(w)
 	obs := scan.NewServingObserver(log)
-	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: obs, Stages: testStages(t)}, service.Config{})
+	svc := service.New(&Runner{Profiles: dir, ModuleIDs: modules, Log: log, Observer: obs, Stages: scantest.Stages(t)}, service.Config{})
 	svc.Handle("/", obs.Handler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,7 +125,7 @@ func (s *nodeService) wait(id string) service.Status {
 
 // sendSmall sends the capture at path as module m to the port.
 func sendSmall(t *testing.T, path string, port int, m uint16) <-chan error {
-	return sendAs(t, path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, nil)
+	return scantest.SendHello(path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, nil)
 }
 
 // TestServeModules arms a serve of modules 0 and 1 once per scan, each
@@ -143,7 +143,7 @@ func TestServeModules(t *testing.T) {
 		"pair":  arrayProfileText(ids, port, out, 30*time.Second),
 		"short": arrayProfileText(ids, port, out, 2*time.Second),
 	})
-	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
+	caps := []string{scantest.SimulateModule(t, scantest.SmallFormat, n, 0), scantest.SimulateModule(t, scantest.SmallFormat, n, 1)}
 	var ss service.ServiceStatus
 	if code, body := s.call("GET", "/v1/status", nil, &ss); code != http.StatusOK || fmt.Sprint(ss.Modules) != "[0 1]" {
 		t.Errorf("service status: %d %s", code, body)
@@ -184,7 +184,7 @@ func TestServeModules(t *testing.T) {
 		t.Errorf("s1's files:\n%+v\nwant\n%+v", st.Files, want)
 	}
 	for _, f := range want {
-		if err := verifyPath(testStages(t), f.Path); err != nil {
+		if err := verifyPath(scantest.Stages(t), f.Path); err != nil {
 			t.Errorf("verify %s: %v", f.Path, err)
 		}
 	}
@@ -223,14 +223,14 @@ func TestServeModules(t *testing.T) {
 		t.Fatalf("s2's files: %+v", st.Files)
 	}
 	m0, m1, master := filepath.Join(out, "s2_m0.h5"), filepath.Join(out, "s2_m1.h5"), filepath.Join(out, "s2_master.h5")
-	if err := verifyPath(testStages(t), m0); err != nil {
+	if err := verifyPath(scantest.Stages(t), m0); err != nil {
 		t.Errorf("module 0's file: %v", err)
 	}
 	if got := scantest.Statuses(t, m1); got[frame.StatusMissing] != n || len(got) != 1 {
 		t.Errorf("module 1's file: statuses %v, want %d missing", got, n)
 	}
 	for _, p := range []string{m1, master} {
-		if err := verifyPath(testStages(t), p); !errors.Is(err, scan.ErrIncomplete) {
+		if err := verifyPath(scantest.Stages(t), p); !errors.Is(err, scan.ErrIncomplete) {
 			t.Errorf("verify %s: %v, want incomplete", p, err)
 		}
 	}
@@ -351,7 +351,7 @@ func TestServeModulesStopCancel(t *testing.T) {
 	out := t.TempDir()
 	ids := []int{0, 1}
 	s := startNode(t, ids, map[string]string{"pair": arrayProfileText(ids, port, out, 30*time.Second)})
-	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
+	caps := []string{scantest.SimulateModule(t, scantest.SmallFormat, n, 0), scantest.SimulateModule(t, scantest.SmallFormat, n, 1)}
 	for _, tc := range []struct {
 		id, op string
 		state  service.State
@@ -396,7 +396,7 @@ func TestServeModulesStopCancel(t *testing.T) {
 			t.Errorf("%s's files: %+v", tc.id, st.Files)
 		}
 		for _, f := range st.Files {
-			if err := verifyPath(testStages(t), f.Path); !f.Verified || !errors.Is(err, scan.ErrIncomplete) {
+			if err := verifyPath(scantest.Stages(t), f.Path); !f.Verified || !errors.Is(err, scan.ErrIncomplete) {
 				t.Errorf("%s: %+v, verify %v, want verified and incomplete", tc.id, f, err)
 			}
 		}
@@ -423,9 +423,9 @@ func TestServeModulesLateSender(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { modulesDraining = nil }) // after the service's cleanup, which ends the scan
-	var logs bytesBuffer
+	var logs scantest.Buffer
 	s := startNodeLog(t, ids, map[string]string{"trio": arrayProfileText(ids, port, out, 30*time.Second)}, &logs)
-	caps := []string{simulateModule(t, scantest.SmallFormat, n, 0), simulateModule(t, scantest.SmallFormat, n, 1)}
+	caps := []string{scantest.SimulateModule(t, scantest.SmallFormat, n, 0), scantest.SimulateModule(t, scantest.SmallFormat, n, 1)}
 	s.arm("trio", "late", n)
 	first := sendPaced(caps[0], port, 0, 40)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -12,6 +12,7 @@ import (
 
 	"h5ingest/config"
 	"h5ingest/pipeline"
+	"h5ingest/scan/scantest"
 	"h5ingest/service"
 )
 
@@ -41,7 +42,7 @@ func TestRunnerProfiles(t *testing.T) {
 		"notes.txt":    "not a profile\n",
 		".hidden.yaml": "description: hidden\n",
 	})
-	r := &Runner{Profiles: dir, Stages: testStages(t)}
+	r := &Runner{Profiles: dir, Stages: scantest.Stages(t)}
 	list, err := r.ListProfiles()
 	if err != nil {
 		t.Fatal(err)

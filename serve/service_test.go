@@ -14,6 +14,7 @@ import (
 
 	"h5ingest/pipeline"
 	"h5ingest/scan"
+	"h5ingest/scan/scantest"
 	"h5ingest/service"
 
 	"go.uber.org/zap"
@@ -101,7 +102,7 @@ func TestRunnerPrepareNamesStayInTheDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: testStages(t)}
+	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: scantest.Stages(t)}
 	dot := "."
 	for _, tc := range []struct {
 		name, scanID, output, says string
@@ -139,7 +140,7 @@ func TestRunnerPrepareNamesStayInTheDirectory(t *testing.T) {
 // infinite angles in the file) are refused at arm, naming the request
 // field.
 func TestRunnerPrepareRefusesOverflowingAngles(t *testing.T) {
-	r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: testStages(t)}
+	r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: scantest.Stages(t)}
 	dot, lo, hi := ".", -1.7e308, 1.7e308
 	req := service.ArmRequest{Profile: "default", ScanID: "angles",
 		Plan:      &service.Plan{Projections: 3, AngleStart: &lo, AngleEnd: &hi},
@@ -169,7 +170,7 @@ func TestRunnerPrepareTakesTheRequestsAngles(t *testing.T) {
 		{"none", nil, nil, [2]float64{0, 180}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: testStages(t)}
+			r := &Runner{DataRoot: t.TempDir(), Log: zap.NewNop(), Stages: scantest.Stages(t)}
 			dot := "."
 			req := service.ArmRequest{Profile: "default", ScanID: "angles",
 				Plan:      &service.Plan{Projections: 3, AngleStart: tc.start, AngleEnd: tc.end},
@@ -255,7 +256,7 @@ func TestRunnerLogsReadersWarning(t *testing.T) {
 	l.Close()
 	core, logs := zapobserver.New(zap.WarnLevel)
 	dir := t.TempDir()
-	r := &Runner{Profiles: profileFiles(t, "zstd", serveProfile(bigFormat, addr, dir, 16, "bszstd", 1)), Log: zap.New(core), Stages: testStages(t)}
+	r := &Runner{Profiles: profileFiles(t, "zstd", serveProfile(scantest.BigFormat, addr, dir, 16, "bszstd", 1)), Log: zap.New(core), Stages: scantest.Stages(t)}
 	sc, err := r.Prepare(context.Background(), service.ArmRequest{Profile: "zstd", ScanID: "w", Plan: &service.Plan{Projections: 3}})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +274,7 @@ func TestRunnerLogsReadersWarning(t *testing.T) {
 // option, as "h5ingest profiles check" refuses the profile.
 func TestRunnerPrepareChecksProcessorOptions(t *testing.T) {
 	profiles := profileFiles(t, "ff.yaml", "name: ff\noutput:\n  processors: [{name: flatfield, bin: 0}]\n")
-	r := &Runner{DataRoot: t.TempDir(), Profiles: profiles, Log: zap.NewNop(), Stages: testStages(t)}
+	r := &Runner{DataRoot: t.TempDir(), Profiles: profiles, Log: zap.NewNop(), Stages: scantest.Stages(t)}
 	dot := "."
 	req := service.ArmRequest{Profile: "ff", ScanID: "ff", Plan: &service.Plan{Darks: 1, Flats: 1, Projections: 3},
 		Overrides: &service.Overrides{Output: &service.OutputOverrides{Directory: &dot}}}
@@ -298,7 +299,7 @@ func TestRunnerPrepareProfileDirectoryUnderDataRoot(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "p42"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: testStages(t)}
+	r := &Runner{DataRoot: root, Log: zap.NewNop(), Stages: scantest.Stages(t)}
 	sub := "p42"
 	for _, tc := range []struct {
 		name      string

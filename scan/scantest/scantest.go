@@ -1,8 +1,9 @@
 // Package scantest provides helpers for end-to-end tests of scans, in
 // the manner of net/http/httptest: simulate a capture and read its
-// ground truth, find free loopback ports, look up the Python readers the
+// ground truth, send it as a detector module does, register h5ingest's
+// own stages, find free loopback ports, look up the Python readers the
 // cross-checks need, and read back a scan's file to check it against
-// the truth.
+// the truth. The tests of scan, serve and the command share them.
 //
 // Each function takes the test's testing.TB, fails the test when what it
 // sets up fails, and skips it where the machine lacks what it needs (the

@@ -1,7 +1,0 @@
-//go:build race
-
-package scan
-
-// raceEnabled is true when the tests run under the race detector, which
-// makes the pipeline many times slower.
-const raceEnabled = true
