@@ -90,14 +90,8 @@ func TestFallbackOnDeviceLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			src := &sliceSource{}
-			for n := range uint64(frames) {
-				src.frames = append(src.frames, testFrame(t, testFormat, n))
-			}
-			payloadCRC := map[int]uint32{}
-			for _, f := range src.frames {
-				payloadCRC[int(f.Header.FrameNumber)] = f.Header.PayloadCRC
-			}
+			src := &sliceSource{frames: testFrames(t, testFormat, frames)}
+			payloadCRC := payloadCRCs(src.frames)
 			sink := newMemSink()
 			progress, err := p.Run(context.Background(), src, sink)
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {

@@ -109,10 +109,7 @@ func TestPipelineDeviceRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &sliceSource{}
-	for n := range frames {
-		src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, frames)}
 	sink := newMemSink()
 	if _, err := p.Run(context.Background(), src, sink); err != nil {
 		t.Fatal(err)
@@ -148,10 +145,7 @@ func TestPipelineDeviceRoundsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &sliceSource{}
-	for n := range frames {
-		src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, frames)}
 	sink := newMemSink()
 	_, err = p.Run(context.Background(), src, sink)
 	if err == nil || !strings.Contains(err.Error(), "device lost") {
@@ -191,10 +185,7 @@ func TestPipelineReserveRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &sliceSource{}
-	for n := range frames {
-		src.frames = append(src.frames, testFrame(t, testFormat, uint64(n)))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, frames)}
 	sink := newMemSink()
 	if _, err := p.Run(context.Background(), src, sink); err != nil {
 		t.Fatal(err)

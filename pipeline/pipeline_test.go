@@ -63,6 +63,27 @@ func testFrame(t *testing.T, f frame.Format, n uint64) *Frame {
 	}
 }
 
+// testFrames builds frames 0 to n-1 of format f, as testFrame does.
+func testFrames(t *testing.T, f frame.Format, n int) []*Frame {
+	t.Helper()
+	frames := make([]*Frame, n)
+	for i := range frames {
+		frames[i] = testFrame(t, f, uint64(i))
+	}
+	return frames
+}
+
+// payloadCRCs returns the payload CRC each of frames was sent with, by
+// frame number: what a sink's records must give as their raw CRCs, read
+// before a run takes the frames.
+func payloadCRCs(frames []*Frame) map[int]uint32 {
+	crcs := make(map[int]uint32, len(frames))
+	for _, f := range frames {
+		crcs[int(f.Header.FrameNumber)] = f.Header.PayloadCRC
+	}
+	return crcs
+}
+
 // sliceSource hands out a fixed list of frames, then err (io.EOF if nil).
 type sliceSource struct {
 	frames   []*Frame
@@ -272,10 +293,7 @@ func checkOutput(t *testing.T, sink *memSink, codecName string, frames int, stat
 }
 
 func TestPipelineSourceError(t *testing.T) {
-	src := &sliceSource{err: errors.New("connection reset")}
-	for n := range uint64(3) {
-		src.frames = append(src.frames, testFrame(t, testFormat, n))
-	}
+	src := &sliceSource{err: errors.New("connection reset"), frames: testFrames(t, testFormat, 3)}
 	sink := newMemSink()
 	p := newTestPipeline(t, 6, "none")
 	progress, err := p.Run(context.Background(), src, sink)
@@ -289,10 +307,7 @@ func TestPipelineSourceError(t *testing.T) {
 }
 
 func TestPipelineSinkError(t *testing.T) {
-	src := &sliceSource{}
-	for n := range uint64(20) {
-		src.frames = append(src.frames, testFrame(t, testFormat, n))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, 20)}
 	sink := newMemSink()
 	sink.failAt = 4
 	p := newTestPipeline(t, 20, "none")
@@ -315,10 +330,7 @@ func TestPipelineSinkError(t *testing.T) {
 }
 
 func TestPipelineCancel(t *testing.T) {
-	src := &sliceSource{}
-	for n := range uint64(4) {
-		src.frames = append(src.frames, testFrame(t, testFormat, n))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, 4)}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	sink := newMemSink()
@@ -353,10 +365,7 @@ func TestPipelineUnknownLength(t *testing.T) {
 // and recorded missing; every other frame arrives intact.
 func TestPipelineDropWhenFull(t *testing.T) {
 	const n = 40
-	src := &sliceSource{}
-	for i := range uint64(n) {
-		src.frames = append(src.frames, testFrame(t, testFormat, i))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, n)}
 	src.frames = append(src.frames, testFrame(t, testFormat, 3)) // a duplicate stays a duplicate
 	backend, err := gpu.New("cpu", gpu.Options{})
 	if err != nil {
@@ -419,10 +428,7 @@ func TestPipelineBackendShuffle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := &sliceSource{}
-		for n := range 6 {
-			src.frames = append(src.frames, testFrame(t, f, uint64(n)))
-		}
+		src := &sliceSource{frames: testFrames(t, f, 6)}
 		sink := newMemSink()
 		_, err = p.Run(context.Background(), src, sink)
 		return sink, err

@@ -12,10 +12,7 @@ import (
 // it sees only go up.
 func TestProgressWhileRunning(t *testing.T) {
 	const frames = 64
-	src := &sliceSource{}
-	for n := range uint64(frames) {
-		src.frames = append(src.frames, testFrame(t, testFormat, n))
-	}
+	src := &sliceSource{frames: testFrames(t, testFormat, frames)}
 	p := newTestPipeline(t, frames, "bslz4")
 	done := make(chan struct{})
 	var wg sync.WaitGroup
