@@ -213,7 +213,7 @@ func TestAcquireRecordDiskFull(t *testing.T) {
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 40, 0, 180), out, addr)
 	o.Record = rec
 	acq := startAcquire(t, o)
-	if err := <-scantest.SendHello(path, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: f}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(path, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: f}, 0, make(chan struct{})); err != nil {
 		t.Errorf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); err != nil {
@@ -256,7 +256,7 @@ func TestAcquireFramesBeyondPlan(t *testing.T) {
 	o := acquireOptions(t, p, stages, plan.Tomo(0, 0, 8, 0, 180), out, addr)
 	o.Record = rec
 	acq := startAcquire(t, o)
-	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, 0, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {
@@ -303,7 +303,7 @@ func TestAcquireStrayFrameNumberNoPlan(t *testing.T) {
 	out, addr := filepath.Join(t.TempDir(), "s3.h5"), scantest.FreeAddr(t)
 	p := testProfile(t, stages, scantest.SmallFormat, map[string]any{"source.ring_slots": 2, "source.connect_timeout": 20 * time.Second})
 	acq := startAcquire(t, acquireOptions(t, p, stages, plan.Plan{}, out, addr))
-	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})); err != nil {
+	if err := <-scantest.SendHello(sent, addr, fabric.Hello{Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, 0, make(chan struct{})); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	if err := acq.wait(t, 30*time.Second); !errors.Is(err, ErrIncomplete) {

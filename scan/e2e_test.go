@@ -407,7 +407,7 @@ func TestAcquireModulesBesideHostilePeers(t *testing.T) {
 	start := time.Now()
 	var sent []<-chan error
 	for m := range uint16(2) {
-		sent = append(sent, scantest.SendHello(scantest.SimulateModule(t, scantest.SmallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, make(chan struct{})))
+		sent = append(sent, scantest.SendHello(scantest.SimulateModule(t, scantest.SmallFormat, n, m), addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, 0, make(chan struct{})))
 	}
 	for m, s := range sent {
 		if err := <-s; err != nil {

@@ -67,7 +67,7 @@ func TestServeScanEndedKeepsNoModule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sc, []<-chan error{sendSmall(t, scantest.SimulateModule(t, scantest.SmallFormat, n, 0), port, 0), sendSmall(t, scantest.SimulateModule(t, scantest.SmallFormat, n, 1), port+1, 1)}
+			return sc, []<-chan error{sendPaced(scantest.SimulateModule(t, scantest.SmallFormat, n, 0), port, 0, 0), sendPaced(scantest.SimulateModule(t, scantest.SmallFormat, n, 1), port+1, 1, 0)}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -104,31 +104,17 @@ func (s *nodeScan) Run(ctx context.Context, rep service.Reporter) service.Result
 		ids[i] = f.Module.ID
 	}
 	planned := s.plan.Frames()
-	progressDone := make(chan struct{})
-	var progressWG sync.WaitGroup
-	progressWG.Add(1)
-	go func() {
-		defer progressWG.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		var meter rateMeter
-		for {
-			select {
-			case <-progressDone:
-				return
-			case <-t.C:
-				scans := s.view.modules()
-				if rr != nil {
-					rr.Rates(meter.add(sumProgress(scans, (*scan.Module).Progress), time.Now()))
-				}
-				s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *scan.Module) service.Counts { return serviceCounts(m.Progress()) }))
-			}
+	var meter rateMeter
+	stopReports := reportEvery(progressInterval, func() {
+		scans := s.view.modules()
+		if rr != nil {
+			rr.Rates(meter.add(sumProgress(scans, (*scan.Module).Progress), time.Now()))
 		}
-	}()
+		s.report(rep, mr, moduleCounts(ids, planned, scans, func(m *scan.Module) service.Counts { return serviceCounts(m.Progress()) }))
+	})
 	done, err := s.a.Run(sig)
 	logNotes(s.log, done)
-	close(progressDone)
-	progressWG.Wait()
+	stopReports()
 
 	scans := s.view.modules()
 	if len(scans) != len(ids) { // none started, or a module's scan that could not start failed them all

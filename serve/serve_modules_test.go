@@ -20,7 +20,6 @@ import (
 	"h5ingest/scan"
 	"h5ingest/scan/scantest"
 	"h5ingest/service"
-	"h5ingest/source/capture"
 	"h5ingest/source/fabric"
 )
 
@@ -123,11 +122,6 @@ func (s *nodeService) wait(id string) service.Status {
 	return st
 }
 
-// sendSmall sends the capture at path as module m to the port.
-func sendSmall(t *testing.T, path string, port int, m uint16) <-chan error {
-	return scantest.SendHello(path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, nil)
-}
-
 // TestServeModules arms a serve of modules 0 and 1 once per scan, each
 // module's sender on its own port (source.port plus the module's index):
 // both files and the master verify, and the API lists them with each
@@ -153,7 +147,7 @@ func TestServeModules(t *testing.T) {
 	if st := s.arm("pair", "s1", n); st.Counts.Planned != 2*n || st.Counts.Pending != 2*n {
 		t.Errorf("armed: %+v, want %d planned and pending", st.Counts, 2*n)
 	}
-	sent := []<-chan error{sendSmall(t, caps[0], port, 0), sendSmall(t, caps[1], port+1, 1)}
+	sent := []<-chan error{sendPaced(caps[0], port, 0, 0), sendPaced(caps[1], port+1, 1, 0)}
 	for i, c := range sent {
 		if err := <-c; err != nil {
 			t.Fatalf("sender of module %d: %v", i, err)
@@ -201,8 +195,8 @@ func TestServeModules(t *testing.T) {
 
 	// Module 1 never connects: its sender tries module 0's port.
 	s.arm("short", "s2", n)
-	wrong := sendSmall(t, caps[1], port, 1)
-	if err := <-sendSmall(t, caps[0], port, 0); err != nil {
+	wrong := sendPaced(caps[1], port, 1, 0)
+	if err := <-sendPaced(caps[0], port, 0, 0); err != nil {
 		t.Fatalf("sender of module 0: %v", err)
 	}
 	if err := <-wrong; err == nil || !strings.Contains(err.Error(), "sent to the port of module 0") {
@@ -315,29 +309,11 @@ func grepLines(text, s string) string {
 	return strings.Join(out, "\n")
 }
 
-// sendPaced sends the capture at path as module m to the port at fps
-// frames a second; the channel gives the sender's error.
+// sendPaced sends the capture of scantest.SmallFormat frames at path as
+// module m to the port at fps frames a second (0: as fast as the receiver
+// takes them); the channel gives the sender's error.
 func sendPaced(path string, port int, m uint16, fps float64) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		r, err := capture.Open(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer r.Close()
-		s, err := fabric.DialWait(context.Background(), fabric.SenderConfig{Provider: "tcp", Addr: fmt.Sprintf("127.0.0.1:%d", port),
-			Timeout: 20 * time.Second, Hello: fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}})
-		if err != nil {
-			done <- err
-			return
-		}
-		if _, err = fabric.SendCapture(context.Background(), s, r, fps); err != nil {
-			s.Abort()
-		}
-		done <- err
-	}()
-	return done
+	return scantest.SendHello(path, fmt.Sprintf("127.0.0.1:%d", port), fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: scantest.SmallFormat}, fps, nil)
 }
 
 // TestServeModulesStopCancel stops, then cancels, a scan of two modules

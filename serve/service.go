@@ -418,6 +418,32 @@ func (CancelRequest) Signal() {}
 // String implements os.Signal.
 func (CancelRequest) String() string { return "cancel requested" }
 
+// progressInterval is how often a running scan reports its progress.
+const progressInterval = 250 * time.Millisecond
+
+// reportEvery calls report every interval on a goroutine of its own until
+// the stop it returns is called, which waits for the goroutine to end.
+func reportEvery(interval time.Duration, report func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				report()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // Run acquires the scan, reporting its progress a few times a second, and
 // verifies its file. Cancelling ctx cancels the scan (see CancelWrite): it
 // ends Cancelled, without an error unless the file failed.
@@ -429,28 +455,14 @@ func (s *serveScan) Run(ctx context.Context, rep service.Reporter) service.Resul
 	sig, end := s.begin(ctx)
 	defer end()
 
-	progressDone := make(chan struct{})
-	var progressWG sync.WaitGroup
-	progressWG.Add(1)
-	go func() {
-		defer progressWG.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-progressDone:
-				return
-			case <-t.C:
-				if m := s.view.current(); m != nil { // the detector has connected
-					s.progress(rep, mr, m, serviceCounts(m.Progress()))
-				}
-			}
+	stopReports := reportEvery(progressInterval, func() {
+		if m := s.view.current(); m != nil { // the detector has connected
+			s.progress(rep, mr, m, serviceCounts(m.Progress()))
 		}
-	}()
+	})
 	done, err := s.a.Run(sig)
 	logNotes(s.log, done)
-	close(progressDone)
-	progressWG.Wait()
+	stopReports()
 	mod := s.view.current()
 
 	if d := writer.Detail(err); d != "" {

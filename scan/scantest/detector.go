@@ -48,17 +48,18 @@ func SimulateModule(t testing.TB, f frame.Format, n int, m uint16) string {
 }
 
 // Send sends the capture at path to addr as module m of a detector of
-// BigFormat frames; see SendHello.
+// BigFormat frames, as fast as the receiver takes them; see SendHello.
 func Send(path, addr string, m uint16, kill <-chan struct{}) <-chan error {
-	return SendHello(path, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: BigFormat}, kill)
+	return SendHello(path, addr, fabric.Hello{Module: m, Mode: fabric.ModeWrite, Format: BigFormat}, 0, kill)
 }
 
 // SendHello sends the capture at path to addr over libfabric's tcp
-// provider with the hello given, in its own goroutine, retrying the
-// connect until the receiver listens; kill, when closed, stops the
-// sending and drops the connection without the end of scan, as a
-// detector losing power does. The channel gives the sender's error.
-func SendHello(path, addr string, hello fabric.Hello, kill <-chan struct{}) <-chan error {
+// provider with the hello given, at fps frames a second (0: as fast as
+// the receiver takes them), in its own goroutine, retrying the connect
+// until the receiver listens; kill, when closed, stops the sending and
+// drops the connection without the end of scan, as a detector losing
+// power does (nil: never). The channel gives the sender's error.
+func SendHello(path, addr string, hello fabric.Hello, fps float64, kill <-chan struct{}) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		r, err := capture.Open(path)
@@ -76,10 +77,13 @@ func SendHello(path, addr string, hello fabric.Hello, kill <-chan struct{}) <-ch
 			return
 		}
 		go func() {
-			<-kill
-			cancel()
+			select {
+			case <-kill:
+				cancel()
+			case <-ctx.Done():
+			}
 		}()
-		if _, err = fabric.SendCapture(ctx, s, r, 0); err != nil {
+		if _, err = fabric.SendCapture(ctx, s, r, fps); err != nil {
 			s.Abort() // the connection dropped, as a detector losing power drops it
 		}
 		done <- err
