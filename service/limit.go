@@ -28,18 +28,17 @@ import (
 // (the event stream, wait) or a request without the service's token
 // (from off loopback, where the service has none); then those that have
 // not sent a request yet, oldest first; then those between requests that
-// the control system used. Where only connections sent within freshGrace
-// could make way, none of which has yet said what it is, the new
-// connection waits up to freshWait for a place or for one of them to
+// the control system used. Where only connections accepted within
+// freshGrace could make way, none of which has yet said what it is, the
+// new connection waits up to freshWait for a place or for one of them to
 // say, as a flood's requests are answered and its connections closed: so
 // a flood of new connections from the control system's own address does
 // not close a control request whose head is still unread. It waits on a
 // goroutine of its own (at most maxWaiting at once; beyond them a
 // connection makes way at once), never holding up the connections
-// accepted after it. Only where
-// every place serves a control request is the new connection refused: it
-// is answered 503 once its request's head is read (or after a second),
-// so that its client sees why.
+// accepted after it. Only where every place serves a control request is
+// the new connection refused: it is answered 503 once its request's head
+// is read (or after a second), so that its client sees why.
 type limitListener struct {
 	net.Listener
 	max, maxPer int
@@ -96,25 +95,29 @@ const (
 	freshWait  = 50 * time.Millisecond
 )
 
-// rank orders the connections that may make way, lowest first, at now:
-// idle (or fresh past freshGrace), serving a request that may make way,
-// fresh, trusted.
+// The order in which connections make way, first to last (rank).
+const (
+	rankIdle    = iota // between requests, or fresh past the grace
+	rankRequest        // serving a request that may make way
+	rankFresh          // accepted within the grace, no request yet
+	rankTrusted        // between requests, after one of the control system's
+)
+
+// rank returns c's place in the order in which connections make way, at
+// now; a connection serving a control request makes way for none and is
+// never asked.
 func (c *limitedConn) rank(now time.Time) int {
 	switch st := c.state.Load(); {
 	case st == connFresh && now.Sub(c.since) >= c.l.grace, st == connIdle:
-		return 0
+		return rankIdle
 	case st == connRequest:
-		return 1
+		return rankRequest
 	case st == connFresh:
 		return rankFresh
 	default:
-		return 3
+		return rankTrusted
 	}
 }
-
-// rankFresh is the rank of a connection within freshGrace of its accept
-// that has sent no request yet.
-const rankFresh = 2
 
 // tooMany is what a connection beyond the caps is told before it is
 // closed.
