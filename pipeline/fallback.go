@@ -35,8 +35,9 @@ func (p *Pipeline) decodeBatch(backend *gpu.Backend, jobs []gpu.Job) error {
 	if ferr != nil {
 		return fmt.Errorf("%w; and no backend took its place: %w", err, ferr)
 	}
-	for i := range jobs {
-		jobs[i].RawCRC, jobs[i].DataCRC, jobs[i].Err = 0, 0, nil
+	for i := range jobs { // the results, as the lost device left them, go
+		j := &jobs[i]
+		j.RawCRC, j.DataCRC, j.Err, j.Compressed, j.CompressErr, j.Chunk = 0, 0, nil, false, nil, j.Chunk[:0]
 	}
 	*backend = fb
 	return fb.Decode(jobs)
@@ -56,7 +57,7 @@ func (p *Pipeline) openFallback(lost error) (gpu.Backend, error) {
 		} else {
 			t.name = t.backend.Name()
 			p.log.Warn("the decode backend lost its device: the scan's frames decode on the fallback backend from here on, none lost",
-				zap.String("backend", p.cfg.Backend.Name()), zap.String("fallback", t.backend.Name()), zap.Error(lost))
+				zap.String("backend", p.cfg.Backend.Name()), zap.String("fallback", t.name), zap.Error(lost))
 		}
 	}
 	return t.backend, t.err
