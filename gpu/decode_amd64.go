@@ -39,7 +39,7 @@ func cpuDecodePaths() []DecodePath {
 		{"bitplane 12-bit", bitplane12Instructions()},
 		{"bitplane 6- and 1-bit", "portable Go"},
 		{"packed12, packed24", packedInstructions()},
-		{"u16le, u32le", "memmove (" + reverseInstructions() + " for chips at 180 degrees)"},
+		{"u16le, u32le", "memmove (" + packedInstructions() + " for chips at 180 degrees)"},
 	}
 }
 

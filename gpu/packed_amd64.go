@@ -12,23 +12,12 @@ import "fmt"
 // order, and its groups are stored from the end of the row backwards, so a
 // rotated chip costs nothing more.
 
-// packedInstructions names the widest decode of packed12 and packed24.
+// packedInstructions names the widest decode of packed12 and packed24,
+// and of the reverse of u16le and u32le rows of chips at 180 degrees.
 func packedInstructions() string {
 	switch {
 	case useGFNI:
 		return "AVX-512 VBMI"
-	case useAVX2:
-		return "AVX2"
-	}
-	return "portable Go"
-}
-
-// reverseInstructions names the widest reverse of u16le and u32le rows of
-// a chip at 180 degrees.
-func reverseInstructions() string {
-	switch {
-	case useGFNI:
-		return "AVX-512 BW"
 	case useAVX2:
 		return "AVX2"
 	}
@@ -214,12 +203,31 @@ func reverseVector(dst, src []byte, pix int) int {
 	}
 	_ = src[b-1]
 	if vec == 64 {
-		reverseAVX512(&dst[len(dst)-b], &src[0], b/64, pix == 2)
+		reverseVBMI(&dst[len(dst)-b], &src[0], b/64, &reverse512[pix/4])
 	} else {
 		reverseAVX2(&dst[len(dst)-b], &src[0], b/32, pix == 2)
 	}
 	return b / pix
 }
+
+// reverse512 are the VPERMB indices that reverse the 16-bit pixels of a
+// vector, then its 32-bit ones.
+var reverse512 = [2][64]byte{makeReverse(2), makeReverse(4)}
+
+// makeReverse returns the byte indices that put the pix-byte pixels of a
+// 64-byte vector in reverse order.
+func makeReverse(pix int) (perm [64]byte) {
+	for i := range perm {
+		perm[i] = byte((64/pix-1-i/pix)*pix + i%pix)
+	}
+	return perm
+}
+
+// reverseVBMI writes the vectors*64 bytes at src to dst, each vector's
+// bytes permuted by perm, the first vector of src to the last of dst.
+//
+//go:noescape
+func reverseVBMI(dst, src *byte, vectors int, perm *[64]byte)
 
 // packed12AVX512 decodes groups*32 packed12 pixels at src, 48 bytes a
 // group, into 16-bit pixels: each group's 64 bytes at dst, the next

@@ -176,3 +176,32 @@ rev2wordsloop:
 
 rev2done:
 	RET
+
+// func reverseVBMI(dst, src *byte, vectors int, perm *[64]byte)
+//
+// Writes the vectors*64 bytes at src to dst with each vector's bytes
+// permuted by perm (its pixels in reverse order), the first vector of src
+// to the last of dst.
+TEXT ·reverseVBMI(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ vectors+16(FP), CX
+	MOVQ perm+24(FP), AX
+	TESTQ CX, CX
+	JZ   revbdone
+	VMOVDQU64 (AX), Z1
+	MOVQ CX, DX
+	SHLQ $6, DX
+	LEAQ -64(DI)(DX*1), DI // the last vector of dst
+
+revbloop:
+	VPERMB (SI), Z1, Z0
+	VMOVDQU64 Z0, (DI)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	DECQ CX
+	JNZ  revbloop
+	VZEROUPPER
+
+revbdone:
+	RET

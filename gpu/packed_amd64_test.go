@@ -163,7 +163,7 @@ func TestDecodePathsNameByteEncodings(t *testing.T) {
 	}{
 		{portablePath, "portable Go", "memmove (portable Go for chips at 180 degrees)"},
 		{avx2Path, "AVX2", "memmove (AVX2 for chips at 180 degrees)"},
-		{avx512Path, "AVX-512 VBMI", "memmove (AVX-512 BW for chips at 180 degrees)"},
+		{avx512Path, "AVX-512 VBMI", "memmove (AVX-512 VBMI for chips at 180 degrees)"},
 	} {
 		c.path.use(t)
 		got := map[string]string{}
