@@ -2,15 +2,18 @@ package gpu
 
 import "fmt"
 
-// The vector decodes of the byte-aligned encodings. Each takes groups of
-// pixels that fill one vector of image pixels: it loads the group's bytes
-// (a masked 48-byte load with AVX-512, two 16-byte lane loads with AVX2,
-// never a byte past them), moves each pixel's bytes into its 16- or 32-bit
-// lane with one byte permute (VPERMB, or VPSHUFB within 128-bit lanes),
-// and for packed12 drops the neighbour's nibble with a multiply and a
-// shift. The permutes of a chip at 180 degrees put the pixels in reverse
-// order, and its groups are stored from the end of the row backwards, so a
-// rotated chip costs nothing more.
+// The vector decodes of the byte-aligned encodings: packed12 and packed24,
+// and the reverse of the little-endian ones for a chip at 180 degrees
+// (reverseVBMI, reverseAVX2: one byte, word or dword permute a vector).
+// The packed decodes take groups of pixels that fill one vector of image
+// pixels: each loads the group's bytes (a masked 48-byte load with
+// AVX-512, two 16-byte lane loads with AVX2, never a byte past them),
+// moves each pixel's bytes into its 16- or 32-bit lane with one byte
+// permute (VPERMB, or VPSHUFB within 128-bit lanes), and for packed12
+// drops the neighbour's nibble with a multiply and a shift. The permutes
+// of a chip at 180 degrees put the pixels in reverse order, and its groups
+// are stored from the end of the row backwards, so a rotated chip costs
+// nothing more.
 
 // packedInstructions names the widest decode of packed12 and packed24,
 // and of the reverse of u16le and u32le rows of chips at 180 degrees.
@@ -95,19 +98,18 @@ func makeShuffle(vec, size int, rotated bool) packedShuffle {
 	return s
 }
 
-// orientation returns 1 for a rotated chip, 0 otherwise: the index of its
-// shuffle.
-func orientation(rotated bool) int {
+// shuffleIndex returns 1 for a rotated chip, 0 otherwise: the index of
+// its shuffle.
+func shuffleIndex(rotated bool) int {
 	if rotated {
 		return 1
 	}
 	return 0
 }
 
-// vectorSpan returns where the first group of a vector decode of n
-// pixels of pix bytes goes in dst, and how far on each next group goes,
-// groupBytes of image a group: from the start of dst onwards, or for a
-// rotated chip from the end of dst backwards.
+// vectorSpan returns where in dst a vector decode stores its first group
+// of groupBytes of image, and how far on it stores each next one: from
+// the start of dst onwards, or for a rotated chip from the end backwards.
 func vectorSpan(dst []byte, groupBytes int, rotated bool) (at, step int) {
 	if rotated {
 		return len(dst) - groupBytes, -groupBytes
@@ -136,12 +138,12 @@ func packed12Vector(dst, src []byte, rotated bool) int {
 	_ = src[3*n/2-1]
 	dst = pixelSpan(dst, 2, 0, n, rotated)
 	if useGFNI {
-		s := &packed12x512[orientation(rotated)]
+		s := &packed12x512[shuffleIndex(rotated)]
 		at, step := vectorSpan(dst, 64, rotated)
 		packed12AVX512(&dst[at], &src[0], n/32, step, &s.perm, &s.mul)
 		return n
 	}
-	s := &packed12x256[orientation(rotated)]
+	s := &packed12x256[shuffleIndex(rotated)]
 	at, step := vectorSpan(dst, 32, rotated)
 	packed12AVX2(&dst[at], &src[0], n/16, step, s.lane0, s.lane1, &s.perm, &s.mul)
 	return n
@@ -164,12 +166,12 @@ func packed24Vector(dst, src []byte, rotated bool) int {
 	_ = src[3*n-1]
 	dst = pixelSpan(dst, 4, 0, n, rotated)
 	if useGFNI {
-		s := &packed24x512[orientation(rotated)]
+		s := &packed24x512[shuffleIndex(rotated)]
 		at, step := vectorSpan(dst, 64, rotated)
 		packed24AVX512(&dst[at], &src[0], n/16, step, &s.perm)
 		return n
 	}
-	s := &packed24x256[orientation(rotated)]
+	s := &packed24x256[shuffleIndex(rotated)]
 	at, step := vectorSpan(dst, 32, rotated)
 	packed24AVX2(&dst[at], &src[0], n/8, step, s.lane0, s.lane1, &s.perm)
 	return n

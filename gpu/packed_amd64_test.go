@@ -111,7 +111,7 @@ func TestPackedVectorMatchesPortable(t *testing.T) {
 						if bytes.Count(buf[:guard], []byte{0xA5}) != guard || bytes.Count(buf[guard+rowBytes:], []byte{0xA5}) != guard {
 							t.Fatalf("%s: bytes beside the row written", name)
 						}
-						if got, want := vectorPixels(p, chip, r, rotated), vectorWant(e.avx2, e.avx512, path, w, r, e.enc, rotated); got != want {
+						if got, want := vectorPixels(p, chip, r, rotated), vectorWant(e.avx2, e.avx512, path, w, r, e.enc); got != want {
 							t.Fatalf("%s: vectors took %d pixels, want %d", name, got, want)
 						}
 					}
@@ -142,7 +142,7 @@ func vectorPixels(p plan, chip []byte, r int, rotated bool) int {
 // vectorWant returns how many pixels of readout row r of a chip w pixels
 // wide the vectors should take on path: every whole step, after the first
 // pixel for a packed12 row that starts inside a pair.
-func vectorWant(avx2, avx512 int, path decodePath, w, r int, enc frame.Encoding, rotated bool) int {
+func vectorWant(avx2, avx512 int, path decodePath, w, r int, enc frame.Encoding) int {
 	step := avx2
 	if path.gfni {
 		step = avx512
