@@ -28,16 +28,18 @@ func cpuInstructions() string {
 
 // cpuDecodePaths names what each encoding's decode uses here: the 24-bit
 // bitplane gather above (for chips whose width is a multiple of 32 pixels;
-// the AVX-512 one for multiples of 256); the others in portable Go, but
-// for unrotated little-endian chips, which are copied (the runtime's
-// memmove, itself vector moves).
+// the AVX-512 one for multiples of 256); packed12 and packed24, and the
+// little-endian encodings of chips at 180 degrees, with the vectors of
+// packed_amd64.go; the 6- and 1-bit bitplanes in portable Go; unrotated
+// little-endian chips are copied (the runtime's memmove, itself vector
+// moves).
 func cpuDecodePaths() []DecodePath {
 	return []DecodePath{
 		{"bitplane 24-bit", cpuInstructions()},
 		{"bitplane 12-bit", bitplane12Instructions()},
 		{"bitplane 6- and 1-bit", "portable Go"},
-		{"packed12, packed24", "portable Go"},
-		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
+		{"packed12, packed24", packedInstructions()},
+		{"u16le, u32le", "memmove (" + packedInstructions() + " for chips at 180 degrees)"},
 	}
 }
 

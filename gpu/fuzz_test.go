@@ -21,6 +21,17 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\x01\x00\x00\x80\xff"), uint8(frame.Bitplane), uint8(24), uint8(0), uint8(1), uint8(2), uint16(512), uint16(2), uint8(1))
 	f.Add([]byte("\x9e\x37\x79\xb9\x7f\x4a\x7c\x15"), uint8(frame.Bitplane), uint8(12), uint8(frame.LFSR), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
 	f.Add([]byte("\x01\x00\x00\x80\xff"), uint8(frame.Bitplane), uint8(12), uint8(0), uint8(1), uint8(2), uint16(512), uint16(2), uint8(1))
+	// packed12, packed24, u16le and u32le chips of 256 pixels a row (whole
+	// vectors) and of 259 (a tail, and packed12 rows that start inside a
+	// pair), some at 180 degrees: the vector decodes and their tails.
+	f.Add([]byte("\x9e\x37\x79\xb9\x7f\x4a\x7c"), uint8(frame.Packed12), uint8(12), uint8(0), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
+	f.Add([]byte("\x9e\x37\x79\xb9\x7f\x4a\x7c"), uint8(frame.Packed12), uint8(12), uint8(0), uint8(2), uint8(1), uint16(259), uint16(2), uint8(1))
+	f.Add([]byte("\x01\x00\x80\xff\x5a"), uint8(frame.Packed24), uint8(24), uint8(0), uint8(2), uint8(1), uint16(256), uint16(3), uint8(1))
+	f.Add([]byte("\x01\x00\x80\xff\x5a"), uint8(frame.Packed24), uint8(24), uint8(0), uint8(1), uint8(2), uint16(259), uint16(2), uint8(2))
+	f.Add([]byte("\x12\x34\x56"), uint8(frame.U16LE), uint8(16), uint8(0), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
+	f.Add([]byte("\x12\x34\x56"), uint8(frame.U16LE), uint8(16), uint8(0), uint8(2), uint8(1), uint16(259), uint16(2), uint8(3))
+	f.Add([]byte("\x12\x34\x56\x78\x9a"), uint8(frame.U32LE), uint8(32), uint8(0), uint8(1), uint8(2), uint16(256), uint16(3), uint8(1))
+	f.Add([]byte("\x12\x34\x56\x78\x9a"), uint8(frame.U32LE), uint8(32), uint8(0), uint8(2), uint8(1), uint16(259), uint16(2), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, enc, depth, coding, chipsX, chipsY uint8, w, h uint16, rot uint8) {
 		fm := frame.Format{
 			Geometry: frame.Geometry{ChipsX: int(chipsX), ChipsY: int(chipsY), ChipWidth: int(w), ChipHeight: int(h)},

@@ -268,25 +268,12 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 		}
 		return
 	case frame.Packed12:
-		packed12(counts, chip, r*w)
+		decodePacked12(dst, chip, r*w, rotated, counts)
 	case frame.Packed24:
-		packed24(counts, chip[3*r*w:])
+		decodePacked24(dst, chip[3*r*w:], rotated, counts)
 	case frame.U16LE:
-		if !rotated {
-			copy(dst, chip[2*r*w:2*(r+1)*w])
-			return
-		}
-		u16le(counts, chip[2*r*w:])
+		decodeU16LE(dst, chip[2*r*w:], rotated, counts)
 	case frame.U32LE:
-		if !rotated {
-			copy(dst, chip[4*r*w:4*(r+1)*w])
-			return
-		}
-		u32le(counts, chip[4*r*w:])
-	}
-	if p.pix == 2 {
-		emit16(dst, counts, rotated)
-	} else {
-		emit32(dst, counts, rotated)
+		decodeU32LE(dst, chip[4*r*w:], rotated, counts)
 	}
 }
