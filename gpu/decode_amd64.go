@@ -26,28 +26,21 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
-// cpuDecodePaths names what each encoding's decode uses here: the 24-bit
-// bitplane gather above (for chips whose width is a multiple of 32 pixels;
-// the AVX-512 one for multiples of 256); the others in portable Go, but
-// for unrotated little-endian chips, which are copied (the runtime's
-// memmove, itself vector moves).
+// cpuDecodePaths names what each encoding's decode uses here: the
+// bitplane decoders of every depth take the widest instructions named
+// above (the AVX2 ones chips at least 32 pixels wide, 24-bit ones a
+// multiple of 32; the AVX-512 ones chips a multiple of 256 pixels wide at
+// 24 and 12 bits, 128 at 6 and 64 at 1, the others falling back to AVX2);
+// the others in portable Go, but for unrotated little-endian chips, which
+// are copied (the runtime's memmove, itself vector moves).
 func cpuDecodePaths() []DecodePath {
 	return []DecodePath{
 		{"bitplane 24-bit", cpuInstructions()},
-		{"bitplane 12-bit", bitplane12Instructions()},
-		{"bitplane 6- and 1-bit", "portable Go"},
+		{"bitplane 12-bit", cpuInstructions()},
+		{"bitplane 6- and 1-bit", cpuInstructions()},
 		{"packed12, packed24", "portable Go"},
 		{"u16le, u32le", "memmove (portable Go for chips at 180 degrees)"},
 	}
-}
-
-// bitplane12Instructions names the 12-bit bitplane decode: the AVX-512
-// gather for chips a multiple of 256 pixels wide, or portable Go.
-func bitplane12Instructions() string {
-	if useGFNI {
-		return "AVX-512 VBMI+GFNI"
-	}
-	return "portable Go"
 }
 
 // codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of
