@@ -135,3 +135,26 @@ func checkBand(t *testing.T, name string, chip []byte, depth, w int, lfsr, rotat
 		t.Fatalf("%s: one row (ran %v, want %v) differs from the portable decoder", name, ran, runs)
 	}
 }
+
+// TestBitplaneBandAllocs checks that the band decode allocates nothing, on
+// every path, its portable tails (chips 200 pixels wide) included.
+func TestBitplaneBandAllocs(t *testing.T) {
+	const w, rows = 200, 4
+	for _, p := range decodePaths() {
+		t.Run(p.name, func(t *testing.T) {
+			p.use(t)
+			for _, depth := range []int{12, 6, 1} {
+				chip := make([]byte, rows*depth*w/8)
+				dst := make([]byte, rows*2*w)
+				for _, rotated := range []bool{false, true} {
+					allocs := testing.AllocsPerRun(20, func() {
+						bitplaneBand(dst, 2*w, chip, 0, rows, w, depth, true, rotated)
+					})
+					if allocs != 0 {
+						t.Errorf("%d-bit, rotated %v: %v allocations a band, want 0", depth, rotated, allocs)
+					}
+				}
+			}
+		})
+	}
+}
