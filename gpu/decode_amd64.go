@@ -26,13 +26,12 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
-// cpuDecodePaths names what each encoding's decode uses here: the
-// bitplane decoders of every depth take the widest instructions named
-// above (the AVX2 ones chips at least 32 pixels wide, 24-bit ones a
-// multiple of 32; the AVX-512 ones chips a multiple of 256 pixels wide at
-// 24 and 12 bits, 128 at 6 and 64 at 1, the others falling back to AVX2);
-// the others in portable Go, but for unrotated little-endian chips, which
-// are copied (the runtime's memmove, itself vector moves).
+// cpuDecodePaths names what each encoding's decode uses here: bitplane
+// chips of every depth the widest instructions named above (AVX-512 takes
+// chips a multiple of 256 pixels wide at 24 and 12 bits, of 128 at 6 and
+// of 64 at 1; AVX2 the others at least 32 pixels wide, at 24 bits a
+// multiple of 32); the others portable Go, but for unrotated little-endian
+// chips, which are copied (the runtime's memmove, itself vector moves).
 func cpuDecodePaths() []DecodePath {
 	return []DecodePath{
 		{"bitplane 24-bit", cpuInstructions()},
