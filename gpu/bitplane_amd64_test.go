@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"h5ingest/frame"
 )
 
 // decodePath is a set of the CPU features the decoders are chosen by.
@@ -152,6 +154,52 @@ func TestBitplaneBandAllocs(t *testing.T) {
 					})
 					if allocs != 0 {
 						t.Errorf("%d-bit, rotated %v: %v allocations a band, want 0", depth, rotated, allocs)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCPUBitplanePathsMatchReference decodes bitplane frames of every depth
+// and coding with the cpu backend on every path this CPU has, each chip
+// width in turn taken by AVX-512, by AVX2 with a portable tail, or by
+// neither, chips at 0 and 180 degrees and a mix, and holds the image and
+// its CRCs to the reference decoder's.
+func TestCPUBitplanePathsMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	geometries := []frame.Geometry{
+		{ChipsX: 2, ChipsY: 2, ChipWidth: 256, ChipHeight: 6},
+		{ChipsX: 3, ChipsY: 1, ChipWidth: 200, ChipHeight: 5},
+		{ChipsX: 1, ChipsY: 2, ChipWidth: 64, ChipHeight: 7},
+		{ChipsX: 2, ChipsY: 1, ChipWidth: 24, ChipHeight: 3},
+	}
+	for _, p := range decodePaths() {
+		t.Run(p.name, func(t *testing.T) {
+			p.use(t)
+			for _, g := range geometries {
+				for _, depth := range []int{24, 12, 6, 1} {
+					for _, coding := range []frame.Coding{frame.Binary, frame.LFSR} {
+						f := frame.Format{Geometry: g, Encoding: frame.Bitplane, BitDepth: depth, Coding: coding}
+						payload := randomBytes(rng, f.PayloadSize())
+						for name, o := range testOrientations(g) {
+							be := newBackend(t, "cpu", Options{Orientation: o, Workers: 2})
+							batch := []Job{newJob(f, 1, payload)}
+							if err := be.Decode(batch); err != nil || batch[0].Err != nil {
+								t.Fatalf("%v %s: %v, %v", f, name, err, batch[0].Err)
+							}
+							want := refDecode(f, payload, o)
+							j := &batch[0]
+							if !bytes.Equal(j.Image[:len(want)], want) {
+								t.Fatalf("%v, chips %s: image differs from the reference decoder", f, name)
+							}
+							if !bytes.Equal(j.Image[len(want):], bytes.Repeat([]byte{0xA5}, len(j.Image)-len(want))) {
+								t.Fatalf("%v, chips %s: bytes past the image written", f, name)
+							}
+							if j.DataCRC != frame.Checksum(want) {
+								t.Fatalf("%v, chips %s: data CRC %08x, want %08x", f, name, j.DataCRC, frame.Checksum(want))
+							}
+						}
 					}
 				}
 			}
