@@ -53,7 +53,7 @@ type batch struct {
 }
 
 // CPUInstructions names the widest instructions the cpu backend decodes
-// 24-bit bitplane frames with on this machine, chosen once at start from
+// bitplane frames with on this machine, chosen once at start from
 // the CPU's features: "AVX-512 VBMI+GFNI", "AVX2" or "portable Go". Every
 // path gives the same pixels. CPUDecodePaths names those of every
 // encoding.

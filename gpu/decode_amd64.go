@@ -26,30 +26,22 @@ func cpuInstructions() string {
 	return "portable Go"
 }
 
-// cpuDecodePaths names what each encoding's decode uses here: the 24-bit
-// bitplane gather above (for chips whose width is a multiple of 32 pixels;
-// the AVX-512 one for multiples of 256); packed12 and packed24, and the
-// little-endian encodings of chips at 180 degrees, with the vectors of
-// packed_amd64.go; the 6- and 1-bit bitplanes in portable Go; unrotated
+// cpuDecodePaths names what each encoding's decode uses here: bitplane
+// chips of every depth the widest instructions named above (AVX-512 takes
+// chips a multiple of 256 pixels wide at 24 and 12 bits, of 128 at 6 and
+// of 64 at 1; AVX2 the others at least 32 pixels wide, at 24 bits a
+// multiple of 32); packed12 and packed24, and the little-endian encodings
+// of chips at 180 degrees, the vectors of packed_amd64.go; unrotated
 // little-endian chips are copied (the runtime's memmove, itself vector
 // moves).
 func cpuDecodePaths() []DecodePath {
 	return []DecodePath{
 		{"bitplane 24-bit", cpuInstructions()},
-		{"bitplane 12-bit", bitplane12Instructions()},
-		{"bitplane 6- and 1-bit", "portable Go"},
+		{"bitplane 12-bit", cpuInstructions()},
+		{"bitplane 6- and 1-bit", cpuInstructions()},
 		{"packed12, packed24", packedInstructions()},
 		{"u16le, u32le", "memmove (" + packedInstructions() + " for chips at 180 degrees)"},
 	}
-}
-
-// bitplane12Instructions names the 12-bit bitplane decode: the AVX-512
-// gather for chips a multiple of 256 pixels wide, or portable Go.
-func bitplane12Instructions() string {
-	if useGFNI {
-		return "AVX-512 VBMI+GFNI"
-	}
-	return "portable Go"
 }
 
 // codes24GFNI is codes24AVX2 with AVX-512, over rows chip rows of

@@ -8,12 +8,6 @@ var useAVX2 = false
 // bitplane24Fast reports that there is no assembly gather here.
 func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool { return false }
 
-// bitplane24Rows reports that there is no assembly gather here.
-func bitplane24Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool { return false }
-
-// bitplane12Rows reports that there is no assembly gather here.
-func bitplane12Rows(dst []byte, stride int, chip []byte, r0, r1, w int, lfsr bool) bool { return false }
-
 // bitplane12Fast reports that there is no assembly gather here.
 func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool { return false }
 

@@ -49,31 +49,39 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 // BenchmarkDecodeRows measures decoding alone, no checksums, on one
-// goroutine: the per-core speed of the row decoders.
+// goroutine: the per-core speed of the row decoders, on each decode path
+// this CPU has (portable Go, then the vector ones).
 func BenchmarkDecodeRows(b *testing.B) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	for _, f := range piMegaFormats() {
-		b.Run(formatName(f), func(b *testing.B) {
-			job := newJob(f, 0, randomBytes(rng, f.PayloadSize()))
-			p, err := makePlan(&job, piMegaOrientation, 1)
-			if err != nil {
-				b.Fatal(err)
+		job := newJob(f, 0, randomBytes(rng, f.PayloadSize()))
+		for _, path := range decodePaths() {
+			b.Run(formatName(f)+"/"+path.name, func(b *testing.B) {
+				path.use(b)
+				benchmarkDecodeRows(b, f, job)
+			})
+		}
+	}
+}
+
+func benchmarkDecodeRows(b *testing.B, f frame.Format, job Job) {
+	p, err := makePlan(&job, piMegaOrientation, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	counts := make([]uint32, f.ChipWidth)
+	w, pix := f.ChipWidth, f.PixelSize()
+	b.SetBytes(int64(f.PayloadSize()))
+	b.ReportAllocs()
+	for b.Loop() {
+		for k := range f.Chips() {
+			chip := job.Payload[k*p.chipBytes : (k+1)*p.chipBytes]
+			rot := p.rot.Rotated(k)
+			for r := range f.ChipHeight {
+				off := f.PixelIndex(k, r, 0, false) * pix
+				p.decodeRow(job.Image[off:off+w*pix], chip, r, rot, counts)
 			}
-			counts := make([]uint32, f.ChipWidth)
-			w, pix := f.ChipWidth, f.PixelSize()
-			b.SetBytes(int64(f.PayloadSize()))
-			b.ReportAllocs()
-			for b.Loop() {
-				for k := range f.Chips() {
-					chip := job.Payload[k*p.chipBytes : (k+1)*p.chipBytes]
-					rot := p.rot.Rotated(k)
-					for r := range f.ChipHeight {
-						off := f.PixelIndex(k, r, 0, false) * pix
-						p.decodeRow(job.Image[off:off+w*pix], chip, r, rot, counts)
-					}
-				}
-			}
-		})
+		}
 	}
 }
 

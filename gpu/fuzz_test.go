@@ -32,6 +32,16 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\x12\x34\x56"), uint8(frame.U16LE), uint8(16), uint8(0), uint8(2), uint8(1), uint16(259), uint16(2), uint8(3))
 	f.Add([]byte("\x12\x34\x56\x78\x9a"), uint8(frame.U32LE), uint8(32), uint8(0), uint8(1), uint8(2), uint16(256), uint16(3), uint8(1))
 	f.Add([]byte("\x12\x34\x56\x78\x9a"), uint8(frame.U32LE), uint8(32), uint8(0), uint8(2), uint8(1), uint16(259), uint16(2), uint8(2))
+	// 6- and 1-bit chips of 256 pixels a row, which the AVX-512 decoders
+	// take, and widths the AVX2 ones take with a tail (12-bit chips of 104
+	// pixels, 6-bit of 200, 1-bit of 72), at both orientations; the
+	// seeds' lengths do not divide a row's bytes, so that rows differ.
+	f.Add([]byte("\x9e\x37\x79\xb9\x7f"), uint8(frame.Bitplane), uint8(6), uint8(frame.LFSR), uint8(2), uint8(1), uint16(256), uint16(3), uint8(2))
+	f.Add([]byte("\x01\x00\x00\x80\xff"), uint8(frame.Bitplane), uint8(6), uint8(0), uint8(1), uint8(2), uint16(256), uint16(2), uint8(1))
+	f.Add([]byte("\x9e\x37\x79\xb9\x7f"), uint8(frame.Bitplane), uint8(1), uint8(0), uint8(2), uint8(2), uint16(256), uint16(3), uint8(6))
+	f.Add([]byte("\xc3\x5a\x01\x99\x42"), uint8(frame.Bitplane), uint8(12), uint8(frame.LFSR), uint8(3), uint8(1), uint16(104), uint16(4), uint8(5))
+	f.Add([]byte("\x0f\xf0\x33\xa5\x01\x7f\xee"), uint8(frame.Bitplane), uint8(6), uint8(frame.LFSR), uint8(2), uint8(2), uint16(200), uint16(3), uint8(9))
+	f.Add([]byte("\x80\x01\x7e\xd4"), uint8(frame.Bitplane), uint8(1), uint8(frame.LFSR), uint8(3), uint8(1), uint16(72), uint16(5), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, enc, depth, coding, chipsX, chipsY uint8, w, h uint16, rot uint8) {
 		fm := frame.Format{
 			Geometry: frame.Geometry{ChipsX: int(chipsX), ChipsY: int(chipsY), ChipWidth: int(w), ChipHeight: int(h)},

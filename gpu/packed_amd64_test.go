@@ -9,43 +9,6 @@ import (
 	"h5ingest/frame"
 )
 
-// decodePath is one of the decode paths a CPU may have, with the flags
-// that choose it.
-type decodePath struct {
-	name       string
-	avx2, gfni bool
-}
-
-var (
-	portablePath = decodePath{"portable", false, false}
-	avx2Path     = decodePath{"avx2", true, false}
-	avx512Path   = decodePath{"avx512", true, true}
-)
-
-// vectorPaths returns the vector paths this CPU has, logging those it
-// has not.
-func vectorPaths(tb testing.TB) []decodePath {
-	var paths []decodePath
-	for _, p := range []decodePath{avx2Path, avx512Path} {
-		if p.avx2 && !cpuHasAVX2 || p.gfni && !cpuHasGFNI {
-			tb.Logf("CPU lacks the %s path: not checked here", p.name)
-			continue
-		}
-		paths = append(paths, p)
-	}
-	return paths
-}
-
-// The features the CPU has, whatever the tests set the flags to.
-var cpuHasAVX2, cpuHasGFNI = useAVX2, useGFNI
-
-// use sets the flags to choose path p, until the test ends.
-func (p decodePath) use(tb testing.TB) {
-	savedAVX2, savedGFNI := useAVX2, useGFNI
-	tb.Cleanup(func() { useAVX2, useGFNI = savedAVX2, savedGFNI })
-	useAVX2, useGFNI = p.avx2, p.gfni
-}
-
 // byteEncodings are the encodings the vector decodes of packed_amd64.s
 // take, with each path's vector step in pixels (0: a copy, not decoded
 // at 0 degrees).
@@ -69,7 +32,7 @@ var byteEncodings = []struct {
 // by bytes that must stay as they were. It also checks that the vectors
 // took every whole step of the row.
 func TestPackedVectorMatchesPortable(t *testing.T) {
-	paths := vectorPaths(t)
+	paths := decodePaths()[1:] // the vector paths this CPU has
 	if len(paths) == 0 {
 		t.Skip("CPU has no AVX2: only the portable decode runs here")
 	}

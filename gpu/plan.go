@@ -221,14 +221,11 @@ func (p *plan) decodeBand(j *Job, cy, b int, counts []uint32, crcs []uint32, ban
 		chip := j.Payload[k*p.chipBytes : (k+1)*p.chipBytes]
 		r0, r1 := p.readoutRange(b, rotated)
 		crcs[p.crcs+p.rawPiece(k, b)] = frame.Checksum(chip[p.payloadOffset(r0):p.payloadOffset(r1)])
-		if !rotated && f.Encoding == frame.Bitplane {
-			// The band's rows of a chip at 0 degrees in one call.
-			off := cx * w * p.pix
-			lfsr := f.Coding == frame.LFSR
-			if f.BitDepth == 24 && bitplane24Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) ||
-				f.BitDepth == 12 && bitplane12Rows(band[off:], width*p.pix, chip, r0, r1, w, lfsr) {
-				continue
-			}
+		// The band's rows of a bitplane chip in one call, where a vector
+		// decode takes them.
+		if f.Encoding == frame.Bitplane &&
+			bitplaneBand(band[cx*w*p.pix:], width*p.pix, chip, r0, r1, w, f.BitDepth, f.Coding == frame.LFSR, rotated) {
+			continue
 		}
 		for y := y0; y < y1; y++ {
 			r := y
@@ -258,13 +255,17 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 				bitplane24(dst, row, lfsr, rotated)
 			}
 		case 12:
-			if !bitplane12Fast(dst, row, lfsr, rotated, counts) {
+			if !bitplane12Fast(dst, row, lfsr, rotated, counts) && !bitplaneRow(dst, row, 12, lfsr, rotated) {
 				bitplane12(dst, row, lfsr, rotated)
 			}
 		case 6:
-			bitplane6(dst, row, lfsr, rotated)
+			if !bitplaneRow(dst, row, 6, lfsr, rotated) {
+				bitplane6(dst, row, lfsr, rotated)
+			}
 		default:
-			bitplane1(dst, row, rotated)
+			if !bitplaneRow(dst, row, 1, false, rotated) {
+				bitplane1(dst, row, rotated)
+			}
 		}
 		return
 	case frame.Packed12:
