@@ -181,17 +181,9 @@ func bitplane12Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	if len(buf) < 2*w || !bitplane12Rows(buf, 2*w, row, 0, 1, w, lfsr) {
 		return false
 	}
-	_ = dst[2*w-1]
-	reverseAVX512(&dst[0], &buf[0], 2*w/64, true) // w is a multiple of 256
+	reverse16Vector(dst[:2*w], buf[:2*w]) // whole vectors: w is a multiple of 256
 	return true
 }
-
-// reverseAVX512 writes the vectors*64 bytes at src to dst with their
-// 32-bit elements, or with words their 16-bit elements, in reverse order:
-// a rotated chip's row. It needs AVX-512 BW.
-//
-//go:noescape
-func reverseAVX512(dst, src *byte, vectors int, words bool)
 
 // bitplane24Fast decodes like bitplane24, with the AVX2 gather, and reports
 // whether it could: it needs AVX2 and a chip width that is a multiple of
@@ -212,12 +204,9 @@ func bitplane24Fast(dst, row []byte, lfsr, rotated bool, scratch []uint32) bool 
 	}
 	codes := scratch[:n]
 	codes24(codes, row, s, lfsr)
-	if useGFNI && n%16 == 0 {
-		reverseAVX512(&dst[0], (*byte)(unsafe.Pointer(&codes[0])), n/16, false)
-		return true
-	}
-	for i, c := range codes {
-		out[n-1-i] = c
+	done := reverse32Vector(dst[:4*n], unsafe.Slice((*byte)(unsafe.Pointer(&codes[0])), 4*n))
+	for i, c := range codes[done:] {
+		out[n-1-done-i] = c
 	}
 	return true
 }

@@ -258,7 +258,8 @@ func packed24AVX512(dst, src *byte, groups, dstStep int, perm *[64]byte)
 //go:noescape
 func packed24AVX2(dst, src *byte, groups, dstStep, lane0, lane1 int, perm *[64]byte)
 
-// reverseAVX2 is reverseAVX512 with AVX2: vectors*32 bytes.
+// reverseAVX2 is reverseVBMI with AVX2: vectors*32 bytes, the 32-bit (or,
+// with words, 16-bit) pixels of each in reverse order.
 //
 //go:noescape
 func reverseAVX2(dst, src *byte, vectors int, words bool)
