@@ -64,7 +64,8 @@ func bandRuns(p decodePath, depth, w int, rotated bool) bool {
 // orientations, chip widths of 8 to 520 pixels (the AVX2 decoders' 32-pixel
 // groups with every tail, the AVX-512 ones' 64 and 128), bands that start
 // past the chip's first row, and image rows wider than the chip (the bytes
-// beside the chip's pieces must stay as they were). One row with a stride
+// beside the chip's pieces must stay as they were), the chip's bytes
+// between pages no one may read. One row with a stride
 // of its own width is bitplaneRow, as decodeRow calls it.
 func TestBitplaneBandMatchesPortable(t *testing.T) {
 	if !useAVX2 {
@@ -78,14 +79,17 @@ func TestBitplaneBandMatchesPortable(t *testing.T) {
 				rng := rand.New(rand.NewPCG(21, uint64(depth)))
 				for w := 8; w <= 520; w += 8 {
 					rowBytes := depth * w / 8
-					chip := make([]byte, chipRows*rowBytes)
-					for i := range chip {
-						chip[i] = byte(rng.Uint32())
-					}
-					for _, lfsr := range []bool{false, true} {
-						for _, rotated := range []bool{false, true} {
-							name := fmt.Sprintf("%d-bit width %d lfsr %v rotated %v", depth, w, lfsr, rotated)
-							checkBand(t, name, chip, depth, w, lfsr, rotated, bandRuns(p, depth, w, rotated))
+					// The chip's bytes end at a page no one may read, then
+					// begin at one: a read past either end faults.
+					for _, chip := range [][]byte{guardedBytes(t, chipRows*rowBytes), guardedAfter(t, chipRows*rowBytes)} {
+						for i := range chip {
+							chip[i] = byte(rng.Uint32())
+						}
+						for _, lfsr := range []bool{false, true} {
+							for _, rotated := range []bool{false, true} {
+								name := fmt.Sprintf("%d-bit width %d lfsr %v rotated %v", depth, w, lfsr, rotated)
+								checkBand(t, name, chip, depth, w, lfsr, rotated, bandRuns(p, depth, w, rotated))
+							}
 						}
 					}
 				}

@@ -27,8 +27,9 @@ var byteEncodings = []struct {
 // encoding with each vector path the CPU has and with the portable one,
 // for chip widths 1 to 300 and 511, 512 and 1024 (vectors and tails), both
 // orientations, rows that start on a packed12 pair and inside one (odd
-// widths), over random bytes. The chip block ends where the memory mapped
-// for it ends, so that a read past it faults, and the image row is framed
+// widths), over random bytes. The chip block ends (or, for odd widths,
+// begins) at a page no one may read, so that a read past it faults, and
+// the image row is framed
 // by bytes that must stay as they were. It also checks that the vectors
 // took every whole step of the row.
 func TestPackedVectorMatchesPortable(t *testing.T) {
@@ -51,7 +52,13 @@ func TestPackedVectorMatchesPortable(t *testing.T) {
 			if err := f.Validate(); err != nil {
 				t.Fatalf("%v: %v", f, err)
 			}
-			chip := guardedBytes(t, f.ChipPayloadSize())
+			// The chip's bytes end at a page no one may read, or for odd
+			// widths begin at one.
+			guarded := guardedBytes
+			if w%2 == 1 {
+				guarded = guardedAfter
+			}
+			chip := guarded(t, f.ChipPayloadSize())
 			for i := range chip {
 				chip[i] = byte(rng.Uint32())
 			}
