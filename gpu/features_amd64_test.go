@@ -36,61 +36,158 @@ var evexExtension = map[string]struct {
 	"VGF2P8AFFINEQB": {"GFNI", false},
 }
 
-// TestAVX512NeedsCoverAssembly reads every instruction of the package's
-// assembly and checks that the features useGFNI asks the CPU for
-// (avx512Needs) include each extension its EVEX instructions need:
-// AVX512F, the one evexExtension names, and AVX512VL for a 128- or
-// 256-bit EVEX form (an EVEX instruction with no 512-bit operand, but for
-// VINSERTI64X4 and VEXTRACTI64X4, which have only 512-bit forms). A CPU
-// or virtual machine without one of them must get the AVX2 decodes, not
-// an illegal instruction.
-func TestAVX512NeedsCoverAssembly(t *testing.T) {
+// asmFunc is one assembly function: its name and its instructions, the
+// macros it uses expanded, each with where it is written.
+type asmFunc struct {
+	name string
+	ins  []asmInstruction
+}
+
+type asmInstruction struct{ text, at string }
+
+// readAssembly returns the functions of the package's amd64 assembly.
+func readAssembly(t *testing.T) []asmFunc {
+	t.Helper()
 	files, err := filepath.Glob("*_amd64.s")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no assembly files: %v", err)
 	}
-	wideReg := regexp.MustCompile(`\b(Z\d+|K[0-7])\b`)
-	highReg := regexp.MustCompile(`\b[XY](1[6-9]|2\d|3[01])\b`)
-	vecReg := regexp.MustCompile(`\b[XY]\d+\b`)
-	needed := map[string]string{} // extension: an instruction that needs it
+	type macro struct {
+		params []string
+		body   []asmInstruction
+	}
+	macros := map[string]*macro{}
+	var funcs []asmFunc
 	for _, name := range files {
 		src, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
+		var def *macro // the macro being defined, while its lines go on
 		for n, line := range strings.Split(string(src), "\n") {
 			line, _, _ = strings.Cut(line, "//")
-			line = strings.TrimSuffix(strings.TrimSpace(line), "\\")
-			for _, ins := range strings.Split(line, ";") {
-				op, args, _ := strings.Cut(strings.TrimSpace(ins), " ")
-				op, _, _ = strings.Cut(op, ".") // VMOVDQU8.Z
-				e, known := evexExtension[op]
-				wide := wideReg.MatchString(args)
-				if !wide && !highReg.MatchString(args) && !e.only {
-					continue // a VEX or scalar instruction, a directive, a macro's use
-				}
-				at := fmt.Sprintf("%s:%d: %s", name, n+1, strings.TrimSpace(ins))
-				if strings.Contains(op, "(") || op == "#define" {
-					continue
-				}
-				if !known {
-					t.Errorf("%s: an EVEX instruction this test does not know: add it to evexExtension", at)
-					continue
-				}
-				need := []string{"AVX512F", e.ext}
-				if !wide && vecReg.MatchString(args) && !strings.HasSuffix(op, "64X4") { // only 512-bit forms
-					need = append(need, "AVX512VL")
-				}
-				for _, ext := range need {
-					if _, seen := needed[ext]; ext != "" && !seen {
-						needed[ext] = at
+			line = strings.TrimSpace(line)
+			more := strings.HasSuffix(line, "\\")
+			line = strings.TrimSpace(strings.TrimSuffix(line, "\\"))
+			if rest, ok := strings.CutPrefix(line, "#define "); ok {
+				head, _, _ := strings.Cut(rest, " ")
+				mname, params, _ := strings.Cut(head, "(")
+				def = &macro{}
+				for _, p := range strings.Split(strings.TrimSuffix(params, ")"), ",") {
+					if p = strings.TrimSpace(p); p != "" {
+						def.params = append(def.params, p)
 					}
+				}
+				macros[mname] = def
+				line = ""
+			} else if fname, ok := strings.CutPrefix(line, "TEXT ·"); ok {
+				fname, _, _ = strings.Cut(fname, "(")
+				funcs = append(funcs, asmFunc{name: fname})
+				continue
+			}
+			for _, ins := range strings.Split(line, ";") {
+				if ins = strings.TrimSpace(ins); ins == "" {
+					continue
+				}
+				i := asmInstruction{ins, fmt.Sprintf("%s:%d", name, n+1)}
+				switch {
+				case def != nil:
+					def.body = append(def.body, i)
+				case len(funcs) > 0:
+					f := &funcs[len(funcs)-1]
+					f.ins = append(f.ins, i)
+				}
+			}
+			if !more {
+				def = nil
+			}
+		}
+	}
+	// Expand the macros' uses, with their arguments.
+	var expand func(i asmInstruction, depth int) []asmInstruction
+	expand = func(i asmInstruction, depth int) []asmInstruction {
+		op, _, _ := strings.Cut(i.text, " ")
+		mname, args, call := strings.Cut(op, "(")
+		if call {
+			_, args, _ = strings.Cut(i.text, "(")
+			args = strings.TrimSuffix(strings.TrimSpace(args), ")")
+		}
+		m, ok := macros[mname]
+		if !ok || depth > 8 {
+			return []asmInstruction{i}
+		}
+		var values []string
+		for _, a := range strings.Split(args, ",") {
+			values = append(values, strings.TrimSpace(a))
+		}
+		var out []asmInstruction
+		for _, b := range m.body {
+			text := b.text
+			for k, p := range m.params {
+				if k < len(values) {
+					text = regexp.MustCompile(`\b`+p+`\b`).ReplaceAllString(text, values[k])
+				}
+			}
+			out = append(out, expand(asmInstruction{text, b.at + " (in " + i.at + ")"}, depth+1)...)
+		}
+		return out
+	}
+	for k := range funcs {
+		var all []asmInstruction
+		for _, i := range funcs[k].ins {
+			all = append(all, expand(i, 0)...)
+		}
+		funcs[k].ins = all
+	}
+	return funcs
+}
+
+// TestAVX512NeedsCoverAssembly reads every instruction of the package's
+// assembly functions, their macros expanded, and checks that the features
+// useGFNI asks the CPU for (avx512Needs) include each extension the EVEX
+// instructions need: AVX512F, the one evexExtension names, and AVX512VL
+// for a 128- or 256-bit EVEX form (an EVEX instruction with no 512-bit
+// operand, but for VINSERTI64X4 and VEXTRACTI64X4, which have only
+// 512-bit forms). A CPU or virtual machine without one of them must get
+// the AVX2 decodes, not an illegal instruction; and those, the functions
+// named ...AVX2, must hold no EVEX instruction at all.
+func TestAVX512NeedsCoverAssembly(t *testing.T) {
+	wideReg := regexp.MustCompile(`\b(Z\d+|K[0-7])\b`)
+	highReg := regexp.MustCompile(`\b[XY](1[6-9]|2\d|3[01])\b`)
+	vecReg := regexp.MustCompile(`\b[XY]\d+\b`)
+	needed := map[string]string{} // extension: an instruction that needs it
+	funcs := readAssembly(t)
+	for _, f := range funcs {
+		for _, i := range f.ins {
+			op, args, _ := strings.Cut(i.text, " ")
+			op, _, _ = strings.Cut(op, ".") // VMOVDQU8.Z
+			e, known := evexExtension[op]
+			wide := wideReg.MatchString(args)
+			if !wide && !highReg.MatchString(args) && !e.only {
+				continue // a VEX or scalar instruction
+			}
+			at := fmt.Sprintf("%s: %s: %s", i.at, f.name, i.text)
+			switch {
+			case strings.HasSuffix(f.name, "AVX2"):
+				t.Errorf("%s: an EVEX instruction in a function for AVX2 CPUs", at)
+				continue
+			case !known:
+				t.Errorf("%s: an EVEX instruction this test does not know: add it to evexExtension", at)
+				continue
+			}
+			need := []string{"AVX512F", e.ext}
+			if !wide && vecReg.MatchString(args) && !strings.HasSuffix(op, "64X4") {
+				need = append(need, "AVX512VL")
+			}
+			for _, ext := range need {
+				if _, seen := needed[ext]; ext != "" && !seen {
+					needed[ext] = at
 				}
 			}
 		}
 	}
-	if len(needed) == 0 {
-		t.Fatal("no EVEX instruction found: the assembly was not read")
+	if len(funcs) < 10 || needed["GFNI"] == "" || needed["AVX512VBMI"] == "" {
+		t.Fatalf("%d functions, extensions %v: the assembly was not read as it is written", len(funcs), needed)
 	}
 	for ext, at := range needed {
 		if _, ok := avx512Needs[ext]; !ok {
