@@ -29,9 +29,10 @@ func allDecodePaths() []decodePath {
 // coding through the cpu backend on every path of allDecodePaths, and
 // holds each to the reference decoder: chip widths at every vector edge,
 // chips 1 to 11 rows tall (bands of a few rows), one chip or 3 x 2 at
-// random orientations, 1 to 4 workers. The payload ends where a
-// page no one may read begins, and the image sits at an odd address
-// between bytes that must stay as they were.
+// random orientations, 1 to 4 workers. The payload ends where a page no
+// one may read begins, and the image sits at an odd address between bytes
+// that must stay as they were; or, every other frame, both start where a
+// page no one may touch ends.
 func TestCPUDecodeAtVectorEdges(t *testing.T) {
 	const gap = 67
 	for _, p := range allDecodePaths() {
@@ -51,15 +52,20 @@ func TestCPUDecodeAtVectorEdges(t *testing.T) {
 						for k := range o {
 							o[k] = 180 * rng.IntN(2)
 						}
-						payload := guardedBytes(t, f.PayloadSize())
+						frames++
+						// Every other frame, the payload and the image start
+						// right after a page no one may touch instead.
+						payload, buf, at := guardedBytes(t, f.PayloadSize()), bytes.Repeat([]byte{0xA5}, f.ImageSize()+2*gap), gap
+						if frames%2 == 1 {
+							payload, buf, at = guardedAfter(t, f.PayloadSize()), guardedAfter(t, f.ImageSize()+2*gap), 0
+							copy(buf, bytes.Repeat([]byte{0xA5}, len(buf)))
+						}
 						for i := range payload {
 							payload[i] = byte(rng.Uint32())
 						}
-						frames++
 						be := newBackend(t, "cpu", Options{Orientation: o, Workers: 1 + frames%4})
-						buf := bytes.Repeat([]byte{0xA5}, f.ImageSize()+2*gap)
 						job := newJob(f, frames, payload)
-						job.Image = buf[gap : gap+f.ImageSize()]
+						job.Image = buf[at : at+f.ImageSize()]
 						jobs := []Job{job}
 						if err := be.Decode(jobs); err != nil {
 							t.Fatal(err)
@@ -67,7 +73,7 @@ func TestCPUDecodeAtVectorEdges(t *testing.T) {
 						name := fmt.Sprintf("%v, chips at %v, %d workers", f, o, 1+frames%4)
 						want := refDecode(f, payload, o)
 						checkJob(t, name, &jobs[0], want)
-						if bytes.Count(buf[:gap], []byte{0xA5}) != gap || bytes.Count(buf[gap+len(want):], []byte{0xA5}) != gap {
+						if bytes.Count(buf[:at], []byte{0xA5}) != at || bytes.Count(buf[at+len(want):], []byte{0xA5}) != len(buf)-at-len(want) {
 							t.Fatalf("%s: bytes beside the image written", name)
 						}
 					}
