@@ -12,8 +12,31 @@ import (
 // to cross-check).
 var (
 	useAVX2 = cpuid.X86.HasAVX2
-	useGFNI = cpuid.X86.HasAVX512F && cpuid.X86.HasAVX512BW && cpuid.X86.HasAVX512VBMI && cpuid.X86.HasAVX512GFNI
+	useGFNI = hasAll(avx512Needs)
 )
+
+// avx512Needs are the extensions the AVX-512 decodes use, by name, and
+// whether the CPU has each: a virtual machine may report VBMI and GFNI
+// without VL (the 128-bit EVEX loads) or DQ (KORTESTB), and must then get
+// the AVX2 decodes rather than an illegal instruction.
+var avx512Needs = map[string]bool{
+	"AVX512F":    cpuid.X86.HasAVX512F,
+	"AVX512BW":   cpuid.X86.HasAVX512BW,
+	"AVX512DQ":   cpuid.X86.HasAVX512DQ,
+	"AVX512VL":   cpuid.X86.HasAVX512VL,
+	"AVX512VBMI": cpuid.X86.HasAVX512VBMI,
+	"GFNI":       cpuid.X86.HasAVX512GFNI,
+}
+
+// hasAll reports whether every feature of needs is there.
+func hasAll(needs map[string]bool) bool {
+	for _, has := range needs {
+		if !has {
+			return false
+		}
+	}
+	return true
+}
 
 // cpuInstructions names the widest decode path chosen above.
 func cpuInstructions() string {

@@ -12,9 +12,9 @@ func guardedBytes(tb testing.TB, n int) []byte {
 	return mem[len(mem)-page-n : len(mem)-page : len(mem)-page]
 }
 
-// guardedAfter returns n bytes that begin where a page no one may read
-// ends, so that a decoder reading before them (a chip at 180 degrees read
-// backwards) faults.
+// guardedAfter returns n bytes that begin where a page no one may read or
+// write ends, so that a decoder reading or writing before them (a chip at
+// 180 degrees read backwards) faults.
 func guardedAfter(tb testing.TB, n int) []byte {
 	mem, page := guardedMapping(tb, n)
 	return mem[page : page+n : page+n]

@@ -9,5 +9,5 @@ import "testing"
 func guardedBytes(tb testing.TB, n int) []byte { return make([]byte, n) }
 
 // guardedAfter returns n bytes; only on Linux does a page no one may read
-// precede them.
+// or write come before them.
 func guardedAfter(tb testing.TB, n int) []byte { return make([]byte, n) }
