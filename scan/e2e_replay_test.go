@@ -395,3 +395,61 @@ func TestInterruptedReplay(t *testing.T) {
 		t.Errorf("verify of the interrupted scan: %v, want ErrIncomplete\n%s", err, vout)
 	}
 }
+
+// TestReplayTakesCapturedOrientation replays a capture of a module with
+// chips turned, which it records, with profiles that give no chip
+// orientation, the same, and another: with none the capture's is taken
+// (said as it is), so every frame is the image the detector saw; a
+// profile that differs stands, with a warning naming both.
+func TestReplayTakesCapturedOrientation(t *testing.T) {
+	t.Parallel()
+	turned := []any{0, 180, 0, 180, 180, 0}
+	cfg := simScan(scantest.SmallFormat, 6)
+	cfg.Orientation = frame.Orientation{0, 180, 0, 180, 180, 0}
+	path, truth := scantest.Simulate(t, cfg)
+	stages := scantest.Stages(t)
+	for _, c := range []struct {
+		name    string
+		profile map[string]any
+		truth   bool   // every frame's data CRC the simulator's
+		says    string // in the notes
+	}{
+		{"none in the profile", nil, true, "no chip orientation in the profile: using the one recorded in " + path},
+		{"the same", map[string]any{"detector.chip_orientation": turned}, true, ""},
+		{"another", map[string]any{"detector.chip_orientation": []any{0, 0, 0, 0, 0, 0}}, false,
+			"records the chip orientation [0 180 0 180 180 0], the profile gives [0 0 0 0 0 0]: the chips are turned as the profile says"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := testProfile(t, stages, scantest.SmallFormat, c.profile)
+			out := filepath.Join(t.TempDir(), "scan.h5")
+			r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 6, 0, 180), out, path)
+			if r.err != nil {
+				t.Fatalf("replay: %v\n%s", r.err, r.said())
+			}
+			if c.says != "" && !strings.Contains(r.said(), c.says) {
+				t.Errorf("replay said %q, want %q", r.said(), c.says)
+			}
+			if c.says == "" && strings.Contains(r.said(), "orientation") {
+				t.Errorf("replay said %q, want nothing of the orientation", r.said())
+			}
+			rd, err := writer.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records, err := rd.Records()
+			rd.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			same := 0
+			for n, rec := range records {
+				if rec.Status == frame.StatusOK && rec.DataCRC == truth.DataCRC[n] {
+					same++
+				}
+			}
+			if want := map[bool]int{true: len(records), false: 0}[c.truth]; len(records) != 6 || same != want {
+				t.Errorf("%d of %d frames equal to the detector's image, want %d of 6", same, len(records), want)
+			}
+		})
+	}
+}

@@ -60,3 +60,27 @@ func CapturePlan(m capture.Metadata) (plan.Plan, bool, error) {
 	}
 	return p, p.Frames() > 0, nil
 }
+
+// captureOrientation returns the chip orientation a capture's metadata
+// records, each chip's degrees (none: every chip at 0), and whether it
+// records one: in its geometry (capture.KeyGeometry, as acquire writes
+// it), or else in a simulator's ground truth.
+func captureOrientation(m capture.Metadata) ([]int, bool, error) {
+	var g struct {
+		Orientation []int `json:"chip_orientation"`
+	}
+	ok, err := m.Get(capture.KeyGeometry, &g)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		return g.Orientation, true, nil
+	}
+	var truth struct {
+		Orientation []int `json:"orientation"`
+	}
+	if found, err := m.Get(sim.TruthKey, &truth); err != nil || !found {
+		return nil, false, nil // a truth that does not parse records none
+	}
+	return truth.Orientation, true, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,7 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	var format frame.Format
 	var srcs []*capture.Source
 	times := map[int]capture.ScanTime{}
+	orient := orientationSource{from: "the profile"}
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
@@ -64,6 +66,9 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 			format = f
 		} else if f != format {
 			return Result{}, fmt.Errorf("capture %s holds frames of %v, capture %s of %v: one scan has one format", path, f, paths[0], format)
+		}
+		if err := orient.take(&o, path, r.Metadata(), format); err != nil {
+			return Result{}, fmt.Errorf("capture %s: %w", path, err)
 		}
 		if plan.Frames() == 0 {
 			recorded, ok, err := CapturePlan(r.Metadata())
@@ -88,6 +93,57 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	o.Plan, o.Format = plan, format
 	rp := &replayRun{o: o, src: src, times: times}
 	return rp.run(ctx)
+}
+
+// orientationSource says where a replay's chip orientation comes from.
+type orientationSource struct {
+	from string // "the profile", or the capture it was taken from
+}
+
+// take gives a replay the chip orientation that the capture at path
+// records (captureOrientation), where the profile sets none: the chips of
+// a module are turned as they were when it was captured, not left as they
+// came off the detector. Where the profile (or an earlier capture) gives
+// one that differs, it stands, and o.Notify is warned: a replay may mend
+// an orientation captured wrong. A recorded orientation that does not fit
+// the frames is an error.
+func (s *orientationSource) take(o *ReplayOptions, path string, meta capture.Metadata, f frame.Format) error {
+	degrees, ok, err := captureOrientation(meta)
+	if err != nil || !ok {
+		return err
+	}
+	recorded := frame.Orientation(degrees)
+	if len(recorded) == 0 {
+		recorded = nil // all at 0 degrees
+	} else if err := recorded.Validate(f.Chips()); err != nil {
+		return fmt.Errorf("the chip orientation it records: %w (the frames are %v)", err, f.Geometry)
+	}
+	d := &o.Profile.Detector
+	if len(d.ChipOrientation) == 0 && s.from == "the profile" {
+		s.from = "capture " + path
+		if slices.Contains(degrees, 180) {
+			d.ChipOrientation = degrees
+			tell(o.Notify, Note{Kind: Info, Text: fmt.Sprintf("no chip orientation in the profile: using the one recorded in %s: %v", path, degrees)})
+		}
+		return nil
+	}
+	given := d.Orientation()
+	if !slices.Equal(showOrientation(given, f.Chips()), showOrientation(recorded, f.Chips())) {
+		tell(o.Notify, Note{Kind: Warning, Text: fmt.Sprintf("capture %s records the chip orientation %v, %s gives %v: the chips are turned as %s says",
+			path, showOrientation(recorded, f.Chips()), s.from, showOrientation(given, f.Chips()), s.from)})
+	}
+	return nil
+}
+
+// showOrientation writes o for a note: every chip's degrees.
+func showOrientation(o frame.Orientation, chips int) []int {
+	deg := make([]int, chips)
+	for k := range deg {
+		if o.Rotated(k) {
+			deg[k] = 180
+		}
+	}
+	return deg
 }
 
 // liveTimes adds to times the start and end of each module's live scan
