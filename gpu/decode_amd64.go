@@ -12,7 +12,11 @@ import (
 // to cross-check).
 var (
 	useAVX2 = cpuid.X86.HasAVX2
-	useGFNI = hasAll(avx512Needs)
+	// The AVX-512 decodes leave some chips (rotated 24-bit ones, widths
+	// that are not a multiple of theirs) to the AVX2 ones: without AVX2
+	// (GODEBUG=cpu.avx2=off) none runs, so that what bench and the debug
+	// log name is what decodes.
+	useGFNI = useAVX2 && hasAll(avx512Needs)
 )
 
 // avx512Needs are the extensions the AVX-512 decodes use, by name, and
