@@ -17,6 +17,7 @@ import (
 	"h5ingest/pipeline"
 	"h5ingest/plan"
 	"h5ingest/scan/scantest"
+	"h5ingest/source/capture"
 	"h5ingest/source/sim"
 	"h5ingest/writer"
 )
@@ -407,22 +408,45 @@ func TestReplayTakesCapturedOrientation(t *testing.T) {
 	cfg := simScan(scantest.SmallFormat, 6)
 	cfg.Orientation = frame.Orientation{0, 180, 0, 180, 180, 0}
 	path, truth := scantest.Simulate(t, cfg)
+	// The same frames in a capture whose geometry records five chips' worth
+	// for the six, one of them at 90 degrees.
+	damaged := filepath.Join(t.TempDir(), "damaged.pmcap")
+	meta := capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "test"}
+	if err := meta.Set(capture.KeyGeometry, capture.Geometry{Format: capture.NewFormatInfo(scantest.SmallFormat), Orientation: []int{0, 90, 0, 180, 180}}); err != nil {
+		t.Fatal(err)
+	}
+	scantest.WriteCaptureMeta(t, damaged, meta, scantest.CaptureRecords(t, path))
 	stages := scantest.Stages(t)
 	for _, c := range []struct {
 		name    string
+		capture string
 		profile map[string]any
 		truth   bool   // every frame's data CRC the simulator's
-		says    string // in the notes
+		says    string // in the notes, or the error
+		fails   bool
 	}{
-		{"none in the profile", nil, true, "no chip orientation in the profile: using the one recorded in " + path},
-		{"the same", map[string]any{"detector.chip_orientation": turned}, true, ""},
-		{"another", map[string]any{"detector.chip_orientation": []any{0, 0, 0, 0, 0, 0}}, false,
-			"records the chip orientation [0 180 0 180 180 0], the profile gives [0 0 0 0 0 0]: the chips are turned as the profile says"},
+		{"none in the profile", path, nil, true, "no chip orientation in the profile: using the one recorded in " + path, false},
+		{"the same", path, map[string]any{"detector.chip_orientation": turned}, true, "", false},
+		{"another", path, map[string]any{"detector.chip_orientation": []any{0, 0, 0, 0, 0, 0}}, false,
+			"records the chip orientation [0 180 0 180 180 0], the profile gives [0 0 0 0 0 0]: the chips are turned as the profile says", false},
+		{"a damaged one, none in the profile", damaged, nil, false,
+			"capture " + damaged + ": the chip orientation it records: ", true},
+		{"a damaged one, the profile's", damaged, map[string]any{"detector.chip_orientation": turned}, true,
+			"the chip orientation it records: ", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := testProfile(t, stages, scantest.SmallFormat, c.profile)
 			out := filepath.Join(t.TempDir(), "scan.h5")
-			r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 6, 0, 180), out, path)
+			r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 6, 0, 180), out, c.capture)
+			if c.fails {
+				if r.err == nil || !strings.Contains(r.err.Error(), c.says) || !strings.Contains(r.err.Error(), "detector.chip_orientation") {
+					t.Fatalf("replay: %v, want an error saying %q and naming the profile key", r.err, c.says)
+				}
+				if _, err := os.Stat(out); err == nil {
+					t.Errorf("replay that failed wrote %s", out)
+				}
+				return
+			}
 			if r.err != nil {
 				t.Fatalf("replay: %v\n%s", r.err, r.said())
 			}

@@ -106,19 +106,24 @@ type orientationSource struct {
 // came off the detector. Where the profile (or an earlier capture) gives
 // one that differs, it stands, and o.Notify is warned: a replay may mend
 // an orientation captured wrong. A recorded orientation that does not fit
-// the frames is an error.
+// the frames is an error where the profile gives none, else a warning.
 func (s *orientationSource) take(o *ReplayOptions, path string, meta capture.Metadata, f frame.Format) error {
 	degrees, ok, err := captureOrientation(meta)
 	if err != nil || !ok {
 		return err
 	}
 	recorded := frame.Orientation(degrees)
+	d := &o.Profile.Detector
 	if len(recorded) == 0 {
 		recorded = nil // all at 0 degrees
 	} else if err := recorded.Validate(f.Chips()); err != nil {
-		return fmt.Errorf("the chip orientation it records: %w (the frames are %v)", err, f.Geometry)
+		err = fmt.Errorf("the chip orientation it records: %w (the frames are %v)", err, f.Geometry)
+		if len(d.ChipOrientation) == 0 {
+			return fmt.Errorf("%w; give the detector's in the profile (detector.chip_orientation)", err)
+		}
+		tell(o.Notify, Note{Kind: Warning, Text: fmt.Sprintf("capture %s: %v: the chips are turned as %s says", path, err, s.from)})
+		return nil
 	}
-	d := &o.Profile.Detector
 	if len(d.ChipOrientation) == 0 && s.from == "the profile" {
 		s.from = "capture " + path
 		if slices.Contains(degrees, 180) {

@@ -135,12 +135,19 @@ func CaptureRecords(t testing.TB, path string) [][]byte {
 // no truth: a capture of a scan of unknown length.
 func WriteCapture(t testing.TB, path string, recs [][]byte) {
 	t.Helper()
+	WriteCaptureMeta(t, path, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "scantest"}, recs)
+}
+
+// WriteCaptureMeta writes a capture of the given records with the
+// metadata meta to path.
+func WriteCaptureMeta(t testing.TB, path string, meta capture.Metadata, recs [][]byte) {
+	t.Helper()
 	file, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer file.Close()
-	w, err := capture.NewWriter(file, capture.Metadata{Profile: "test", Created: "2026-01-01T00:00:00Z", Software: "scantest"})
+	w, err := capture.NewWriter(file, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
