@@ -160,8 +160,8 @@ func printMasterSummary(w io.Writer, s *scan.MasterSummary) {
 }
 
 // printCaptureSummary writes the summary lines of the capture at path:
-// who wrote it and when, its plan, and per module the frames it holds; of
-// a capture cut short, why.
+// who wrote it and when, its plan, the chips it records at 180 degrees,
+// and per module the frames it holds; of a capture cut short, why.
 func printCaptureSummary(w io.Writer, path string, s *scan.CaptureSummary) {
 	meta := s.Metadata
 	fmt.Fprintf(w, "  capture       written by %s at %s, profile %q\n", orUnknown(meta.Software), orUnknown(meta.Created), meta.Profile)
@@ -172,6 +172,9 @@ func printCaptureSummary(w io.Writer, path string, s *scan.CaptureSummary) {
 		fmt.Fprintf(w, "  plan          %v\n", *s.Plan)
 	default:
 		fmt.Fprintf(w, "  plan          none recorded\n")
+	}
+	if o := s.Orientation; o != nil {
+		fmt.Fprintf(w, "  orientation   %d of %d chips at 180 degrees: %v\n", countOf(o, 180), len(o), o)
 	}
 	fmt.Fprintf(w, "  records       %s of %s, %s\n", plural(s.Tally.Records, "frame"), plural(len(s.Tally.Modules), "module"), scan.FormatBytes(s.Size))
 	for _, id := range s.Tally.IDs() {
@@ -220,4 +223,15 @@ func orUnknown(s string) string {
 		return "(not recorded)"
 	}
 	return s
+}
+
+// countOf returns how many elements of s are v.
+func countOf(s []int, v int) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }

@@ -66,10 +66,11 @@ func TestInspectPrintsReport(t *testing.T) {
 				"  cut short     read capture c.pmcap at byte 9: " + capture.ErrTruncated.Error() + "\n"},
 		{"capture with a plan", &scan.InspectReport{Path: "d.pmcap", Capture: &scan.CaptureSummary{
 			Metadata: capture.Metadata{Software: "h5ingest simulate", Created: "2026-01-02T03:04:05Z"}, Plan: &plan.Plan{}, Size: 10,
-			Err: errors.New("bad record")}},
+			Orientation: []int{0, 180, 180, 0}, Err: errors.New("bad record")}},
 			"d.pmcap\n" +
 				"  capture       written by h5ingest simulate at 2026-01-02T03:04:05Z, profile \"\"\n" +
 				"  plan          " + fmt.Sprint(plan.Plan{}) + "\n" +
+				"  orientation   2 of 4 chips at 180 degrees: [0 180 180 0]\n" +
 				"  records       0 frames of 0 modules, 10 B\n" +
 				"  unreadable    bad record\n"},
 	} {

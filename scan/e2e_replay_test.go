@@ -416,6 +416,10 @@ func TestReplayTakesCapturedOrientation(t *testing.T) {
 		t.Fatal(err)
 	}
 	scantest.WriteCaptureMeta(t, damaged, meta, scantest.CaptureRecords(t, path))
+	// What inspect shows of it: what a replay will turn.
+	if rep, err := Inspect(scantest.Stages(t), path); err != nil || rep.Capture == nil || fmt.Sprint(rep.Capture.Orientation) != "[0 180 0 180 180 0]" {
+		t.Errorf("inspect: %+v, %v; want the capture's orientation [0 180 0 180 180 0]", rep, err)
+	}
 	stages := scantest.Stages(t)
 	for _, c := range []struct {
 		name    string

@@ -78,8 +78,12 @@ type CaptureSummary struct {
 	Metadata capture.Metadata // who wrote the capture, when, with which profile
 	Plan     *plan.Plan       // the plan the capture records; nil when it records none
 	PlanErr  error            // why the recorded plan could not be read
-	Size     int64            // bytes of the file
-	Tally    capture.Tally    // the records read, per module
+	// Orientation is each chip's degrees as the capture records them,
+	// where some chip is at 180 (what a replay turns them by where its
+	// profile gives none); nil otherwise.
+	Orientation []int
+	Size        int64         // bytes of the file
+	Tally       capture.Tally // the records read, per module
 
 	// Err says why the capture could not be read to its end (wrapping
 	// capture.ErrTruncated where it was cut short); the summary holds
@@ -250,6 +254,9 @@ func inspectCapture(path string) (*InspectReport, error) {
 		s.PlanErr = err
 	} else if ok {
 		s.Plan = &p
+	}
+	if deg, ok, err := captureOrientation(s.Metadata); err == nil && ok && slices.Contains(deg, 180) {
+		s.Orientation = deg
 	}
 	s.Tally, s.Err = r.Tally()
 	if info, err := os.Stat(path); err == nil {
