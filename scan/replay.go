@@ -106,17 +106,21 @@ type orientationSource struct {
 // came off the detector. Where the profile (or an earlier capture) gives
 // one that differs, it stands, and o.Notify is warned: a replay may mend
 // an orientation captured wrong. A recorded orientation that does not fit
-// the frames is an error where the profile gives none, else a warning.
+// the frames, or does not parse, is an error where the profile gives
+// none, else a warning.
 func (s *orientationSource) take(o *ReplayOptions, path string, meta capture.Metadata, f frame.Format) error {
 	degrees, ok, err := captureOrientation(meta)
-	if err != nil || !ok {
-		return err
+	if err == nil && !ok {
+		return nil
 	}
 	recorded := frame.Orientation(degrees)
 	d := &o.Profile.Detector
 	if len(recorded) == 0 {
 		recorded = nil // all at 0 degrees
-	} else if err := recorded.Validate(f.Chips()); err != nil {
+	} else if err == nil {
+		err = recorded.Validate(f.Chips())
+	}
+	if err != nil { // one that does not parse is as wrong as one that does not fit
 		err = fmt.Errorf("the chip orientation it records: %w (the frames are %v)", err, f.Geometry)
 		if len(d.ChipOrientation) == 0 {
 			return fmt.Errorf("%w; give the detector's in the profile (detector.chip_orientation)", err)
@@ -133,6 +137,9 @@ func (s *orientationSource) take(o *ReplayOptions, path string, meta capture.Met
 		return nil
 	}
 	given := d.Orientation()
+	if given.Validate(f.Chips()) != nil {
+		return nil // the profile's own does not fit the frames: the replay's checks say so
+	}
 	if !slices.Equal(showOrientation(given, f.Chips()), showOrientation(recorded, f.Chips())) {
 		tell(o.Notify, Note{Kind: Warning, Text: fmt.Sprintf("capture %s records the chip orientation %v, %s gives %v: the chips are turned as %s says",
 			path, showOrientation(recorded, f.Chips()), s.from, showOrientation(given, f.Chips()), s.from)})
