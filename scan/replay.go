@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"sync"
@@ -56,7 +57,7 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
-			return Result{}, err
+			return Result{}, unreadable(err)
 		}
 		defer r.Close()
 		if err := liveTimes(times, path, r.Metadata()); err != nil {
@@ -93,6 +94,18 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	o.Plan, o.Format = plan, format
 	rp := &replayRun{o: o, src: src, times: times}
 	return rp.run(ctx)
+}
+
+// unreadable returns err, a capture's failure to open, as an
+// *OperatorError where the file system refused it: a capture missing or
+// not readable is no output directory gone or unwritable, as Explain would
+// take it.
+func unreadable(err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	return &OperatorError{Kind: "capture unreadable", Remedy: "give the path of a capture file that the user h5ingest runs as may read", Err: err}
 }
 
 // orientationSource says where a replay's chip orientation comes from.
