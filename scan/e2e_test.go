@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -157,7 +158,7 @@ func TestAcquireBacklogDrains(t *testing.T) {
 // of 8: the four frames beyond the plan are rejected, as the spec says,
 // with a summary line, a line saying where they went and a log line; the
 // eight planned frames are all good, and the scan is incomplete, not a
-// success.
+// success. That the capture records another plan is said first.
 func TestReplayFramesBeyondPlan(t *testing.T) {
 	src, truth := scantest.Simulate(t, simScan(scantest.SmallFormat, 12))
 	stages := scantest.Stages(t)
@@ -170,8 +171,13 @@ func TestReplayFramesBeyondPlan(t *testing.T) {
 	if c := r.summary().Progress; c.OK != 8 || c.OutOfRange != 4 {
 		t.Errorf("summary: %d ok, %d out of range; want 8 and 4:\n%s", c.OK, c.OutOfRange, r.out)
 	}
-	if want := "4 frames beyond the scan were rejected (frame numbers 8 and above, past the plan's 8 frames"; !strings.Contains(r.errs, want) {
-		t.Errorf("the scan does not say %q:\n%s", want, r.errs)
+	for _, want := range []string{
+		"4 frames beyond the scan were rejected (frame numbers 8 and above, past the plan's 8 frames",
+		fmt.Sprintf("records the plan %v; the replay writes the plan given, %v", plan.Tomo(0, 0, 12, 0, 180), plan.Tomo(0, 0, 8, 0, 180)),
+	} {
+		if !strings.Contains(r.errs, want) {
+			t.Errorf("the scan does not say %q:\n%s", want, r.errs)
+		}
 	}
 	for _, want := range []string{`"frame rejected"`, `"reason":"out of range"`} {
 		if !strings.Contains(r.logs, want) {

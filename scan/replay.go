@@ -80,6 +80,10 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 				plan = recorded
 				tell(o.Notify, Note{Kind: Info, Text: fmt.Sprintf("no plan given: using the plan recorded in %s: %v", path, plan)})
 			}
+		} else if recorded, ok, err := CapturePlan(r.Metadata()); err == nil && ok && recorded.String() != plan.String() {
+			// A profile's plan (a beamline's usual scan) may not be the
+			// scan captured: its frames beyond the capture's are missing.
+			tell(o.Notify, Note{Kind: Warning, Text: fmt.Sprintf("capture %s records the plan %v; the replay writes the plan given, %v", path, recorded, plan)})
 		}
 		src := capture.NewSource(r, format.PayloadSize())
 		if o.FPS > 0 {

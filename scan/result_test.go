@@ -63,7 +63,8 @@ func notesText(res Result, err error) string {
 // TestReplayResult replays a capture with faults and checks what Replay
 // returns against the file: the summary's counts are the file's records,
 // the frames beyond the plan are a note of their own, and a replay given
-// no plan says, as it starts, that it takes the capture's.
+// no plan says, as it starts, that it takes the capture's; one given a
+// plan unlike the capture's warns of it.
 func TestReplayResult(t *testing.T) {
 	cfg := simScan(scantest.SmallFormat, 12)
 	cfg.Missing, cfg.Corrupt = sim.FaultSpec{Frames: []int{3}}, sim.FaultSpec{Frames: []int{5}}
@@ -79,7 +80,7 @@ func TestReplayResult(t *testing.T) {
 		said        []NoteKind // told as the replay ran
 		ok, missing int
 	}{
-		{"plan of 8", plan.Tomo(0, 0, 8, 0, 180), 8, ErrIncomplete, []NoteKind{Beyond}, nil, 6, 1},
+		{"plan of 8", plan.Tomo(0, 0, 8, 0, 180), 8, ErrIncomplete, []NoteKind{Beyond}, []NoteKind{Warning}, 6, 1},
 		{"no plan", plan.Plan{}, 12, ErrIncomplete, nil, []NoteKind{Info}, 10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,8 +120,12 @@ func TestReplayResult(t *testing.T) {
 			if k := kinds(said); !slices.Equal(k, tc.said) {
 				t.Errorf("told %q as it ran, want kinds %v", said, tc.said)
 			}
-			if tc.said != nil && said[0].Text != "no plan given: using the plan recorded in "+capture+": 12 projections over 0..180 degrees" {
-				t.Errorf("told %q", said[0].Text)
+			want := "no plan given: using the plan recorded in " + capture + ": 12 projections over 0..180 degrees"
+			if tc.plan.Frames() > 0 {
+				want = "capture " + capture + " records the plan 12 projections over 0..180 degrees; the replay writes the plan given, 8 projections over 0..180 degrees"
+			}
+			if tc.said != nil && said[0].Text != want {
+				t.Errorf("told %q, want %q", said[0].Text, want)
 			}
 		})
 	}
