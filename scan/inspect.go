@@ -105,6 +105,9 @@ func Inspect(stages *registry.Registry, path string) (*InspectReport, error) {
 	if stages == nil {
 		return nil, errNoRegistry
 	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, unreadable(err, "file", "an HDF5 file or a capture")
+	}
 	if capture.Sniff(path) {
 		return inspectCapture(path)
 	}

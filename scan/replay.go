@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"slices"
 	"sync"
@@ -57,7 +56,7 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
-			return Result{}, unreadable(err)
+			return Result{}, unreadable(err, "capture", "a capture file")
 		}
 		defer r.Close()
 		if err := liveTimes(times, path, r.Metadata()); err != nil {
@@ -98,18 +97,6 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	o.Plan, o.Format = plan, format
 	rp := &replayRun{o: o, src: src, times: times}
 	return rp.run(ctx)
-}
-
-// unreadable returns err, a capture's failure to open, as an
-// *OperatorError where the file system refused it: a capture missing or
-// not readable is no output directory gone or unwritable, as Explain would
-// take it.
-func unreadable(err error) error {
-	var pe *fs.PathError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	return &OperatorError{Kind: "capture unreadable", Remedy: "give the path of a capture file that the user h5ingest runs as may read", Err: err}
 }
 
 // orientationSource says where a replay's chip orientation comes from.

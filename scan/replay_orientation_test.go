@@ -135,20 +135,3 @@ func all180(n int) []any {
 	}
 	return o
 }
-
-// TestReplayMissingCapture replays a capture that is not there: the
-// error says so, not that the output directory is gone.
-func TestReplayMissingCapture(t *testing.T) {
-	t.Parallel()
-	stages := scantest.Stages(t)
-	p := testProfile(t, stages, scantest.SmallFormat, nil)
-	dir := t.TempDir()
-	missing := filepath.Join(dir, "missing.pmcap")
-	r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 6, 0, 180), filepath.Join(dir, "scan.h5"), missing)
-	if r.err == nil {
-		t.Fatal("replay of a missing capture: no error")
-	}
-	if msg := Explain(r.err).Error(); !strings.HasPrefix(msg, "capture unreadable: ") || !strings.Contains(msg, missing) || strings.Contains(msg, "directory gone") {
-		t.Errorf("replay of a missing capture said %q, want it named as a capture unreadable", msg)
-	}
-}
