@@ -62,14 +62,15 @@ func Explain(err error) error {
 // unreadable returns err, a failure to open an input file (a capture, a
 // file to inspect or verify), as an *OperatorError where the file system
 // refused it: an input missing or not readable is no output directory
-// gone or unwritable, as Explain would take it. what names the file
-// ("capture"), kinds the files the command reads ("an HDF5 file").
-func unreadable(err error, what, kinds string) error {
+// gone or unwritable, as Explain would take it. kind says what happened
+// ("file unreadable"), files the files the command reads ("an HDF5
+// file").
+func unreadable(err error, kind, files string) error {
 	var pe *fs.PathError
 	if !errors.As(err, &pe) {
 		return err
 	}
-	return &OperatorError{Kind: what + " unreadable", Remedy: "give the path of " + kinds + " that the user h5ingest runs as may read", Err: err}
+	return &OperatorError{Kind: kind, Remedy: "give the path of " + files + " that the user h5ingest runs as may read", Err: err}
 }
 
 // ExplainAt is Explain for a failure of a scan writing in dir: where an

@@ -106,7 +106,7 @@ func Inspect(stages *registry.Registry, path string) (*InspectReport, error) {
 		return nil, errNoRegistry
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, unreadable(err, "file", "an HDF5 file or a capture")
+		return nil, unreadable(err, "file unreadable", "an HDF5 file or a capture")
 	}
 	if capture.Sniff(path) {
 		return inspectCapture(path)

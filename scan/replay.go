@@ -56,7 +56,7 @@ func Replay(ctx context.Context, o ReplayOptions) (Result, error) {
 	for i, path := range paths {
 		r, f, err := open(path)
 		if err != nil {
-			return Result{}, unreadable(err, "capture", "a capture file")
+			return Result{}, unreadable(err, "capture unreadable", "a capture file")
 		}
 		defer r.Close()
 		if err := liveTimes(times, path, r.Metadata()); err != nil {

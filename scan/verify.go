@@ -185,7 +185,7 @@ func verify(stages *registry.Registry, path string, progress *VerifyProgress, co
 		return nil, errNoRegistry
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, unreadable(err, "file", "an HDF5 file")
+		return nil, unreadable(err, "file unreadable", "an HDF5 file")
 	}
 	step()
 	r, err := writer.OpenPlain(path)
