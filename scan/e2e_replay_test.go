@@ -460,23 +460,9 @@ func TestReplayTakesCapturedOrientation(t *testing.T) {
 			if c.says == "" && strings.Contains(r.said(), "orientation") {
 				t.Errorf("replay said %q, want nothing of the orientation", r.said())
 			}
-			rd, err := writer.Open(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			records, err := rd.Records()
-			rd.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			same := 0
-			for n, rec := range records {
-				if rec.Status == frame.StatusOK && rec.DataCRC == truth.DataCRC[n] {
-					same++
-				}
-			}
-			if want := map[bool]int{true: len(records), false: 0}[c.truth]; len(records) != 6 || same != want {
-				t.Errorf("%d of %d frames equal to the detector's image, want %d of 6", same, len(records), want)
+			same, frames := scantest.TruthFrames(t, out, truth)
+			if want := map[bool]int{true: frames, false: 0}[c.truth]; frames != 6 || same != want {
+				t.Errorf("%d of %d frames equal to the detector's image, want %d of 6", same, frames, want)
 			}
 		})
 	}

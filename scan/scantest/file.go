@@ -37,6 +37,20 @@ func Statuses(t testing.TB, path string) map[uint8]int {
 	return n
 }
 
+// TruthFrames returns how many frames the file at path records as ok with
+// the data CRC the simulator computed for them (the image the detector
+// saw), and how many frames it records.
+func TruthFrames(t testing.TB, path string, truth *sim.Truth) (same, frames int) {
+	t.Helper()
+	recs := Records(t, path)
+	for n, rec := range recs {
+		if rec.Status == frame.StatusOK && n < len(truth.DataCRC) && rec.DataCRC == truth.DataCRC[n] {
+			same++
+		}
+	}
+	return same, len(recs)
+}
+
 // OKFrames returns how many frames the file at path records as ok so
 // far, or 0 while it cannot be read: a test polls it to see a scan that
 // is being written make progress.
