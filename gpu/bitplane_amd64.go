@@ -223,14 +223,7 @@ func bitplaneTail(dst, row []byte, depth, c0 int, lfsr, rotated bool) {
 	if rotated {
 		out = dst[:2*8*t]
 	}
-	switch depth {
-	case 12:
-		bitplane12(out, short, lfsr, rotated)
-	case 6:
-		bitplane6(out, short, lfsr, rotated)
-	default:
-		bitplane1(out, short, rotated)
-	}
+	bitplaneSmall(out, short, depth, lfsr, rotated)
 }
 
 // bitplaneRow decodes one readout row of a 12-, 6- or 1-bit chip into dst

@@ -105,16 +105,6 @@ func checkBand(t *testing.T, name string, chip []byte, depth, w int, lfsr, rotat
 	const gap = 68
 	rowBytes := depth * w / 8
 	rows := len(chip) / rowBytes
-	portable := func(dst, row []byte) {
-		switch depth {
-		case 12:
-			bitplane12(dst, row, lfsr, rotated)
-		case 6:
-			bitplane6(dst, row, lfsr, rotated)
-		default:
-			bitplane1(dst, row, rotated)
-		}
-	}
 	for _, band := range [][2]int{{0, 1}, {0, rows}, {2, 5}, {rows - 1, rows}} {
 		r0, r1 := band[0], band[1]
 		stride := 2*w + gap
@@ -132,7 +122,7 @@ func checkBand(t *testing.T, name string, chip []byte, depth, w int, lfsr, rotat
 				y = r1 - 1 - r
 			}
 			want := make([]byte, 2*w)
-			portable(want, chip[r*rowBytes:(r+1)*rowBytes])
+			bitplaneSmall(want, chip[r*rowBytes:(r+1)*rowBytes], depth, lfsr, rotated)
 			line := got[y*stride : (y+1)*stride]
 			if !bytes.Equal(line[:2*w], want) {
 				t.Fatalf("%s rows [%d, %d): readout row %d differs from the portable decoder:\n got %x\nwant %x",
@@ -145,7 +135,7 @@ func checkBand(t *testing.T, name string, chip []byte, depth, w int, lfsr, rotat
 	}
 	row := chip[rowBytes : 2*rowBytes]
 	want := make([]byte, 2*w)
-	portable(want, row)
+	bitplaneSmall(want, row, depth, lfsr, rotated)
 	got := make([]byte, 2*w)
 	if ran := bitplaneRow(got, row, depth, lfsr, rotated); ran != runs || ran && !bytes.Equal(got, want) {
 		t.Fatalf("%s: one row (ran %v, want %v) differs from the portable decoder", name, ran, runs)

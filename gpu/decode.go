@@ -154,6 +154,19 @@ func bitplane1(dst, row []byte, rotated bool) {
 	}
 }
 
+// bitplaneSmall decodes a chip row of 12, 6 or 1 planes into uint16
+// pixels with the portable decoder of that depth.
+func bitplaneSmall(dst, row []byte, depth int, lfsr, rotated bool) {
+	switch depth {
+	case 12:
+		bitplane12(dst, row, lfsr, rotated)
+	case 6:
+		bitplane6(dst, row, lfsr, rotated)
+	default:
+		bitplane1(dst, row, rotated)
+	}
+}
+
 // packed12 decodes pixels [p0, p0+len(counts)) of a packed12 chip block.
 // p0 may be odd: a row of odd width starts inside a pair.
 func packed12(counts []uint32, chip []byte, p0 int) {

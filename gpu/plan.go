@@ -254,17 +254,12 @@ func (p *plan) decodeRow(dst, chip []byte, r int, rotated bool, counts []uint32)
 			if !bitplane24Fast(dst, row, lfsr, rotated, counts) {
 				bitplane24(dst, row, lfsr, rotated)
 			}
-		case 12:
-			if !bitplane12Fast(dst, row, lfsr, rotated, counts) && !bitplaneRow(dst, row, 12, lfsr, rotated) {
-				bitplane12(dst, row, lfsr, rotated)
+		default: // 12, 6 and 1 planes
+			if f.BitDepth == 1 {
+				lfsr = false // a 1-bit code is its count
 			}
-		case 6:
-			if !bitplaneRow(dst, row, 6, lfsr, rotated) {
-				bitplane6(dst, row, lfsr, rotated)
-			}
-		default:
-			if !bitplaneRow(dst, row, 1, false, rotated) {
-				bitplane1(dst, row, rotated)
+			if !(f.BitDepth == 12 && bitplane12Fast(dst, row, lfsr, rotated, counts)) && !bitplaneRow(dst, row, f.BitDepth, lfsr, rotated) {
+				bitplaneSmall(dst, row, f.BitDepth, lfsr, rotated)
 			}
 		}
 		return
