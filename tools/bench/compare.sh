@@ -23,6 +23,7 @@ ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $
 declare -A t
 for ((r = 0; r < rounds; r++)); do
 	for b in "$@"; do
+		rm -f "$dir/scan.h5" # a new file, as a scan writes: not the old one's pages freed in the round
 		t["$b"]+="$(ms "$b" replay "$dir/scan.pmcap" -o "$dir/scan.h5" --projections "$frames" --backend cpu --overwrite) "
 	done
 done
