@@ -103,6 +103,47 @@ func TestCPUCompressPiMega(t *testing.T) {
 	}
 }
 
+// TestCPUCompressBatch checks a batch of frames of different payloads,
+// each compressed by the worker that owns it and, as the batch runs out,
+// partly by the others from its back: every chunk must be Encode's of its
+// own image, byte for byte.
+func TestCPUCompressBatch(t *testing.T) {
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 256, ChipHeight: 64}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	rng := rand.New(rand.NewPCG(88, 89))
+	ref := bitshuffleCodec(t, "bslz4", 4, 0)
+	c := compression(t, "bslz4", 4, 0)
+	for _, workers := range []int{1, 2, 3, 4} {
+		be := newBackend(t, "cpu", Options{Workers: workers})
+		for round := range 3 {
+			batch := make([]Job, 2*workers+1)
+			want := make([][]byte, len(batch))
+			for i := range batch {
+				batch[i] = newJob(f, i, randomBytes(rng, f.PayloadSize()))
+				batch[i].DiscardImage = i%2 == 1
+				withChunk(&batch[i], c, ref)
+				want[i] = refDecode(f, batch[i].Payload, nil)
+			}
+			if err := be.Decode(batch); err != nil {
+				t.Fatal(err)
+			}
+			for i := range batch {
+				j := &batch[i]
+				name := fmt.Sprintf("%d workers, round %d, frame %d", workers, round, i)
+				wantChunk, err := ref.Encode(nil, want[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !j.Compressed || !bytes.Equal(j.Chunk, wantChunk) {
+					t.Errorf("%s: compressed %v (%v), chunk equal to Encode's %v", name, j.Compressed, j.CompressErr, bytes.Equal(j.Chunk, wantChunk))
+				}
+				if j.RawCRC != frame.Checksum(j.Payload) || j.DataCRC != frame.Checksum(want[i]) {
+					t.Errorf("%s: CRCs %08x %08x, want %08x %08x", name, j.RawCRC, j.DataCRC, frame.Checksum(j.Payload), frame.Checksum(want[i]))
+				}
+			}
+		}
+	}
+}
+
 // checkCompress decodes payload of format f with chip orientation o on a
 // cpu backend of workers workers, asking for the chunk of codec at block
 // pixels a block, and checks the image (want), the CRCs and the chunk. It

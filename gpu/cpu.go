@@ -12,12 +12,12 @@ import (
 )
 
 // cpu is the pure-Go backend. A fixed pool of workers takes tasks (bands of
-// chip rows, see plan) from one channel; Decode plans a batch, hands out its
-// tasks, waits for them and combines the piece CRCs.
+// chip rows, see plan) from one queue, frame by frame; Decode plans a
+// batch, queues its tasks, waits for them and combines the piece CRCs.
 type cpu struct {
 	rot     frame.Orientation
 	workers int
-	tasks   chan task
+	q       *queue
 
 	mu     sync.RWMutex // read-held by Decode, write-held by Close
 	closed bool
@@ -27,14 +27,14 @@ type cpu struct {
 	free   []*batch // batch states for reuse, so Decode allocates nothing
 }
 
-// task is one band of one chip row of one frame of a batch, or, once the
-// batch is decoded, a run of bitshuffle blocks of one image.
+// task is task index of the of tasks of one job of a batch: a band of one
+// chip row (index chip row times the plan's bands plus the band), or, once
+// the batch is decoded, the index-th of its of runs of bitshuffle blocks.
 type task struct {
-	b       *batch
-	job     int32
-	cy      int32 // chip row; for a shuffle, the first block
-	band    int32 // band; for a shuffle, the block after the last
-	shuffle bool
+	b         *batch
+	job       int32
+	index, of int32
+	shuffle   bool
 }
 
 // shuffleTasksPerWorker is how many runs of blocks each worker gets of an
@@ -49,6 +49,7 @@ type batch struct {
 	crcs   []uint32    // piece CRCs of every frame, at plan.crcs
 	bands  []bandChunk // the compressed bands of the frames that ask, at plan.bandsAt
 	chunks []chunkJoin // the chunk of each job that asks, put together
+	runs   []run       // the jobs' tasks, queued
 	wg     sync.WaitGroup
 }
 
@@ -96,10 +97,10 @@ func newCPU(opts Options) *cpu {
 		log = slog.Default()
 	}
 	log.Debug("cpu decode", "instructions", CPUInstructions(), "by_encoding", decodePathsString(), "workers", c.workers)
-	c.tasks = make(chan task, 64*c.workers)
+	c.q = newQueue(c.workers)
 	c.done.Add(c.workers)
-	for range c.workers {
-		go c.work()
+	for i := range c.workers {
+		go c.work(i)
 	}
 	return c
 }
@@ -115,7 +116,7 @@ func (c *cpu) Close() error {
 		return nil
 	}
 	c.closed = true
-	close(c.tasks)
+	c.q.close()
 	c.done.Wait()
 	return nil
 }
@@ -131,17 +132,14 @@ func (c *cpu) Decode(jobs []Job) error {
 	b := c.getBatch()
 	n := b.prepare(jobs, c.rot, c.workers)
 	b.wg.Add(n)
+	b.runs = b.runs[:0]
 	for j := range b.jobs {
-		if !b.ok[j] {
-			continue
-		}
-		p := &b.plans[j]
-		for cy := range p.f.ChipsY {
-			for band := range p.bands {
-				c.tasks <- task{b: b, job: int32(j), cy: int32(cy), band: int32(band)}
-			}
+		if b.ok[j] {
+			t := int32(b.plans[j].tasks())
+			b.runs = append(b.runs, run{b: b, job: int32(j), end: t, tasks: t})
 		}
 	}
+	c.q.put(b.runs)
 	b.wg.Wait()
 	b.finish()
 	c.shuffle(b)
@@ -153,18 +151,18 @@ func (c *cpu) Decode(jobs []Job) error {
 // bands the decode tasks have not transposed already, in place block by
 // block, on the workers. The image CRCs are already taken.
 func (c *cpu) shuffle(b *batch) {
+	b.runs = b.runs[:0]
 	for j := range b.jobs {
 		job := &b.jobs[j]
 		if !b.ok[j] || job.ShuffleBlock == 0 || b.plans[j].bandShuffle {
 			continue
 		}
 		blocks := shuffleBlocks(&b.plans[j].f, job.ShuffleBlock)
-		n := min(blocks, shuffleTasksPerWorker*c.workers)
-		b.wg.Add(n)
-		for i := range n {
-			c.tasks <- task{b: b, job: int32(j), cy: int32(blocks * i / n), band: int32(blocks * (i + 1) / n), shuffle: true}
-		}
+		n := int32(min(blocks, shuffleTasksPerWorker*c.workers))
+		b.wg.Add(int(n))
+		b.runs = append(b.runs, run{b: b, job: int32(j), end: n, tasks: n, shuffle: true})
 	}
+	c.q.put(b.runs)
 	b.wg.Wait()
 }
 
@@ -410,17 +408,23 @@ func (w *worker) encoder(c *Compression) (ChunkEncoder, error) {
 	return enc, nil
 }
 
-// work runs tasks until the channel closes.
-func (c *cpu) work() {
+// work runs the tasks of worker i until the queue closes.
+func (c *cpu) work(i int) {
 	defer c.done.Done()
 	var w worker
-	for t := range c.tasks {
+	for {
+		t, ok := c.q.take(i)
+		if !ok {
+			return
+		}
 		p := &t.b.plans[t.job]
 		if t.shuffle {
-			w.scratch = shuffleRun(&t.b.jobs[t.job], p, int(t.cy), int(t.band), w.scratch)
+			blocks, k, n := shuffleBlocks(&p.f, t.b.jobs[t.job].ShuffleBlock), int(t.index), int(t.of)
+			w.scratch = shuffleRun(&t.b.jobs[t.job], p, blocks*k/n, blocks*(k+1)/n, w.scratch)
 		} else {
 			w.counts = grow(w.counts, p.f.ChipWidth)
-			p.run(t.b, int(t.job), int(t.cy), int(t.band), &w)
+			band := int(t.index) % p.bands
+			p.run(t.b, int(t.job), int(t.index)/p.bands, band, &w)
 		}
 		t.b.wg.Done()
 	}

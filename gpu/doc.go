@@ -8,8 +8,10 @@
 // The work is done by a Backend, chosen by name with New:
 //
 //   - "cpu": pure Go, always available. It splits every frame into bands of
-//     chip rows and runs them on a fixed pool of worker goroutines, so a
-//     single frame uses every core.
+//     chip rows and runs them on a fixed pool of worker goroutines: each
+//     worker takes a frame of its own, band after band, while there are
+//     frames enough, and the workers share a frame's bands where there
+//     are not, so a single frame uses every core.
 //   - "cuda": an NVIDIA GPU through the CUDA driver API, which package
 //     gpu/cuda loads at run time (dlopen of libcuda.so.1), so the binary
 //     builds and starts without CUDA. It runs the kernels of package
