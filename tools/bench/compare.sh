@@ -2,9 +2,10 @@
 # compare.sh times a replay of a simulated Pi-mega scan (24-bit LFSR
 # bitplane, tomography scene, bitshuffle-LZ4, CPU backend, files on
 # /dev/shm) with two or more builds in interleaved rounds (A B A B ...),
-# and prints each build's median wall time with the spread (min to max),
-# and the median of the per-round ratios of each build's time to the
-# first's.
+# and prints each build's median wall time and median CPU time (user plus
+# system, which another process on the machine sways less) with their
+# spreads (min to max), and the medians of the per-round ratios of each
+# build's times to the first's.
 #
 # Usage: tools/bench/compare.sh [rounds] [frames] BINARY...   (default 10 rounds, 200 frames)
 # Example: tools/bench/compare.sh 10 200 /tmp/before/h5ingest bin/h5ingest
@@ -19,22 +20,38 @@ trap 'rm -rf "$dir"' EXIT
 "$1" simulate --scene tomo --darks 0 --flats 0 --projections 50 -o "$dir/unique.pmcap" --overwrite >/dev/null
 "$1" bench cycle "$dir/unique.pmcap" "$dir/scan.pmcap" "$frames"
 
-ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(((e - s) / 1000)); }
-declare -A t
+# run prints the wall and the CPU time (user plus system) of a command, in ms.
+run() {
+	local s e cpu TIMEFORMAT='%3U %3S'
+	s=$(date +%s%N)
+	cpu=$({ time "$@" >/dev/null 2>&1; } 2>&1)
+	e=$(date +%s%N)
+	echo "$(((e - s) / 1000000)) $(echo "$cpu" | awk '{ printf "%d", ($1 + $2) * 1000 }')"
+}
+declare -A wall cpu
 for ((r = 0; r < rounds; r++)); do
 	for b in "$@"; do
 		rm -f "$dir/scan.h5" # a new file, as a scan writes: not the old one's pages freed in the round
-		t["$b"]+="$(ms "$b" replay "$dir/scan.pmcap" -o "$dir/scan.h5" --projections "$frames" --backend cpu --overwrite) "
+		read -r w c < <(run "$b" replay "$dir/scan.pmcap" -o "$dir/scan.h5" --projections "$frames" --backend cpu --overwrite)
+		wall["$b"]+="$w " cpu["$b"]+="$c "
 	done
 done
-printf '%-40s %12s %24s %18s\n' binary "median ms" "spread ms" "ratio to first"
-for b in "$@"; do
+# median reads numbers, one a line, and prints their median.
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# column prints, for the times of one kind, build b's median, spread and
+# median ratio to the first build's.
+column() {
+	local -n t=$1
+	local b=$2 mine base
 	read -ra mine <<<"${t["$b"]}"
-	read -ra base <<<"${t["$1"]}"
-	ratios=$(for i in "${!mine[@]}"; do echo "${mine[$i]} ${base[$i]}"; done | awk '{ printf "%.4f\n", $1 / $2 }' | sort -n | awk '
-		{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-	printf '%s\n' "${mine[@]}" | sort -n | awk -v b="$b" -v q="$ratios" '
-		{ v[NR] = $1 / 1000 }
-		END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-		      printf "%-40s %12.1f %11.1f to %-10.1f %18s\n", b, m, v[1], v[NR], q }'
+	read -ra base <<<"${t["$first"]}"
+	ratio=$(for i in "${!mine[@]}"; do echo "${mine[$i]} ${base[$i]}"; done | awk '{ printf "%.4f\n", $1 / $2 }' | median)
+	printf '%s\n' "${mine[@]}" | sort -n | awk -v q="$ratio" '
+		{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		printf "%8.0f %6.0f to %-6.0f %7.3f", m, v[1], v[NR], q }'
+}
+first=$1
+printf '%-32s %35s   %35s\n' "" "wall ms: median, spread, ratio" "CPU ms: median, spread, ratio"
+for b in "$@"; do
+	printf '%-32s %35s   %35s\n' "$b" "$(column wall "$b")" "$(column cpu "$b")"
 done
