@@ -33,6 +33,8 @@ func TestQueueTakes(t *testing.T) {
 		{"every run owned: from the back of the fullest", []int32{4, 2}, 2, []int{0, 1, 1, 1, 0, 0}, "0.0 1.0 1.1 0.3 0.1 0.2"},
 		{"one run, two workers", []int32{5}, 2, []int{0, 1, 1, 0, 0}, "0.0 0.4 0.3 0.1 0.2"},
 		{"a thief takes the owner's last task", []int32{2}, 2, []int{0, 1, 1}, "0.0 0.1 "},
+		{"a thief takes from the owned run with most left", []int32{2, 5, 3}, 3, []int{0, 1, 2, 0, 0, 0, 0, 0, 1, 2}, "0.0 1.0 2.0 0.1 1.4 1.3 1.2 2.2 1.1 2.1"},
+		{"runs of one task", []int32{1, 1, 1, 1, 1}, 2, []int{0, 1, 1, 0, 0, 1}, "0.0 1.0 2.0 3.0 4.0 "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(tc.workers)
@@ -53,6 +55,13 @@ func TestQueueTakes(t *testing.T) {
 					t.Errorf("task %d.%d says %d tasks, want %d", tk.job, tk.index, tk.of, tc.runs[tk.job])
 				}
 				got = append(got, fmt.Sprintf("%d.%d", tk.job, tk.index))
+				// The queue holds the runs no one owns, so that a take
+				// costs the same however many are queued.
+				for _, r := range q.runs[q.head:] {
+					if r.owner != 0 || r.next != 0 {
+						t.Errorf("after task %d.%d: run %d queued, owned by worker %d, %d tasks taken", tk.job, tk.index, r.job, r.owner-1, r.next)
+					}
+				}
 			}
 			if s := strings.Join(got, " "); s != tc.want {
 				t.Errorf("takes %q, want %q", s, tc.want)
@@ -363,5 +372,29 @@ func TestCPUConcurrentAllocs(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%d workers, %d callers at once: %v allocations a round, want 0", workers, callers, allocs)
 		}
+	}
+}
+
+// BenchmarkCPUBatchSize decodes batches of 10 to 10,000 small frames (one
+// task each) on two workers, and reports the time a frame: it stays the
+// same as the batch grows, as each take from the queue costs the same
+// however many frames are queued.
+func BenchmarkCPUBatchSize(b *testing.B) {
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 1, ChipsY: 1, ChipWidth: 64, ChipHeight: 1}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	rng := rand.New(rand.NewPCG(96, 97))
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprint(n, " frames"), func(b *testing.B) {
+			be := newBackend(b, "cpu", Options{Workers: 2})
+			batch := make([]Job, n)
+			for i := range batch {
+				batch[i] = newJob(f, i, randomBytes(rng, f.PayloadSize()))
+			}
+			for b.Loop() {
+				if err := be.Decode(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/frame")
+		})
 	}
 }
