@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"h5ingest/compress"
@@ -342,4 +343,117 @@ func FuzzCompress(f *testing.F) {
 		want := refDecode(fm, payload, o)
 		checkCompress(t, fmt.Sprintf("%v block %d", fm, block), fm, o, payload, want, "bslz4", int(block), 1+int(workers%4))
 	})
+}
+
+// heldEncoder compresses as its ChunkEncoder does, but holds the band
+// whose bytes are h.band until every other band of the chunk is
+// compressed, and fails it where h.fail is set: while its worker waits,
+// the others must take every other band of the frame, those behind it
+// from the back of the run.
+type heldEncoder struct {
+	ChunkEncoder
+	h *heldBand
+}
+
+type heldBand struct {
+	band   []byte        // the image bytes of the band held
+	fail   bool          // the held band's blocks fail to compress
+	mu     sync.Mutex    // guards others
+	others int           // the other bands not compressed yet
+	done   chan struct{} // closed once others is 0
+}
+
+func (e heldEncoder) AppendBlocks(dst, src []byte) ([]byte, error) {
+	h := e.h
+	if bytes.Equal(src, h.band) {
+		<-h.done
+		if h.fail {
+			return dst, errEncoder
+		}
+		return e.ChunkEncoder.AppendBlocks(dst, src)
+	}
+	out, err := e.ChunkEncoder.AppendBlocks(dst, src)
+	h.mu.Lock()
+	if h.others--; h.others == 0 {
+		close(h.done)
+	}
+	h.mu.Unlock()
+	return out, err
+}
+
+// TestCPUCompressStolenBands holds one band of a frame's chunk on its
+// worker until the other workers have compressed every other band, those
+// behind it taken from the back of the frame's run and compressed apart:
+// the chunk must still be Encode's of the image, byte for byte, or, where
+// the held band fails, no chunk with the encoder's error; and the next
+// frame on the same backend must be whole.
+func TestCPUCompressStolenBands(t *testing.T) {
+	f := frame.Format{Geometry: frame.Geometry{ChipsX: 2, ChipsY: 2, ChipWidth: 256, ChipHeight: 384}, Encoding: frame.Bitplane, BitDepth: 24, Coding: frame.LFSR}
+	rng := rand.New(rand.NewPCG(90, 91))
+	ref := bitshuffleCodec(t, "bslz4", 4, 0)
+	plain := compression(t, "bslz4", 4, 0)
+	payload, nextPayload := randomBytes(rng, f.PayloadSize()), randomBytes(rng, f.PayloadSize())
+	want, wantNext := refDecode(f, payload, nil), refDecode(f, nextPayload, nil)
+	wantChunk, err := ref.Encode(nil, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNextChunk, err := ref.Encode(nil, wantNext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{2, 3, 7} {
+		for _, held := range []int{0, 1, -2, -1} { // a band from the front, or from the back where negative
+			for _, c := range []struct {
+				fail, discard bool
+			}{{false, false}, {false, true}, {true, false}, {true, true}} {
+				h := &heldBand{fail: c.fail, done: make(chan struct{})}
+				comp := &Compression{BlockElems: ref.BlockElems(), NewEncoder: func() (ChunkEncoder, error) {
+					return heldEncoder{bitshuffleCodec(t, "bslz4", 4, 0), h}, nil
+				}}
+				be := newBackend(t, "cpu", Options{Workers: workers})
+				j := newJob(f, 1, payload)
+				withChunk(&j, comp, ref)
+				j.DiscardImage = c.discard
+				p, err := makePlan(&j, nil, workers)
+				if err != nil || !p.compress {
+					t.Fatalf("%d workers: plan %v, compressed on the decode tasks %v", workers, err, p.compress)
+				}
+				band := (held + p.tasks()) % p.tasks()
+				name := fmt.Sprintf("%d workers, band %d of %d held, fails %v, image discarded %v", workers, band, p.tasks(), c.fail, c.discard)
+				rowBytes := f.Width() * f.PixelSize()
+				y0, y1 := p.bandRange(band % p.bands)
+				start := (band/p.bands*f.ChipHeight + y0) * rowBytes
+				h.band, h.others = want[start:start+(y1-y0)*rowBytes], p.tasks()-1
+				batch := []Job{j}
+				if err := be.Decode(batch); err != nil {
+					t.Fatal(err)
+				}
+				got := &batch[0]
+				if !c.discard {
+					checkJob(t, name, got, want)
+				} else if got.RawCRC != frame.Checksum(j.Payload) || got.DataCRC != frame.Checksum(want) {
+					t.Errorf("%s: CRCs %08x %08x, want %08x %08x", name, got.RawCRC, got.DataCRC, frame.Checksum(j.Payload), frame.Checksum(want))
+				}
+				if c.fail {
+					if got.Compressed || len(got.Chunk) != 0 || !errors.Is(got.CompressErr, errEncoder) {
+						t.Errorf("%s: compressed %v, %d chunk bytes, error %v; want none and the encoder's error", name, got.Compressed, len(got.Chunk), got.CompressErr)
+					}
+				} else if !got.Compressed || !bytes.Equal(got.Chunk, wantChunk) {
+					t.Errorf("%s: compressed %v (%v), chunk equal to Encode's %v", name, got.Compressed, got.CompressErr, bytes.Equal(got.Chunk, wantChunk))
+				}
+				// The next frame, compressed as usual.
+				next := newJob(f, 2, nextPayload)
+				withChunk(&next, plain, ref)
+				next.DiscardImage = c.discard
+				batch = []Job{next}
+				if err := be.Decode(batch); err != nil {
+					t.Fatal(err)
+				}
+				if !batch[0].Compressed || !bytes.Equal(batch[0].Chunk, wantNextChunk) {
+					t.Errorf("%s, the next frame: compressed %v (%v), chunk equal to Encode's %v", name, batch[0].Compressed, batch[0].CompressErr, bytes.Equal(batch[0].Chunk, wantNextChunk))
+				}
+			}
+		}
+	}
 }

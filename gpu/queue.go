@@ -1,9 +1,6 @@
 package gpu
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // queue hands the cpu backend's workers their tasks, frame by frame. Each
 // job of a batch is a run of tasks, in image order: the bands of its chip
@@ -15,11 +12,16 @@ import (
 // from the back of the run with the most left: that band is compressed
 // apart and moved into place later (chunkJoin), so that no core waits
 // while another has work, as at a scan's last frame.
+//
+// Each take costs the same however many runs are queued: the runs no one
+// owns wait in order in runs, from head on, and leave it as a worker takes
+// them; those owned are in owns, one a worker, where a thief looks.
 type queue struct {
 	mu     sync.Mutex
 	more   sync.Cond // signalled when runs are put or the queue closes
-	runs   []*run    // the runs with tasks not taken, in the order they were put
-	owns   []*run    // each worker's run; nil for none
+	runs   []*run    // from head on, the runs no one owns yet, in the order they were put
+	head   int       // the first of runs not taken by a worker
+	owns   []*run    // each worker's run while it has tasks not taken; nil for none
 	closed bool
 }
 
@@ -44,6 +46,13 @@ func newQueue(workers int) *queue {
 // put queues runs, which the caller keeps until their tasks are done.
 func (q *queue) put(runs []run) {
 	q.mu.Lock()
+	if q.head > 0 && len(q.runs)+len(runs) > cap(q.runs) {
+		// Room at the front: move the runs waiting there, rather than
+		// grow the array.
+		n := copy(q.runs, q.runs[q.head:])
+		clear(q.runs[n:])
+		q.runs, q.head = q.runs[:n], 0
+	}
 	for i := range runs {
 		if runs[i].next < runs[i].end {
 			q.runs = append(q.runs, &runs[i])
@@ -92,33 +101,33 @@ func (q *queue) take(w int) (task, bool) {
 	}
 }
 
-// left drops r from the queue, and from its owner, once it has no task
-// left.
+// left drops r from its owner once it has no task left.
 func (q *queue) left(r *run) {
-	if r.next < r.end {
-		return
-	}
-	if r.owner > 0 {
+	if r.next >= r.end {
 		q.owns[r.owner-1] = nil
 	}
-	q.runs = slices.DeleteFunc(q.runs, func(x *run) bool { return x == r })
 }
 
-// unowned returns the oldest run no worker owns, or nil.
+// unowned takes the oldest run no worker owns out of the queue, or returns
+// nil for none.
 func (q *queue) unowned() *run {
-	for _, r := range q.runs {
-		if r.owner == 0 {
-			return r
-		}
+	if q.head == len(q.runs) {
+		return nil
 	}
-	return nil
+	r := q.runs[q.head]
+	q.runs[q.head] = nil
+	if q.head++; q.head == len(q.runs) {
+		q.runs, q.head = q.runs[:0], 0
+	}
+	return r
 }
 
-// fullest returns the run with the most tasks left, or nil for none.
+// fullest returns the owned run with the most tasks left, the first
+// worker's of those with as many, or nil for none.
 func (q *queue) fullest() *run {
 	var best *run
-	for _, r := range q.runs {
-		if best == nil || r.end-r.next > best.end-best.next {
+	for _, r := range q.owns {
+		if r != nil && (best == nil || r.end-r.next > best.end-best.next) {
 			best = r
 		}
 	}
