@@ -228,10 +228,26 @@ type failingEncoder struct{ ChunkEncoder }
 
 var errEncoder = errors.New("encoder broke")
 
+// shrinkingBound bounds a chunk of size bytes as the codec does, and any
+// shorter run of its bytes by less the longer it is.
+type shrinkingBound struct {
+	ChunkEncoder
+	size int
+}
+
+func (e shrinkingBound) Bound(n int) int {
+	b := e.ChunkEncoder.Bound(e.size)
+	if n == e.size {
+		return b
+	}
+	return b - n/2
+}
+
 func (failingEncoder) AppendBlocks(dst, src []byte) ([]byte, error) { return dst, errEncoder }
 
 // TestCPUCompressErrors checks that a chunk the backend cannot make (an
-// encoder that fails or cannot be made, a chunk buffer below the bound)
+// encoder that fails or cannot be made, a chunk buffer below the bound, a
+// bound that shrinks as the bytes grow)
 // leaves Compressed unset and says why in CompressErr, with the frame
 // decoded all the same.
 func TestCPUCompressErrors(t *testing.T) {
@@ -240,20 +256,24 @@ func TestCPUCompressErrors(t *testing.T) {
 	want := refDecode(f, payload, nil)
 	ref := bitshuffleCodec(t, "bslz4", 4, 0)
 	for _, c := range []struct {
-		name  string
-		comp  *Compression
-		short bool
-		want  string
+		name    string
+		comp    *Compression
+		short   bool
+		want    string
+		workers int
 	}{
 		{"encoder fails", &Compression{BlockElems: ref.BlockElems(), NewEncoder: func() (ChunkEncoder, error) {
 			return failingEncoder{bitshuffleCodec(t, "bslz4", 4, 0)}, nil
-		}}, false, "encoder broke"},
+		}}, false, "encoder broke", 2},
 		{"no encoder", &Compression{BlockElems: ref.BlockElems(), NewEncoder: func() (ChunkEncoder, error) {
 			return nil, errEncoder
-		}}, false, "make chunk encoder: encoder broke"},
-		{"short buffer", compression(t, "bslz4", 4, 0), true, "chunk buffer of"},
+		}}, false, "make chunk encoder: encoder broke", 2},
+		{"short buffer", compression(t, "bslz4", 4, 0), true, "chunk buffer of", 2},
+		{"bound shrinking", &Compression{BlockElems: ref.BlockElems(), NewEncoder: func() (ChunkEncoder, error) {
+			return shrinkingBound{bitshuffleCodec(t, "bslz4", 4, 0), f.ImageSize()}, nil
+		}}, false, "outside the chunk buffer", 4}, // bands between the first and the last
 	} {
-		be := newBackend(t, "cpu", Options{Workers: 2})
+		be := newBackend(t, "cpu", Options{Workers: c.workers})
 		j := newJob(f, 5, payload)
 		withChunk(&j, c.comp, ref)
 		if c.short {

@@ -348,6 +348,10 @@ func encodeBand(j *Job, start, end int, band []byte, inPlace bool, at int, w *wo
 	if inPlace {
 		off = at
 	}
+	if room < 0 || off+room > cap(j.Chunk) {
+		// An encoder whose Bound does not grow with the bytes bounded.
+		return bandChunk{err: fmt.Errorf("gpu: frame %d: image bytes %d to %d bounded by %d bytes at offset %d, outside the chunk buffer of %d", j.Header.FrameNumber, start, end, room, off, cap(j.Chunk))}
+	}
 	chunk := j.Chunk[:cap(j.Chunk)]
 	dst := chunk[off : off : off+room]
 	if start == 0 {
