@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"h5ingest/plan"
 	"h5ingest/scan/scantest"
 	"h5ingest/source/capture"
+	"h5ingest/source/sim"
 )
 
 // TestReplayCapturedOrientationHostile replays captures whose recorded
@@ -86,29 +88,42 @@ func TestReplayCapturedOrientationHostile(t *testing.T) {
 			p := testProfile(t, stages, scantest.SmallFormat, c.profile)
 			out := filepath.Join(t.TempDir(), "scan.h5")
 			r := replayInto(t, context.Background(), p, stages, plan.Tomo(0, 0, 6, 0, 180), out, c.captures(t)...)
-			if c.fails {
-				if r.err == nil || !strings.Contains(r.err.Error(), c.says) || !strings.Contains(r.err.Error(), "detector.chip_orientation") {
-					t.Fatalf("replay: %v, want an error saying %q and naming the profile key", r.err, c.says)
-				}
-				if strings.Contains(r.errs, "warning") {
-					t.Errorf("replay warned %q before its error", r.errs)
-				}
-				return
-			}
-			if r.err != nil {
-				t.Fatalf("replay: %v\n%s", r.err, r.said())
-			}
-			if c.says != "" && !strings.Contains(r.said(), c.says) {
-				t.Errorf("replay said %q, want %q", r.said(), c.says)
-			}
-			if c.says == "" && strings.Contains(r.said(), "orientation") {
-				t.Errorf("replay said %q, want nothing of the orientation", r.said())
-			}
-			same, frames := scantest.TruthFrames(t, out, truth)
-			if frames != 6 || same != c.truth {
-				t.Errorf("%d of %d frames equal to the detector's image, want %d of 6", same, frames, c.truth)
-			}
+			checkOrientationReplay(t, r, out, truth, c.fails, c.says, c.truth)
 		})
+	}
+}
+
+// checkOrientationReplay checks the replay r of 6 frames into out: where
+// it fails, an error saying says and naming the profile key, no warning
+// before it and no file; else notes saying says (nothing of the
+// orientation where says is empty) and same of the 6 frames the image
+// the detector saw, as truth records it.
+func checkOrientationReplay(t *testing.T, r replayed, out string, truth *sim.Truth, fails bool, says string, same int) {
+	t.Helper()
+	if fails {
+		if r.err == nil || !strings.Contains(r.err.Error(), says) || !strings.Contains(r.err.Error(), "detector.chip_orientation") {
+			t.Fatalf("replay: %v, want an error saying %q and naming the profile key", r.err, says)
+		}
+		if strings.Contains(r.errs, "warning") {
+			t.Errorf("replay warned %q before its error", r.errs)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("replay that failed wrote %s", out)
+		}
+		return
+	}
+	if r.err != nil {
+		t.Fatalf("replay: %v\n%s", r.err, r.said())
+	}
+	if says != "" && !strings.Contains(r.said(), says) {
+		t.Errorf("replay said %q, want %q", r.said(), says)
+	}
+	if says == "" && strings.Contains(r.said(), "orientation") {
+		t.Errorf("replay said %q, want nothing of the orientation", r.said())
+	}
+	got, frames := scantest.TruthFrames(t, out, truth)
+	if frames != 6 || got != same {
+		t.Errorf("%d of %d frames equal to the detector's image, want %d of 6", got, frames, same)
 	}
 }
 
