@@ -27,9 +27,10 @@ type cpu struct {
 	free   []*batch // batch states for reuse, so Decode allocates nothing
 }
 
-// task is task index of the of tasks of one job of a batch: a band of one
-// chip row (index chip row times the plan's bands plus the band), or, once
-// the batch is decoded, the index-th of its of runs of bitshuffle blocks.
+// task is one of the of tasks of a job of a batch, the index-th in image
+// order: a band of one chip row (index = chip row * plan.bands + band), or,
+// once the batch is decoded, the index-th of of runs of bitshuffle blocks
+// of the image.
 type task struct {
 	b         *batch
 	job       int32
